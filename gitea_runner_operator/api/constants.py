@@ -1,0 +1,30 @@
+"""Names shared by the CRD, the controller and the objects it creates."""
+
+from typing import Final
+
+GROUP: Final = "gitea.bpg.pw"
+VERSION: Final = "v1alpha1"
+KIND: Final = "RunnerGroup"
+PLURAL: Final = "runnergroups"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+MANAGED_BY_LABEL: Final = f"{GROUP}/managed-by"
+MANAGED_BY_VALUE: Final = "gitea-runner-operator"
+GROUP_NAME_LABEL: Final = f"{GROUP}/runnergroup-name"
+APP_LABEL: Final = "app"
+
+# Set on a runner Job once Gitea has been seen running a task on it. It lives in the cluster,
+# so a restarted operator never mistakes a runner that has worked for an idle one.
+TOOK_JOB_ANNOTATION: Final = f"{GROUP}/took-job"
+# The labels the Job's runner registered with; lets a reader see what the Pod offers.
+RUNNER_LABELS_ANNOTATION: Final = f"{GROUP}/runner-labels"
+
+DEFAULT_IMAGE: Final = "gitea/act_runner:nightly-dind-rootless"
+DEFAULT_POLL_INTERVAL: Final = "15s"
+DEFAULT_IDLE_TIMEOUT: Final = "10m"
+MIN_POLL_INTERVAL_SECONDS: Final = 5.0
+MAX_POLL_INTERVAL_SECONDS: Final = 600.0
+MIN_IDLE_TIMEOUT_SECONDS: Final = 60.0
+MAX_IDLE_TIMEOUT_SECONDS: Final = 86400.0
+
+MANAGED_SELECTOR: Final = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"

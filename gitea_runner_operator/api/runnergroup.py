@@ -1,0 +1,198 @@
+"""RunnerGroup spec and status models.
+
+The API server validates the CRD's OpenAPI schema and CEL rules first; these models validate
+the same things again because an operator must never trust that a CRD of the right version is
+installed (or that a dry-run-less kubectl edit went through it). A failure here becomes a
+``Ready=False, reason=InvalidSpec`` condition that names the field, never a crash.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from gitea_runner_operator.api import constants
+from gitea_runner_operator.api.duration import parse_duration
+from gitea_runner_operator.api.labels import LabelError, RunnerLabel
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+# Gitea owner and repository names: alphanumerics, dash, underscore and dot.
+_GITEA_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+class Scope(StrEnum):
+    """Which Gitea entity the group's runners are registered to, and whose jobs they take."""
+
+    GLOBAL = "global"
+    ORG = "org"
+    REPO = "repo"
+
+
+class _CamelModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
+
+
+class SecretKeyRef(_CamelModel):
+    """A key of a Secret in the RunnerGroup's own namespace."""
+
+    name: str
+    key: str
+
+    @field_validator("name")
+    @classmethod
+    def _dns_name(cls, value: str) -> str:
+        if not _DNS_SUBDOMAIN.match(value):
+            raise ValueError(f"{value!r} is not a valid Secret name")
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key_chars(cls, value: str) -> str:
+        if not _SECRET_KEY.match(value):
+            raise ValueError(f"{value!r} is not a valid Secret key")
+        return value
+
+
+class SecretSource(_CamelModel):
+    secret_ref: SecretKeyRef
+
+
+class GiteaRef(_CamelModel):
+    url: str
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http(s) URL with a host")
+        if parts.query or parts.fragment:
+            raise ValueError(f"{value!r} must not carry a query or fragment")
+        return value.rstrip("/")
+
+
+class RunnerGroupSpec(_CamelModel):
+    """What a team asks for. Field names match the CRD (camelCase in YAML)."""
+
+    scope: Scope
+    org: str | None = None
+    repo: str | None = None
+    gitea: GiteaRef
+    labels: list[str] = Field(min_length=1)
+    max_active_runners: int = Field(ge=1)
+    registration_token: SecretSource
+    auth_token: SecretSource
+    image: str = Field(default=constants.DEFAULT_IMAGE, min_length=1)
+    poll_interval: str = constants.DEFAULT_POLL_INTERVAL
+    idle_timeout: str = constants.DEFAULT_IDLE_TIMEOUT
+
+    @field_validator("org", "repo")
+    @classmethod
+    def _gitea_name(cls, value: str | None) -> str | None:
+        if value is not None and not _GITEA_NAME.match(value):
+            raise ValueError(f"{value!r} is not a valid Gitea owner or repository name")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _parse_labels(cls, value: list[str]) -> list[str]:
+        names: set[str] = set()
+        for raw in value:
+            try:
+                label = RunnerLabel.parse(raw)
+            except LabelError as exc:
+                raise ValueError(str(exc)) from None
+            if label.name in names:
+                raise ValueError(f"label name {label.name!r} is listed twice")
+            names.add(label.name)
+        return value
+
+    @field_validator("poll_interval")
+    @classmethod
+    def _poll_bounds(cls, value: str) -> str:
+        return _bounded_duration(
+            value, constants.MIN_POLL_INTERVAL_SECONDS, constants.MAX_POLL_INTERVAL_SECONDS
+        )
+
+    @field_validator("idle_timeout")
+    @classmethod
+    def _idle_bounds(cls, value: str) -> str:
+        return _bounded_duration(
+            value, constants.MIN_IDLE_TIMEOUT_SECONDS, constants.MAX_IDLE_TIMEOUT_SECONDS
+        )
+
+    @model_validator(mode="after")
+    def _scope_fields(self) -> Self:
+        if self.scope is Scope.GLOBAL and (self.org or self.repo):
+            raise ValueError("org and repo must be empty when scope is 'global'")
+        if self.scope in (Scope.ORG, Scope.REPO) and not self.org:
+            raise ValueError(f"org is required when scope is '{self.scope.value}'")
+        if self.scope is Scope.ORG and self.repo:
+            raise ValueError("repo must be empty when scope is 'org'")
+        if self.scope is Scope.REPO and not self.repo:
+            raise ValueError("repo is required when scope is 'repo'")
+        return self
+
+    @property
+    def runner_labels(self) -> list[RunnerLabel]:
+        return [RunnerLabel.parse(raw) for raw in self.labels]
+
+    @property
+    def poll_interval_seconds(self) -> float:
+        return parse_duration(self.poll_interval)
+
+    @property
+    def idle_timeout_seconds(self) -> float:
+        return parse_duration(self.idle_timeout)
+
+    @property
+    def target(self) -> str:
+        """A human name of what the group serves, as shown in the printer columns."""
+        if self.scope is Scope.REPO:
+            return f"{self.org}/{self.repo}"
+        if self.scope is Scope.ORG:
+            return f"{self.org}"
+        return "*"
+
+
+def _bounded_duration(value: str, low: float, high: float) -> str:
+    seconds = parse_duration(value)
+    if not low <= seconds <= high:
+        raise ValueError(f"{value!r} is outside the allowed range {low:g}s..{high:g}s")
+    return value
+
+
+class InvalidSpec(ValueError):
+    """The spec failed validation; ``message`` names every offending field."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def parse_spec(raw_spec: Any) -> RunnerGroupSpec:
+    """Validate a raw ``spec`` dict, turning pydantic's errors into one readable sentence."""
+    if not isinstance(raw_spec, dict):
+        raise InvalidSpec("spec: must be an object")
+    try:
+        return RunnerGroupSpec.model_validate(raw_spec)
+    except ValidationError as exc:
+        raise InvalidSpec(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in error["loc"])
+        field = f"spec.{loc}" if loc else "spec"
+        msg = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{field}: {msg}")
+    return "; ".join(parts)

@@ -1,0 +1,176 @@
+"""``gitea-runner-operator``: flags, logging, cluster credentials, leadership and shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
+from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+from gitea_runner_operator import __version__, logsetup
+from gitea_runner_operator.health import HealthServer
+from gitea_runner_operator.runtime.controller import Controller
+from gitea_runner_operator.settings import Settings
+
+log = structlog.get_logger("gitea_runner_operator")
+
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gitea-runner-operator",
+        description="Start ephemeral Gitea Actions runners as Kubernetes Jobs for queued jobs.",
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else KUBECONFIG)")
+    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+    p.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch only this namespace; repeat for several (default: all namespaces)",
+    )
+    p.add_argument("--workers", type=int, default=4, help="concurrent reconciles (default 4)")
+    p.add_argument("--health-port", type=int, default=8081, help="port of /healthz, /readyz")
+    p.add_argument("--health-host", default="0.0.0.0", help="address of /healthz, /readyz")  # noqa: S104
+    p.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="take a Lease before acting, so two replicas never both create runners",
+    )
+    p.add_argument("--leader-election-namespace", help="namespace of the Lease")
+    p.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
+    p.add_argument("--log-level", default="info")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    if args.workers < 1:
+        raise SystemExit("--workers must be at least 1")
+    return Settings(
+        namespaces=tuple(dict.fromkeys(args.namespace)),
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        workers=args.workers,
+        health_host=args.health_host,
+        health_port=args.health_port,
+        leader_elect=args.leader_elect,
+        lease_namespace=args.leader_election_namespace,
+        identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+    )
+
+
+async def load_credentials(settings: Settings) -> str:
+    """In-cluster when running in a Pod and no kubeconfig was named, else the kubeconfig."""
+    if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return "in-cluster"
+    await config.load_kube_config(config_file=settings.kubeconfig, context=settings.context)
+    return settings.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+
+
+def lease_namespace(settings: Settings) -> str:
+    if settings.lease_namespace:
+        return settings.lease_namespace
+    if env := os.environ.get("POD_NAMESPACE"):
+        return env
+    with contextlib.suppress(OSError):
+        return SA_NAMESPACE_FILE.read_text().strip()
+    return "default"
+
+
+async def run(settings: Settings) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    source = await load_credentials(settings)
+    log.info(
+        "starting",
+        version=__version__,
+        credentials=source,
+        namespaces=list(settings.namespaces) or "all",
+        leader_elect=settings.leader_elect,
+    )
+    async with client.ApiClient() as api:
+        controller = Controller(api, settings)
+        standby = asyncio.Event()
+        health = HealthServer(
+            settings.health_host,
+            settings.health_port,
+            lambda: controller.synced.is_set() or (standby.is_set() and not stop.is_set()),
+        )
+        await health.start()
+        try:
+            if not settings.leader_elect:
+                await controller.run(stop)
+                return 0
+            return await _run_with_leadership(api, settings, controller, stop, standby)
+        finally:
+            await health.stop()
+            log.info("stopped")
+
+
+async def _run_with_leadership(
+    api: client.ApiClient,
+    settings: Settings,
+    controller: Controller,
+    stop: asyncio.Event,
+    standby: asyncio.Event,
+) -> int:
+    lost = asyncio.Event()
+    namespace = lease_namespace(settings)
+
+    async def on_lost() -> None:
+        if not stop.is_set():
+            log.error("lost leadership; exiting so that a fresh start re-lists everything")
+        lost.set()
+
+    lock = LeaseLock(settings.lease_name, namespace, settings.identity, api)
+    election = leaderelection.LeaderElection(
+        electionconfig.Config(
+            lock,
+            lease_duration=settings.lease_duration,
+            renew_deadline=settings.renew_deadline,
+            retry_period=settings.retry_period,
+            onstarted_leading=lambda: controller.run(stop),
+            onstopped_leading=on_lost,
+        )
+    )
+    log.info("waiting for leadership", lease=f"{namespace}/{settings.lease_name}")
+    standby.set()
+    election_task = asyncio.create_task(election.run(), name="leader-election")
+    stop_task = asyncio.create_task(stop.wait())
+    lost_task = asyncio.create_task(lost.wait())
+    await asyncio.wait([stop_task, lost_task, election_task], return_when=asyncio.FIRST_COMPLETED)
+    if stop.is_set() and controller.synced.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(controller.stopped.wait(), settings.shutdown_grace + 5)
+    for task in (election_task, stop_task, lost_task):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    return 0 if stop.is_set() else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logsetup.configure(args.log_format, args.log_level)
+    settings = settings_from_args(args)
+    try:
+        return asyncio.run(run(settings))
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,1 @@
+"""The Gitea client: typed payloads, errors that become conditions, retries and pagination."""

@@ -1,0 +1,277 @@
+"""An asyncio Gitea Actions client.
+
+Why each rule is here:
+- retries with exponential backoff and jitter on connection errors and 5xx, because Gitea
+  restarts and proxies hiccup, and a poll that fails once should not flip a group to not-Ready;
+- ``Retry-After`` on 429/503 is obeyed up to a cap; past the cap we give up and tell the poll
+  loop how long to stay away instead of blocking the call;
+- 401/403/404 are never retried: they do not heal by themselves and become a condition;
+- pagination follows ``total_count`` (the server clamps ``limit`` silently) with a hard page
+  cap, so a huge queue cannot stall a poll;
+- the token only ever travels in the ``Authorization`` header; nothing here logs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import aiohttp
+from pydantic import BaseModel, ValidationError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.forge.errors import (
+    GiteaError,
+    GiteaForbidden,
+    GiteaNotFound,
+    GiteaProtocolError,
+    GiteaRateLimited,
+    GiteaUnauthorized,
+    GiteaUnreachable,
+    GiteaUnsupported,
+)
+from gitea_runner_operator.forge.models import (
+    ActionJob,
+    ActionRunner,
+    JobList,
+    Listing,
+    OwnerKind,
+    RunnerList,
+)
+from gitea_runner_operator.forge.scope import ScopeRef
+
+M = TypeVar("M", bound=BaseModel)
+
+DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=10)
+
+
+class _Transient(Exception):
+    """A failure worth another attempt; never escapes this module."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+class GiteaClient:
+    """Calls one Gitea instance with one token. Cheap: share the aiohttp session per URL."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        token: str,
+        *,
+        page_size: int = 50,
+        max_pages: int = 20,
+        attempts: int = 4,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 8.0,
+        max_retry_after: float = 30.0,
+    ) -> None:
+        self._session = session
+        self._base = base_url.rstrip("/")
+        self._headers = {"Authorization": f"token {token}", "Accept": "application/json"}
+        self.page_size = page_size
+        self.max_pages = max_pages
+        self._attempts = attempts
+        self._backoff = wait_exponential_jitter(initial=backoff_initial, max=backoff_max)
+        self._max_retry_after = max_retry_after
+
+    def __repr__(self) -> str:  # never show the token
+        return f"GiteaClient({self._base!r})"
+
+    # -- public API ---------------------------------------------------------------------------
+
+    async def resolve_scope(self, scope: ScopeRef) -> ScopeRef:
+        """Check that the scope's target exists and, for ``org`` scope, whether it is an
+        organisation or the token's own user (whose lists live under ``/user``)."""
+        if scope.scope is Scope.GLOBAL:
+            return scope
+        if scope.scope is Scope.REPO:
+            try:
+                await self._request("GET", f"/api/v1/repos/{scope.prefix.split('/repos/', 1)[1]}")
+            except GiteaNotFound:
+                raise GiteaNotFound(
+                    f"repository {scope.org}/{scope.repo} not found, "
+                    "or not visible to the auth token"
+                ) from None
+            return scope
+        try:
+            await self._request("GET", f"/api/v1/orgs/{scope.prefix.rsplit('/', 1)[1]}")
+            return ScopeRef(scope.scope, scope.org, scope.repo, OwnerKind.ORG)
+        except GiteaNotFound:
+            me = await self._request("GET", "/api/v1/user")
+            login = me.get("login") if isinstance(me, dict) else None
+            if isinstance(login, str) and scope.org and login.lower() == scope.org.lower():
+                return ScopeRef(scope.scope, scope.org, scope.repo, OwnerKind.USER)
+            raise GiteaNotFound(
+                f"organisation {scope.org} not found, and it is not the auth token's own user"
+            ) from None
+
+    async def list_jobs(self, scope: ScopeRef, status: str = "queued") -> Listing[ActionJob]:
+        """Jobs of the scope in one API status (``queued`` is the only runnable demand)."""
+        try:
+            return await self._paginate(
+                scope.jobs_path, {"status": status}, JobList, lambda page: page.jobs
+            )
+        except GiteaNotFound:
+            raise GiteaUnsupported(
+                f"{scope.jobs_path} is missing: listing Actions jobs needs Gitea >= 1.25"
+            ) from None
+
+    async def list_runners(self, scope: ScopeRef) -> Listing[ActionRunner]:
+        try:
+            return await self._paginate(
+                scope.runners_path, {}, RunnerList, lambda page: page.runners
+            )
+        except GiteaNotFound:
+            raise GiteaUnsupported(
+                f"{scope.runners_path} is missing: the runners API needs Gitea >= 1.24"
+            ) from None
+
+    async def delete_runner(self, scope: ScopeRef, runner_id: int) -> bool:
+        """Remove a runner registration; False when it was already gone."""
+        try:
+            await self._request("DELETE", f"{scope.runners_path}/{runner_id}")
+        except GiteaNotFound:
+            return False
+        return True
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    async def _paginate(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        model: type[M],
+        items_of: Callable[[M], list[Any] | None],
+    ) -> Listing[Any]:
+        seen: dict[int, Any] = {}
+        for page in range(1, self.max_pages + 1):
+            body = await self._request(
+                "GET", path, {**params, "page": str(page), "limit": str(self.page_size)}
+            )
+            try:
+                parsed = model.model_validate(body)
+            except ValidationError as exc:
+                raise GiteaProtocolError(
+                    f"{path}: unexpected response shape ({exc.error_count()} errors)"
+                ) from None
+            items = items_of(parsed) or []
+            for item in items:  # order is unspecified, so pages may overlap while jobs move
+                seen[item.id] = item
+            total = int(getattr(parsed, "total_count", 0))
+            if not items or len(seen) >= total:
+                return Listing(tuple(seen.values()), complete=True)
+        return Listing(tuple(seen.values()), complete=False)
+
+    async def _request(
+        self, method: str, path: str, params: Mapping[str, str] | None = None
+    ) -> Any:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._attempts),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Transient),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._once(method, path, params)
+        except _Transient as exc:
+            raise GiteaUnreachable(f"{method} {path}: {exc}") from None
+        raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, _Transient) and exc.retry_after is not None:
+            return exc.retry_after
+        return float(self._backoff(state))
+
+    async def _once(self, method: str, path: str, params: Mapping[str, str] | None) -> Any:
+        url = self._base + path
+        try:
+            async with self._session.request(
+                method, url, params=params, headers=self._headers, timeout=DEFAULT_TIMEOUT
+            ) as resp:
+                body = await resp.read()
+                return self._interpret(method, path, resp.status, resp.headers, body)
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise _Transient(f"connection failed: {type(exc).__name__}: {exc}") from None
+        except TimeoutError:
+            raise _Transient("timed out") from None
+
+    def _interpret(
+        self, method: str, path: str, status: int, headers: Mapping[str, str], body: bytes
+    ) -> Any:
+        where = f"{method} {path}"
+        if 200 <= status < 300:
+            if status == 204 or not body:
+                return None
+            try:
+                return json.loads(body)
+            except ValueError:
+                raise GiteaProtocolError(f"{where}: response is not JSON") from None
+        if status == 401:
+            raise GiteaUnauthorized(f"{where}: 401 Unauthorized: the auth token was rejected")
+        if status == 403:
+            raise GiteaForbidden(f"{where}: 403 Forbidden: the auth token may not use this scope")
+        if status == 404:
+            raise GiteaNotFound(f"{where}: 404 Not Found")
+        if status in (429, 503):
+            retry_after = parse_retry_after(headers.get("Retry-After"))
+            if retry_after is not None and retry_after > self._max_retry_after:
+                raise GiteaRateLimited(
+                    f"{where}: {status}, asked to retry after {retry_after:.0f}s", retry_after
+                )
+            raise _Transient(f"{status} from server", retry_after)
+        if status >= 500:
+            raise _Transient(f"{status} from server")
+        raise GiteaError(f"{where}: unexpected HTTP {status}")
+
+
+class SessionPool:
+    """One aiohttp session per Gitea base URL, so groups on the same instance share
+    connections; closed all at once on shutdown."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, aiohttp.ClientSession] = {}
+
+    def session_for(self, base_url: str) -> aiohttp.ClientSession:
+        key = base_url.rstrip("/")
+        session = self._sessions.get(key)
+        if session is None or session.closed:
+            session = aiohttp.ClientSession(timeout=DEFAULT_TIMEOUT)
+            self._sessions[key] = session
+        return session
+
+    async def close(self) -> None:
+        sessions, self._sessions = list(self._sessions.values()), {}
+        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)

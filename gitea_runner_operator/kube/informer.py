@@ -1,0 +1,154 @@
+"""List-then-watch caches of raw API objects, in the manner of client-go's reflector.
+
+- List, then watch from the list's resourceVersion with bookmarks and a server-side timeout
+  randomised in 5-10 minutes; a clean end of the stream means "watch again from the last
+  resourceVersion"; 410 Gone (as an HTTP status or an ERROR event) means "list again".
+- On every re-list, objects that vanished from the cache get a synthesised DELETED event:
+  a lost watch event can delay a decision but never make us forget an object.
+- Failures back off from 0.8 s, doubling to 30 s, and reset after a successful list.
+
+Objects stay raw dicts (camelCase, exactly as the API server sends them) so that the pure
+decision code reads the same shapes as the YAML users write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import structlog
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.watch import Watch
+
+log = structlog.get_logger(__name__)
+
+Obj = dict[str, Any]
+# (event type, new object, old object or None)
+Handler = Callable[[str, Obj, Obj | None], None]
+ListFunc = Callable[..., Awaitable[Any]]
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
+
+
+class Informer:
+    """One resource in one namespace (or all). ``cache`` maps ``namespace/name`` to object."""
+
+    def __init__(
+        self,
+        name: str,
+        list_func: ListFunc,
+        *args: Any,
+        label_selector: str | None = None,
+        handler: Handler | None = None,
+        min_watch_timeout: int = 300,
+        max_watch_timeout: int = 600,
+    ) -> None:
+        self.name = name
+        self._list_func = list_func
+        self._args = args
+        self._label_selector = label_selector
+        self._handlers: list[Handler] = [handler] if handler else []
+        self._min_timeout = min_watch_timeout
+        self._max_timeout = max_watch_timeout
+        self.cache: dict[str, Obj] = {}
+        self.synced = asyncio.Event()
+        self.relists = 0
+
+    def add_handler(self, handler: Handler) -> None:
+        self._handlers.append(handler)
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"label_selector": self._label_selector} if self._label_selector else {}
+
+    async def run(self) -> None:
+        """Run until cancelled. Never raises for API trouble; it logs and retries."""
+        backoff = 0.8
+        while True:
+            try:
+                resource_version = await self._list()
+                backoff = 0.8
+                await self._watch_from(resource_version)
+            except asyncio.CancelledError:
+                raise
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("watch expired, listing again", informer=self.name)
+                    continue
+                log.warning(
+                    "list/watch failed", informer=self.name, status=exc.status, reason=exc.reason
+                )
+            except Exception as exc:
+                log.warning("list/watch failed", informer=self.name, error=repr(exc))
+            await asyncio.sleep(backoff * random.uniform(0.9, 1.1))  # noqa: S311
+            backoff = min(backoff * 2, 30.0)
+
+    async def _list(self) -> str:
+        resp = await self._list_func(*self._args, **self._kwargs(), _preload_content=False)
+        try:
+            body = json.loads(await resp.read())
+        finally:
+            resp.release()
+        fresh = {object_key(item): item for item in body.get("items") or []}
+        old, self.cache = self.cache, fresh
+        self.relists += 1
+        for key, obj in old.items():
+            if key not in fresh:
+                self._emit("DELETED", obj, obj)
+        for key, obj in fresh.items():
+            before = old.get(key)
+            if before is None:
+                self._emit("ADDED", obj, None)
+            elif _rv(before) != _rv(obj):
+                self._emit("MODIFIED", obj, before)
+        self.synced.set()
+        return str(body.get("metadata", {}).get("resourceVersion", ""))
+
+    async def _watch_from(self, resource_version: str) -> None:
+        while True:
+            timeout = random.randint(self._min_timeout, self._max_timeout)  # noqa: S311
+            watch = Watch(return_type="object")
+            async with watch:
+                stream = watch.stream(
+                    self._list_func,
+                    *self._args,
+                    **self._kwargs(),
+                    resource_version=resource_version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=timeout,
+                    _request_timeout=timeout + 30,
+                )
+                async for event in stream:
+                    kind = event["type"]
+                    obj = event["raw_object"]
+                    resource_version = _rv(obj) or resource_version
+                    if kind == "BOOKMARK":
+                        continue
+                    self._apply(kind, obj)
+            # The server ended the watch at its timeout: resume from where we are.
+
+    def _apply(self, kind: str, obj: Obj) -> None:
+        key = object_key(obj)
+        before = self.cache.get(key)
+        if kind == "DELETED":
+            self.cache.pop(key, None)
+        else:
+            self.cache[key] = obj
+        self._emit(kind, obj, before)
+
+    def _emit(self, kind: str, obj: Obj, before: Obj | None) -> None:
+        for handler in self._handlers:
+            try:
+                handler(kind, obj, before)
+            except Exception:
+                log.exception("informer handler failed", informer=self.name)
+
+
+def _rv(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))

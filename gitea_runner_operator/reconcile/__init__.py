@@ -1,0 +1,1 @@
+"""Deciding (pure functions over plain data) and acting (the reconciler that applies them)."""

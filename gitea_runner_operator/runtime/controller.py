@@ -1,0 +1,119 @@
+"""Wiring: informers feed the work queue, pollers feed it too, workers run the reconciler.
+
+    watch streams ──> ClusterCache ──┐
+                                     ├──> WorkQueue ──> workers ──> Reconciler ──> Jobs, status
+    Gitea pollers (one per group) ───┘
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import client
+
+from gitea_runner_operator.forge.client import SessionPool
+from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
+from gitea_runner_operator.kube.cluster import Cluster
+from gitea_runner_operator.reconcile.reconciler import Reconciler
+from gitea_runner_operator.runtime.expectations import Expectations
+from gitea_runner_operator.runtime.observer import Observer
+from gitea_runner_operator.runtime.poller import Pollers
+from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
+from gitea_runner_operator.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+
+class Controller:
+    def __init__(self, api: client.ApiClient, settings: Settings) -> None:
+        self.settings = settings
+        self.cache = ClusterCache(api, settings.namespaces)
+        self.cluster = Cluster(api, settings.identity or "gitea-runner-operator")
+        self.sessions = SessionPool()
+        self.queue: WorkQueue[str] = WorkQueue()
+        self.expectations = Expectations(settings.expectation_timeout)
+        self.observer = Observer(self.cluster, self.sessions)
+        self.pollers = Pollers(self.observer.observe, self.queue.add)
+        self.reconciler = Reconciler(
+            self.cache,
+            self.cluster,
+            self.pollers,
+            self.expectations,
+            min_refresh_interval=settings.min_refresh_interval,
+        )
+        self.cache.on_group_event(self._on_group)
+        self.cache.on_owned_event(self._on_owned)
+        self.synced = asyncio.Event()
+        self.stopped = asyncio.Event()
+
+    def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
+        if spec_changed(kind, obj, before):
+            self.queue.add(key)
+
+    def _on_owned(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
+        self.expectations.observed(key, obj["metadata"]["name"])
+        self.queue.add(key)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set (graceful) or the task is cancelled (leadership lost)."""
+        informers = [
+            asyncio.create_task(inf.run(), name=f"informer:{inf.name}")
+            for inf in self.cache.informers
+        ]
+        workers: list[asyncio.Task[None]] = []
+        try:
+            await self.cache.wait_synced()
+            self.synced.set()
+            log.info(
+                "caches synced, starting workers",
+                groups=len(self.cache.group_keys()),
+                namespaces=list(self.settings.namespaces) or "all",
+            )
+            workers = [
+                asyncio.create_task(self._worker(), name=f"worker:{i}")
+                for i in range(self.settings.workers)
+            ]
+            await stop.wait()
+            log.info("stopping: finishing in-flight reconciles")
+            self.queue.shut_down()
+            await self.pollers.stop_all()
+            _, pending = await asyncio.wait(workers, timeout=self.settings.shutdown_grace)
+            if pending:
+                log.warning("reconciles still running at the end of the grace period")
+        finally:
+            self.queue.shut_down()
+            for task in [*workers, *informers]:
+                task.cancel()
+            for task in [*workers, *informers]:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await self.pollers.stop_all()
+            await self.sessions.close()
+            self.stopped.set()
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except ShutDown:
+                return
+            try:
+                result = await self.reconciler.reconcile(key)
+            except Exception as exc:
+                retries = self.queue.limiter.retries(key)
+                log.warning(
+                    "reconcile failed, will retry",
+                    group=key,
+                    error=f"{type(exc).__name__}: {exc}",
+                    retries=retries,
+                )
+                self.queue.add_rate_limited(key)
+            else:
+                self.queue.forget(key)
+                if result.requeue_after is not None:
+                    self.queue.add_after(key, result.requeue_after)
+            finally:
+                self.queue.done(key)

@@ -1,0 +1,25 @@
+"""Operator-wide settings, gathered in one object so the wiring reads like a table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    kubeconfig: str | None = None
+    context: str | None = None
+    workers: int = 4
+    health_host: str = "0.0.0.0"  # noqa: S104 - probes come from the kubelet, off-host
+    health_port: int = 8081
+    leader_elect: bool = True
+    lease_name: str = "gitea-runner-operator"
+    lease_namespace: str | None = None  # default: our own namespace, else "default"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    identity: str = field(default="")
+    shutdown_grace: float = 20.0
+    min_refresh_interval: float = 2.0
+    expectation_timeout: float = 60.0
