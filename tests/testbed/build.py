@@ -1,0 +1,243 @@
+"""Build the real peers (etcd, Kubernetes control plane, kwok, Gitea, runner) from Go modules.
+
+Why: the project's machines have Go and the Go module proxy but no container
+engine, so every peer the operator talks to is compiled from its published Go
+module by a tiny wrapper module in ``tests/testbed/go/<component>/``.  The
+binaries go into a cache *outside* the repository, keyed by component, pinned
+version and a hash of the wrapper's go.mod/go.sum, so only the first run pays
+the cold compile (tens of minutes on 2 cores) and later runs return at once.
+
+Cache root: ``$GRO_TESTBED_CACHE`` or ``${XDG_CACHE_HOME:-~/.cache}/gitea-runner-operator/testbed``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GO_DIR = Path(__file__).resolve().parent / "go"
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    """How to build one wrapper module: which packages become which binaries."""
+
+    name: str
+    module: str  # the upstream module whose version pins the build
+    binaries: dict[str, str]  # output binary name -> Go package path
+    cgo: bool = False
+    tags: tuple[str, ...] = ()
+    extra_ldflags: tuple[str, ...] = ()
+    # Directories copied from the upstream module into the cache (Gitea reads
+    # templates/ and options/ at run time when built without the bindata tag).
+    copy_dirs: tuple[str, ...] = ()
+
+
+def _kube_ldflags(version: str) -> tuple[str, ...]:
+    """-X flags that make ``--version`` of the control-plane binaries real."""
+    m = re.fullmatch(r"v(\d+)\.(\d+)\.\d+", version)
+    major, minor = (m.group(1), m.group(2)) if m else ("1", "0")
+    flags: list[str] = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
+        ]
+    return tuple(flags)
+
+
+COMPONENTS: dict[str, Component] = {
+    "etcd": Component(
+        name="etcd",
+        module="go.etcd.io/etcd/server/v3",
+        binaries={"etcd": "go.etcd.io/etcd/server/v3"},
+    ),
+    "kubernetes": Component(
+        name="kubernetes",
+        module="k8s.io/kubernetes",
+        binaries={
+            "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+            "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+        },
+        tags=("selinux", "notest"),
+    ),
+    "kwok": Component(
+        name="kwok",
+        module="sigs.k8s.io/kwok",
+        binaries={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
+    ),
+    "gitea": Component(
+        name="gitea",
+        module="code.gitea.io/gitea",
+        binaries={"gitea": "code.gitea.io/gitea"},
+        cgo=True,
+        tags=("sqlite", "sqlite_unlock_notify"),
+        copy_dirs=("templates", "options"),
+    ),
+    "runner": Component(
+        name="runner",
+        module="code.gitea.io/actions-proto-go",
+        binaries={"gro-testbed-runner": "gro-testbed/runner"},
+    ),
+}
+
+
+def log(msg: str) -> None:
+    """Progress line on stderr (builds are long; say what is happening)."""
+    print(f"[testbed-build {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def cache_root() -> Path:
+    """The binary cache directory (outside the repository)."""
+    if os.environ.get("GRO_TESTBED_CACHE"):
+        return Path(os.environ["GRO_TESTBED_CACHE"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "gitea-runner-operator" / "testbed"
+
+
+def module_version(comp: Component) -> str:
+    """The pinned version of the component's upstream module, read from the wrapper go.mod."""
+    text = (GO_DIR / comp.name / "go.mod").read_text()
+    m = re.search(rf"^\s*(?:require\s+)?{re.escape(comp.module)}\s+(v\S+)", text, re.M)
+    if not m:
+        raise RuntimeError(f"{comp.name}: no require line for {comp.module} in go.mod")
+    return m.group(1)
+
+
+def cache_key(comp: Component) -> str:
+    """component-version-hash; the hash covers go.mod, go.sum and any local Go source."""
+    h = hashlib.sha256()
+    wrapper = GO_DIR / comp.name
+    for p in sorted(wrapper.rglob("*")):
+        if p.is_file() and (p.name in ("go.mod", "go.sum") or p.suffix == ".go"):
+            h.update(p.relative_to(wrapper).as_posix().encode())
+            h.update(p.read_bytes())
+    h.update(repr((comp.binaries, comp.cgo, comp.tags, comp.copy_dirs)).encode())
+    return f"{comp.name}-{module_version(comp)}-{h.hexdigest()[:12]}"
+
+
+def component_dir(name: str) -> Path:
+    """Where the built component lives in the cache (may not exist yet)."""
+    return cache_root() / cache_key(COMPONENTS[name])
+
+
+def is_built(name: str) -> bool:
+    """True when the cache holds a complete build of this component."""
+    return (component_dir(name) / "build.json").is_file()
+
+
+def go_available() -> bool:
+    """Whether a ``go`` command is on PATH."""
+    return shutil.which("go") is not None
+
+
+def _go_env(comp: Component) -> dict[str, str]:
+    env = dict(os.environ)
+    env["CGO_ENABLED"] = "1" if comp.cgo else "0"
+    # Registry/proxy settings are deliberately left as the user has them.
+    return env
+
+
+def build_component(name: str, force: bool = False) -> Path:
+    """Build one component into the cache unless already there; return its directory."""
+    comp = COMPONENTS[name]
+    dest = component_dir(name)
+    if not force and (dest / "build.json").is_file():
+        log(f"{name}: cached at {dest}")
+        return dest
+    if not go_available():
+        raise RuntimeError("the 'go' command is not on PATH (install Go >= 1.26 to build the testbed)")
+    version = module_version(comp)
+    wrapper = GO_DIR / comp.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    t0 = time.monotonic()
+    try:
+        env = _go_env(comp)
+        log(f"{name}: downloading modules for {comp.module}@{version}")
+        subprocess.run(["go", "mod", "download"], cwd=wrapper, env=env, check=True)
+        ldflags = ["-s", "-w"]
+        if name == "kubernetes":
+            ldflags += list(_kube_ldflags(version))
+        if name == "gitea":
+            ldflags.append(f"-X main.Version={version.lstrip('v')}")
+        ldflags += list(comp.extra_ldflags)
+        (tmp / "bin").mkdir()
+        for binary, pkg in comp.binaries.items():
+            cmd = ["go", "build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(tmp / "bin" / binary)]
+            if comp.tags:
+                cmd += ["-tags", ",".join(comp.tags)]
+            cmd.append(pkg)
+            log(f"{name}: go build {pkg} (cold builds take minutes; kubernetes 10-30+ min)")
+            subprocess.run(cmd, cwd=wrapper, env=env, check=True)
+        if comp.copy_dirs:
+            moddir = subprocess.run(
+                ["go", "list", "-m", "-f", "{{.Dir}}", comp.module],
+                cwd=wrapper, env=env, check=True, capture_output=True, text=True,
+            ).stdout.strip()
+            for d in comp.copy_dirs:
+                shutil.copytree(Path(moddir) / d, tmp / "static" / d)
+                for p in (tmp / "static" / d).rglob("*"):  # module cache files are read-only
+                    p.chmod(0o755 if p.is_dir() else 0o644)
+        meta = {"component": name, "module": comp.module, "version": version,
+                "binaries": sorted(comp.binaries), "seconds": round(time.monotonic() - t0, 1)}
+        (tmp / "build.json").write_text(json.dumps(meta, indent=2))
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log(f"{name}: built {comp.module}@{version} in {time.monotonic() - t0:.0f}s -> {dest}")
+    return dest
+
+
+def ensure_built(names: list[str] | None = None, force: bool = False) -> dict[str, Path]:
+    """Build (or find cached) the named components; return component -> cache dir.
+
+    Builds run one after another: the machines have 2 cores and Go already
+    parallelises inside one build.
+    """
+    names = names or list(COMPONENTS)
+    out: dict[str, Path] = {}
+    t0 = time.monotonic()
+    for n in names:
+        out[n] = build_component(n, force=force)
+    log(f"done in {time.monotonic() - t0:.1f}s: {', '.join(names)}")
+    return out
+
+
+def binary(name: str) -> Path:
+    """Path to a built binary by its name (e.g. 'kube-apiserver'); raises if not built."""
+    for comp in COMPONENTS.values():
+        if name in comp.binaries:
+            p = component_dir(comp.name) / "bin" / name
+            if not p.is_file():
+                raise FileNotFoundError(f"{name} is not built; run: python -m tests.testbed build")
+            return p
+    raise KeyError(name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.testbed.build [component ...] [--force]``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    force = "--force" in args
+    names = [a for a in args if not a.startswith("-")] or None
+    ensure_built(names, force=force)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,591 @@
+"""Start a real Kubernetes control plane (+ kwok nodes) and a real Gitea as local processes.
+
+Why: the operator's integration and e2e tests need the real peers (API server
+semantics, RBAC, Jobs, TTL and garbage collection; Gitea's Actions API and
+runner protocol), and the project's machines have no container engine. Every
+peer is a Go binary built by :mod:`tests.testbed.build`; this module runs them
+on free 127.0.0.1 ports inside one temporary directory, each with its log in
+``<workdir>/logs/<name>.log``, and stops every process group on ``stop()``,
+on context-manager exit and at interpreter exit.
+
+Two node kinds exist (see README.md):
+
+* ``kwok-node-0`` (label ``gro-testbed/kwok=true``): a kwok-managed fake node;
+  pods bound to it become Running at once and, when owned by a Job, Succeeded
+  after the ``pod-complete.stage.kwok.x-k8s.io/delay`` annotation (default 3 s).
+* ``e2e-node-0`` (label ``gro-testbed/harness=true``): kept Ready by a second
+  kwok that runs only node stages, so nothing fakes its pods; the test harness
+  (:mod:`tests.testbed.kubelet_harness`) plays kubelet there. It starts
+  cordoned; ``use_harness_node(True)`` swaps which node is schedulable.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import getpass
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Any
+
+from . import build
+from .kube import KubeClient, KubeError, load_kubeconfig_client, wait_for, write_kubeconfig
+
+KWOK_DIR = Path(__file__).resolve().parent / "kwok"
+KWOK_NODE = "kwok-node-0"
+HARNESS_NODE = "e2e-node-0"
+KWOK_LABEL = "gro-testbed/kwok"
+HARNESS_LABEL = "gro-testbed/harness"
+SERVICE_CIDR = "10.96.0.0/16"
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1 (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _http_ok(url: str, token: str | None = None, insecure: bool = True) -> bool:
+    ctx = ssl.create_default_context()
+    if insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, context=ctx if url.startswith("https") else None, timeout=5) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class StartupError(RuntimeError):
+    """A peer failed to start; the message carries the tail of its log."""
+
+
+class Sandbox:
+    """A running testbed: Kubernetes control plane + kwok + Gitea, all local.
+
+    Use as ``with Sandbox() as sb: ...`` or ``sb.start(); ...; sb.stop()``.
+
+    ``kube``: ``"local"`` (start etcd/apiserver/controller-manager/scheduler/kwok),
+    ``"existing"`` (use the current KUBECONFIG cluster; no nodes are created)
+    or ``"none"``. ``gitea``: start Gitea. ``build_missing``: build binaries
+    that are not in the cache (cold builds take tens of minutes).
+    """
+
+    def __init__(
+        self,
+        kube: str = "local",
+        gitea: bool = True,
+        workdir: str | os.PathLike[str] | None = None,
+        keep_workdir: bool | None = None,
+        build_missing: bool = True,
+        harness_node: bool = True,
+    ) -> None:
+        if kube not in ("local", "existing", "none"):
+            raise ValueError(f"kube must be local, existing or none, not {kube!r}")
+        self.kube_mode = kube
+        self.with_gitea = gitea
+        self.with_harness_node = harness_node and kube == "local"
+        self.build_missing = build_missing
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="gro-testbed-"))
+        if keep_workdir is None:
+            keep_workdir = os.environ.get("GRO_TESTBED_KEEP", "") not in ("", "0")
+        self.keep_workdir = keep_workdir
+        self.logs_dir = self.workdir / "logs"
+        self.logs: dict[str, Path] = {}
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._log_files: list[IO[bytes]] = []
+        self.started = False
+        self.startup_seconds: float | None = None
+        # Kubernetes
+        self.kubeconfig: Path | None = None
+        self.apiserver_url: str | None = None
+        self.ca_file: Path | None = None
+        self.admin_token: str | None = None
+        self.kube: KubeClient | None = None
+        self.etcd_url: str | None = None
+        # Gitea
+        self.gitea_url: str | None = None
+        self.gitea_admin_username = "gro-admin"
+        self.gitea_admin_password = "gro-admin-" + secrets.token_hex(8)
+        self.gitea_admin_email = "gro-admin@example.invalid"
+        self.gitea_token: str | None = None
+        self.gitea_dir: Path | None = None
+        self.gitea_config: Path | None = None
+        self.bin: dict[str, Path] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "Sandbox":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> "Sandbox":
+        """Build what is missing, then start every peer and wait until each is ready."""
+        if self.started:
+            return self
+        t0 = time.monotonic()
+        atexit.register(self.stop)
+        self.started = True
+        try:
+            self.logs_dir.mkdir(parents=True, exist_ok=True)
+            self._resolve_binaries()
+            if self.kube_mode == "local":
+                self._start_kubernetes()
+            elif self.kube_mode == "existing":
+                self._use_existing_cluster()
+            if self.with_gitea:
+                self._start_gitea()
+            if self.kube_mode == "local":
+                self._wait_kubernetes_settled()
+        except BaseException:
+            self.stop(keep=True)
+            raise
+        self.startup_seconds = round(time.monotonic() - t0, 1)
+        self._write_state()
+        return self
+
+    def stop(self, keep: bool | None = None) -> None:
+        """Stop every process group (SIGTERM, then SIGKILL after 10 s); idempotent."""
+        procs = list(self.processes.items())[::-1]
+        for _, p in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for _, p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for _, p in procs:
+            # the group may hold children (e.g. git run by gitea) even after the leader exited
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=5)
+        self.processes.clear()
+        for f in self._log_files:
+            with contextlib.suppress(OSError):
+                f.close()
+        self._log_files.clear()
+        if self.started:
+            keep = self.keep_workdir if keep is None else (keep or self.keep_workdir)
+            if self._own_workdir and not keep:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        self.started = False
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+
+    # ------------------------------------------------------------------ helpers
+    def _resolve_binaries(self) -> None:
+        needed: list[str] = []
+        if self.kube_mode == "local":
+            needed += ["etcd", "kubernetes", "kwok"]
+        if self.with_gitea:
+            needed.append("gitea")
+        for comp in needed:
+            if not build.is_built(comp):
+                if not self.build_missing:
+                    raise StartupError(f"{comp} is not built; run: python -m tests.testbed build")
+                build.build_component(comp)
+            cdir = build.component_dir(comp)
+            for b in build.COMPONENTS[comp].binaries:
+                self.bin[b] = cdir / "bin" / b
+        self._gitea_static = build.component_dir("gitea") / "static" if self.with_gitea else None
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+               cwd: Path | None = None) -> subprocess.Popen[bytes]:
+        """Start one long-running peer in its own process group, log to logs/<name>.log."""
+        log_path = self.logs_dir / f"{name}.log"
+        f = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log_files.append(f)
+        f.write(("$ " + " ".join(argv) + "\n").encode())
+        f.flush()
+        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             cwd=cwd or self.workdir, env=env, start_new_session=True)
+        self.processes[name] = p
+        self.logs[name] = log_path
+        return p
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        """The last lines of a peer's log (for error messages)."""
+        p = self.logs.get(name)
+        if not p or not p.exists():
+            return ""
+        return "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
+
+    def _wait(self, name: str, predicate: Any, timeout: float, what: str) -> Any:
+        """wait_for, but fail fast with the log tail when the process died."""
+        proc = self.processes.get(name)
+
+        def check() -> Any:
+            if proc is not None and proc.poll() is not None:
+                raise StartupError(f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}")
+            return predicate()
+
+        try:
+            return wait_for(check, timeout=timeout, what=what)
+        except StartupError:
+            raise
+        except TimeoutError as e:
+            cause = e.__cause__
+            if isinstance(cause, StartupError):
+                raise cause from None
+            raise StartupError(f"{e} (last error: {cause!r})\n--- {name} log ---\n{self.log_tail(name)}") from None
+
+    def _run(self, name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None,
+             timeout: float = 120) -> str:
+        """Run a one-shot command, log it, return stdout; raise StartupError on failure."""
+        log_path = self.logs_dir / f"{name}.log"
+        r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd or self.workdir,
+                           timeout=timeout, stdin=subprocess.DEVNULL)
+        with open(log_path, "a") as f:
+            f.write("$ " + " ".join(argv) + f"\n[exit {r.returncode}]\n{r.stderr}\n")
+        self.logs[name] = log_path
+        if r.returncode != 0:
+            raise StartupError(f"{' '.join(argv[:4])} ... failed ({r.returncode}):\n{r.stderr[-3000:]}{r.stdout[-2000:]}")
+        return r.stdout
+
+    # ------------------------------------------------------------------ kubernetes
+    def _start_kubernetes(self) -> None:
+        pki = self.workdir / "pki"
+        pki.mkdir()
+        sa_key = pki / "sa.key"
+        self._run("openssl", ["openssl", "genrsa", "-out", str(sa_key), "2048"])
+        self.admin_token = secrets.token_hex(24)
+        tokens = pki / "tokens.csv"
+        tokens.write_text(f'{self.admin_token},gro-admin,gro-admin-uid,"system:masters"\n')
+        tokens.chmod(0o600)
+
+        # etcd
+        cport, pport = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{cport}"
+        peer = f"http://127.0.0.1:{pport}"
+        self._spawn("etcd", [
+            str(self.bin["etcd"]), "--name", "gro", "--data-dir", str(self.workdir / "etcd"),
+            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"gro={peer}", "--unsafe-no-fsync", "--log-level", "warn",
+            "--quota-backend-bytes", str(2 * 1024**3),
+        ])
+
+        # kube-apiserver (its self-signed serving cert covers 127.0.0.1 and localhost)
+        aport = free_port()
+        self.apiserver_url = f"https://127.0.0.1:{aport}"
+        certs = pki / "apiserver"
+        self._spawn("kube-apiserver", [
+            str(self.bin["kube-apiserver"]),
+            "--etcd-servers", self.etcd_url,
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", str(aport), "--cert-dir", str(certs),
+            "--token-auth-file", str(tokens),
+            "--authorization-mode", "RBAC",
+            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+            "--service-account-key-file", str(sa_key),
+            "--service-account-signing-key-file", str(sa_key),
+            "--service-cluster-ip-range", SERVICE_CIDR,
+            "--allow-privileged=true",
+            "--endpoint-reconciler-type", "none",
+            "--enable-priority-and-fairness=false",
+            "--profiling=false",
+            "--v", "1",
+        ])
+        # wait until etcd answers first so a dead etcd is reported as such
+        self._wait("etcd", lambda: _http_ok(self.etcd_url + "/health"), 30, "etcd /health")
+        self._wait("kube-apiserver", lambda: (certs / "apiserver.crt").exists(), 60, "apiserver serving cert")
+        self.ca_file = certs / "apiserver.crt"
+        self.kubeconfig = write_kubeconfig(self.workdir / "kubeconfig", self.apiserver_url,
+                                           self.admin_token, self.ca_file)
+        self._wait("kube-apiserver", lambda: _http_ok(self.apiserver_url + "/readyz", self.admin_token),
+                   90, "kube-apiserver /readyz")
+        self.kube = KubeClient(self.apiserver_url, self.admin_token, self.ca_file)
+
+        # controller-manager and scheduler use the admin kubeconfig
+        kc = str(self.kubeconfig)
+        kcm_port = free_port()
+        self._spawn("kube-controller-manager", [
+            str(self.bin["kube-controller-manager"]),
+            "--kubeconfig", kc, "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
+            "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", str(kcm_port),
+            "--cert-dir", str(pki / "kcm"),
+            "--service-account-private-key-file", str(sa_key), "--root-ca-file", str(self.ca_file),
+            "--service-cluster-ip-range", SERVICE_CIDR,
+            "--controllers", "*",
+            "--v", "1",
+        ])
+        sched_port = free_port()
+        self._spawn("kube-scheduler", [
+            str(self.bin["kube-scheduler"]),
+            "--kubeconfig", kc, "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
+            "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", str(sched_port),
+            "--cert-dir", str(pki / "scheduler"), "--v", "1",
+        ])
+        self._kcm_port, self._sched_port = kcm_port, sched_port
+
+        # nodes, then kwok
+        self._create_node(KWOK_NODE, {KWOK_LABEL: "true", "type": "kwok"}, unschedulable=False)
+        stages = ["node-initialize", "node-heartbeat", "pod-ready", "pod-complete", "pod-delete"]
+        self._spawn("kwok", [
+            str(self.bin["kwok"]), "--kubeconfig", kc,
+            "--config", str(self._kwok_config("kwok-config.yaml", stages)),
+            "--manage-nodes-with-label-selector", f"{KWOK_LABEL}=true",
+            "--node-lease-duration-seconds", "40",
+        ])
+        if self.with_harness_node:
+            self._create_node(HARNESS_NODE, {HARNESS_LABEL: "true"}, unschedulable=True)
+            self._spawn("kwok-harness-node", [
+                str(self.bin["kwok"]), "--kubeconfig", kc,
+                "--config", str(self._kwok_config("kwok-harness-config.yaml",
+                                                  ["node-initialize", "node-heartbeat"])),
+                "--manage-single-node", HARNESS_NODE,
+                "--node-lease-duration-seconds", "40",
+            ])
+
+    def _kwok_config(self, name: str, stages: list[str]) -> Path:
+        """Concatenate the shipped stage files into one kwok --config file."""
+        out = self.workdir / name
+        out.write_text("\n---\n".join((KWOK_DIR / f"{s}.yaml").read_text() for s in stages))
+        return out
+
+    def _create_node(self, name: str, labels: dict[str, str], unschedulable: bool) -> None:
+        assert self.kube
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                  "kubernetes.io/arch": "amd64", **labels}
+        self.kube.post("/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"unschedulable": unschedulable},
+        })
+
+    def _wait_kubernetes_settled(self) -> None:
+        """Controllers, scheduler and nodes are usable (not just the API server)."""
+        assert self.kube
+        self._wait("kube-controller-manager",
+                   lambda: _http_ok(f"https://127.0.0.1:{self._kcm_port}/healthz"), 60,
+                   "kube-controller-manager /healthz")
+        self._wait("kube-scheduler",
+                   lambda: _http_ok(f"https://127.0.0.1:{self._sched_port}/healthz"), 60,
+                   "kube-scheduler /healthz")
+        # the serviceaccount controller creates 'default' SAs; root-ca publisher the CA ConfigMap
+        self._wait("kube-controller-manager",
+                   lambda: self.kube.exists("/api/v1/namespaces/default/serviceaccounts/default"), 60,
+                   "ServiceAccount default/default")
+        self._wait("kube-controller-manager",
+                   lambda: self.kube.exists("/api/v1/namespaces/default/configmaps/kube-root-ca.crt"), 60,
+                   "ConfigMap default/kube-root-ca.crt")
+        nodes = [("kwok", KWOK_NODE)] + ([("kwok-harness-node", HARNESS_NODE)] if self.with_harness_node else [])
+        for proc, node in nodes:
+            self._wait(proc, lambda n=node: self.node_ready(n), 60, f"node {node} Ready")
+
+    def node_ready(self, name: str) -> bool:
+        """Whether a node's Ready condition is True."""
+        assert self.kube
+        node = self.kube.get(f"/api/v1/nodes/{name}")
+        return any(c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in node.get("status", {}).get("conditions", []))
+
+    def _use_existing_cluster(self) -> None:
+        client, info = load_kubeconfig_client()
+        self.kube = client
+        self.kubeconfig = Path(info["kubeconfig"])
+        self.apiserver_url = info["server"]
+        self.ca_file = Path(info["ca_file"]) if info["ca_file"] else None
+        self.admin_token = info["token"]
+        wait_for(lambda: client.get("/version"), timeout=30, what=f"existing cluster {self.apiserver_url}")
+
+    def kubeconfig_for_token(self, token: str, path: str | os.PathLike[str] | None = None,
+                             namespace: str | None = None) -> Path:
+        """Write a kubeconfig that authenticates with ``token`` (e.g. a ServiceAccount token)."""
+        if not self.apiserver_url:
+            raise RuntimeError("no Kubernetes API server in this sandbox")
+        dest = Path(path) if path else self.workdir / f"kubeconfig-{secrets.token_hex(4)}"
+        return write_kubeconfig(dest, self.apiserver_url, token, self.ca_file, namespace=namespace)
+
+    def kube_client(self, token: str | None = None) -> KubeClient:
+        """A KubeClient for this API server, as admin or with the given token."""
+        if not self.apiserver_url:
+            raise RuntimeError("no Kubernetes API server in this sandbox")
+        if token is None and self.kube is not None:
+            return self.kube
+        return KubeClient(self.apiserver_url, token or self.admin_token, self.ca_file)
+
+    def use_harness_node(self, enabled: bool = True) -> None:
+        """Make the harness node the only schedulable node (or switch back to kwok).
+
+        Cordons ``kwok-node-0`` and uncordons ``e2e-node-0`` (or the reverse), so
+        pods the operator creates afterwards land where the test harness runs them.
+        """
+        assert self.kube and self.with_harness_node
+        self.kube.patch(f"/api/v1/nodes/{KWOK_NODE}", {"spec": {"unschedulable": enabled}})
+        self.kube.patch(f"/api/v1/nodes/{HARNESS_NODE}", {"spec": {"unschedulable": not enabled}})
+
+    # ------------------------------------------------------------------ gitea
+    def _start_gitea(self) -> None:
+        port = free_port()
+        self.gitea_url = f"http://127.0.0.1:{port}"
+        gdir = self.workdir / "gitea"
+        for sub in ("custom/conf", "data", "repos", "log"):
+            (gdir / sub).mkdir(parents=True, exist_ok=True)
+        self.gitea_dir = gdir
+        conf = gdir / "custom/conf/app.ini"
+        self.gitea_config = conf
+        root = "I_AM_BEING_UNSAFE_RUNNING_AS_ROOT = true\n" if os.geteuid() == 0 else ""
+        conf.write_text(f"""APP_NAME = gro-testbed
+RUN_USER = {getpass.getuser()}
+RUN_MODE = prod
+WORK_PATH = {gdir}
+{root}
+[server]
+PROTOCOL = http
+HTTP_ADDR = 127.0.0.1
+HTTP_PORT = {port}
+DOMAIN = 127.0.0.1
+ROOT_URL = {self.gitea_url}/
+DISABLE_SSH = true
+START_SSH_SERVER = false
+OFFLINE_MODE = true
+LFS_START_SERVER = false
+STATIC_ROOT_PATH = {self._gitea_static}
+APP_DATA_PATH = {gdir / 'data'}
+
+[database]
+DB_TYPE = sqlite3
+PATH = {gdir / 'data' / 'gitea.db'}
+SQLITE_JOURNAL_MODE = WAL
+
+[repository]
+ROOT = {gdir / 'repos'}
+DEFAULT_BRANCH = main
+
+[security]
+INSTALL_LOCK = true
+SECRET_KEY = {secrets.token_hex(32)}
+INTERNAL_TOKEN = {secrets.token_urlsafe(64)}
+
+[oauth2]
+JWT_SECRET = {secrets.token_urlsafe(32)[:43]}
+
+[service]
+DISABLE_REGISTRATION = true
+REQUIRE_SIGNIN_VIEW = false
+ENABLE_NOTIFY_MAIL = false
+
+[mailer]
+ENABLED = false
+
+[picture]
+DISABLE_GRAVATAR = true
+ENABLE_FEDERATED_AVATAR = false
+
+[session]
+PROVIDER = memory
+
+[cache]
+ADAPTER = memory
+
+[queue]
+TYPE = channel
+
+[indexer]
+ISSUE_INDEXER_TYPE = db
+REPO_INDEXER_ENABLED = false
+
+[cron.update_checker]
+ENABLED = false
+
+[actions]
+ENABLED = true
+
+[webhook]
+ALLOWED_HOST_LIST = loopback
+DELIVER_TIMEOUT = 5
+
+[api]
+ENABLE_SWAGGER = false
+
+[log]
+MODE = console
+LEVEL = Info
+ROOT_PATH = {gdir / 'log'}
+""")
+        env = dict(os.environ, GITEA_WORK_DIR=str(gdir), GITEA_CUSTOM=str(gdir / "custom"), HOME=str(gdir))
+        self._gitea_env = env
+        gitea = str(self.bin["gitea"])
+        common = ["--config", str(conf), "--work-path", str(gdir)]
+        self._run("gitea-setup", [gitea, *common, "migrate"], env=env, timeout=300)
+        self._run("gitea-setup", [gitea, *common, "admin", "user", "create", "--admin",
+                                  "--username", self.gitea_admin_username,
+                                  "--password", self.gitea_admin_password,
+                                  "--email", self.gitea_admin_email, "--must-change-password=false"],
+                  env=env)
+        self.gitea_token = self._run("gitea-setup", [
+            gitea, *common, "admin", "user", "generate-access-token",
+            "--username", self.gitea_admin_username, "--token-name", "gro-testbed",
+            "--scopes", "all", "--raw"], env=env).strip().splitlines()[-1].strip()
+        (self.workdir / "gitea-token").write_text(self.gitea_token + "\n")
+        self._spawn("gitea", [gitea, *common, "web", "--port", str(port)], env=env, cwd=gdir)
+        self._wait("gitea", lambda: _http_ok(self.gitea_url + "/api/v1/version"), 120, "gitea /api/v1/version")
+
+    def gitea_cli(self, *args: str) -> str:
+        """Run a ``gitea`` admin subcommand against this instance's config; return stdout."""
+        assert self.gitea_config and self.gitea_dir
+        return self._run("gitea-cli", [str(self.bin["gitea"]), "--config", str(self.gitea_config),
+                                       "--work-path", str(self.gitea_dir), *args], env=self._gitea_env)
+
+    # ------------------------------------------------------------------ state
+    def info(self) -> dict[str, Any]:
+        """Everything a test or a shell needs to reach the peers (also the state file)."""
+        return {
+            "workdir": str(self.workdir),
+            "kubeconfig": str(self.kubeconfig) if self.kubeconfig else None,
+            "apiserver_url": self.apiserver_url,
+            "ca_file": str(self.ca_file) if self.ca_file else None,
+            "admin_token": self.admin_token,
+            "gitea_url": self.gitea_url,
+            "gitea_admin_username": self.gitea_admin_username,
+            "gitea_admin_password": self.gitea_admin_password,
+            "gitea_token": self.gitea_token,
+            "gitea_token_file": str(self.workdir / "gitea-token") if self.gitea_token else None,
+            "logs": {k: str(v) for k, v in self.logs.items()},
+            "pids": {k: p.pid for k, p in self.processes.items()},
+            "startup_seconds": self.startup_seconds,
+            "kwok_node": KWOK_NODE if self.kube_mode == "local" else None,
+            "harness_node": HARNESS_NODE if self.with_harness_node else None,
+        }
+
+    @property
+    def state_file(self) -> Path:
+        """JSON file with :meth:`info` (written after a successful start)."""
+        return self.workdir / "state.json"
+
+    def _write_state(self) -> None:
+        self.state_file.write_text(json.dumps(self.info(), indent=2))
+
+    def env(self) -> dict[str, str]:
+        """Environment variables pointing a shell or a child process at this sandbox."""
+        out: dict[str, str] = {"GRO_TESTBED_WORKDIR": str(self.workdir)}
+        if self.kubeconfig:
+            out["KUBECONFIG"] = str(self.kubeconfig)
+        if self.gitea_url:
+            out["GITEA_URL"] = self.gitea_url
+            out["GITEA_TOKEN"] = self.gitea_token or ""
+        return out
+
