@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
@@ -27,7 +28,6 @@ from tenacity import (
     RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
-    wait_exponential_jitter,
 )
 
 from gitea_runner_operator.api.runnergroup import Scope
@@ -94,6 +94,7 @@ class GiteaClient:
         backoff_initial: float = 0.5,
         backoff_max: float = 8.0,
         max_retry_after: float = 30.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._session = session
         self._base = base_url.rstrip("/")
@@ -101,8 +102,10 @@ class GiteaClient:
         self.page_size = page_size
         self.max_pages = max_pages
         self._attempts = attempts
-        self._backoff = wait_exponential_jitter(initial=backoff_initial, max=backoff_max)
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
         self._max_retry_after = max_retry_after
+        self._sleep = sleep
 
     def __repr__(self) -> str:  # never show the token
         return f"GiteaClient({self._base!r})"
@@ -200,6 +203,7 @@ class GiteaClient:
             wait=self._wait,
             retry=retry_if_exception_type(_Transient),
             reraise=True,
+            sleep=self._sleep,
         )
         try:
             async for attempt in retrying:
@@ -213,7 +217,9 @@ class GiteaClient:
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, _Transient) and exc.retry_after is not None:
             return exc.retry_after
-        return float(self._backoff(state))
+        # Exponential with full jitter: spreads the retries of many groups hitting one Gitea.
+        ceiling = min(self._backoff_max, self._backoff_initial * 2.0 ** (state.attempt_number - 1))
+        return random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not cryptography
 
     async def _once(self, method: str, path: str, params: Mapping[str, str] | None) -> Any:
         url = self._base + path

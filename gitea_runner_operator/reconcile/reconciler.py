@@ -97,7 +97,9 @@ class Reconciler:
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
             alive = sum(1 for v in views if v.alive) + self._expectations.pending(key)
-            await self._write_status(group, problem, active=alive, max_active=0)
+            await self._write_status(
+                group, problem, active=alive, max_active=0, target=spec.target
+            )
             return Result()
 
         decision = plan(
@@ -119,6 +121,7 @@ class Reconciler:
             max_active=spec.max_active_runners,
             queued=decision.demand,
             checked_at=snapshot.checked_at,
+            target=spec.target,
         )
         return Result()
 
@@ -205,6 +208,7 @@ class Reconciler:
         max_active: int,
         queued: int | None = None,
         checked_at: str | None = None,
+        target: str | None = None,
     ) -> None:
         meta = group["metadata"]
         previous = group.get("status") or {}
@@ -217,6 +221,7 @@ class Reconciler:
             last_check_time=checked_at,
             ready=ready,
             now_iso=utc_now_iso(),
+            target=target,
         )
         if not status_differs(previous, wanted):
             return

@@ -64,6 +64,7 @@ def desired_status(
     last_check_time: str | None,
     ready: Mapping[str, str],
     now_iso: str,
+    target: str | None = None,
 ) -> dict[str, Any]:
     prev = previous or {}
     status: dict[str, Any] = {
@@ -72,6 +73,8 @@ def desired_status(
         "conditions": merge_conditions(prev.get("conditions") or [], [ready], now_iso),
     }
     # Keep the last known figures when Gitea cannot be asked, rather than claiming zero.
+    if target is not None:
+        status["target"] = target
     if queued is not None:
         status["queuedJobs"] = queued
     elif "queuedJobs" in prev:

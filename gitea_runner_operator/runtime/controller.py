@@ -1,8 +1,8 @@
 """Wiring: informers feed the work queue, pollers feed it too, workers run the reconciler.
 
-    watch streams ──> ClusterCache ──┐
-                                     ├──> WorkQueue ──> workers ──> Reconciler ──> Jobs, status
-    Gitea pollers (one per group) ───┘
+watch streams ──> ClusterCache ──┐
+                                 ├──> WorkQueue ──> workers ──> Reconciler ──> Jobs, status
+Gitea pollers (one per group) ───┘
 """
 
 from __future__ import annotations

@@ -1,0 +1,48 @@
+import pytest
+
+from gitea_runner_operator.api.labels import LabelError, RunnerLabel, Schema, label_names
+
+
+@pytest.mark.parametrize(
+    ("raw", "name", "schema", "arg"),
+    [
+        ("ubuntu-latest", "ubuntu-latest", None, None),
+        ("app:infra", "app:infra", None, None),
+        (
+            "ubuntu-22.04:docker://node:20-bookworm",
+            "ubuntu-22.04",
+            Schema.DOCKER,
+            "//node:20-bookworm",
+        ),
+        ("self-hosted:host", "self-hosted", Schema.HOST, None),
+        ("k8s:kubernetes://busybox:1.36", "k8s", Schema.KUBERNETES, "//busybox:1.36"),
+        ("app:infra:docker://alpine", "app:infra", Schema.DOCKER, "//alpine"),
+        ("app:hostile", "app:hostile", None, None),
+    ],
+)
+def test_parse_splits_name_from_schema_like_the_runner(raw, name, schema, arg):
+    label = RunnerLabel.parse(raw)
+    assert (label.name, label.schema, label.arg, label.raw) == (name, schema, arg, raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ("", "empty name"),
+        (":host", "empty name"),
+        (" linux", "white space"),
+        ("a,b", "comma"),
+        ("linux:host:extra", "takes no argument"),
+        ("linux:docker", "needs an image"),
+        ("linux:docker:node", "needs an image"),
+        ("linux:kubernetes://", "needs an image"),
+    ],
+)
+def test_parse_rejects_labels_the_runner_would_refuse(raw, fragment):
+    with pytest.raises(LabelError, match=fragment):
+        RunnerLabel.parse(raw)
+
+
+def test_label_names_are_what_gitea_matches():
+    labels = [RunnerLabel.parse(r) for r in ["a:docker://x", "b:host", "c"]]
+    assert label_names(labels) == {"a", "b", "c"}

@@ -1,0 +1,76 @@
+import copy
+
+import pytest
+
+from gitea_runner_operator.api import constants
+from gitea_runner_operator.api.duration import parse_duration
+from gitea_runner_operator.api.runnergroup import InvalidSpec, Scope, parse_spec
+
+VALID = {
+    "scope": "repo",
+    "org": "acme",
+    "repo": "widgets",
+    "gitea": {"url": "https://gitea.example.com/"},
+    "labels": ["ubuntu-latest:docker://node:20-bookworm", "app:infra"],
+    "maxActiveRunners": 3,
+    "registrationToken": {"secretRef": {"name": "runner-secrets", "key": "registration"}},
+    "authToken": {"secretRef": {"name": "runner-secrets", "key": "api"}},
+}
+
+
+def spec_with(**changes):
+    raw = copy.deepcopy(VALID)
+    for key, value in changes.items():
+        if value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    return raw
+
+
+def test_valid_spec_gets_defaults_and_normalised_url():
+    spec = parse_spec(spec_with())
+    assert spec.scope is Scope.REPO
+    assert spec.gitea.url == "https://gitea.example.com"
+    assert spec.image == constants.DEFAULT_IMAGE
+    assert spec.poll_interval_seconds == 15
+    assert spec.idle_timeout_seconds == 600
+    assert spec.target == "acme/widgets"
+    assert [label.name for label in spec.runner_labels] == ["ubuntu-latest", "app:infra"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"scope": "org", "org": None, "repo": None}, "org is required when scope is 'org'"),
+        ({"repo": None}, "repo is required when scope is 'repo'"),
+        ({"scope": "global"}, "must be empty when scope is 'global'"),
+        ({"scope": "org"}, "repo must be empty when scope is 'org'"),
+        ({"scope": "team"}, "spec.scope"),
+        ({"maxActiveRunners": 0}, "spec.maxActiveRunners"),
+        ({"gitea": {"url": "ftp://gitea"}}, "spec.gitea.url"),
+        ({"labels": []}, "spec.labels"),
+        ({"labels": ["a", "a:host"]}, "listed twice"),
+        ({"pollInterval": "1s"}, "spec.pollInterval: '1s' is outside the allowed range 5s..600s"),
+        ({"pollInterval": "soon"}, "spec.pollInterval"),
+        ({"idleTimeout": "10s"}, "spec.idleTimeout"),
+        ({"authToken": None}, "spec.authToken: Field required"),
+        ({"registrationToken": {"secretRef": {"name": "Bad_Name", "key": "k"}}}, "Secret name"),
+    ],
+)
+def test_invalid_specs_name_the_field(changes, message):
+    with pytest.raises(InvalidSpec) as err:
+        parse_spec(spec_with(**changes))
+    assert message in err.value.message
+
+
+def test_non_object_spec_is_reported_not_crashed():
+    with pytest.raises(InvalidSpec, match="must be an object"):
+        parse_spec(None)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("15s", 15), ("1m30s", 90), ("2h", 7200), ("500ms", 0.5), ("1.5m", 90)]
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds

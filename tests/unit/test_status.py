@@ -1,0 +1,55 @@
+from gitea_runner_operator.reconcile.status import (
+    Problem,
+    desired_status,
+    ready_condition,
+    status_differs,
+)
+
+
+def test_ready_explains_capacity_and_problems():
+    assert ready_condition(None, demand=2, alive=1, max_active=5)["reason"] == "Polling"
+    full = ready_condition(None, demand=9, alive=3, max_active=3)
+    assert (full["status"], full["reason"]) == ("True", "AtCapacity")
+    bad = ready_condition(
+        Problem("SecretNotFound", "spec.authToken.secretRef: ..."), demand=0, alive=0, max_active=1
+    )
+    assert (bad["status"], bad["reason"]) == ("False", "SecretNotFound")
+    assert "spec.authToken" in bad["message"]
+
+
+def test_transition_time_moves_only_when_status_flips():
+    ok = ready_condition(None, demand=0, alive=0, max_active=1)
+    first = desired_status(
+        previous=None,
+        generation=1,
+        active=0,
+        queued=0,
+        last_check_time="t1",
+        ready=ok,
+        now_iso="T1",
+    )
+    again = desired_status(
+        previous=first,
+        generation=1,
+        active=0,
+        queued=0,
+        last_check_time="t1",
+        ready=ok,
+        now_iso="T2",
+    )
+    assert again["conditions"][0]["lastTransitionTime"] == "T1"
+    assert not status_differs(first, again)
+    bad = ready_condition(Problem("GiteaUnreachable", "x"), demand=0, alive=0, max_active=1)
+    failed = desired_status(
+        previous=again,
+        generation=1,
+        active=0,
+        queued=None,
+        last_check_time=None,
+        ready=bad,
+        now_iso="T3",
+    )
+    assert failed["conditions"][0]["lastTransitionTime"] == "T3"
+    # Figures from the last good check are kept, not zeroed, while Gitea cannot be asked.
+    assert failed["queuedJobs"] == 0 and failed["lastCheckTime"] == "t1"
+    assert status_differs(again, failed)
