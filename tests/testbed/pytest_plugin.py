@@ -1,0 +1,160 @@
+"""pytest fixtures for the real-peer testbed (independent of the operator package).
+
+Enable with ``pytest_plugins = ["tests.testbed.pytest_plugin"]`` in tests/conftest.py.
+
+Why the skip/fail rules: a developer without Go should still be able to run
+the unit tests, so the testbed skips with a how-to; in CI (``CI=true``) or with
+``GRO_REQUIRE_TESTBED=1`` a missing or broken testbed must fail loudly, never
+turn the integration suite into a silent pass.
+
+Environment:
+  GRO_TEST_CLUSTER=existing   use the current KUBECONFIG cluster instead of the
+                              local control plane (Gitea still starts locally;
+                              there are no kwok/harness nodes then)
+  GRO_REQUIRE_TESTBED=1       fail instead of skip when Go is missing
+  GRO_TESTBED_KEEP=1          keep the sandbox workdir (logs) after the session
+  GRO_TESTBED_CACHE=DIR       binary cache (default ~/.cache/gitea-runner-operator/testbed)
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, NamedTuple
+
+import pytest
+
+from . import build
+from .gitea_api import GiteaAPI, GiteaError
+from .kube import KubeClient, wait_for
+from .sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from .kubelet_harness import KubeletHarness
+
+COLD_BUILD_HINT = (
+    "install Go >= 1.26 (and gcc for Gitea's sqlite) to enable it; the first run builds "
+    "etcd, Kubernetes v1.36, kwok and Gitea from Go modules, about 15-20 min on 2 cores "
+    "(later runs use the cache and start in seconds); or prebuild with `python -m tests.testbed build`"
+)
+
+
+def testbed_required() -> bool:
+    """CI or an explicit request: a testbed that cannot start is a failure, not a skip."""
+    return os.environ.get("CI", "").lower() == "true" or os.environ.get("GRO_REQUIRE_TESTBED") == "1"
+
+
+def _needed_components(kube_mode: str) -> list[str]:
+    return (["etcd", "kubernetes", "kwok"] if kube_mode == "local" else []) + ["gitea"]
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[Sandbox]:
+    """A started :class:`Sandbox` shared by the whole session (built first when needed)."""
+    kube_mode = "existing" if os.environ.get("GRO_TEST_CLUSTER") == "existing" else "local"
+    missing = [c for c in _needed_components(kube_mode) if not build.is_built(c)]
+    if missing and shutil.which("go") is None:
+        msg = f"testbed not built ({', '.join(missing)}) and `go` is not on PATH: {COLD_BUILD_HINT}"
+        if testbed_required():
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    sb = Sandbox(kube=kube_mode)
+    try:
+        sb.start()
+    except Exception as e:  # noqa: BLE001 - report every start problem the same way
+        sb.stop(keep=True)
+        pytest.fail(f"testbed failed to start ({type(e).__name__}): {e}\nlogs kept in {sb.workdir}/logs",
+                    pytrace=False)
+    try:
+        yield sb
+    finally:
+        sb.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(testbed: Sandbox) -> KubeClient:
+    """Admin KubeClient for the testbed's API server."""
+    return testbed.kube_client()
+
+
+@pytest.fixture(scope="session")
+def gitea(testbed: Sandbox) -> GiteaAPI:
+    """GiteaAPI authenticated with the site admin's all-scopes token."""
+    assert testbed.gitea_url and testbed.gitea_token
+    return GiteaAPI(testbed.gitea_url, testbed.gitea_token)
+
+
+def unique_name(prefix: str) -> str:
+    """A DNS-1123 and Gitea safe unique name."""
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+def kube_namespace(testbed: Sandbox, kube: KubeClient) -> Iterator[str]:
+    """A fresh namespace (with its default ServiceAccount ready); deleted afterwards."""
+    name = unique_name("gro-test")
+    kube.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    wait_for(lambda: kube.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), 30,
+             what=f"ServiceAccount {name}/default")
+    try:
+        yield name
+    finally:
+        kube.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def gitea_org(gitea: GiteaAPI) -> Iterator[str]:
+    """A fresh Gitea organisation owned by the admin; deleted afterwards (best effort)."""
+    name = unique_name("org")
+    gitea.create_org(name)
+    yield name
+    for repo in gitea.get(f"/orgs/{name}/repos") or []:
+        try:
+            gitea.delete(f"/repos/{name}/{repo['name']}")
+        except GiteaError:
+            pass
+    try:
+        gitea.delete(f"/orgs/{name}")
+    except GiteaError:
+        pass
+
+
+class RepoRef(NamedTuple):
+    """owner/name of a test repository."""
+
+    owner: str
+    name: str
+
+    @property
+    def full_name(self) -> str:
+        """``owner/name``."""
+        return f"{self.owner}/{self.name}"
+
+
+@pytest.fixture
+def gitea_repo(gitea: GiteaAPI, gitea_org: str) -> RepoRef:
+    """A fresh repository (auto-initialised, branch main) in ``gitea_org``."""
+    name = unique_name("repo")
+    gitea.create_repo(gitea_org, name)
+    return RepoRef(gitea_org, name)
+
+
+@pytest.fixture
+def kubelet_harness(testbed: Sandbox, kube: KubeClient) -> Iterator["KubeletHarness"]:
+    """Run pods of ``e2e-node-0`` as host runner processes; that node is the only schedulable one.
+
+    Afterwards kwok-node-0 is schedulable again and every runner process is stopped.
+    """
+    from .kubelet_harness import KubeletHarness
+
+    if not testbed.with_harness_node:
+        pytest.skip("the kubelet harness needs the local control plane (not GRO_TEST_CLUSTER=existing)")
+    h = KubeletHarness(kube, workdir=testbed.workdir / "harness" / unique_name("h"))
+    h.start()
+    testbed.use_harness_node(True)
+    try:
+        yield h
+    finally:
+        testbed.use_harness_node(False)
+        h.stop()
