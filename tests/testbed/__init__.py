@@ -1,1 +1,1 @@
-"""Real-peer testbed: etcd, Kubernetes control plane, kwok, Gitea and a runner as local processes."""
+"""Real-peer testbed: etcd, Kubernetes, kwok, Gitea and a runner as local processes."""

@@ -4,6 +4,7 @@ Why: developers want the same peers the tests use, by hand: build them once,
 start them (in the foreground or detached), point kubectl/the operator at them,
 and stop them again without leaving processes behind.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from . import build
 
@@ -27,7 +29,7 @@ def default_state_file() -> Path:
     return Path(os.environ.get("GRO_TESTBED_STATE") or build.cache_root() / "sandbox-state.json")
 
 
-def _print_info(info: dict, state: Path) -> None:
+def _print_info(info: dict[str, Any], state: Path) -> None:
     print(f"workdir:        {info['workdir']}")
     if info.get("kubeconfig"):
         print(f"kubeconfig:     {info['kubeconfig']}")
@@ -35,15 +37,20 @@ def _print_info(info: dict, state: Path) -> None:
         print(f"ca file:        {info['ca_file']}")
         print(f"admin token:    {info['admin_token']}")
     if info.get("gitea_url"):
-        print(f"gitea:          {info['gitea_url']}  (admin {info['gitea_admin_username']} / "
-              f"{info['gitea_admin_password']})")
+        print(
+            f"gitea:          {info['gitea_url']}  (admin {info['gitea_admin_username']} / "
+            f"{info['gitea_admin_password']})"
+        )
         print(f"gitea token:    {info['gitea_token_file']}")
     if info.get("harness_node"):
-        print(f"nodes:          {info['kwok_node']} (kwok), {info['harness_node']} (harness, cordoned)")
+        print(
+            f"nodes:          {info['kwok_node']} (kwok), "
+            f"{info['harness_node']} (harness, cordoned)"
+        )
     print(f"logs:           {info['workdir']}/logs/")
     print(f"state file:     {state}")
     print(f"started in:     {info.get('startup_seconds')} s")
-    print(f"shell setup:    eval \"$(python -m tests.testbed env)\"")
+    print('shell setup:    eval "$(python -m tests.testbed env)"')
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -66,7 +73,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     if state.exists():
         old = json.loads(state.read_text())
         if any(_alive(p) for p in old.get("pids", {}).values()):
-            print(f"a sandbox is already up (state {state}); run: python -m tests.testbed down", file=sys.stderr)
+            print(
+                f"a sandbox is already up (state {state}); run: python -m tests.testbed down",
+                file=sys.stderr,
+            )
             return 1
     kube = "existing" if args.existing else ("none" if args.no_kube else "local")
     sb = Sandbox(kube=kube, gitea=not args.no_gitea, keep_workdir=args.detach or None)
@@ -75,8 +85,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.harness and sb.with_harness_node:
         argv = [sys.executable, "-m", "tests.testbed", "harness", "--state", str(state)]
         log = open(sb.logs_dir / "kubelet-harness.log", "ab")  # noqa: SIM115 - handed to the child
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True, cwd=Path(__file__).resolve().parents[2])
+        p = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=Path(__file__).resolve().parents[2],
+        )
         sb.processes["kubelet-harness"] = p
         sb.logs["kubelet-harness"] = sb.logs_dir / "kubelet-harness.log"
         info = sb.info()
@@ -119,7 +135,7 @@ def _alive(pid: int) -> bool:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    """Stop a detached sandbox: SIGTERM every process group, SIGKILL after 10 s, remove its workdir."""
+    """Stop a detached sandbox: SIGTERM each process group, SIGKILL after 10 s, rm workdir."""
     state = Path(args.state)
     if not state.exists():
         print(f"no state file {state}: nothing to stop", file=sys.stderr)
@@ -146,7 +162,10 @@ def cmd_env(args: argparse.Namespace) -> int:
     """Print ``export`` lines for a running sandbox."""
     state = Path(args.state)
     if not state.exists():
-        print(f"no state file {state}; start one with: python -m tests.testbed up --detach", file=sys.stderr)
+        print(
+            f"no state file {state}; start one with: python -m tests.testbed up --detach",
+            file=sys.stderr,
+        )
         return 1
     info = json.loads(state.read_text())
     env = {"GRO_TESTBED_WORKDIR": info["workdir"], "GRO_TESTBED_STATE": str(state)}
@@ -187,23 +206,37 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.testbed", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the peers into the cache")
-    b.add_argument("components", nargs="*", help=f"any of: {' '.join(build.COMPONENTS)} (default: all)")
+    b.add_argument(
+        "components", nargs="*", help=f"any of: {' '.join(build.COMPONENTS)} (default: all)"
+    )
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
     for name in ("up", "down", "env", "harness"):
         p = sub.add_parser(name)
         p.add_argument("--state", default=str(default_state_file()), help="state file path")
         if name == "up":
-            p.add_argument("--detach", action="store_true", help="leave it running; stop with `down`")
+            p.add_argument(
+                "--detach", action="store_true", help="leave it running; stop with `down`"
+            )
             p.add_argument("--no-gitea", action="store_true")
             p.add_argument("--no-kube", action="store_true", help="Gitea only")
-            p.add_argument("--existing", action="store_true", help="use the current KUBECONFIG cluster")
-            p.add_argument("--harness", action="store_true",
-                           help="also run the kubelet harness for e2e-node-0 as a process")
+            p.add_argument(
+                "--existing", action="store_true", help="use the current KUBECONFIG cluster"
+            )
+            p.add_argument(
+                "--harness",
+                action="store_true",
+                help="also run the kubelet harness for e2e-node-0 as a process",
+            )
         if name == "down":
             p.add_argument("--keep", action="store_true", help="keep the workdir (logs)")
     args = ap.parse_args(argv)
-    return {"build": cmd_build, "up": cmd_up, "down": cmd_down, "env": cmd_env,
-            "harness": cmd_harness}[args.cmd](args)
+    return {
+        "build": cmd_build,
+        "up": cmd_up,
+        "down": cmd_down,
+        "env": cmd_env,
+        "harness": cmd_harness,
+    }[args.cmd](args)
 
 
 if __name__ == "__main__":

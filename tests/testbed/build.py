@@ -9,6 +9,7 @@ the cold compile (tens of minutes on 2 cores) and later runs return at once.
 
 Cache root: ``$GRO_TESTBED_CACHE`` or ``${XDG_CACHE_HOME:-~/.cache}/gitea-runner-operator/testbed``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -158,7 +159,9 @@ def build_component(name: str, force: bool = False) -> Path:
         log(f"{name}: cached at {dest}")
         return dest
     if not go_available():
-        raise RuntimeError("the 'go' command is not on PATH (install Go >= 1.26 to build the testbed)")
+        raise RuntimeError(
+            "the 'go' command is not on PATH (install Go >= 1.26 to build the testbed)"
+        )
     version = module_version(comp)
     wrapper = GO_DIR / comp.name
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -176,7 +179,15 @@ def build_component(name: str, force: bool = False) -> Path:
         ldflags += list(comp.extra_ldflags)
         (tmp / "bin").mkdir()
         for binary, pkg in comp.binaries.items():
-            cmd = ["go", "build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(tmp / "bin" / binary)]
+            cmd = [
+                "go",
+                "build",
+                "-trimpath",
+                "-ldflags",
+                " ".join(ldflags),
+                "-o",
+                str(tmp / "bin" / binary),
+            ]
             if comp.tags:
                 cmd += ["-tags", ",".join(comp.tags)]
             cmd.append(pkg)
@@ -185,14 +196,23 @@ def build_component(name: str, force: bool = False) -> Path:
         if comp.copy_dirs:
             moddir = subprocess.run(
                 ["go", "list", "-m", "-f", "{{.Dir}}", comp.module],
-                cwd=wrapper, env=env, check=True, capture_output=True, text=True,
+                cwd=wrapper,
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
             ).stdout.strip()
             for d in comp.copy_dirs:
                 shutil.copytree(Path(moddir) / d, tmp / "static" / d)
                 for p in (tmp / "static" / d).rglob("*"):  # module cache files are read-only
                     p.chmod(0o755 if p.is_dir() else 0o644)
-        meta = {"component": name, "module": comp.module, "version": version,
-                "binaries": sorted(comp.binaries), "seconds": round(time.monotonic() - t0, 1)}
+        meta = {
+            "component": name,
+            "module": comp.module,
+            "version": version,
+            "binaries": sorted(comp.binaries),
+            "seconds": round(time.monotonic() - t0, 1),
+        }
         (tmp / "build.json").write_text(json.dumps(meta, indent=2))
         if dest.exists():
             shutil.rmtree(dest)

@@ -3,6 +3,7 @@
 Why: the project's root conftest may already list ``tests.testbed.pytest_plugin``;
 registering it only when absent keeps one session-wide sandbox either way.
 """
+
 from __future__ import annotations
 
 import pytest

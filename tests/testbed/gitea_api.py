@@ -4,6 +4,7 @@ Why: tests must set up orgs, repos and workflows and observe Actions jobs and
 runners on a real Gitea without depending on the operator's own Gitea client
 (which is what is under test).
 """
+
 from __future__ import annotations
 
 import base64
@@ -12,7 +13,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 Scope = Literal["admin", "org", "repo", "user"]
 
@@ -29,14 +31,22 @@ class GiteaError(RuntimeError):
 class GiteaAPI:
     """A token-authenticated client for ``<url>/api/v1``."""
 
-    def __init__(self, url: str, token: str | None = None, basic: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, url: str, token: str | None = None, basic: tuple[str, str] | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.basic = basic
 
     # ---------------------------------------------------------------- plumbing
-    def request(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
-                timeout: float = 30.0) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, Any] | None = None,
+        timeout: float = 30.0,
+    ) -> Any:
         """One JSON request to /api/v1<path>; returns the decoded body or None."""
         url = f"{self.url}/api/v1{path}"
         if query:
@@ -52,7 +62,7 @@ class GiteaAPI:
             cred = base64.b64encode(f"{self.basic[0]}:{self.basic[1]}".encode()).decode()
             req.add_header("Authorization", f"Basic {cred}")
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - test peer URL
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as e:
             raise GiteaError(method, path, e.code, e.read().decode(errors="replace")) from None
@@ -62,9 +72,10 @@ class GiteaAPI:
         """GET; keyword arguments become the query (lists repeat the key)."""
         return self.request("GET", path, query=query or None)
 
-    def post(self, path: str, body: Any = None) -> Any:
-        """POST a JSON body."""
-        return self.request("POST", path, body if body is not None else {})
+    def post(self, path: str, body: Any = None) -> dict[str, Any]:
+        """POST a JSON body; Gitea answers with a JSON object."""
+        out = self.request("POST", path, body if body is not None else {})
+        return out if isinstance(out, dict) else {}
 
     def delete(self, path: str) -> Any:
         """DELETE."""
@@ -75,20 +86,31 @@ class GiteaAPI:
         """Gitea's version string."""
         return str(self.get("/version")["version"])
 
-    def create_user(self, username: str, password: str, email: str | None = None,
-                    admin: bool = False) -> dict[str, Any]:
+    def create_user(
+        self, username: str, password: str, email: str | None = None, admin: bool = False
+    ) -> dict[str, Any]:
         """Create a user (needs a site-admin token)."""
-        user = self.post("/admin/users", {
-            "username": username, "password": password, "email": email or f"{username}@example.invalid",
-            "must_change_password": False, "send_notify": False,
-        })
+        user = self.post(
+            "/admin/users",
+            {
+                "username": username,
+                "password": password,
+                "email": email or f"{username}@example.invalid",
+                "must_change_password": False,
+                "send_notify": False,
+            },
+        )
         if admin:
-            self.request("PATCH", f"/admin/users/{username}", {"admin": True, "login_name": username,
-                                                                "source_id": 0})
+            self.request(
+                "PATCH",
+                f"/admin/users/{username}",
+                {"admin": True, "login_name": username, "source_id": 0},
+            )
         return user
 
-    def create_user_token(self, username: str, password: str, name: str = "gro-test",
-                          scopes: list[str] | None = None) -> str:
+    def create_user_token(
+        self, username: str, password: str, name: str = "gro-test", scopes: list[str] | None = None
+    ) -> str:
         """An access token for a user, made with that user's basic auth."""
         c = GiteaAPI(self.url, basic=(username, password))
         out = c.post(f"/users/{username}/tokens", {"name": name, "scopes": scopes or ["all"]})
@@ -98,11 +120,17 @@ class GiteaAPI:
         """Create an organisation owned by the token's user."""
         return self.post("/orgs", {"username": name, "visibility": visibility})
 
-    def create_repo(self, owner: str | None, name: str, private: bool = False,
-                    auto_init: bool = True) -> dict[str, Any]:
-        """Create a repository (in org ``owner``, or for the token's user when None), with a first commit."""
-        body = {"name": name, "private": private, "auto_init": auto_init, "default_branch": "main",
-                "readme": "Default"}
+    def create_repo(
+        self, owner: str | None, name: str, private: bool = False, auto_init: bool = True
+    ) -> dict[str, Any]:
+        """Create a repo in org ``owner`` (the token's user when None), with a first commit."""
+        body = {
+            "name": name,
+            "private": private,
+            "auto_init": auto_init,
+            "default_branch": "main",
+            "readme": "Default",
+        }
         if owner is None:
             return self.post("/user/repos", body)
         try:
@@ -113,14 +141,24 @@ class GiteaAPI:
             return self.post(f"/admin/users/{owner}/repos", body)  # a user, not an org
 
     def enable_actions(self, owner: str, repo: str) -> None:
-        """Make sure the repository's Actions unit is on (it is by default when [actions] is enabled)."""
+        """Turn the repository's Actions unit on (default when [actions] is enabled)."""
         self.request("PATCH", f"/repos/{owner}/{repo}", {"has_actions": True})
 
-    def put_file(self, owner: str, repo: str, path: str, content: str, message: str | None = None,
-                 branch: str = "main") -> dict[str, Any]:
+    def put_file(
+        self,
+        owner: str,
+        repo: str,
+        path: str,
+        content: str,
+        message: str | None = None,
+        branch: str = "main",
+    ) -> dict[str, Any]:
         """Create or update a file through the contents API (a push: workflows trigger)."""
-        body: dict[str, Any] = {"content": base64.b64encode(content.encode()).decode(),
-                                "message": message or f"add {path}", "branch": branch}
+        body: dict[str, Any] = {
+            "content": base64.b64encode(content.encode()).decode(),
+            "message": message or f"add {path}",
+            "branch": branch,
+        }
         try:
             existing = self.get(f"/repos/{owner}/{repo}/contents/{path}", ref=branch)
         except GiteaError as e:
@@ -128,7 +166,8 @@ class GiteaAPI:
                 raise
             return self.post(f"/repos/{owner}/{repo}/contents/{path}", body)
         body["sha"] = existing["sha"]
-        return self.request("PUT", f"/repos/{owner}/{repo}/contents/{path}", body)
+        out: dict[str, Any] = self.request("PUT", f"/repos/{owner}/{repo}/contents/{path}", body)
+        return out
 
     def push_workflow(self, owner: str, repo: str, name: str, yaml_text: str) -> dict[str, Any]:
         """Add ``.gitea/workflows/<name>.yml``; Gitea creates a run for the push event."""
@@ -146,8 +185,9 @@ class GiteaAPI:
             return f"/repos/{owner}/{repo}"
         return "/user"
 
-    def registration_token(self, scope: Scope = "admin", owner: str | None = None,
-                           repo: str | None = None) -> str:
+    def registration_token(
+        self, scope: Scope = "admin", owner: str | None = None, repo: str | None = None
+    ) -> str:
         """A runner registration token for the scope (admin: global runners)."""
         if scope == "admin":
             try:
@@ -164,8 +204,14 @@ class GiteaAPI:
                 raise
             return str(self.get(f"{prefix}/actions/runners/registration-token")["token"])
 
-    def list_jobs(self, scope: Scope = "admin", owner: str | None = None, repo: str | None = None,
-                  status: str | list[str] | None = "queued", limit: int = 50) -> list[dict[str, Any]]:
+    def list_jobs(
+        self,
+        scope: Scope = "admin",
+        owner: str | None = None,
+        repo: str | None = None,
+        status: str | list[str] | None = "queued",
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
         """All Actions jobs of a scope with the given status filter (pages through the list)."""
         prefix = self._scope_prefix(scope, owner, repo)
         jobs: list[dict[str, Any]] = []
@@ -186,22 +232,32 @@ class GiteaAPI:
         out = self.get(f"/repos/{owner}/{repo}/actions/runs", **query)
         return list(out.get("workflow_runs") or [])
 
-    def list_runners(self, scope: Scope = "admin", owner: str | None = None,
-                     repo: str | None = None) -> list[dict[str, Any]]:
+    def list_runners(
+        self, scope: Scope = "admin", owner: str | None = None, repo: str | None = None
+    ) -> list[dict[str, Any]]:
         """Registered runners of a scope (Gitea >= 1.24)."""
         prefix = self._scope_prefix(scope, owner, repo)
         out = self.get(f"{prefix}/actions/runners", limit=50)
         return list(out.get("runners") or []) if isinstance(out, dict) else list(out or [])
 
-    def delete_runner(self, runner_id: int, scope: Scope = "admin", owner: str | None = None,
-                      repo: str | None = None) -> None:
+    def delete_runner(
+        self,
+        runner_id: int,
+        scope: Scope = "admin",
+        owner: str | None = None,
+        repo: str | None = None,
+    ) -> None:
         """Remove a runner registration."""
         self.delete(f"{self._scope_prefix(scope, owner, repo)}/actions/runners/{runner_id}")
 
     # ---------------------------------------------------------------- waiting
     @staticmethod
-    def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.5,
-                 what: str = "condition") -> Any:
+    def wait_for(
+        predicate: Callable[[], Any],
+        timeout: float = 60.0,
+        interval: float = 0.5,
+        what: str = "condition",
+    ) -> Any:
         """Poll until ``predicate()`` is truthy; return its value or raise TimeoutError."""
         deadline = time.monotonic() + timeout
         last: Exception | None = None
@@ -210,24 +266,39 @@ class GiteaAPI:
                 v = predicate()
                 if v:
                     return v
-            except Exception as e:  # noqa: BLE001 - keep polling, report the last error
+            except Exception as e:
                 last = e
             time.sleep(interval)
         raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}") from last
 
-    def wait_for_jobs(self, owner: str, repo: str, status: str | list[str] = "queued", count: int = 1,
-                      timeout: float = 60.0) -> list[dict[str, Any]]:
+    def wait_for_jobs(
+        self,
+        owner: str,
+        repo: str,
+        status: str | list[str] = "queued",
+        count: int = 1,
+        timeout: float = 60.0,
+    ) -> list[dict[str, Any]]:
         """Wait until the repository lists at least ``count`` jobs with ``status``."""
-        return self.wait_for(
-            lambda: (j := self.list_jobs("repo", owner, repo, status=status)) and len(j) >= count and j,
-            timeout, what=f"{count} {status} job(s) in {owner}/{repo}")
+        found: list[dict[str, Any]] = self.wait_for(
+            lambda: (
+                (j := self.list_jobs("repo", owner, repo, status=status)) and len(j) >= count and j
+            ),
+            timeout,
+            what=f"{count} {status} job(s) in {owner}/{repo}",
+        )
+        return found
 
-    def wait_for_job_status(self, owner: str, repo: str, job_id: int, status: str,
-                            timeout: float = 120.0) -> dict[str, Any]:
+    def wait_for_job_status(
+        self, owner: str, repo: str, job_id: int, status: str, timeout: float = 120.0
+    ) -> dict[str, Any]:
         """Wait until one job reaches an API status (e.g. 'completed')."""
+
         def check() -> dict[str, Any] | None:
             for j in self.list_jobs("repo", owner, repo, status=None):
                 if j["id"] == job_id and j["status"] == status:
                     return j
             return None
-        return self.wait_for(check, timeout, what=f"job {job_id} -> {status}")
+
+        job: dict[str, Any] = self.wait_for(check, timeout, what=f"job {job_id} -> {status}")
+        return job

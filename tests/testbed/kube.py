@@ -4,6 +4,7 @@ Why: the testbed must not depend on kubectl or on the operator's own client
 library, so fixtures and the kubelet harness talk to the API server directly
 over HTTPS with a bearer token (or a client certificate for existing clusters).
 """
+
 from __future__ import annotations
 
 import base64
@@ -17,8 +18,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 class KubeError(RuntimeError):
@@ -122,14 +124,20 @@ class KubeClient:
         """A bearer token for a ServiceAccount through the TokenRequest API."""
         out = self.post(
             f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": seconds}},
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": seconds},
+            },
         )
-        return out["status"]["token"]
+        return str(out["status"]["token"])
 
 
 def wait_for(
-    predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25, what: str = "condition"
+    predicate: Callable[[], Any],
+    timeout: float = 60.0,
+    interval: float = 0.25,
+    what: str = "condition",
 ) -> Any:
     """Poll ``predicate`` until it returns a truthy value; raise TimeoutError with ``what``.
 
@@ -143,7 +151,7 @@ def wait_for(
             value = predicate()
             if value:
                 return value
-        except Exception as e:  # noqa: BLE001 - a peer that is not up yet
+        except Exception as e:
             last_exc = e
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}") from last_exc
@@ -151,8 +159,12 @@ def wait_for(
 
 
 def write_kubeconfig(
-    path: Path, server: str, token: str, ca_file: str | os.PathLike[str] | None,
-    namespace: str | None = None, name: str = "gro-testbed",
+    path: Path,
+    server: str,
+    token: str,
+    ca_file: str | os.PathLike[str] | None,
+    namespace: str | None = None,
+    name: str = "gro-testbed",
 ) -> Path:
     """Write a kubeconfig for a bearer token (JSON is valid YAML, so no YAML writer needed)."""
     cluster: dict[str, Any] = {"server": server}
@@ -183,12 +195,18 @@ def load_kubeconfig_client(kubeconfig: str | None = None) -> tuple[KubeClient, d
     PyYAML when importable, else the file must be JSON. Token and client
     certificate users are supported; exec/auth-provider plugins are not.
     """
-    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube/config")
+    path = (
+        kubeconfig
+        or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+        or str(Path.home() / ".kube/config")
+    )
     doc: dict[str, Any]
     if shutil.which("kubectl"):
         out = subprocess.run(
             ["kubectl", "config", "view", "--raw", "--minify", "-o", "json", "--kubeconfig", path],
-            check=True, capture_output=True, text=True,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
         doc = json.loads(out)
     else:
@@ -196,7 +214,7 @@ def load_kubeconfig_client(kubeconfig: str | None = None) -> tuple[KubeClient, d
         try:
             doc = json.loads(text)
         except json.JSONDecodeError:
-            import yaml  # type: ignore[import-untyped]  # optional, only for existing clusters
+            import yaml  # optional, only for existing clusters
 
             doc = yaml.safe_load(text)
     ctx_name = doc.get("current-context")
@@ -219,9 +237,13 @@ def load_kubeconfig_client(kubeconfig: str | None = None) -> tuple[KubeClient, d
     if not token and user.get("tokenFile"):
         token = Path(user["tokenFile"]).read_text().strip()
     if not token and not cert:
-        raise RuntimeError(f"kubeconfig {path}: only token or client-certificate users are supported")
+        raise RuntimeError(
+            f"kubeconfig {path}: only token or client-certificate users are supported"
+        )
     client = KubeClient(
-        cluster["server"], token=token, ca_file=ca,
+        cluster["server"],
+        token=token,
+        ca_file=ca,
         client_cert=(cert, key) if cert and key else None,
         insecure=bool(cluster.get("insecure-skip-tls-verify")),
     )

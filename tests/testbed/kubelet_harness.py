@@ -21,6 +21,7 @@ kubelet does. The container's image/command/args are ignored.
 The runner binary is ``$GRO_TESTBED_RUNNER_BIN`` when set (e.g. a real
 act_runner), else the testbed's stand-in ``gro-testbed-runner`` (see README).
 """
+
 from __future__ import annotations
 
 import base64
@@ -58,7 +59,7 @@ cache:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def host_mode_labels(labels: str) -> str:
@@ -122,8 +123,9 @@ def resolve_env(kube: KubeClient, pod: dict[str, Any], container: dict[str, Any]
             if obj is None:
                 cache[key] = None
             elif kind == "secrets":
-                cache[key] = {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
-                cache[key].update(obj.get("stringData") or {})
+                data = {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
+                data.update(obj.get("stringData") or {})
+                cache[key] = data
             else:
                 cache[key] = dict(obj.get("data") or {})
         return cache[key]
@@ -143,7 +145,9 @@ def resolve_env(kube: KubeClient, pod: dict[str, Any], container: dict[str, Any]
         name = e["name"]
         if "value" in e:
             # $(VAR) references to earlier variables, as the kubelet expands them
-            env[name] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), e["value"])
+            env[name] = re.sub(
+                r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), e["value"]
+            )
             continue
         vf = e.get("valueFrom") or {}
         if not vf:
@@ -190,9 +194,15 @@ class KubeletHarness:
     list interval in seconds. Use as a context manager or ``start()/stop()``.
     """
 
-    def __init__(self, kube: KubeClient, workdir: str | os.PathLike[str] | None = None,
-                 node_name: str = HARNESS_NODE, instance_url: str | None = None,
-                 runner: str | os.PathLike[str] | None = None, poll: float = 0.5) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        workdir: str | os.PathLike[str] | None = None,
+        node_name: str = HARNESS_NODE,
+        instance_url: str | None = None,
+        runner: str | os.PathLike[str] | None = None,
+        poll: float = 0.5,
+    ) -> None:
         self.kube = kube
         self.node_name = node_name
         self.instance_url = instance_url
@@ -206,13 +216,13 @@ class KubeletHarness:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def __enter__(self) -> "KubeletHarness":
+    def __enter__(self) -> KubeletHarness:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> "KubeletHarness":
+    def start(self) -> KubeletHarness:
         """Start the watch loop in a daemon thread."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._thread = threading.Thread(target=self._loop, name="kubelet-harness", daemon=True)
@@ -240,7 +250,7 @@ class KubeletHarness:
                 pods = self.kube.request("GET", f"/api/v1/pods?fieldSelector={selector}")["items"]
                 for pod in pods:
                     self._sync(pod)
-            except Exception as e:  # noqa: BLE001 - keep playing kubelet; record the error
+            except Exception as e:
                 self.errors.append(repr(e))
             self._stop.wait(self.poll)
 
@@ -254,9 +264,15 @@ class KubeletHarness:
                 self._kill(rp)
                 if rp.thread:
                     rp.thread.join(timeout=15)
-            self.kube.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
-                             {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-                              "preconditions": {"uid": uid}})
+            self.kube.delete(
+                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                {
+                    "apiVersion": "v1",
+                    "kind": "DeleteOptions",
+                    "gracePeriodSeconds": 0,
+                    "preconditions": {"uid": uid},
+                },
+            )
             return
         if rp is not None or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             return
@@ -265,8 +281,9 @@ class KubeletHarness:
         rp = RunnerProcess(meta["namespace"], meta["name"], uid, d, d / "runner.log")
         with self._lock:
             self.pods[uid] = rp
-        rp.thread = threading.Thread(target=self._run_pod, args=(pod, rp), daemon=True,
-                                     name=f"pod-{meta['name']}")
+        rp.thread = threading.Thread(
+            target=self._run_pod, args=(pod, rp), daemon=True, name=f"pod-{meta['name']}"
+        )
         rp.thread.start()
 
     def _kill(self, rp: RunnerProcess) -> None:
@@ -283,8 +300,14 @@ class KubeletHarness:
                 os.killpg(p.pid, signal.SIGKILL)
 
     # ------------------------------------------------------------------ one pod
-    def _status(self, rp: RunnerProcess, pod: dict[str, Any], phase: str, exit_code: int | None = None,
-                message: str = "") -> None:
+    def _status(
+        self,
+        rp: RunnerProcess,
+        pod: dict[str, Any],
+        phase: str,
+        exit_code: int | None = None,
+        message: str = "",
+    ) -> None:
         now = _now()
         running = phase == "Running"
         c = pod["spec"]["containers"][0]
@@ -292,13 +315,20 @@ class KubeletHarness:
         if running:
             state = {"running": {"startedAt": now}}
         else:
-            state = {"terminated": {"exitCode": exit_code if exit_code is not None else 1,
-                                    "reason": "Completed" if phase == "Succeeded" else "Error",
-                                    "message": message[:1000], "startedAt": now, "finishedAt": now}}
+            state = {
+                "terminated": {
+                    "exitCode": exit_code if exit_code is not None else 1,
+                    "reason": "Completed" if phase == "Succeeded" else "Error",
+                    "message": message[:1000],
+                    "startedAt": now,
+                    "finishedAt": now,
+                }
+            }
         ready = "True" if running else "False"
         status = {
             "phase": phase,
-            "hostIP": "127.0.0.1", "podIP": "127.0.0.1",
+            "hostIP": "127.0.0.1",
+            "podIP": "127.0.0.1",
             "startTime": pod.get("status", {}).get("startTime") or now,
             "conditions": [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
@@ -306,13 +336,22 @@ class KubeletHarness:
                 {"type": "ContainersReady", "status": ready, "lastTransitionTime": now},
                 {"type": "Ready", "status": ready, "lastTransitionTime": now},
             ],
-            "containerStatuses": [{
-                "name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": running,
-                "started": running, "restartCount": 0, "state": state,
-            }],
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": running,
+                    "started": running,
+                    "restartCount": 0,
+                    "state": state,
+                }
+            ],
         }
         try:
-            self.kube.patch(f"/api/v1/namespaces/{rp.namespace}/pods/{rp.name}/status", {"status": status})
+            self.kube.patch(
+                f"/api/v1/namespaces/{rp.namespace}/pods/{rp.name}/status", {"status": status}
+            )
         except KubeError as e:
             if e.status != 404:
                 raise
@@ -320,7 +359,7 @@ class KubeletHarness:
     def _run_pod(self, pod: dict[str, Any], rp: RunnerProcess) -> None:
         try:
             self._run_pod_inner(pod, rp)
-        except Exception as e:  # noqa: BLE001 - report as pod failure, keep the harness alive
+        except Exception as e:
             self.errors.append(f"{rp.namespace}/{rp.name}: {e!r}")
             with contextlib.suppress(Exception):
                 self._status(rp, pod, "Failed", 1, message=repr(e))
@@ -341,24 +380,48 @@ class KubeletHarness:
         env = {**os.environ, **penv, "HOME": str(rp.workdir)}
         self._status(rp, pod, "Running")
         with open(rp.log, "ab") as log:
-            reg = [str(self.runner), "register", "--no-interactive", "--instance", instance, "--token", token,
-                   "--name", name, "--labels", labels, "--config", "config.yaml"]
+            reg = [
+                str(self.runner),
+                "register",
+                "--no-interactive",
+                "--instance",
+                instance,
+                "--token",
+                token,
+                "--name",
+                name,
+                "--labels",
+                labels,
+                "--config",
+                "config.yaml",
+            ]
             if ephemeral:
                 reg.insert(3, "--ephemeral")
             for argv in (reg, [str(self.runner), "daemon", "--config", "config.yaml"]):
                 if rp.stopped.is_set():
                     break
-                log.write(("$ " + " ".join(a if a != token else "***" for a in argv) + "\n").encode())
+                log.write(
+                    ("$ " + " ".join(a if a != token else "***" for a in argv) + "\n").encode()
+                )
                 log.flush()
-                rp.proc = subprocess.Popen(argv, cwd=rp.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL, start_new_session=True)
+                rp.proc = subprocess.Popen(
+                    argv,
+                    cwd=rp.workdir,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
                 rp.exit_code = rp.proc.wait()
                 if rp.exit_code != 0:
                     break
         if rp.stopped.is_set():
             return  # the pod is being deleted; the loop removes it
         tail = "\n".join(rp.log.read_text(errors="replace").splitlines()[-5:])
-        self._status(rp, pod, "Succeeded" if rp.exit_code == 0 else "Failed", rp.exit_code, message=tail)
+        self._status(
+            rp, pod, "Succeeded" if rp.exit_code == 0 else "Failed", rp.exit_code, message=tail
+        )
 
     def cleanup(self) -> None:
         """Remove the harness work directory (if it created it)."""
@@ -366,14 +429,17 @@ class KubeletHarness:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def wait_pod_phase(kube: KubeClient, namespace: str, name: str, phases: tuple[str, ...],
-                   timeout: float = 60.0) -> dict[str, Any]:
+def wait_pod_phase(
+    kube: KubeClient, namespace: str, name: str, phases: tuple[str, ...], timeout: float = 60.0
+) -> dict[str, Any]:
     """Poll a pod until its phase is one of ``phases``; return the pod."""
     deadline = time.monotonic() + timeout
     while True:
         pod = kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
         if pod.get("status", {}).get("phase") in phases:
-            return pod
+            return dict(pod)
         if time.monotonic() > deadline:
-            raise TimeoutError(f"pod {namespace}/{name} did not reach {phases}; is {pod.get('status')}")
+            raise TimeoutError(
+                f"pod {namespace}/{name} did not reach {phases}; is {pod.get('status')}"
+            )
         time.sleep(0.25)

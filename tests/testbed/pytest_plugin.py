@@ -15,8 +15,10 @@ Environment:
   GRO_TESTBED_KEEP=1          keep the sandbox workdir (logs) after the session
   GRO_TESTBED_CACHE=DIR       binary cache (default ~/.cache/gitea-runner-operator/testbed)
 """
+
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -36,13 +38,16 @@ if TYPE_CHECKING:
 COLD_BUILD_HINT = (
     "install Go >= 1.26 (and gcc for Gitea's sqlite) to enable it; the first run builds "
     "etcd, Kubernetes v1.36, kwok and Gitea from Go modules, about 15-20 min on 2 cores "
-    "(later runs use the cache and start in seconds); or prebuild with `python -m tests.testbed build`"
+    "(later runs use the cache and start in seconds); "
+    "or prebuild with `python -m tests.testbed build`"
 )
 
 
 def testbed_required() -> bool:
     """CI or an explicit request: a testbed that cannot start is a failure, not a skip."""
-    return os.environ.get("CI", "").lower() == "true" or os.environ.get("GRO_REQUIRE_TESTBED") == "1"
+    return (
+        os.environ.get("CI", "").lower() == "true" or os.environ.get("GRO_REQUIRE_TESTBED") == "1"
+    )
 
 
 def _needed_components(kube_mode: str) -> list[str]:
@@ -62,10 +67,12 @@ def testbed() -> Iterator[Sandbox]:
     sb = Sandbox(kube=kube_mode)
     try:
         sb.start()
-    except Exception as e:  # noqa: BLE001 - report every start problem the same way
+    except Exception as e:
         sb.stop(keep=True)
-        pytest.fail(f"testbed failed to start ({type(e).__name__}): {e}\nlogs kept in {sb.workdir}/logs",
-                    pytrace=False)
+        pytest.fail(
+            f"testbed failed to start ({type(e).__name__}): {e}\nlogs kept in {sb.workdir}/logs",
+            pytrace=False,
+        )
     try:
         yield sb
     finally:
@@ -94,9 +101,14 @@ def unique_name(prefix: str) -> str:
 def kube_namespace(testbed: Sandbox, kube: KubeClient) -> Iterator[str]:
     """A fresh namespace (with its default ServiceAccount ready); deleted afterwards."""
     name = unique_name("gro-test")
-    kube.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    wait_for(lambda: kube.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), 30,
-             what=f"ServiceAccount {name}/default")
+    kube.post(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    wait_for(
+        lambda: kube.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        30,
+        what=f"ServiceAccount {name}/default",
+    )
     try:
         yield name
     finally:
@@ -110,14 +122,10 @@ def gitea_org(gitea: GiteaAPI) -> Iterator[str]:
     gitea.create_org(name)
     yield name
     for repo in gitea.get(f"/orgs/{name}/repos") or []:
-        try:
+        with contextlib.suppress(GiteaError):
             gitea.delete(f"/repos/{name}/{repo['name']}")
-        except GiteaError:
-            pass
-    try:
+    with contextlib.suppress(GiteaError):
         gitea.delete(f"/orgs/{name}")
-    except GiteaError:
-        pass
 
 
 class RepoRef(NamedTuple):
@@ -141,7 +149,7 @@ def gitea_repo(gitea: GiteaAPI, gitea_org: str) -> RepoRef:
 
 
 @pytest.fixture
-def kubelet_harness(testbed: Sandbox, kube: KubeClient) -> Iterator["KubeletHarness"]:
+def kubelet_harness(testbed: Sandbox, kube: KubeClient) -> Iterator[KubeletHarness]:
     """Run pods of ``e2e-node-0`` as host runner processes; that node is the only schedulable one.
 
     Afterwards kwok-node-0 is schedulable again and every runner process is stopped.
@@ -149,7 +157,9 @@ def kubelet_harness(testbed: Sandbox, kube: KubeClient) -> Iterator["KubeletHarn
     from .kubelet_harness import KubeletHarness
 
     if not testbed.with_harness_node:
-        pytest.skip("the kubelet harness needs the local control plane (not GRO_TEST_CLUSTER=existing)")
+        pytest.skip(
+            "the kubelet harness needs the local control plane (not GRO_TEST_CLUSTER=existing)"
+        )
     h = KubeletHarness(kube, workdir=testbed.workdir / "harness" / unique_name("h"))
     h.start()
     testbed.use_harness_node(True)

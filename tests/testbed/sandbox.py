@@ -18,6 +18,7 @@ Two node kinds exist (see README.md):
   (:mod:`tests.testbed.kubelet_harness`) plays kubelet there. It starts
   cordoned; ``use_harness_node(True)`` swaps which node is schedulable.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import build
-from .kube import KubeClient, KubeError, load_kubeconfig_client, wait_for, write_kubeconfig
+from .kube import KubeClient, load_kubeconfig_client, wait_for, write_kubeconfig
 
 KWOK_DIR = Path(__file__).resolve().parent / "kwok"
 KWOK_NODE = "kwok-node-0"
@@ -65,8 +66,10 @@ def _http_ok(url: str, token: str | None = None, insecure: bool = True) -> bool:
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(req, context=ctx if url.startswith("https") else None, timeout=5) as r:
-            return r.status == 200
+        with urllib.request.urlopen(
+            req, context=ctx if url.startswith("https") else None, timeout=5
+        ) as r:
+            return bool(r.status == 200)
     except (urllib.error.URLError, OSError):
         return False
 
@@ -130,14 +133,14 @@ class Sandbox:
         self.bin: dict[str, Path] = {}
 
     # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> "Sandbox":
+    def start(self) -> Sandbox:
         """Build what is missing, then start every peer and wait until each is ready."""
         if self.started:
             return self
@@ -171,10 +174,8 @@ class Sandbox:
                     os.killpg(p.pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for _, p in procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         for _, p in procs:
             # the group may hold children (e.g. git run by gitea) even after the leader exited
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -211,16 +212,24 @@ class Sandbox:
                 self.bin[b] = cdir / "bin" / b
         self._gitea_static = build.component_dir("gitea") / "static" if self.with_gitea else None
 
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None,
-               cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> subprocess.Popen[bytes]:
         """Start one long-running peer in its own process group, log to logs/<name>.log."""
         log_path = self.logs_dir / f"{name}.log"
         f = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._log_files.append(f)
         f.write(("$ " + " ".join(argv) + "\n").encode())
         f.flush()
-        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             cwd=cwd or self.workdir, env=env, start_new_session=True)
+        p = subprocess.Popen(
+            argv,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd or self.workdir,
+            env=env,
+            start_new_session=True,
+        )
         self.processes[name] = p
         self.logs[name] = log_path
         return p
@@ -249,19 +258,37 @@ class Sandbox:
             cause = e.__cause__
             if isinstance(cause, StartupError):
                 raise cause from None
-            raise StartupError(f"{e} (last error: {cause!r})\n--- {name} log ---\n{self.log_tail(name)}") from None
+            raise StartupError(
+                f"{e} (last error: {cause!r})\n--- {name} log ---\n{self.log_tail(name)}"
+            ) from None
 
-    def _run(self, name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None,
-             timeout: float = 120) -> str:
+    def _run(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        timeout: float = 120,
+    ) -> str:
         """Run a one-shot command, log it, return stdout; raise StartupError on failure."""
         log_path = self.logs_dir / f"{name}.log"
-        r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd or self.workdir,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd or self.workdir,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         with open(log_path, "a") as f:
             f.write("$ " + " ".join(argv) + f"\n[exit {r.returncode}]\n{r.stderr}\n")
         self.logs[name] = log_path
         if r.returncode != 0:
-            raise StartupError(f"{' '.join(argv[:4])} ... failed ({r.returncode}):\n{r.stderr[-3000:]}{r.stdout[-2000:]}")
+            raise StartupError(
+                f"{' '.join(argv[:4])} ... failed ({r.returncode}):\n"
+                f"{r.stderr[-3000:]}{r.stdout[-2000:]}"
+            )
         return r.stdout
 
     # ------------------------------------------------------------------ kubernetes
@@ -279,85 +306,184 @@ class Sandbox:
         cport, pport = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{cport}"
         peer = f"http://127.0.0.1:{pport}"
-        self._spawn("etcd", [
-            str(self.bin["etcd"]), "--name", "gro", "--data-dir", str(self.workdir / "etcd"),
-            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"gro={peer}", "--unsafe-no-fsync", "--log-level", "warn",
-            "--quota-backend-bytes", str(2 * 1024**3),
-        ])
+        self._spawn(
+            "etcd",
+            [
+                str(self.bin["etcd"]),
+                "--name",
+                "gro",
+                "--data-dir",
+                str(self.workdir / "etcd"),
+                "--listen-client-urls",
+                self.etcd_url,
+                "--advertise-client-urls",
+                self.etcd_url,
+                "--listen-peer-urls",
+                peer,
+                "--initial-advertise-peer-urls",
+                peer,
+                "--initial-cluster",
+                f"gro={peer}",
+                "--unsafe-no-fsync",
+                "--log-level",
+                "warn",
+                "--quota-backend-bytes",
+                str(2 * 1024**3),
+            ],
+        )
 
         # kube-apiserver (its self-signed serving cert covers 127.0.0.1 and localhost)
         aport = free_port()
         self.apiserver_url = f"https://127.0.0.1:{aport}"
         certs = pki / "apiserver"
-        self._spawn("kube-apiserver", [
-            str(self.bin["kube-apiserver"]),
-            "--etcd-servers", self.etcd_url,
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
-            "--secure-port", str(aport), "--cert-dir", str(certs),
-            "--token-auth-file", str(tokens),
-            "--authorization-mode", "RBAC",
-            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
-            "--service-account-key-file", str(sa_key),
-            "--service-account-signing-key-file", str(sa_key),
-            "--service-cluster-ip-range", SERVICE_CIDR,
-            "--allow-privileged=true",
-            "--endpoint-reconciler-type", "none",
-            "--enable-priority-and-fairness=false",
-            "--profiling=false",
-            "--v", "1",
-        ])
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bin["kube-apiserver"]),
+                "--etcd-servers",
+                self.etcd_url,
+                "--bind-address",
+                "127.0.0.1",
+                "--advertise-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(aport),
+                "--cert-dir",
+                str(certs),
+                "--token-auth-file",
+                str(tokens),
+                "--authorization-mode",
+                "RBAC",
+                "--service-account-issuer",
+                "https://kubernetes.default.svc.cluster.local",
+                "--service-account-key-file",
+                str(sa_key),
+                "--service-account-signing-key-file",
+                str(sa_key),
+                "--service-cluster-ip-range",
+                SERVICE_CIDR,
+                "--allow-privileged=true",
+                "--endpoint-reconciler-type",
+                "none",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "--v",
+                "1",
+            ],
+        )
         # wait until etcd answers first so a dead etcd is reported as such
         self._wait("etcd", lambda: _http_ok(self.etcd_url + "/health"), 30, "etcd /health")
-        self._wait("kube-apiserver", lambda: (certs / "apiserver.crt").exists(), 60, "apiserver serving cert")
+        self._wait(
+            "kube-apiserver",
+            lambda: (certs / "apiserver.crt").exists(),
+            60,
+            "apiserver serving cert",
+        )
         self.ca_file = certs / "apiserver.crt"
-        self.kubeconfig = write_kubeconfig(self.workdir / "kubeconfig", self.apiserver_url,
-                                           self.admin_token, self.ca_file)
-        self._wait("kube-apiserver", lambda: _http_ok(self.apiserver_url + "/readyz", self.admin_token),
-                   90, "kube-apiserver /readyz")
+        self.kubeconfig = write_kubeconfig(
+            self.workdir / "kubeconfig", self.apiserver_url, self.admin_token, self.ca_file
+        )
+        self._wait(
+            "kube-apiserver",
+            lambda: _http_ok(self.apiserver_url + "/readyz", self.admin_token),
+            90,
+            "kube-apiserver /readyz",
+        )
         self.kube = KubeClient(self.apiserver_url, self.admin_token, self.ca_file)
 
         # controller-manager and scheduler use the admin kubeconfig
         kc = str(self.kubeconfig)
         kcm_port = free_port()
-        self._spawn("kube-controller-manager", [
-            str(self.bin["kube-controller-manager"]),
-            "--kubeconfig", kc, "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
-            "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", str(kcm_port),
-            "--cert-dir", str(pki / "kcm"),
-            "--service-account-private-key-file", str(sa_key), "--root-ca-file", str(self.ca_file),
-            "--service-cluster-ip-range", SERVICE_CIDR,
-            "--controllers", "*",
-            "--v", "1",
-        ])
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.bin["kube-controller-manager"]),
+                "--kubeconfig",
+                kc,
+                "--authentication-kubeconfig",
+                kc,
+                "--authorization-kubeconfig",
+                kc,
+                "--leader-elect=false",
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(kcm_port),
+                "--cert-dir",
+                str(pki / "kcm"),
+                "--service-account-private-key-file",
+                str(sa_key),
+                "--root-ca-file",
+                str(self.ca_file),
+                "--service-cluster-ip-range",
+                SERVICE_CIDR,
+                "--controllers",
+                "*",
+                "--v",
+                "1",
+            ],
+        )
         sched_port = free_port()
-        self._spawn("kube-scheduler", [
-            str(self.bin["kube-scheduler"]),
-            "--kubeconfig", kc, "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
-            "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", str(sched_port),
-            "--cert-dir", str(pki / "scheduler"), "--v", "1",
-        ])
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(self.bin["kube-scheduler"]),
+                "--kubeconfig",
+                kc,
+                "--authentication-kubeconfig",
+                kc,
+                "--authorization-kubeconfig",
+                kc,
+                "--leader-elect=false",
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(sched_port),
+                "--cert-dir",
+                str(pki / "scheduler"),
+                "--v",
+                "1",
+            ],
+        )
         self._kcm_port, self._sched_port = kcm_port, sched_port
 
         # nodes, then kwok
         self._create_node(KWOK_NODE, {KWOK_LABEL: "true", "type": "kwok"}, unschedulable=False)
         stages = ["node-initialize", "node-heartbeat", "pod-ready", "pod-complete", "pod-delete"]
-        self._spawn("kwok", [
-            str(self.bin["kwok"]), "--kubeconfig", kc,
-            "--config", str(self._kwok_config("kwok-config.yaml", stages)),
-            "--manage-nodes-with-label-selector", f"{KWOK_LABEL}=true",
-            "--node-lease-duration-seconds", "40",
-        ])
+        self._spawn(
+            "kwok",
+            [
+                str(self.bin["kwok"]),
+                "--kubeconfig",
+                kc,
+                "--config",
+                str(self._kwok_config("kwok-config.yaml", stages)),
+                "--manage-nodes-with-label-selector",
+                f"{KWOK_LABEL}=true",
+                "--node-lease-duration-seconds",
+                "40",
+            ],
+        )
         if self.with_harness_node:
             self._create_node(HARNESS_NODE, {HARNESS_LABEL: "true"}, unschedulable=True)
-            self._spawn("kwok-harness-node", [
-                str(self.bin["kwok"]), "--kubeconfig", kc,
-                "--config", str(self._kwok_config("kwok-harness-config.yaml",
-                                                  ["node-initialize", "node-heartbeat"])),
-                "--manage-single-node", HARNESS_NODE,
-                "--node-lease-duration-seconds", "40",
-            ])
+            self._spawn(
+                "kwok-harness-node",
+                [
+                    str(self.bin["kwok"]),
+                    "--kubeconfig",
+                    kc,
+                    "--config",
+                    str(
+                        self._kwok_config(
+                            "kwok-harness-config.yaml", ["node-initialize", "node-heartbeat"]
+                        )
+                    ),
+                    "--manage-single-node",
+                    HARNESS_NODE,
+                    "--node-lease-duration-seconds",
+                    "40",
+                ],
+            )
 
     def _kwok_config(self, name: str, stages: list[str]) -> Path:
         """Concatenate the shipped stage files into one kwok --config file."""
@@ -367,31 +493,53 @@ class Sandbox:
 
     def _create_node(self, name: str, labels: dict[str, str], unschedulable: bool) -> None:
         assert self.kube
-        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                  "kubernetes.io/arch": "amd64", **labels}
-        self.kube.post("/api/v1/nodes", {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"unschedulable": unschedulable},
-        })
+        labels = {
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            **labels,
+        }
+        self.kube.post(
+            "/api/v1/nodes",
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"unschedulable": unschedulable},
+            },
+        )
 
     def _wait_kubernetes_settled(self) -> None:
         """Controllers, scheduler and nodes are usable (not just the API server)."""
         assert self.kube
-        self._wait("kube-controller-manager",
-                   lambda: _http_ok(f"https://127.0.0.1:{self._kcm_port}/healthz"), 60,
-                   "kube-controller-manager /healthz")
-        self._wait("kube-scheduler",
-                   lambda: _http_ok(f"https://127.0.0.1:{self._sched_port}/healthz"), 60,
-                   "kube-scheduler /healthz")
+        self._wait(
+            "kube-controller-manager",
+            lambda: _http_ok(f"https://127.0.0.1:{self._kcm_port}/healthz"),
+            60,
+            "kube-controller-manager /healthz",
+        )
+        self._wait(
+            "kube-scheduler",
+            lambda: _http_ok(f"https://127.0.0.1:{self._sched_port}/healthz"),
+            60,
+            "kube-scheduler /healthz",
+        )
         # the serviceaccount controller creates 'default' SAs; root-ca publisher the CA ConfigMap
-        self._wait("kube-controller-manager",
-                   lambda: self.kube.exists("/api/v1/namespaces/default/serviceaccounts/default"), 60,
-                   "ServiceAccount default/default")
-        self._wait("kube-controller-manager",
-                   lambda: self.kube.exists("/api/v1/namespaces/default/configmaps/kube-root-ca.crt"), 60,
-                   "ConfigMap default/kube-root-ca.crt")
-        nodes = [("kwok", KWOK_NODE)] + ([("kwok-harness-node", HARNESS_NODE)] if self.with_harness_node else [])
+        self._wait(
+            "kube-controller-manager",
+            lambda: self.kube.exists("/api/v1/namespaces/default/serviceaccounts/default"),
+            60,
+            "ServiceAccount default/default",
+        )
+        self._wait(
+            "kube-controller-manager",
+            lambda: self.kube.exists("/api/v1/namespaces/default/configmaps/kube-root-ca.crt"),
+            60,
+            "ConfigMap default/kube-root-ca.crt",
+        )
+        nodes = [("kwok", KWOK_NODE)] + (
+            [("kwok-harness-node", HARNESS_NODE)] if self.with_harness_node else []
+        )
         for proc, node in nodes:
             self._wait(proc, lambda n=node: self.node_ready(n), 60, f"node {node} Ready")
 
@@ -399,8 +547,10 @@ class Sandbox:
         """Whether a node's Ready condition is True."""
         assert self.kube
         node = self.kube.get(f"/api/v1/nodes/{name}")
-        return any(c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in node.get("status", {}).get("conditions", []))
+        return any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in node.get("status", {}).get("conditions", [])
+        )
 
     def _use_existing_cluster(self) -> None:
         client, info = load_kubeconfig_client()
@@ -409,10 +559,15 @@ class Sandbox:
         self.apiserver_url = info["server"]
         self.ca_file = Path(info["ca_file"]) if info["ca_file"] else None
         self.admin_token = info["token"]
-        wait_for(lambda: client.get("/version"), timeout=30, what=f"existing cluster {self.apiserver_url}")
+        wait_for(
+            lambda: client.get("/version"),
+            timeout=30,
+            what=f"existing cluster {self.apiserver_url}",
+        )
 
-    def kubeconfig_for_token(self, token: str, path: str | os.PathLike[str] | None = None,
-                             namespace: str | None = None) -> Path:
+    def kubeconfig_for_token(
+        self, token: str, path: str | os.PathLike[str] | None = None, namespace: str | None = None
+    ) -> Path:
         """Write a kubeconfig that authenticates with ``token`` (e.g. a ServiceAccount token)."""
         if not self.apiserver_url:
             raise RuntimeError("no Kubernetes API server in this sandbox")
@@ -464,15 +619,15 @@ START_SSH_SERVER = false
 OFFLINE_MODE = true
 LFS_START_SERVER = false
 STATIC_ROOT_PATH = {self._gitea_static}
-APP_DATA_PATH = {gdir / 'data'}
+APP_DATA_PATH = {gdir / "data"}
 
 [database]
 DB_TYPE = sqlite3
-PATH = {gdir / 'data' / 'gitea.db'}
+PATH = {gdir / "data" / "gitea.db"}
 SQLITE_JOURNAL_MODE = WAL
 
 [repository]
-ROOT = {gdir / 'repos'}
+ROOT = {gdir / "repos"}
 DEFAULT_BRANCH = main
 
 [security]
@@ -524,31 +679,81 @@ ENABLE_SWAGGER = false
 [log]
 MODE = console
 LEVEL = Info
-ROOT_PATH = {gdir / 'log'}
+ROOT_PATH = {gdir / "log"}
 """)
-        env = dict(os.environ, GITEA_WORK_DIR=str(gdir), GITEA_CUSTOM=str(gdir / "custom"), HOME=str(gdir))
+        env = dict(
+            os.environ, GITEA_WORK_DIR=str(gdir), GITEA_CUSTOM=str(gdir / "custom"), HOME=str(gdir)
+        )
         self._gitea_env = env
         gitea = str(self.bin["gitea"])
         common = ["--config", str(conf), "--work-path", str(gdir)]
         self._run("gitea-setup", [gitea, *common, "migrate"], env=env, timeout=300)
-        self._run("gitea-setup", [gitea, *common, "admin", "user", "create", "--admin",
-                                  "--username", self.gitea_admin_username,
-                                  "--password", self.gitea_admin_password,
-                                  "--email", self.gitea_admin_email, "--must-change-password=false"],
-                  env=env)
-        self.gitea_token = self._run("gitea-setup", [
-            gitea, *common, "admin", "user", "generate-access-token",
-            "--username", self.gitea_admin_username, "--token-name", "gro-testbed",
-            "--scopes", "all", "--raw"], env=env).strip().splitlines()[-1].strip()
+        self._run(
+            "gitea-setup",
+            [
+                gitea,
+                *common,
+                "admin",
+                "user",
+                "create",
+                "--admin",
+                "--username",
+                self.gitea_admin_username,
+                "--password",
+                self.gitea_admin_password,
+                "--email",
+                self.gitea_admin_email,
+                "--must-change-password=false",
+            ],
+            env=env,
+        )
+        self.gitea_token = (
+            self._run(
+                "gitea-setup",
+                [
+                    gitea,
+                    *common,
+                    "admin",
+                    "user",
+                    "generate-access-token",
+                    "--username",
+                    self.gitea_admin_username,
+                    "--token-name",
+                    "gro-testbed",
+                    "--scopes",
+                    "all",
+                    "--raw",
+                ],
+                env=env,
+            )
+            .strip()
+            .splitlines()[-1]
+            .strip()
+        )
         (self.workdir / "gitea-token").write_text(self.gitea_token + "\n")
         self._spawn("gitea", [gitea, *common, "web", "--port", str(port)], env=env, cwd=gdir)
-        self._wait("gitea", lambda: _http_ok(self.gitea_url + "/api/v1/version"), 120, "gitea /api/v1/version")
+        self._wait(
+            "gitea",
+            lambda: _http_ok(self.gitea_url + "/api/v1/version"),
+            120,
+            "gitea /api/v1/version",
+        )
 
     def gitea_cli(self, *args: str) -> str:
         """Run a ``gitea`` admin subcommand against this instance's config; return stdout."""
         assert self.gitea_config and self.gitea_dir
-        return self._run("gitea-cli", [str(self.bin["gitea"]), "--config", str(self.gitea_config),
-                                       "--work-path", str(self.gitea_dir), *args], env=self._gitea_env)
+        return self._run(
+            "gitea-cli",
+            [
+                str(self.bin["gitea"]),
+                "--config",
+                str(self.gitea_config),
+                "--work-path",
+                str(self.gitea_dir),
+                *args,
+            ],
+            env=self._gitea_env,
+        )
 
     # ------------------------------------------------------------------ state
     def info(self) -> dict[str, Any]:
@@ -588,4 +793,3 @@ ROOT_PATH = {gdir / 'log'}
             out["GITEA_URL"] = self.gitea_url
             out["GITEA_TOKEN"] = self.gitea_token or ""
         return out
-

@@ -4,15 +4,18 @@ Why: if a version bump changes kwok stages, Gitea's job listing or the runner
 protocol, these fail first and say which peer moved, instead of the operator's
 tests failing in confusing ways.
 """
+
 from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
 from .gitea_api import GiteaAPI
 from .kube import KubeClient, KubeError, wait_for
+from .kubelet_harness import KubeletHarness
 from .pytest_plugin import RepoRef
 from .sandbox import Sandbox
 
@@ -33,35 +36,72 @@ jobs:
 """
 
 
-def _job(name: str, annotations: dict[str, str] | None = None, env: list[dict] | None = None) -> dict:
+def _job(
+    name: str, annotations: dict[str, str] | None = None, env: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 2, "template": {
-            "metadata": {"annotations": annotations or {}},
-            "spec": {"restartPolicy": "Never",
-                     "containers": [{"name": "runner", "image": "gitea/act_runner:latest", "env": env or []}]},
-        }},
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": 2,
+            "template": {
+                "metadata": {"annotations": annotations or {}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "runner", "image": "gitea/act_runner:latest", "env": env or []}
+                    ],
+                },
+            },
+        },
     }
 
 
 def test_kwok_job_completes_after_annotated_delay(kube: KubeClient, kube_namespace: str) -> None:
     ns = kube_namespace
     t0 = time.monotonic()
-    kube.post(f"/apis/batch/v1/namespaces/{ns}/jobs",
-              _job("slow", {"pod-complete.stage.kwok.x-k8s.io/delay": "4s"}))
-    pod = wait_for(lambda: [p for p in kube.get(f"/api/v1/namespaces/{ns}/pods", labelSelector="job-name=slow")
-                            ["items"] if p["status"].get("phase") == "Running"], 20, what="pod Running")[0]
+    kube.post(
+        f"/apis/batch/v1/namespaces/{ns}/jobs",
+        _job("slow", {"pod-complete.stage.kwok.x-k8s.io/delay": "4s"}),
+    )
+    pod = wait_for(
+        lambda: [
+            p
+            for p in kube.get(f"/api/v1/namespaces/{ns}/pods", labelSelector="job-name=slow")[
+                "items"
+            ]
+            if p["status"].get("phase") == "Running"
+        ],
+        20,
+        what="pod Running",
+    )[0]
     assert pod["spec"]["nodeName"] == "kwok-node-0"
-    wait_for(lambda: kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/slow")["status"].get("succeeded"), 30,
-             what="Job succeeded")
+    wait_for(
+        lambda: kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/slow")["status"].get("succeeded"),
+        30,
+        what="Job succeeded",
+    )
     assert time.monotonic() - t0 >= 4
     # ttl-after-finished controller, then the garbage collector removes the pods
-    wait_for(lambda: not kube.exists(f"/apis/batch/v1/namespaces/{ns}/jobs/slow"), 30, what="TTL deletion")
-    wait_for(lambda: not kube.get(f"/api/v1/namespaces/{ns}/pods", labelSelector="job-name=slow")["items"],
-             30, what="pods garbage-collected")
+    wait_for(
+        lambda: not kube.exists(f"/apis/batch/v1/namespaces/{ns}/jobs/slow"),
+        30,
+        what="TTL deletion",
+    )
+    wait_for(
+        lambda: (
+            not kube.get(f"/api/v1/namespaces/{ns}/pods", labelSelector="job-name=slow")["items"]
+        ),
+        30,
+        what="pods garbage-collected",
+    )
 
 
-def test_service_account_token_kubeconfig(testbed: Sandbox, kube: KubeClient, kube_namespace: str) -> None:
+def test_service_account_token_kubeconfig(
+    testbed: Sandbox, kube: KubeClient, kube_namespace: str
+) -> None:
     ns = kube_namespace
     kube.post(f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "op"}})
     token = kube.create_token(ns, "op")
@@ -69,19 +109,30 @@ def test_service_account_token_kubeconfig(testbed: Sandbox, kube: KubeClient, ku
     with pytest.raises(KubeError) as e:
         as_sa.get(f"/api/v1/namespaces/{ns}/pods")
     assert e.value.status == 403
-    kube.post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", {
-        "metadata": {"name": "pods"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]})
-    kube.post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", {
-        "metadata": {"name": "pods"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods"},
-        "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": ns}]})
+    kube.post(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        {
+            "metadata": {"name": "pods"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
+        },
+    )
+    kube.post(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+        {
+            "metadata": {"name": "pods"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods"},
+            "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": ns}],
+        },
+    )
     wait_for(lambda: as_sa.get(f"/api/v1/namespaces/{ns}/pods") is not None, 10, what="RBAC grant")
     kc = json.loads(testbed.kubeconfig_for_token(token, namespace=ns).read_text())
     assert kc["users"][0]["user"]["token"] == token
     assert kc["contexts"][0]["context"]["namespace"] == ns
 
 
-def test_gitea_lists_runnable_jobs_as_queued_and_blocked_as_waiting(gitea: GiteaAPI, gitea_repo: RepoRef) -> None:
+def test_gitea_lists_runnable_jobs_as_queued_and_blocked_as_waiting(
+    gitea: GiteaAPI, gitea_repo: RepoRef
+) -> None:
     gitea.push_workflow(gitea_repo.owner, gitea_repo.name, "ci", WORKFLOW)
     queued = gitea.wait_for_jobs(gitea_repo.owner, gitea_repo.name, "queued", 1)
     assert [(j["name"], j["labels"]) for j in queued] == [("build", ["self-hosted", "linux"])]
@@ -92,24 +143,41 @@ def test_gitea_lists_runnable_jobs_as_queued_and_blocked_as_waiting(gitea: Gitea
 
 
 @pytest.mark.e2e
-def test_harness_runs_runner_pod_to_completion(testbed: Sandbox, kube: KubeClient, kube_namespace: str,
-                                               gitea: GiteaAPI, gitea_repo: RepoRef, kubelet_harness) -> None:
+def test_harness_runs_runner_pod_to_completion(
+    testbed: Sandbox,
+    kube: KubeClient,
+    kube_namespace: str,
+    gitea: GiteaAPI,
+    gitea_repo: RepoRef,
+    kubelet_harness: KubeletHarness,
+) -> None:
     owner, repo = gitea_repo
     gitea.push_workflow(owner, repo, "ci", WORKFLOW)
     first = gitea.wait_for_jobs(owner, repo, "queued", 1)[0]
     ns = kube_namespace
-    kube.post(f"/api/v1/namespaces/{ns}/secrets", {
-        "metadata": {"name": "reg"}, "stringData": {"token": gitea.registration_token("org", owner)}})
-    env = [
+    kube.post(
+        f"/api/v1/namespaces/{ns}/secrets",
+        {
+            "metadata": {"name": "reg"},
+            "stringData": {"token": gitea.registration_token("org", owner)},
+        },
+    )
+    env: list[dict[str, Any]] = [
         {"name": "GITEA_INSTANCE_URL", "value": testbed.gitea_url},
-        {"name": "GITEA_RUNNER_REGISTRATION_TOKEN", "valueFrom": {"secretKeyRef": {"name": "reg", "key": "token"}}},
+        {
+            "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "reg", "key": "token"}},
+        },
         {"name": "GITEA_RUNNER_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "GITEA_RUNNER_LABELS", "value": "self-hosted:docker://node:20,linux"},
         {"name": "GITEA_RUNNER_EPHEMERAL", "value": "1"},
     ]
     kube.post(f"/apis/batch/v1/namespaces/{ns}/jobs", _job("runner", env=env))
-    wait_for(lambda: kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/runner")["status"].get("succeeded"), 60,
-             what="runner Job succeeded")
+    wait_for(
+        lambda: kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/runner")["status"].get("succeeded"),
+        60,
+        what="runner Job succeeded",
+    )
     done = gitea.wait_for_job_status(owner, repo, first["id"], "completed", 30)
     assert done["conclusion"] == "success"
     assert done["runner_name"].startswith("runner-")

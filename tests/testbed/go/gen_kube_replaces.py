@@ -10,6 +10,7 @@ version bump is: ``python3 gen_kube_replaces.py v1.36.4 && go mod tidy``.
 Usage: gen_kube_replaces.py VERSION [GO_MOD_OUT]
 Needs ``go`` on PATH (``go mod download`` fetches the release's go.mod).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,9 @@ def upstream_gomod(version: str) -> str:
     """Return the text of k8s.io/kubernetes@version's go.mod via the Go tool."""
     out = subprocess.run(
         ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     return Path(json.loads(out)["GoMod"]).read_text()
 
@@ -79,7 +82,9 @@ def render(version: str, gomod: str) -> str:
 
 def main() -> None:
     version = sys.argv[1]
-    dest = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).parent / "kubernetes" / "go.mod"
+    dest = (
+        Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).parent / "kubernetes" / "go.mod"
+    )
     dest.write_text(render(version, upstream_gomod(version)))
     print(f"wrote {dest}", file=sys.stderr)
 
