@@ -171,6 +171,41 @@ def resolve_env(kube: KubeClient, pod: dict[str, Any], container: dict[str, Any]
     return env
 
 
+def read_mounted_file(
+    kube: KubeClient, pod: dict[str, Any], container: dict[str, Any], path: str
+) -> str:
+    """Read ``path`` as the container would see it through a Secret/ConfigMap volume.
+
+    Why: the act_runner image also takes ``GITEA_RUNNER_REGISTRATION_TOKEN_FILE``,
+    typically a mounted Secret; there is no mount on the host, so the harness
+    looks the key up in the API instead.
+    """
+    ns = pod["metadata"]["namespace"]
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+    for m in container.get("volumeMounts") or []:
+        mount = m["mountPath"].rstrip("/")
+        if not path.startswith(mount + "/"):
+            continue
+        rel = path[len(mount) + 1 :]
+        if m.get("subPath"):
+            rel = m["subPath"]
+        vol = volumes.get(m["name"], {})
+        if "secret" in vol:
+            src, kind, name = vol["secret"], "secrets", vol["secret"]["secretName"]
+        elif "configMap" in vol:
+            src, kind, name = vol["configMap"], "configmaps", vol["configMap"]["name"]
+        else:
+            raise ValueError(f"{path}: volume {m['name']} is neither a Secret nor a ConfigMap")
+        key = next((i["key"] for i in src.get("items") or [] if i["path"] == rel), rel)
+        obj = kube.get(f"/api/v1/namespaces/{ns}/{kind}/{name}")
+        if kind == "secrets":
+            if key in (obj.get("stringData") or {}):
+                return str(obj["stringData"][key])
+            return base64.b64decode(obj["data"][key]).decode()
+        return str(obj["data"][key])
+    return Path(path).read_text()  # not under a mount: a host path
+
+
 @dataclass
 class RunnerProcess:
     """One pod being 'run' by the harness."""
@@ -370,7 +405,9 @@ class KubeletHarness:
         instance = self.instance_url or penv.get("GITEA_INSTANCE_URL", "")
         token = penv.get("GITEA_RUNNER_REGISTRATION_TOKEN", "")
         if not token and penv.get("GITEA_RUNNER_REGISTRATION_TOKEN_FILE"):
-            token = Path(penv["GITEA_RUNNER_REGISTRATION_TOKEN_FILE"]).read_text().strip()
+            token = read_mounted_file(
+                self.kube, pod, container, penv["GITEA_RUNNER_REGISTRATION_TOKEN_FILE"]
+            ).strip()
         name = penv.get("GITEA_RUNNER_NAME") or rp.name
         labels = host_mode_labels(penv.get("GITEA_RUNNER_LABELS", ""))
         ephemeral = bool(penv.get("GITEA_RUNNER_EPHEMERAL"))  # any non-empty value, like run.sh

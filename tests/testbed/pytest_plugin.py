@@ -55,7 +55,7 @@ def _needed_components(kube_mode: str) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def testbed() -> Iterator[Sandbox]:
+def testbed(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """A started :class:`Sandbox` shared by the whole session (built first when needed)."""
     kube_mode = "existing" if os.environ.get("GRO_TEST_CLUSTER") == "existing" else "local"
     missing = [c for c in _needed_components(kube_mode) if not build.is_built(c)]
@@ -64,6 +64,15 @@ def testbed() -> Iterator[Sandbox]:
         if testbed_required():
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
+    if missing:
+        # a cold build takes many minutes: show its progress lines instead of a silent hang
+        capman = request.config.pluginmanager.getplugin("capturemanager")
+        ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+        try:
+            with ctx:
+                build.ensure_built(missing)
+        except Exception as e:
+            pytest.fail(f"testbed build failed ({type(e).__name__}): {e}", pytrace=False)
     sb = Sandbox(kube=kube_mode)
     try:
         sb.start()

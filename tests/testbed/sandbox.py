@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import build
+from .gitea_api import GiteaAPI
 from .kube import KubeClient, load_kubeconfig_client, wait_for, write_kubeconfig
 
 KWOK_DIR = Path(__file__).resolve().parent / "kwok"
@@ -581,6 +582,12 @@ class Sandbox:
         if token is None and self.kube is not None:
             return self.kube
         return KubeClient(self.apiserver_url, token or self.admin_token, self.ca_file)
+
+    def gitea_client(self, token: str | None = None) -> GiteaAPI:
+        """A GiteaAPI for this instance (admin token unless another token is given)."""
+        if not self.gitea_url:
+            raise RuntimeError("no Gitea in this sandbox")
+        return GiteaAPI(self.gitea_url, token or self.gitea_token)
 
     def use_harness_node(self, enabled: bool = True) -> None:
         """Make the harness node the only schedulable node (or switch back to kwok).

@@ -184,3 +184,43 @@ def test_harness_runs_runner_pod_to_completion(
     # the ephemeral registration is gone once its one task ended
     assert not [r for r in gitea.list_runners("org", owner) if r["name"] == done["runner_name"]]
     assert kubelet_harness.errors == []
+
+
+def test_harness_env_resolution(kube: KubeClient, kube_namespace: str) -> None:
+    from .kubelet_harness import host_mode_labels, read_mounted_file, resolve_env
+
+    ns = kube_namespace
+    kube.post(
+        f"/api/v1/namespaces/{ns}/secrets", {"metadata": {"name": "s"}, "stringData": {"t": "tok"}}
+    )
+    kube.post(
+        f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "c"}, "data": {"A": "a"}}
+    )
+    container: dict[str, Any] = {
+        "name": "runner",
+        "envFrom": [{"configMapRef": {"name": "c"}, "prefix": "CM_"}],
+        "env": [
+            {"name": "X", "value": "x"},
+            {"name": "Y", "value": "$(X)-y"},
+            {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "t"}}},
+            {"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {
+                "name": "O",
+                "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k", "optional": True}},
+            },
+        ],
+        "volumeMounts": [{"name": "reg", "mountPath": "/var/run/reg"}],
+    }
+    pod = {
+        "metadata": {"name": "p-1", "namespace": ns, "uid": "u"},
+        "spec": {
+            "containers": [container],
+            "volumes": [{"name": "reg", "secret": {"secretName": "s"}}],
+        },
+    }
+    env = resolve_env(kube, pod, container)
+    assert env == {"CM_A": "a", "X": "x", "Y": "x-y", "S": "tok", "N": "p-1"}
+    assert read_mounted_file(kube, pod, container, "/var/run/reg/t") == "tok"
+    assert (
+        host_mode_labels("ubuntu:docker://node:20, linux,x:host") == "ubuntu:host,linux:host,x:host"
+    )
