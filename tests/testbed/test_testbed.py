@@ -99,6 +99,30 @@ def test_kwok_job_completes_after_annotated_delay(kube: KubeClient, kube_namespa
     )
 
 
+def test_kwok_delay_from_image_tag(kube: KubeClient, kube_namespace: str) -> None:
+    """An image tag complete-after-<d> sets the run time; the annotation wins over it."""
+    ns = kube_namespace
+    tagged = _job("tagged")
+    tagged["spec"]["template"]["spec"]["containers"][0]["image"] = "x.invalid/r:complete-after-5s"
+    both = _job("both", {"pod-complete.stage.kwok.x-k8s.io/delay": "1s"})
+    both["spec"]["template"]["spec"]["containers"][0]["image"] = "kwok.invalid/r:complete-after-60s"
+    t0 = time.monotonic()
+    for job in (tagged, both):
+        kube.post(f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+    done: dict[str, float] = {}
+
+    def finished() -> bool:
+        for name in {"tagged", "both"} - set(done):
+            st = kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")["status"]
+            if st.get("succeeded"):
+                done[name] = time.monotonic() - t0
+        return len(done) == 2
+
+    wait_for(finished, 40, what="both Jobs succeeded")
+    assert done["tagged"] >= 5
+    assert done["both"] < 5
+
+
 def test_service_account_token_kubeconfig(
     testbed: Sandbox, kube: KubeClient, kube_namespace: str
 ) -> None:
