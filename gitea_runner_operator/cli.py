@@ -14,12 +14,11 @@ from pathlib import Path
 
 import structlog
 from kubernetes_asyncio import client, config
-from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
-from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
 from gitea_runner_operator import __version__, logsetup
 from gitea_runner_operator.health import HealthServer
 from gitea_runner_operator.runtime.controller import Controller
+from gitea_runner_operator.runtime.leadership import run_with_leadership
 from gitea_runner_operator.settings import Settings
 
 log = structlog.get_logger("gitea_runner_operator")
@@ -51,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="take a Lease before acting, so two replicas never both create runners",
     )
     p.add_argument("--leader-election-namespace", help="namespace of the Lease")
+    p.add_argument(
+        "--job-ttl-seconds",
+        type=int,
+        default=600,
+        help="ttlSecondsAfterFinished of runner Jobs: how long finished Jobs stay for inspection",
+    )
     p.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
     p.add_argument("--log-level", default="info")
     return p
@@ -59,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     if args.workers < 1:
         raise SystemExit("--workers must be at least 1")
+    if args.job_ttl_seconds < 0:
+        raise SystemExit("--job-ttl-seconds must not be negative")
     return Settings(
         namespaces=tuple(dict.fromkeys(args.namespace)),
         kubeconfig=args.kubeconfig,
@@ -69,6 +76,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         leader_elect=args.leader_elect,
         lease_namespace=args.leader_election_namespace,
         identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+        job_ttl_seconds=args.job_ttl_seconds,
     )
 
 
@@ -118,52 +126,12 @@ async def run(settings: Settings) -> int:
             if not settings.leader_elect:
                 await controller.run(stop)
                 return 0
-            return await _run_with_leadership(api, settings, controller, stop, standby)
+            return await run_with_leadership(
+                api, settings, lease_namespace(settings), controller, stop, standby
+            )
         finally:
             await health.stop()
             log.info("stopped")
-
-
-async def _run_with_leadership(
-    api: client.ApiClient,
-    settings: Settings,
-    controller: Controller,
-    stop: asyncio.Event,
-    standby: asyncio.Event,
-) -> int:
-    lost = asyncio.Event()
-    namespace = lease_namespace(settings)
-
-    async def on_lost() -> None:
-        if not stop.is_set():
-            log.error("lost leadership; exiting so that a fresh start re-lists everything")
-        lost.set()
-
-    lock = LeaseLock(settings.lease_name, namespace, settings.identity, api)
-    election = leaderelection.LeaderElection(
-        electionconfig.Config(
-            lock,
-            lease_duration=settings.lease_duration,
-            renew_deadline=settings.renew_deadline,
-            retry_period=settings.retry_period,
-            onstarted_leading=lambda: controller.run(stop),
-            onstopped_leading=on_lost,
-        )
-    )
-    log.info("waiting for leadership", lease=f"{namespace}/{settings.lease_name}")
-    standby.set()
-    election_task = asyncio.create_task(election.run(), name="leader-election")
-    stop_task = asyncio.create_task(stop.wait())
-    lost_task = asyncio.create_task(lost.wait())
-    await asyncio.wait([stop_task, lost_task, election_task], return_when=asyncio.FIRST_COMPLETED)
-    if stop.is_set() and controller.synced.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(controller.stopped.wait(), settings.shutdown_grace + 5)
-    for task in (election_task, stop_task, lost_task):
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-    return 0 if stop.is_set() else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,3 +23,4 @@ class Settings:
     shutdown_grace: float = 20.0
     min_refresh_interval: float = 2.0
     expectation_timeout: float = 60.0
+    job_ttl_seconds: int = 600  # ttlSecondsAfterFinished of runner Jobs

@@ -62,7 +62,12 @@ def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
 
 
 def render_runner_job(
-    *, group_name: str, namespace: str, group_uid: str, spec: RunnerGroupSpec
+    *,
+    group_name: str,
+    namespace: str,
+    group_uid: str,
+    spec: RunnerGroupSpec,
+    ttl_seconds_after_finished: int = TTL_SECONDS_AFTER_FINISHED,
 ) -> dict[str, Any]:
     labels = group_labels(group_name)
     return {
@@ -76,7 +81,7 @@ def render_runner_job(
             "ownerReferences": [owner_reference(group_name, group_uid)],
         },
         "spec": {
-            "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
+            "ttlSecondsAfterFinished": ttl_seconds_after_finished,
             "backoffLimit": BACKOFF_LIMIT,
             "template": {
                 "metadata": {"labels": dict(labels)},

@@ -52,6 +52,7 @@ class Reconciler:
         expectations: Expectations,
         *,
         min_refresh_interval: float = 2.0,
+        job_ttl_seconds: int = 600,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -60,6 +61,7 @@ class Reconciler:
         self._pollers = pollers
         self._expectations = expectations
         self._min_refresh = min_refresh_interval
+        self._job_ttl = job_ttl_seconds
         self._clock = clock
         self._wall = wall_clock
 
@@ -97,9 +99,7 @@ class Reconciler:
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
             alive = sum(1 for v in views if v.alive) + self._expectations.pending(key)
-            await self._write_status(
-                group, problem, active=alive, max_active=0, target=spec.target
-            )
+            await self._write_status(group, problem, active=alive, max_active=0, target=spec.target)
             return Result()
 
         decision = plan(
@@ -170,7 +170,11 @@ class Reconciler:
         if decision.create <= 0:
             return 0
         manifest = render_runner_job(
-            group_name=name, namespace=namespace, group_uid=meta["uid"], spec=spec
+            group_name=name,
+            namespace=namespace,
+            group_uid=meta["uid"],
+            spec=spec,
+            ttl_seconds_after_finished=self._job_ttl,
         )
         results = await asyncio.gather(
             *(self._cluster.create_job(manifest) for _ in range(decision.create)),

@@ -43,6 +43,7 @@ class Controller:
             self.pollers,
             self.expectations,
             min_refresh_interval=settings.min_refresh_interval,
+            job_ttl_seconds=settings.job_ttl_seconds,
         )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)

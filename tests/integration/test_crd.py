@@ -1,0 +1,125 @@
+"""The CRD from manifests/ on a real API server: the schema and CEL rules reject what the
+operator could not serve, with the CRD's own messages."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.integration import manifests
+from tests.integration.conftest import GROUPS
+from tests.testbed.kube import KubeClient, KubeError
+
+pytestmark = pytest.mark.integration
+
+VALID: dict[str, Any] = {
+    "apiVersion": "gitea.bpg.pw/v1alpha1",
+    "kind": "RunnerGroup",
+    "metadata": {"name": "valid"},
+    "spec": {
+        "scope": "repo",
+        "org": "acme",
+        "repo": "widgets",
+        "gitea": {"url": "https://gitea.example.com"},
+        "labels": ["ubuntu-latest:docker://node:20-bookworm", "app:infra"],
+        "maxActiveRunners": 2,
+        "registrationToken": {"secretRef": {"name": "t", "key": "registration"}},
+        "authToken": {"secretRef": {"name": "t", "key": "api"}},
+    },
+}
+
+
+def group(name: str, **spec: Any) -> dict[str, Any]:
+    obj = copy.deepcopy(VALID)
+    obj["metadata"]["name"] = name
+    for key, value in spec.items():
+        if value is None:
+            obj["spec"].pop(key, None)
+        else:
+            obj["spec"][key] = value
+    return obj
+
+
+def rejection(kube: KubeClient, ns: str, obj: dict[str, Any]) -> str:
+    with pytest.raises(KubeError) as err:
+        kube.post(GROUPS.format(ns=ns), obj)
+    assert err.value.status == 422, err.value
+    return str(err.value)
+
+
+def test_valid_group_is_accepted_with_defaults(kube, team_namespace):
+    created = kube.post(GROUPS.format(ns=team_namespace), group("ok"))
+    spec = created["spec"]
+    assert spec["image"] == "gitea/act_runner:nightly-dind-rootless"
+    assert spec["pollInterval"] == "15s"
+    assert spec["idleTimeout"] == "10m"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"scope": "org", "repo": None, "org": None},
+            "spec.org is required when scope is org or repo",
+        ),
+        ({"repo": None}, "spec.repo is required when scope is repo"),
+        ({"scope": "global"}, "spec.org and spec.repo must be empty when scope is global"),
+        ({"scope": "team"}, 'Unsupported value: "team"'),
+        ({"maxActiveRunners": 0}, "spec.maxActiveRunners: Invalid value: 0"),
+        ({"gitea": {"url": "ftp://gitea"}}, "spec.gitea.url"),
+        ({"labels": []}, "spec.labels"),
+        ({"labels": ["a,b"]}, "spec.labels[0]"),
+        ({"pollInterval": "1s"}, "spec.pollInterval must be between 5s and 10m"),
+        ({"idleTimeout": "5s"}, "spec.idleTimeout must be between 1m and 24h"),
+        ({"authToken": None}, "spec.authToken: Required value"),
+    ],
+)
+def test_invalid_groups_are_rejected_with_the_crds_message(kube, team_namespace, spec, message):
+    assert message in rejection(kube, team_namespace, group("bad", **spec))
+
+
+def test_long_names_are_rejected(kube, team_namespace):
+    assert "at most 45 characters" in rejection(kube, team_namespace, group("x" * 46))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"scope": "org", "repo": None}, "spec.scope is immutable"),
+        ({"org": "other"}, "spec.org is immutable"),
+        ({"repo": "other"}, "spec.repo is immutable"),
+        ({"gitea": {"url": "https://elsewhere.example.com"}}, "spec.gitea.url is immutable"),
+    ],
+)
+def test_target_cannot_change_after_creation(kube, team_namespace, change, message):
+    path = GROUPS.format(ns=team_namespace)
+    created = kube.post(path, group("moving"))
+    edited = copy.deepcopy(created)
+    for key, value in change.items():
+        if value is None:
+            edited["spec"].pop(key, None)
+        else:
+            edited["spec"][key] = value
+    with pytest.raises(KubeError) as err:
+        kube.put(f"{path}/moving", edited)
+    assert err.value.status == 422
+    assert message in str(err.value)
+
+
+def test_other_fields_can_change(kube, team_namespace):
+    path = GROUPS.format(ns=team_namespace)
+    created = kube.post(path, group("growing"))
+    created["spec"]["maxActiveRunners"] = 9
+    created["spec"]["labels"] = ["linux"]
+    updated = kube.put(f"{path}/growing", created)
+    assert updated["spec"]["maxActiveRunners"] == 9
+    assert updated["metadata"]["generation"] == 2
+
+
+def test_status_is_a_subresource(kube, team_namespace):
+    path = GROUPS.format(ns=team_namespace)
+    created = kube.post(path, {**group("statusful"), "status": {"activeRunners": 7}})
+    assert "status" not in created or created["status"].get("activeRunners") != 7
+    assert manifests.object_path(created, team_namespace).endswith("/statusful")
