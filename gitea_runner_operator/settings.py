@@ -16,9 +16,10 @@ class Settings:
     leader_elect: bool = True
     lease_name: str = "gitea-runner-operator"
     lease_namespace: str | None = None  # default: our own namespace, else "default"
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
+    # Whole seconds: the Lease object stores leaseDurationSeconds as an integer.
+    lease_duration: int = 15
+    renew_deadline: int = 10
+    retry_period: int = 2
     identity: str = field(default="")
     shutdown_grace: float = 20.0
     min_refresh_interval: float = 2.0

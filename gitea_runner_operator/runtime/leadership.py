@@ -61,6 +61,9 @@ async def run_with_leadership(
     stop_task = asyncio.create_task(stop.wait())
     lost_task = asyncio.create_task(lost.wait())
     await asyncio.wait([stop_task, lost_task, election_task], return_when=asyncio.FIRST_COMPLETED)
+    if election_task.done() and not election_task.cancelled() and election_task.exception():
+        exc = election_task.exception()
+        log.error("leader election failed", error=f"{type(exc).__name__}: {exc}")
     if stop.is_set() and controller.synced.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(controller.stopped.wait(), settings.shutdown_grace + 5)
