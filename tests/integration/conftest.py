@@ -251,14 +251,12 @@ def start_operator(
         proc = subprocess.Popen(args, stdout=log_path.open("wb"), stderr=subprocess.STDOUT, env=env)
         op = OperatorProcess(proc, log_path, port, args)
         started.append(op)
-        try:
+        with contextlib.suppress(TimeoutError):
             wait_for(
                 lambda: op.proc.poll() is not None or op.readyz() == 200,
                 timeout=60,
                 what="operator /readyz",
             )
-        except TimeoutError:
-            pass
         if op.proc.poll() is not None or op.readyz() != 200:
             raise AssertionError(f"operator did not become ready:\n{op.log()[-4000:]}")
         return op
