@@ -79,7 +79,12 @@ def cmd_up(args: argparse.Namespace) -> int:
             )
             return 1
     kube = "existing" if args.existing else ("none" if args.no_kube else "local")
-    sb = Sandbox(kube=kube, gitea=not args.no_gitea, keep_workdir=args.detach or None)
+    sb = Sandbox(
+        kube=kube,
+        gitea=not args.no_gitea,
+        keep_workdir=args.detach or None,
+        die_with_parent=not args.detach,
+    )
     sb.start()
     info = sb.info()
     if args.harness and sb.with_harness_node:
@@ -101,6 +106,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     _print_info(info, state)
     if args.detach:
         atexit.unregister(sb.stop)  # the processes outlive this command; `down` stops them
+        sb.processes.clear()
         return 0
     print("running; Ctrl-C to stop", flush=True)
     stop = {"now": False}

@@ -42,6 +42,7 @@ from typing import Any
 
 from . import build
 from .kube import KubeClient, KubeError
+from .sandbox import _die_with_parent
 
 HARNESS_NODE = "e2e-node-0"
 
@@ -449,6 +450,7 @@ class KubeletHarness:
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
+                    preexec_fn=_die_with_parent,  # runner dies with this test process
                 )
                 rp.exit_code = rp.proc.wait()
                 if rp.exit_code != 0:

@@ -33,6 +33,7 @@ import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -56,6 +57,41 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_LIVE: list[Sandbox] = []
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: the child gets SIGKILL when the process that started it dies.
+
+    Why: a test run killed with SIGKILL (or a crashed interpreter) runs no atexit
+    handler; without this its etcd/apiserver/gitea would be left running.
+    Linux only; silently a no-op elsewhere.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:  # noqa: S110 - best effort, platform without prctl
+        pass
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """Stop every live sandbox, then die of SIGTERM as the default action would."""
+    for sb in list(_LIVE):
+        sb.stop()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _install_sigterm_handler() -> None:
+    """Route SIGTERM (e.g. from `timeout`) through stop() unless someone else handles it."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _http_ok(url: str, token: str | None = None, insecure: bool = True) -> bool:
@@ -98,6 +134,7 @@ class Sandbox:
         keep_workdir: bool | None = None,
         build_missing: bool = True,
         harness_node: bool = True,
+        die_with_parent: bool = True,
     ) -> None:
         if kube not in ("local", "existing", "none"):
             raise ValueError(f"kube must be local, existing or none, not {kube!r}")
@@ -105,6 +142,8 @@ class Sandbox:
         self.with_gitea = gitea
         self.with_harness_node = harness_node and kube == "local"
         self.build_missing = build_missing
+        # peers get SIGKILL when the starting thread's process dies (off for `up --detach`)
+        self.die_with_parent = die_with_parent
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="gro-testbed-"))
         if keep_workdir is None:
@@ -147,6 +186,8 @@ class Sandbox:
             return self
         t0 = time.monotonic()
         atexit.register(self.stop)
+        _LIVE.append(self)
+        _install_sigterm_handler()
         self.started = True
         try:
             self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -167,17 +208,17 @@ class Sandbox:
         return self
 
     def stop(self, keep: bool | None = None) -> None:
-        """Stop every process group (SIGTERM, then SIGKILL after 10 s); idempotent."""
-        procs = list(self.processes.items())[::-1]
-        for _, p in procs:
+        """Stop every process group, newest first (SIGTERM, SIGKILL after 5 s); idempotent.
+
+        One by one in reverse start order: stopping etcd under a live API server
+        makes the API server's graceful shutdown hang until the SIGKILL.
+        """
+        for _, p in list(self.processes.items())[::-1]:
             if p.poll() is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for _, p in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        for _, p in procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=5)
             # the group may hold children (e.g. git run by gitea) even after the leader exited
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.pid, signal.SIGKILL)
@@ -195,6 +236,8 @@ class Sandbox:
         self.started = False
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
+        with contextlib.suppress(ValueError):
+            _LIVE.remove(self)
 
     # ------------------------------------------------------------------ helpers
     def _resolve_binaries(self) -> None:
@@ -230,6 +273,7 @@ class Sandbox:
             cwd=cwd or self.workdir,
             env=env,
             start_new_session=True,
+            preexec_fn=_die_with_parent if self.die_with_parent else None,
         )
         self.processes[name] = p
         self.logs[name] = log_path
