@@ -123,7 +123,10 @@ class Sandbox:
     ``kube``: ``"local"`` (start etcd/apiserver/controller-manager/scheduler/kwok),
     ``"existing"`` (use the current KUBECONFIG cluster; no nodes are created)
     or ``"none"``. ``gitea``: start Gitea. ``build_missing``: build binaries
-    that are not in the cache (cold builds take tens of minutes).
+    that are not in the cache (a cold build takes about 12 minutes).
+    ``gitea_settings``: extra app.ini keys, e.g.
+    ``{"actions": {"ZOMBIE_TASK_TIMEOUT": "1m"}}``. ``die_with_parent``: the
+    peers get SIGKILL when this process dies (turn off to leave them running).
     """
 
     def __init__(
@@ -135,6 +138,7 @@ class Sandbox:
         build_missing: bool = True,
         harness_node: bool = True,
         die_with_parent: bool = True,
+        gitea_settings: dict[str, dict[str, str]] | None = None,
     ) -> None:
         if kube not in ("local", "existing", "none"):
             raise ValueError(f"kube must be local, existing or none, not {kube!r}")
@@ -142,6 +146,8 @@ class Sandbox:
         self.with_gitea = gitea
         self.with_harness_node = harness_node and kube == "local"
         self.build_missing = build_missing
+        # extra app.ini settings, {"section": {"KEY": "value"}}; "" is the top level
+        self.gitea_settings = gitea_settings or {}
         # peers get SIGKILL when the starting thread's process dies (off for `up --detach`)
         self.die_with_parent = die_with_parent
         self._own_workdir = workdir is None
@@ -653,85 +659,64 @@ class Sandbox:
         self.gitea_dir = gdir
         conf = gdir / "custom/conf/app.ini"
         self.gitea_config = conf
-        root = "I_AM_BEING_UNSAFE_RUNNING_AS_ROOT = true\n" if os.geteuid() == 0 else ""
-        conf.write_text(f"""APP_NAME = gro-testbed
-RUN_USER = {getpass.getuser()}
-RUN_MODE = prod
-WORK_PATH = {gdir}
-{root}
-[server]
-PROTOCOL = http
-HTTP_ADDR = 127.0.0.1
-HTTP_PORT = {port}
-DOMAIN = 127.0.0.1
-ROOT_URL = {self.gitea_url}/
-DISABLE_SSH = true
-START_SSH_SERVER = false
-OFFLINE_MODE = true
-LFS_START_SERVER = false
-STATIC_ROOT_PATH = {self._gitea_static}
-APP_DATA_PATH = {gdir / "data"}
-
-[database]
-DB_TYPE = sqlite3
-PATH = {gdir / "data" / "gitea.db"}
-SQLITE_JOURNAL_MODE = WAL
-
-[repository]
-ROOT = {gdir / "repos"}
-DEFAULT_BRANCH = main
-
-[security]
-INSTALL_LOCK = true
-SECRET_KEY = {secrets.token_hex(32)}
-INTERNAL_TOKEN = {secrets.token_urlsafe(64)}
-
-[oauth2]
-JWT_SECRET = {secrets.token_urlsafe(32)[:43]}
-
-[service]
-DISABLE_REGISTRATION = true
-REQUIRE_SIGNIN_VIEW = false
-ENABLE_NOTIFY_MAIL = false
-
-[mailer]
-ENABLED = false
-
-[picture]
-DISABLE_GRAVATAR = true
-ENABLE_FEDERATED_AVATAR = false
-
-[session]
-PROVIDER = memory
-
-[cache]
-ADAPTER = memory
-
-[queue]
-TYPE = channel
-
-[indexer]
-ISSUE_INDEXER_TYPE = db
-REPO_INDEXER_ENABLED = false
-
-[cron.update_checker]
-ENABLED = false
-
-[actions]
-ENABLED = true
-
-[webhook]
-ALLOWED_HOST_LIST = loopback
-DELIVER_TIMEOUT = 5
-
-[api]
-ENABLE_SWAGGER = false
-
-[log]
-MODE = console
-LEVEL = Info
-ROOT_PATH = {gdir / "log"}
-""")
+        settings: dict[str, dict[str, str]] = {
+            "": {
+                "APP_NAME": "gro-testbed",
+                "RUN_USER": getpass.getuser(),
+                "RUN_MODE": "prod",
+                "WORK_PATH": str(gdir),
+            },
+            "server": {
+                "PROTOCOL": "http",
+                "HTTP_ADDR": "127.0.0.1",
+                "HTTP_PORT": str(port),
+                "DOMAIN": "127.0.0.1",
+                "ROOT_URL": f"{self.gitea_url}/",
+                "DISABLE_SSH": "true",
+                "START_SSH_SERVER": "false",
+                "OFFLINE_MODE": "true",
+                "LFS_START_SERVER": "false",
+                "STATIC_ROOT_PATH": str(self._gitea_static),
+                "APP_DATA_PATH": str(gdir / "data"),
+            },
+            "database": {
+                "DB_TYPE": "sqlite3",
+                "PATH": str(gdir / "data" / "gitea.db"),
+                "SQLITE_JOURNAL_MODE": "WAL",
+            },
+            "repository": {"ROOT": str(gdir / "repos"), "DEFAULT_BRANCH": "main"},
+            "security": {
+                "INSTALL_LOCK": "true",
+                "SECRET_KEY": secrets.token_hex(32),
+                "INTERNAL_TOKEN": secrets.token_urlsafe(64),
+            },
+            "oauth2": {"JWT_SECRET": secrets.token_urlsafe(32)[:43]},
+            "service": {
+                "DISABLE_REGISTRATION": "true",
+                "REQUIRE_SIGNIN_VIEW": "false",
+                "ENABLE_NOTIFY_MAIL": "false",
+            },
+            "mailer": {"ENABLED": "false"},
+            "picture": {"DISABLE_GRAVATAR": "true", "ENABLE_FEDERATED_AVATAR": "false"},
+            "session": {"PROVIDER": "memory"},
+            "cache": {"ADAPTER": "memory"},
+            "queue": {"TYPE": "channel"},
+            "indexer": {"ISSUE_INDEXER_TYPE": "db", "REPO_INDEXER_ENABLED": "false"},
+            "cron.update_checker": {"ENABLED": "false"},
+            "actions": {"ENABLED": "true"},
+            "webhook": {"ALLOWED_HOST_LIST": "loopback", "DELIVER_TIMEOUT": "5"},
+            "api": {"ENABLE_SWAGGER": "false"},
+            "log": {"MODE": "console", "LEVEL": "Info", "ROOT_PATH": str(gdir / "log")},
+        }
+        if os.geteuid() == 0:
+            settings[""]["I_AM_BEING_UNSAFE_RUNNING_AS_ROOT"] = "true"
+        for section, values in self.gitea_settings.items():
+            settings.setdefault(section, {}).update(values)
+        lines: list[str] = []
+        for section, values in settings.items():
+            lines += [f"[{section}]"] if section else []
+            lines += [f"{k} = {v}" for k, v in values.items()] + [""]
+        conf.write_text("\n".join(lines))
         env = dict(
             os.environ, GITEA_WORK_DIR=str(gdir), GITEA_CUSTOM=str(gdir / "custom"), HOME=str(gdir)
         )
