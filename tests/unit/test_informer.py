@@ -1,0 +1,114 @@
+"""The informer against a scripted API: list, watch, a 410 Gone in the stream, re-list.
+Scripted because a real API server cannot be made to expire a watch on demand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from gitea_runner_operator.kube.informer import Informer
+
+
+def obj(name: str, rv: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}
+
+
+class FakeResponse:
+    def __init__(self, body: Any = None, lines: list[dict[str, Any]] | None = None) -> None:
+        self._body = body
+        self._lines = [json.dumps(line).encode() + b"\n" for line in lines or []]
+        self.content = self
+
+    async def read(self) -> bytes:
+        return json.dumps(self._body).encode()
+
+    async def readline(self) -> bytes:
+        await asyncio.sleep(0)
+        return self._lines.pop(0) if self._lines else b""
+
+    def release(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class ScriptedAPI:
+    """Each list returns the next snapshot; each watch returns the next event script."""
+
+    def __init__(self, lists: list[dict[str, Any]], watches: list[list[dict[str, Any]]]) -> None:
+        self.lists = lists
+        self.watches = watches
+        self.calls: list[dict[str, Any]] = []
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> FakeResponse:
+        self.calls.append(kwargs)
+        if kwargs.get("watch"):
+            if not self.watches:
+                await asyncio.sleep(3600)
+            return FakeResponse(lines=self.watches.pop(0))
+        return FakeResponse(body=self.lists.pop(0))
+
+
+async def run_until(informer: Informer, condition: Any) -> None:
+    task = asyncio.create_task(informer.run())
+    try:
+        for _ in range(500):
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("condition not reached")
+    finally:
+        task.cancel()
+
+
+async def test_list_watch_then_410_relists_and_synthesises_deletions():
+    api = ScriptedAPI(
+        lists=[
+            {"metadata": {"resourceVersion": "10"}, "items": [obj("a", "1"), obj("b", "2")]},
+            {"metadata": {"resourceVersion": "20"}, "items": [obj("a", "15")]},
+        ],
+        watches=[
+            [
+                {"type": "MODIFIED", "object": obj("a", "11")},
+                {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}},
+                {
+                    "type": "ERROR",
+                    "object": {"code": 410, "reason": "Expired", "message": "too old"},
+                },
+            ],
+        ],
+    )
+    events: list[tuple[str, str]] = []
+    informer = Informer(
+        "test", api, handler=lambda kind, o, before: events.append((kind, o["metadata"]["name"]))
+    )
+    await run_until(informer, lambda: informer.relists == 2 and len(api.calls) >= 4)
+
+    assert informer.cache == {"ns/a": obj("a", "15")}  # b vanished while we were away
+    assert events == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        ("MODIFIED", "a"),
+        ("DELETED", "b"),  # synthesised on re-list
+        ("MODIFIED", "a"),
+    ]
+    first_watch, second_watch = [c for c in api.calls if c.get("watch")][:2]
+    assert first_watch["resource_version"] == "10"
+    assert first_watch["allow_watch_bookmarks"] is True
+    assert 300 <= first_watch["timeout_seconds"] <= 600
+    assert second_watch["resource_version"] == "20"  # from the re-list, not the stale stream
+
+
+async def test_a_watch_that_ends_resumes_from_the_last_resource_version():
+    api = ScriptedAPI(
+        lists=[{"metadata": {"resourceVersion": "10"}, "items": []}],
+        watches=[[{"type": "ADDED", "object": obj("c", "13")}], []],
+    )
+    informer = Informer("test", api)
+    await run_until(informer, lambda: len([c for c in api.calls if c.get("watch")]) >= 2)
+    watches = [c for c in api.calls if c.get("watch")]
+    assert watches[1]["resource_version"] == "13"
+    assert informer.relists == 1  # no re-list for a clean end of stream
+    assert informer.synced.is_set()
