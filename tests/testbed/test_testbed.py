@@ -7,6 +7,7 @@ tests failing in confusing ways.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from typing import Any
@@ -149,6 +150,29 @@ def test_service_account_token_kubeconfig(
         },
     )
     wait_for(lambda: as_sa.get(f"/api/v1/namespaces/{ns}/pods") is not None, 10, what="RBAC grant")
+    # the serviceaccount-token controller fills legacy token Secrets
+    kube.post(
+        f"/api/v1/namespaces/{ns}/secrets",
+        {
+            "metadata": {
+                "name": "op-token",
+                "annotations": {"kubernetes.io/service-account.name": "op"},
+            },
+            "type": "kubernetes.io/service-account-token",
+        },
+    )
+    secret = wait_for(
+        lambda: (
+            (s := kube.get(f"/api/v1/namespaces/{ns}/secrets/op-token"))
+            .get("data", {})
+            .get("token")
+            and s
+        ),
+        30,
+        what="token Secret filled",
+    )
+    legacy = base64.b64decode(secret["data"]["token"]).decode()
+    assert testbed.kube_client(legacy).get(f"/api/v1/namespaces/{ns}/pods") is not None
     kc = json.loads(testbed.kubeconfig_for_token(token, namespace=ns).read_text())
     assert kc["users"][0]["user"]["token"] == token
     assert kc["contexts"][0]["context"]["namespace"] == ns
