@@ -174,6 +174,28 @@ class GiteaAPI:
         fname = name if name.endswith((".yml", ".yaml")) else f"{name}.yml"
         return self.put_file(owner, repo, f".gitea/workflows/{fname}", yaml_text)
 
+    def create_webhook(
+        self,
+        url: str,
+        owner: str | None = None,
+        repo: str | None = None,
+        secret: str = "",
+        events: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Add a Gitea-type JSON webhook on an org (``repo`` None), a repo, or system-wide
+        (``owner`` None; needs a site admin). Default events: ``workflow_job``."""
+        body = {
+            "type": "gitea",
+            "active": True,
+            "events": events or ["workflow_job"],
+            "config": {"url": url, "content_type": "json", "secret": secret},
+        }
+        if owner is None:
+            return self.post("/admin/hooks", {**body, "is_system_webhook": True})
+        if repo is None:
+            return self.post(f"/orgs/{owner}/hooks", body)
+        return self.post(f"/repos/{owner}/{repo}/hooks", body)
+
     # ---------------------------------------------------------------- actions
     @staticmethod
     def _scope_prefix(scope: Scope, owner: str | None = None, repo: str | None = None) -> str:
