@@ -4,8 +4,9 @@ Why: kwok fakes pods (they "run" nothing), but an end-to-end test must show that
 a runner Pod the operator creates really registers with Gitea, takes a job and
 goes away. There is no container runtime here, so this harness watches pods
 bound to ``e2e-node-0`` (a node no kwok instance runs pods on), resolves the
-first container's environment the way a kubelet would (``value``,
-``valueFrom.secretKeyRef``/``configMapKeyRef``/``fieldRef``, ``envFrom``), and
+runner container's environment (the first with GITEA_* env, else the first)
+the way a kubelet would (``value``, ``valueFrom.secretKeyRef``/``configMapKeyRef``/
+``fieldRef``, ``envFrom``), and
 does what the act_runner image's entrypoint does, on the host:
 
 1. ``<runner> register --no-interactive [--ephemeral] --instance $GITEA_INSTANCE_URL
@@ -170,6 +171,20 @@ def resolve_env(kube: KubeClient, pod: dict[str, Any], container: dict[str, Any]
             else:
                 raise ValueError(f"unsupported valueFrom for {name}: {vf}")
     return env
+
+
+def runner_container(pod: dict[str, Any]) -> dict[str, Any]:
+    """The container that runs the runner: the first one with Gitea runner env, else the first."""
+    containers: list[dict[str, Any]] = pod["spec"]["containers"]
+    for c in containers:
+        names = {e.get("name") for e in c.get("env") or []}
+        if names & {
+            "GITEA_INSTANCE_URL",
+            "GITEA_RUNNER_REGISTRATION_TOKEN",
+            "GITEA_RUNNER_REGISTRATION_TOKEN_FILE",
+        }:
+            return c
+    return containers[0]
 
 
 def read_mounted_file(
@@ -346,7 +361,6 @@ class KubeletHarness:
     ) -> None:
         now = _now()
         running = phase == "Running"
-        c = pod["spec"]["containers"][0]
         state: dict[str, Any]
         if running:
             state = {"running": {"startedAt": now}}
@@ -382,6 +396,7 @@ class KubeletHarness:
                     "restartCount": 0,
                     "state": state,
                 }
+                for c in pod["spec"]["containers"]  # sidecars share the runner's fate
             ],
         }
         try:
@@ -401,7 +416,7 @@ class KubeletHarness:
                 self._status(rp, pod, "Failed", 1, message=repr(e))
 
     def _run_pod_inner(self, pod: dict[str, Any], rp: RunnerProcess) -> None:
-        container = pod["spec"]["containers"][0]
+        container = runner_container(pod)
         penv = resolve_env(self.kube, pod, container)
         instance = self.instance_url or penv.get("GITEA_INSTANCE_URL", "")
         token = penv.get("GITEA_RUNNER_REGISTRATION_TOKEN", "")
