@@ -24,6 +24,7 @@ class RunnerJobView:
     deleting: bool
     took_job: bool
     pod_names: tuple[str, ...] = ()
+    failed: bool = False
 
     @property
     def alive(self) -> bool:
@@ -36,11 +37,11 @@ def parse_time(value: str | None) -> float | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def job_finished(job: Mapping[str, Any]) -> bool:
+def job_finished(job: Mapping[str, Any], kinds: tuple[str, ...] = ("Complete", "Failed")) -> bool:
     """Complete or Failed, by the Job's conditions (the Job controller's verdict)."""
     status = job.get("status") or {}
     for cond in status.get("conditions") or []:
-        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+        if cond.get("type") in kinds and cond.get("status") == "True":
             return True
     return False
 
@@ -63,6 +64,7 @@ def job_view(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Runne
         deleting=bool(meta.get("deletionTimestamp")),
         took_job=annotations.get(constants.TOOK_JOB_ANNOTATION) == "true",
         pod_names=pod_names,
+        failed=job_finished(job, ("Failed",)),
     )
 
 

@@ -26,9 +26,11 @@ from gitea_runner_operator.kube.views import RunnerJobView, job_view, pods_by_jo
 from gitea_runner_operator.reconcile.scaling import Plan, plan
 from gitea_runner_operator.reconcile.status import (
     READY,
+    RUNNERS_HEALTHY,
     Problem,
     desired_status,
     ready_condition,
+    runners_healthy_condition,
     status_differs,
 )
 from gitea_runner_operator.runtime.expectations import Expectations
@@ -122,6 +124,7 @@ class Reconciler:
             queued=decision.demand,
             checked_at=snapshot.checked_at,
             target=spec.target,
+            failed_jobs=[v.name for v in views if v.failed],
         )
         return Result()
 
@@ -213,6 +216,7 @@ class Reconciler:
         queued: int | None = None,
         checked_at: str | None = None,
         target: str | None = None,
+        failed_jobs: list[str] | None = None,
     ) -> None:
         meta = group["metadata"]
         previous = group.get("status") or {}
@@ -226,6 +230,9 @@ class Reconciler:
             ready=ready,
             now_iso=utc_now_iso(),
             target=target,
+            extra_conditions=(
+                [runners_healthy_condition(failed_jobs)] if failed_jobs is not None else []
+            ),
         )
         if not status_differs(previous, wanted):
             return
@@ -235,3 +242,11 @@ class Reconciler:
         )
         if problem is not None and before.get("reason") != problem.reason:
             await self._cluster.emit_event(group, "Warning", problem.reason, problem.message)
+        if failed_jobs:
+            was: dict[str, Any] = next(
+                (c for c in previous.get("conditions") or [] if c.get("type") == RUNNERS_HEALTHY),
+                {},
+            )
+            if was.get("status") != "False":
+                message = runners_healthy_condition(failed_jobs)["message"]
+                await self._cluster.emit_event(group, "Warning", "RunnerJobsFailed", message)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 READY = "Ready"
+RUNNERS_HEALTHY = "RunnersHealthy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,29 @@ def ready_condition(
     return {"type": READY, "status": "True", "reason": "Polling", "message": message}
 
 
+def runners_healthy_condition(failed_jobs: Sequence[str]) -> dict[str, str]:
+    """Failed runner Jobs (kept until their TTL) usually mean a wrong registration token, a
+    Gitea URL the Pods cannot reach, or an image that does not start: say so on the group
+    instead of leaving users to find it in Pod logs."""
+    if not failed_jobs:
+        return {
+            "type": RUNNERS_HEALTHY,
+            "status": "True",
+            "reason": "NoFailures",
+            "message": "no failed runner Jobs",
+        }
+    names = ", ".join(sorted(failed_jobs)[:3]) + (", ..." if len(failed_jobs) > 3 else "")
+    return {
+        "type": RUNNERS_HEALTHY,
+        "status": "False",
+        "reason": "RunnerJobsFailed",
+        "message": (
+            f"{len(failed_jobs)} runner Job(s) failed ({names}); check the runner Pods' logs, "
+            "spec.registrationToken and whether the Pods can reach spec.gitea.url"
+        ),
+    }
+
+
 def merge_conditions(
     previous: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, str]], now_iso: str
 ) -> list[dict[str, Any]]:
@@ -65,12 +89,15 @@ def desired_status(
     ready: Mapping[str, str],
     now_iso: str,
     target: str | None = None,
+    extra_conditions: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     prev = previous or {}
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "activeRunners": active,
-        "conditions": merge_conditions(prev.get("conditions") or [], [ready], now_iso),
+        "conditions": merge_conditions(
+            prev.get("conditions") or [], [ready, *extra_conditions], now_iso
+        ),
     }
     # Keep the last known figures when Gitea cannot be asked, rather than claiming zero.
     if target is not None:

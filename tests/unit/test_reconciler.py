@@ -141,6 +141,24 @@ async def test_creates_up_to_the_maximum_and_reports_status():
     assert cluster.status["target"] == "acme/widgets"
     assert cluster.status["conditions"][0]["reason"] == "AtCapacity"
     assert ("Normal", "RunnersCreated") in cluster.events
+    healthy = cluster.status["conditions"][1]
+    assert (healthy["type"], healthy["status"]) == ("RunnersHealthy", "True")
+
+
+async def test_failed_runner_jobs_turn_runners_healthy_false_and_warn_once():
+    cluster = FakeCluster()
+    first, _ = make(cluster, snapshot(queued=1))
+    await first.reconcile(KEY)
+    cluster.sync()
+    (job,) = cluster.jobs.values()
+    job["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
+    again, _ = make(cluster, snapshot(queued=1))
+    for _ in range(2):
+        await again.reconcile(KEY)
+    healthy = cluster.status["conditions"][1]
+    assert (healthy["status"], healthy["reason"]) == ("False", "RunnerJobsFailed")
+    assert cluster.events.count(("Warning", "RunnerJobsFailed")) == 1
+    assert len(cluster.unsynced) == 1  # the job is still queued: a new runner is started
 
 
 async def test_a_second_pass_before_the_watch_catches_up_creates_nothing():

@@ -2,6 +2,7 @@ from gitea_runner_operator.reconcile.status import (
     Problem,
     desired_status,
     ready_condition,
+    runners_healthy_condition,
     status_differs,
 )
 
@@ -53,3 +54,12 @@ def test_transition_time_moves_only_when_status_flips():
     # Figures from the last good check are kept, not zeroed, while Gitea cannot be asked.
     assert failed["queuedJobs"] == 0 and failed["lastCheckTime"] == "t1"
     assert status_differs(again, failed)
+
+
+def test_failed_runner_jobs_are_reported_with_a_hint():
+    healthy = runners_healthy_condition([])
+    assert (healthy["type"], healthy["status"]) == ("RunnersHealthy", "True")
+    failing = runners_healthy_condition(["ci-b", "ci-a", "ci-c", "ci-d"])
+    assert (failing["status"], failing["reason"]) == ("False", "RunnerJobsFailed")
+    assert failing["message"].startswith("4 runner Job(s) failed (ci-a, ci-b, ci-c, ...)")
+    assert "spec.registrationToken" in failing["message"]
