@@ -11,8 +11,10 @@
 //	gro-testbed-runner daemon [--once]
 //
 // Only host mode is implemented: each `run:` step is executed with bash on the host.
-// Expressions (${{ }}), `uses:` steps, containers and services are NOT supported;
-// a `uses:` step is logged and skipped. Good enough to prove pickup, reporting and
+// Only simple expressions are substituted (${{ github.X }}, secrets, vars, env,
+// needs.J.outputs.X / needs.J.result; anything else becomes ""); `if:`, `uses:`
+// steps, matrices, containers and services are NOT supported; a `uses:` step is
+// logged and skipped. Good enough to prove pickup, reporting and
 // ephemeral clean-up against a real Gitea; not a runner for real workloads.
 package main
 
@@ -29,6 +31,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -244,12 +247,18 @@ type workflow struct {
 
 // logger collects log rows; they are sent to Gitea as the task's log.
 type logger struct {
-	mu   sync.Mutex
-	rows []*runnerv1.LogRow
+	mu      sync.Mutex
+	rows    []*runnerv1.LogRow
+	secrets []string // masked as *** in every line, as act_runner does
 }
 
 func (l *logger) add(format string, a ...any) {
 	line := fmt.Sprintf(format, a...)
+	for _, sec := range l.secrets {
+		if sec != "" {
+			line = strings.ReplaceAll(line, sec, "***")
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.rows = append(l.rows, &runnerv1.LogRow{Time: timestamppb.Now(), Content: line})
@@ -303,6 +312,9 @@ func mergeEnv(base []string, maps ...map[string]string) []string {
 
 func runTask(ctx context.Context, cli runnerv1connect.RunnerServiceClient, t *runnerv1.Task) {
 	log := &logger{}
+	for _, v := range t.GetSecrets() {
+		log.secrets = append(log.secrets, v)
+	}
 	started := timestamppb.Now()
 	state := &runnerv1.TaskState{Id: t.GetId(), StartedAt: started}
 	_, _ = cli.UpdateTask(ctx, connect.NewRequest(&runnerv1.UpdateTaskRequest{State: state}))
@@ -355,7 +367,17 @@ func runTask(ctx context.Context, cli runnerv1connect.RunnerServiceClient, t *ru
 			st.Result = runnerv1.Result_RESULT_SKIPPED
 		} else {
 			log.add("step %d: %s", i, title)
-			st.Result = runStep(ctx, log, s, mergeEnv(base, wf.Env, j.Env, s.Env), workspace)
+			env := map[string]string{}
+			for _, m := range []map[string]string{wf.Env, j.Env, s.Env} {
+				for k, v := range m {
+					env[k] = v
+				}
+			}
+			for k, v := range env {
+				env[k] = expand(v, t, env)
+			}
+			s.Run = expand(s.Run, t, env)
+			st.Result = runStep(ctx, log, s, mergeEnv(base, env), workspace)
 			if st.Result == runnerv1.Result_RESULT_FAILURE && !s.ContinueOnError {
 				result = runnerv1.Result_RESULT_FAILURE
 			}
@@ -384,6 +406,38 @@ func runTask(ctx context.Context, cli runnerv1connect.RunnerServiceClient, t *ru
 		fmt.Fprintln(os.Stderr, "update task:", err)
 		time.Sleep(time.Second)
 	}
+}
+
+var exprRe = regexp.MustCompile(`\$\{\{\s*([A-Za-z0-9_.\-]+)\s*\}\}`)
+
+// expand substitutes the simple expressions this stand-in understands:
+// ${{ github.X }}, ${{ secrets.X }}, ${{ vars.X }}, ${{ env.X }},
+// ${{ needs.J.outputs.X }} and ${{ needs.J.result }}. Anything else becomes "".
+func expand(text string, t *runnerv1.Task, env map[string]string) string {
+	var gh map[string]any
+	if c := t.GetContext(); c != nil {
+		gh = c.AsMap()
+	}
+	return exprRe.ReplaceAllStringFunc(text, func(m string) string {
+		parts := strings.Split(exprRe.FindStringSubmatch(m)[1], ".")
+		switch {
+		case parts[0] == "github" && len(parts) == 2:
+			if v, ok := gh[parts[1]]; ok && v != nil {
+				return fmt.Sprint(v)
+			}
+		case parts[0] == "secrets" && len(parts) == 2:
+			return t.GetSecrets()[parts[1]]
+		case parts[0] == "vars" && len(parts) == 2:
+			return t.GetVars()[parts[1]]
+		case parts[0] == "env" && len(parts) == 2:
+			return env[parts[1]]
+		case parts[0] == "needs" && len(parts) == 4 && parts[2] == "outputs":
+			return t.GetNeeds()[parts[1]].GetOutputs()[parts[3]]
+		case parts[0] == "needs" && len(parts) == 3 && parts[2] == "result":
+			return strings.ToLower(strings.TrimPrefix(t.GetNeeds()[parts[1]].GetResult().String(), "RESULT_"))
+		}
+		return ""
+	})
 }
 
 func runStep(ctx context.Context, log *logger, s step, env []string, workspace string) runnerv1.Result {
