@@ -281,7 +281,10 @@ class KubeletHarness:
         return self
 
     def stop(self) -> None:
-        """Stop the loop and every runner process group (SIGTERM, then SIGKILL)."""
+        """Stop the loop and every runner process group (SIGTERM, then SIGKILL).
+
+        A work directory the harness made itself is removed unless GRO_TESTBED_KEEP=1.
+        """
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=10)
@@ -292,6 +295,8 @@ class KubeletHarness:
         for rp in procs:
             if rp.thread:
                 rp.thread.join(timeout=15)
+        if os.environ.get("GRO_TESTBED_KEEP", "") in ("", "0"):
+            self.cleanup()
 
     # ------------------------------------------------------------------ loop
     def _loop(self) -> None:
