@@ -131,6 +131,8 @@ Ctrl-C stops the operator and the sandbox.
     except KeyboardInterrupt:
         return 0
     finally:
+        # A second Ctrl-C (tox forwards one too) must not cut the clean-up short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if operator is not None and operator.poll() is None:
             operator.send_signal(signal.SIGTERM)
             try:
