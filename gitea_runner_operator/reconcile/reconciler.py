@@ -23,7 +23,7 @@ from gitea_runner_operator.kube.cache import ClusterCache
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, pods_by_job
-from gitea_runner_operator.reconcile.scaling import Plan, plan
+from gitea_runner_operator.reconcile.scaling import Plan, plan, runner_name_pattern
 from gitea_runner_operator.reconcile.status import (
     READY,
     RUNNERS_HEALTHY,
@@ -69,10 +69,13 @@ class Reconciler:
 
     async def reconcile(self, key: str) -> Result:
         group = self._cache.group(key)
-        if group is None or group["metadata"].get("deletionTimestamp"):
+        if group is None:
+            await self._forget_registrations(key)
             await self._pollers.stop(key)
             self._expectations.forget(key)
             return Result()
+        if group["metadata"].get("deletionTimestamp"):
+            return Result()  # held by someone's finalizer: start nothing, wait for the end
         logger = log.bind(group=key)
         views = self._job_views(key)
         try:
@@ -127,6 +130,27 @@ class Reconciler:
             failed_jobs=[v.name for v in views if v.failed],
         )
         return Result()
+
+    async def _forget_registrations(self, key: str) -> None:
+        """The group is gone: the garbage collector deletes its Jobs and Pods, but Gitea keeps
+        the registrations of runners that never took a job. Remove them with the group's last
+        known credentials. Best effort: a group deleted while the operator was down, or whose
+        Secret went with it, leaves them to the Gitea admin."""
+        poller = self._pollers.get(key)
+        snapshot = poller.latest if poller is not None else None
+        if snapshot is None or snapshot.client is None or snapshot.scope is None:
+            return
+        pattern = runner_name_pattern(key.split("/", 1)[1])
+        try:
+            runners = await snapshot.client.list_runners(snapshot.scope)
+            for runner in runners.items:
+                if runner.ephemeral and pattern.match(runner.name):
+                    await snapshot.client.delete_runner(snapshot.scope, runner.id)
+                    log.info("removed registration of deleted group", group=key, runner=runner.name)
+        except GiteaError as exc:
+            log.warning(
+                "could not remove the deleted group's registrations", group=key, error=str(exc)
+            )
 
     def _job_views(self, key: str) -> list[RunnerJobView]:
         pods = pods_by_job(self._cache.runner_pods(key))

@@ -9,6 +9,7 @@ import pytest
 
 from tests.integration import manifests
 from tests.integration.conftest import (
+    group_status,
     kwok_image,
     make_secret,
     runner_group,
@@ -98,3 +99,52 @@ def test_leftover_registrations_of_the_groups_runners_are_removed(
         what="leftover registration removed",
     )
     assert unrelated in {r["name"] for r in gitea.list_runners("org", owner=org)}
+
+
+def test_deleting_a_group_removes_its_runners_registrations(
+    kube, gitea, cluster, team_namespace, gitea_target, start_operator, tmp_path
+):
+    ns, org = team_namespace, gitea_target.org
+    make_secret(
+        kube,
+        ns,
+        "tokens",
+        {"registration": gitea_target.registration_token, "api": cluster.gitea_token},
+    )
+    # An idle runner of the group, online (its daemon polls Gitea) and never given a job.
+    name = "bye-abcde-fghij"
+    binary = str(runner_binary())
+    subprocess.run(
+        [binary, "register", "--no-interactive", "--ephemeral", "--instance", cluster.gitea_url,
+         "--token", gitea_target.registration_token, "--name", name, "--labels", "gro-none:host"],
+        cwd=tmp_path, check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    daemon = subprocess.Popen(
+        [binary, "daemon"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_until(
+            lambda: any(
+                r["name"] == name and r["status"] == "online"
+                for r in gitea.list_runners("org", owner=org)
+            ),
+            what="idle runner online",
+        )
+        start_operator(ns)
+        manifests.apply(
+            kube, runner_group("bye", target=gitea_target, url=cluster.gitea_url), namespace=ns
+        )
+        wait_until(lambda: group_status(kube, ns, "bye").get("lastCheckTime"), what="first check")
+        assert name in {r["name"] for r in gitea.list_runners("org", owner=org)}  # online: kept
+
+        kube.delete(f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/bye")
+        wait_until(
+            lambda: name not in {r["name"] for r in gitea.list_runners("org", owner=org)},
+            what="registration removed with the group",
+        )
+        assert any(
+            e.get("event") == "removed registration of deleted group" for e in operator.log_events()
+        )
+    finally:
+        daemon.kill()
+        daemon.wait()
