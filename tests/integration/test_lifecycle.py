@@ -130,7 +130,7 @@ def test_deleting_a_group_removes_its_runners_registrations(
             ),
             what="idle runner online",
         )
-        start_operator(ns)
+        operator = start_operator(ns)
         manifests.apply(
             kube, runner_group("bye", target=gitea_target, url=cluster.gitea_url), namespace=ns
         )
