@@ -25,6 +25,7 @@ import pytest
 from tests.integration import manifests
 from tests.testbed.gitea_api import GiteaAPI
 from tests.testbed.kube import KubeClient, wait_for
+from tests.testbed.kubelet_harness import runner_binary
 
 OPERATOR_NS = "gitea-runner-operator"
 OPERATOR_SA = "gitea-runner-operator"
@@ -85,18 +86,7 @@ def unique(prefix: str) -> str:
 @pytest.fixture
 def team_namespace(kube: KubeClient) -> Iterator[str]:
     """A team namespace: privileged Pods allowed, the operator may read its Secrets."""
-    ns = unique("team")
-    manifests.apply(
-        kube,
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": ns,
-                "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
-            },
-        },
-    )
+    ns = make_namespace(kube, unique("team"))
     for obj in manifests.load("examples/secret-access.yaml"):
         manifests.apply(kube, obj, namespace=ns)
     yield ns
@@ -122,6 +112,33 @@ def gitea_target(gitea: GiteaAPI) -> Iterator[GiteaTarget]:
         gitea.delete(f"/repos/{org}/{repo}")
     with contextlib.suppress(Exception):
         gitea.delete(f"/orgs/{org}")
+
+
+def make_namespace(kube: KubeClient, name: str, *, privileged: bool = True) -> str:
+    """A namespace; runner Pods are privileged (DinD), so Pod Security must admit them."""
+    labels = {"pod-security.kubernetes.io/enforce": "privileged"} if privileged else {}
+    manifests.apply(
+        kube,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
+    )
+    return name
+
+
+def make_tokens(kube: KubeClient, ns: str, cluster: Any, target: GiteaTarget) -> None:
+    """The Secret "tokens": the scope's registration token and the admin API token."""
+    make_secret(
+        kube, ns, "tokens", {"registration": target.registration_token, "api": cluster.gitea_token}
+    )
+
+
+def register_runner(cluster: Any, target: GiteaTarget, name: str, labels: str, cwd: Path) -> None:
+    """Register an ephemeral runner the way a runner Pod does, with the testbed's runner."""
+    subprocess.run(
+        [str(runner_binary()), "register", "--no-interactive", "--ephemeral",
+         "--instance", cluster.gitea_url, "--token", target.registration_token,
+         "--name", name, "--labels", labels],
+        cwd=cwd, check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
 
 
 def make_secret(kube: KubeClient, ns: str, name: str, data: dict[str, str]) -> None:

@@ -12,7 +12,7 @@ from tests.integration import manifests
 from tests.integration.conftest import (
     group_status,
     job_done,
-    make_secret,
+    make_tokens,
     runner_group,
     runner_jobs,
     sample,
@@ -41,12 +41,7 @@ def test_runner_jobs_run_real_workflow_jobs_to_success(
     kube, gitea, cluster, team_namespace, gitea_target, start_operator, kubelet_harness
 ):
     ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_secret(
-        kube,
-        ns,
-        "tokens",
-        {"registration": gitea_target.registration_token, "api": cluster.gitea_token},
-    )
+    make_tokens(kube, ns, cluster, gitea_target)
     start_operator(ns)
     manifests.apply(
         kube,

@@ -11,7 +11,8 @@ from tests.integration import manifests
 from tests.integration.conftest import (
     group_status,
     kwok_image,
-    make_secret,
+    make_tokens,
+    register_runner,
     runner_group,
     runner_jobs,
     wait_until,
@@ -34,12 +35,7 @@ def test_a_runner_that_never_takes_a_job_is_reaped_after_the_idle_timeout(
     kube, gitea, cluster, team_namespace, gitea_target, start_operator
 ):
     ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_secret(
-        kube,
-        ns,
-        "tokens",
-        {"registration": gitea_target.registration_token, "api": cluster.gitea_token},
-    )
+    make_tokens(kube, ns, cluster, gitea_target)
     gitea.push_workflow(org, repo, "slow.yml", WORKFLOW)
     gitea.wait_for_jobs(org, repo, "queued", count=1)
     start_operator(ns)
@@ -69,23 +65,13 @@ def test_leftover_registrations_of_the_groups_runners_are_removed(
     kube, gitea, cluster, team_namespace, gitea_target, start_operator, tmp_path
 ):
     ns, org = team_namespace, gitea_target.org
-    make_secret(
-        kube,
-        ns,
-        "tokens",
-        {"registration": gitea_target.registration_token, "api": cluster.gitea_token},
-    )
+    make_tokens(kube, ns, cluster, gitea_target)
     # A runner Pod that died before taking a job leaves an ephemeral registration named after
     # it, which Gitea keeps forever. Make one with the real registration flow.
     leftover = "tidy-abcde-fghij"
     unrelated = "someone-elses-runner"
     for name in (leftover, unrelated):
-        subprocess.run(
-            [str(runner_binary()), "register", "--no-interactive", "--ephemeral",
-             "--instance", cluster.gitea_url, "--token", gitea_target.registration_token,
-             "--name", name, "--labels", "gro-linux:host"],
-            cwd=tmp_path, check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
+        register_runner(cluster, gitea_target, name, "gro-linux:host", tmp_path)
         (tmp_path / ".runner").unlink(missing_ok=True)
     names = {r["name"] for r in gitea.list_runners("org", owner=org)}
     assert {leftover, unrelated} <= names
@@ -105,22 +91,15 @@ def test_deleting_a_group_removes_its_runners_registrations(
     kube, gitea, cluster, team_namespace, gitea_target, start_operator, tmp_path
 ):
     ns, org = team_namespace, gitea_target.org
-    make_secret(
-        kube,
-        ns,
-        "tokens",
-        {"registration": gitea_target.registration_token, "api": cluster.gitea_token},
-    )
+    make_tokens(kube, ns, cluster, gitea_target)
     # An idle runner of the group, online (its daemon polls Gitea) and never given a job.
     name = "bye-abcde-fghij"
-    binary = str(runner_binary())
-    subprocess.run(
-        [binary, "register", "--no-interactive", "--ephemeral", "--instance", cluster.gitea_url,
-         "--token", gitea_target.registration_token, "--name", name, "--labels", "gro-none:host"],
-        cwd=tmp_path, check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+    register_runner(cluster, gitea_target, name, "gro-none:host", tmp_path)
     daemon = subprocess.Popen(
-        [binary, "daemon"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [str(runner_binary()), "daemon"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         wait_until(

@@ -14,6 +14,7 @@ from tests.integration.conftest import (
     job_done,
     kwok_image,
     make_secret,
+    make_tokens,
     ready,
     runner_group,
     runner_jobs,
@@ -59,17 +60,11 @@ jobs:
 """
 
 
-def setup_tokens(kube, ns, cluster, target) -> None:
-    make_secret(
-        kube, ns, "tokens", {"registration": target.registration_token, "api": cluster.gitea_token}
-    )
-
-
 def test_runner_jobs_follow_the_queue_up_to_the_maximum(
     kube, gitea, cluster, team_namespace, gitea_target, start_operator
 ):
     ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    setup_tokens(kube, ns, cluster, gitea_target)
+    make_tokens(kube, ns, cluster, gitea_target)
     gitea.push_workflow(org, repo, "ci.yml", WORKFLOW)
     gitea.wait_for_jobs(org, repo, "queued", count=4)  # 3 x gro-linux, 1 x gro-gpu
     gitea.wait_for_jobs(org, repo, "waiting", count=1)  # after-build, blocked by needs:
@@ -146,7 +141,7 @@ def test_blocked_jobs_and_foreign_labels_start_no_runner(
     kube, gitea, cluster, team_namespace, gitea_target, start_operator
 ):
     ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    setup_tokens(kube, ns, cluster, gitea_target)
+    make_tokens(kube, ns, cluster, gitea_target)
     gitea.push_workflow(org, repo, "blocked.yml", BLOCKED_ONLY)
     gitea.wait_for_jobs(org, repo, "queued", count=1)  # "first": a label the group lacks
     gitea.wait_for_jobs(org, repo, "waiting", count=1)  # "second": ours, but blocked
@@ -167,7 +162,7 @@ def test_spec_changes_take_effect_and_deleting_the_group_deletes_its_jobs(
     kube, gitea, cluster, team_namespace, gitea_target, start_operator
 ):
     ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    setup_tokens(kube, ns, cluster, gitea_target)
+    make_tokens(kube, ns, cluster, gitea_target)
     gitea.push_workflow(org, repo, "ci.yml", WORKFLOW)
     gitea.wait_for_jobs(org, repo, "queued", count=4)
     start_operator(ns)
@@ -198,7 +193,7 @@ def test_a_restarted_operator_does_not_double_the_runners(
     kube, gitea, cluster, team_namespace, gitea_target, start_operator
 ):
     ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    setup_tokens(kube, ns, cluster, gitea_target)
+    make_tokens(kube, ns, cluster, gitea_target)
     gitea.push_workflow(org, repo, "ci.yml", WORKFLOW)
     gitea.wait_for_jobs(org, repo, "queued", count=4)
     first = start_operator(ns)

@@ -10,7 +10,9 @@ from tests.integration.conftest import (
     OPERATOR_NS,
     OPERATOR_SA,
     group_status,
+    make_namespace,
     make_secret,
+    make_tokens,
     ready,
     runner_group,
     runner_jobs,
@@ -24,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 def test_operator_cannot_read_secrets_where_no_team_allowed_it(kube, cluster):
     ns = unique("private")
-    manifests.apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    make_namespace(kube, ns, privileged=False)
     try:
         make_secret(kube, ns, "database", {"password": "hunter2"})
         operator = cluster.kube_client(token=kube.create_token(OPERATOR_NS, OPERATOR_SA))
@@ -43,25 +45,9 @@ def test_operator_cannot_read_secrets_where_no_team_allowed_it(kube, cluster):
 def test_group_in_a_namespace_without_secret_access_says_so(
     kube, cluster, gitea_target, start_operator
 ):
-    ns = unique("locked")
-    manifests.apply(
-        kube,
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": ns,
-                "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
-            },
-        },
-    )
+    ns = make_namespace(kube, unique("locked"))
     try:
-        make_secret(
-            kube,
-            ns,
-            "tokens",
-            {"registration": gitea_target.registration_token, "api": cluster.gitea_token},
-        )
+        make_tokens(kube, ns, cluster, gitea_target)
         start_operator(ns)
         manifests.apply(
             kube, runner_group("locked", target=gitea_target, url=cluster.gitea_url), namespace=ns
