@@ -81,8 +81,19 @@ class Informer:
                 if exc.status == 410:
                     log.info("watch expired, listing again", informer=self.name)
                     continue
+                hint = (
+                    "is the RunnerGroup CRD installed? (kubectl apply -f manifests/crd.yaml)"
+                    if exc.status == 404 and self.name.startswith("runnergroups")
+                    else "check the operator's RBAC (manifests/rbac.yaml)"
+                    if exc.status == 403
+                    else None
+                )
                 log.warning(
-                    "list/watch failed", informer=self.name, status=exc.status, reason=exc.reason
+                    "list/watch failed",
+                    informer=self.name,
+                    status=exc.status,
+                    reason=exc.reason,
+                    hint=hint,
                 )
             except Exception as exc:
                 log.warning("list/watch failed", informer=self.name, error=repr(exc))

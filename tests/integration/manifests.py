@@ -37,6 +37,7 @@ _PATHS = {
         "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
         True,
     ),
+    ("apps/v1", "Deployment"): ("/apis/apps/v1/namespaces/{ns}/deployments", True),
     ("gitea.bpg.pw/v1alpha1", "RunnerGroup"): (
         "/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups",
         True,
@@ -58,6 +59,13 @@ def object_path(obj: dict[str, Any], namespace: str | None = None) -> str:
 
 def load(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
+
+
+def kustomization(folder: str = "") -> list[dict[str, Any]]:
+    """The objects a plain (no patches) kustomization.yaml lists, in its order."""
+    base = MANIFESTS / folder
+    listed = yaml.safe_load((base / "kustomization.yaml").read_text())["resources"]
+    return [obj for name in listed for obj in load(str(Path(folder) / name))]
 
 
 def apply(kube: KubeClient, obj: dict[str, Any], namespace: str | None = None) -> Any:
