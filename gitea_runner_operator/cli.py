@@ -105,7 +105,16 @@ async def run(settings: Settings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    source = await load_credentials(settings)
+    try:
+        source = await load_credentials(settings)
+    except Exception as exc:  # the loaders raise anything from TypeError to ConfigException
+        where = settings.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        log.error(
+            "cannot load Kubernetes credentials; pass --kubeconfig or run in a Pod",
+            kubeconfig=where,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return 2
     log.info(
         "starting",
         version=__version__,
@@ -121,7 +130,16 @@ async def run(settings: Settings) -> int:
             settings.health_port,
             lambda: controller.synced.is_set() or (standby.is_set() and not stop.is_set()),
         )
-        await health.start()
+        try:
+            await health.start()
+        except OSError as exc:
+            log.error(
+                "cannot serve /healthz and /readyz; choose another --health-port",
+                host=settings.health_host,
+                port=settings.health_port,
+                error=str(exc),
+            )
+            return 2
         try:
             if not settings.leader_elect:
                 await controller.run(stop)

@@ -1,0 +1,37 @@
+import pytest
+
+from gitea_runner_operator.cli import build_parser, main, settings_from_args
+
+
+def test_defaults_match_the_documented_ones():
+    settings = settings_from_args(build_parser().parse_args([]))
+    assert settings.namespaces == ()
+    assert settings.leader_elect is True
+    assert settings.health_port == 8081
+    assert settings.workers == 4
+    assert settings.job_ttl_seconds == 600
+
+
+def test_namespaces_repeat_and_deduplicate():
+    args = build_parser().parse_args(["--namespace", "a", "--namespace", "b", "--namespace", "a"])
+    assert settings_from_args(args).namespaces == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--workers", "0"], "--workers"), (["--job-ttl-seconds", "-1"], "--job-ttl-seconds")],
+)
+def test_bad_flags_are_refused_by_name(argv, message):
+    with pytest.raises(SystemExit, match=message):
+        settings_from_args(build_parser().parse_args(argv))
+
+
+def test_unusable_kubeconfig_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    empty = tmp_path / "kubeconfig"
+    empty.write_text("")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code = main(["--kubeconfig", str(empty), "--no-leader-elect", "--log-format", "json"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "cannot load Kubernetes credentials" in err
+    assert str(empty) in err
