@@ -19,6 +19,7 @@ from tests.integration.conftest import (
     runner_group,
     runner_jobs,
     sample,
+    unique,
     wait_until,
 )
 
@@ -268,3 +269,37 @@ def test_problems_become_conditions_naming_the_cause(
     events = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
     reasons = {e["reason"] for e in events if e["involvedObject"]["kind"] == "RunnerGroup"}
     assert {"GiteaUnauthorized", "SecretNotFound", "SecretKeyMissing"} <= reasons
+
+
+@pytest.mark.parametrize("scope", ["repo", "global"])
+def test_repo_and_global_scopes_find_their_queued_jobs(
+    kube, gitea, cluster, team_namespace, gitea_target, start_operator, scope
+):
+    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
+    label = unique(f"gro-{scope}")  # unique: a global group sees every repository's jobs
+    if scope == "global":
+        registration = gitea.registration_token("admin")
+    else:
+        registration = gitea.registration_token("repo", owner=org, repo=repo)
+    make_secret(kube, ns, "tokens", {"registration": registration, "api": cluster.gitea_token})
+    jobs = "".join(
+        f"  j{i}:\n    runs-on: {label}\n    steps: [{{run: echo {i}}}]\n" for i in range(2)
+    )
+    gitea.push_workflow(org, repo, "scoped.yml", f"name: scoped\non: [push]\njobs:\n{jobs}")
+    gitea.wait_for_jobs(org, repo, "queued", count=2)
+    start_operator(ns)
+    group = runner_group("scoped", target=gitea_target, url=cluster.gitea_url, labels=[label],
+                         maxActiveRunners=5, scope=scope, image=kwok_image(120))  # fmt: skip
+    if scope == "global":
+        del group["spec"]["org"]
+    else:
+        group["spec"]["repo"] = repo
+    manifests.apply(kube, group, namespace=ns)
+    wait_until(lambda: len(runner_jobs(kube, ns, "scoped")) == 2, what="two runner Jobs")
+    status = wait_until(
+        lambda: (s := group_status(kube, ns, "scoped")).get("queuedJobs") == 2 and s,
+        what="status",
+    )
+    assert status["target"] == ("*" if scope == "global" else f"{org}/{repo}")
+    assert ready(status)["status"] == "True"
+    assert max(sample(8, lambda: len(runner_jobs(kube, ns, "scoped")))) == 2
