@@ -70,6 +70,14 @@ def _served(kube: KubeClient) -> bool:
 
 
 @pytest.fixture
+def kwok(cluster: Any) -> None:
+    """For tests that need kwok to run and complete runner Pods (the testbed's fake kubelet):
+    on an existing cluster (GRO_TEST_CLUSTER=existing) the fake images never start."""
+    if cluster.kube_mode != "local":
+        pytest.skip("needs the testbed's kwok node to complete Pods; not on an existing cluster")
+
+
+@pytest.fixture
 def kube(cluster: Any) -> KubeClient:
     return cluster.kube
 

@@ -12,7 +12,7 @@ from tests.testbed.kube import KubeError
 pytestmark = pytest.mark.integration
 
 
-def test_the_install_kustomization_applies_and_the_deployment_becomes_available(kube):
+def test_the_install_kustomization_applies_and_the_deployment_becomes_available(kube, kwok):
     objects = manifests.kustomization()
     kinds = [o["kind"] for o in objects]
     assert kinds.count("Deployment") == 1 and "CustomResourceDefinition" in kinds

@@ -62,7 +62,7 @@ jobs:
 
 
 def test_runner_jobs_follow_the_queue_up_to_the_maximum(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator
+    kube, gitea, cluster, team_namespace, gitea_target, start_operator, kwok
 ):
     ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
     make_tokens(kube, ns, cluster, gitea_target)
