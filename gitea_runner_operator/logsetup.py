@@ -8,6 +8,21 @@ import sys
 import structlog
 
 
+class _StderrLogger:
+    """Writes each rendered line to whatever ``sys.stderr`` is at that moment (not the one at
+    set-up), so loggers cached on first use keep working when stderr is swapped, as test
+    runners and embedding programs do."""
+
+    def msg(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    debug = info = warning = warn = error = critical = exception = fatal = log = msg
+
+
+def _stderr_logger(*_: object) -> _StderrLogger:
+    return _StderrLogger()
+
+
 def configure(log_format: str = "auto", level: str = "info") -> None:
     use_console = log_format == "console" or (log_format == "auto" and sys.stderr.isatty())
     renderer: structlog.typing.Processor = (
@@ -25,7 +40,7 @@ def configure(log_format: str = "auto", level: str = "info") -> None:
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=True,
     )
     # Libraries (aiohttp, kubernetes_asyncio's leader election) use stdlib logging.
