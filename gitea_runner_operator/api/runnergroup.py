@@ -72,6 +72,10 @@ class GiteaRef(_CamelModel):
     @classmethod
     def _http_url(cls, value: str) -> str:
         parts = urlsplit(value)
+        if parts.username is not None or parts.password is not None:
+            # Checked first and never echoed: credentials in the URL would travel by value
+            # into every runner Job's env, the status, Events and logs. Tokens go in Secrets.
+            raise ValueError("must not carry credentials (user:password@); use the Secrets")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{value!r} is not an http(s) URL with a host")
         if parts.query or parts.fragment:

@@ -75,6 +75,7 @@ def test_valid_group_is_accepted_with_defaults(kube, team_namespace):
         ({"scope": "team"}, 'Unsupported value: "team"'),
         ({"maxActiveRunners": 0}, "spec.maxActiveRunners: Invalid value: 0"),
         ({"gitea": {"url": "ftp://gitea"}}, "spec.gitea.url"),
+        ({"gitea": {"url": "https://bot:s3cret@gitea.example.com"}}, "spec.gitea.url"),
         ({"labels": []}, "spec.labels"),
         ({"labels": ["a,b"]}, "spec.labels[0]"),
         ({"pollInterval": "1s"}, "spec.pollInterval must be between 5s and 10m"),

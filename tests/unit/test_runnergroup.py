@@ -49,6 +49,10 @@ def test_valid_spec_gets_defaults_and_normalised_url():
         ({"scope": "team"}, "spec.scope"),
         ({"maxActiveRunners": 0}, "spec.maxActiveRunners"),
         ({"gitea": {"url": "ftp://gitea"}}, "spec.gitea.url"),
+        (
+            {"gitea": {"url": "https://bot:s3cret@gitea"}},
+            "spec.gitea.url: must not carry credentials",
+        ),
         ({"labels": []}, "spec.labels"),
         ({"labels": ["a", "a:host"]}, "listed twice"),
         ({"pollInterval": "1s"}, "spec.pollInterval: '1s' is outside the allowed range 5s..600s"),
