@@ -8,9 +8,6 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _WHOLE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
-# The same grammar for the CRD's OpenAPI pattern, so the API server and we agree.
-DURATION_PATTERN = _WHOLE.pattern
-
 
 def parse_duration(text: str) -> float:
     """Return the duration in seconds, or raise ValueError naming what was wrong."""

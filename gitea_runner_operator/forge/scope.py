@@ -42,10 +42,3 @@ class ScopeRef:
     @property
     def runners_path(self) -> str:
         return f"{self.prefix}/actions/runners"
-
-    def describe(self) -> str:
-        if self.scope is Scope.GLOBAL:
-            return "the whole instance"
-        if self.scope is Scope.REPO:
-            return f"repository {self.org}/{self.repo}"
-        return f"{self.owner_kind.value} {self.org}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from kubernetes_asyncio import client
 
@@ -18,8 +17,8 @@ from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.informer import Informer, Obj, object_key
 
 GroupKey = str  # "namespace/name"
-GroupEvent = Callable[[GroupKey, str, Obj, Obj | None], None]
-OwnedEvent = Callable[[GroupKey, str, Obj, Obj | None], None]
+# (group key, event type, object, object before the event)
+Listener = Callable[[GroupKey, str, Obj, Obj | None], None]
 
 
 def group_key_of_owned(obj: Obj) -> GroupKey | None:
@@ -38,8 +37,8 @@ class ClusterCache:
     ) -> None:
         self._clock = clock
         self._changed: dict[GroupKey, float] = {}
-        self._group_listeners: list[GroupEvent] = []
-        self._owned_listeners: list[OwnedEvent] = []
+        self._group_listeners: list[Listener] = []
+        self._owned_listeners: list[Listener] = []
         custom = client.CustomObjectsApi(api)
         batch = client.BatchV1Api(api)
         core = client.CoreV1Api(api)
@@ -82,17 +81,14 @@ class ClusterCache:
     def informers(self) -> list[Informer]:
         return [*self.groups, *self.jobs, *self.pods]
 
-    def on_group_event(self, listener: GroupEvent) -> None:
+    def on_group_event(self, listener: Listener) -> None:
         self._group_listeners.append(listener)
 
-    def on_owned_event(self, listener: OwnedEvent) -> None:
+    def on_owned_event(self, listener: Listener) -> None:
         self._owned_listeners.append(listener)
 
     async def wait_synced(self) -> None:
         await asyncio.gather(*(inf.synced.wait() for inf in self.informers))
-
-    def is_synced(self) -> bool:
-        return all(inf.synced.is_set() for inf in self.informers)
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -146,7 +142,3 @@ def spec_changed(kind: str, obj: Obj, before: Obj | None) -> bool:
         or new_meta.get("uid") != old_meta.get("uid")
         or bool(new_meta.get("deletionTimestamp")) != bool(old_meta.get("deletionTimestamp"))
     )
-
-
-def as_dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}

@@ -23,12 +23,13 @@ from gitea_runner_operator.kube.cache import ClusterCache
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, pods_by_job
-from gitea_runner_operator.reconcile.scaling import Plan, plan, runner_name_pattern
+from gitea_runner_operator.reconcile.scaling import Plan, group_registrations, plan
 from gitea_runner_operator.reconcile.status import (
     READY,
     RUNNERS_HEALTHY,
     Problem,
     desired_status,
+    find_condition,
     ready_condition,
     runners_healthy_condition,
     status_differs,
@@ -78,12 +79,12 @@ class Reconciler:
             return Result()  # held by someone's finalizer: start nothing, wait for the end
         logger = log.bind(group=key)
         views = self._job_views(key)
+        alive = sum(1 for v in views if v.alive)
         try:
             spec = parse_spec(group.get("spec"))
         except InvalidSpec as exc:
             await self._pollers.stop(key)
             logger.warning("invalid RunnerGroup", error=exc.message)
-            alive = sum(1 for v in views if v.alive)
             await self._write_status(
                 group, Problem("InvalidSpec", exc.message), active=alive, max_active=0
             )
@@ -103,8 +104,10 @@ class Reconciler:
         )
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
-            alive = sum(1 for v in views if v.alive) + self._expectations.pending(key)
-            await self._write_status(group, problem, active=alive, max_active=0, target=spec.target)
+            active = alive + self._expectations.pending(key)
+            await self._write_status(
+                group, problem, active=active, max_active=0, target=spec.target
+            )
             return Result()
 
         decision = plan(
@@ -140,13 +143,11 @@ class Reconciler:
         snapshot = poller.latest if poller is not None else None
         if snapshot is None or snapshot.client is None or snapshot.scope is None:
             return
-        pattern = runner_name_pattern(key.split("/", 1)[1])
         try:
             runners = await snapshot.client.list_runners(snapshot.scope)
-            for runner in runners.items:
-                if runner.ephemeral and pattern.match(runner.name):
-                    await snapshot.client.delete_runner(snapshot.scope, runner.id)
-                    log.info("removed registration of deleted group", group=key, runner=runner.name)
+            for runner in group_registrations(key.split("/", 1)[1], runners.items):
+                await snapshot.client.delete_runner(snapshot.scope, runner.id)
+                log.info("removed registration of deleted group", group=key, runner=runner.name)
         except GiteaError as exc:
             log.warning(
                 "could not remove the deleted group's registrations", group=key, error=str(exc)
@@ -245,6 +246,7 @@ class Reconciler:
         meta = group["metadata"]
         previous = group.get("status") or {}
         ready = ready_condition(problem, demand=queued or 0, alive=active, max_active=max_active)
+        healthy = runners_healthy_condition(failed_jobs) if failed_jobs is not None else None
         wanted = desired_status(
             previous=previous,
             generation=int(meta.get("generation") or 0),
@@ -254,23 +256,14 @@ class Reconciler:
             ready=ready,
             now_iso=utc_now_iso(),
             target=target,
-            extra_conditions=(
-                [runners_healthy_condition(failed_jobs)] if failed_jobs is not None else []
-            ),
+            extra_conditions=[healthy] if healthy is not None else [],
         )
         if not status_differs(previous, wanted):
             return
         await self._cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
-        before: dict[str, Any] = next(
-            (c for c in previous.get("conditions") or [] if c.get("type") == READY), {}
-        )
-        if problem is not None and before.get("reason") != problem.reason:
+        # Events mark transitions, not every pass.
+        if problem is not None and find_condition(previous, READY).get("reason") != problem.reason:
             await self._cluster.emit_event(group, "Warning", problem.reason, problem.message)
-        if failed_jobs:
-            was: dict[str, Any] = next(
-                (c for c in previous.get("conditions") or [] if c.get("type") == RUNNERS_HEALTHY),
-                {},
-            )
-            if was.get("status") != "False":
-                message = runners_healthy_condition(failed_jobs)["message"]
-                await self._cluster.emit_event(group, "Warning", "RunnerJobsFailed", message)
+        was_healthy = find_condition(previous, RUNNERS_HEALTHY).get("status") != "False"
+        if healthy is not None and healthy["status"] == "False" and was_healthy:
+            await self._cluster.emit_event(group, "Warning", healthy["reason"], healthy["message"])

@@ -148,19 +148,20 @@ def plan(
     )
 
 
+def group_registrations(group_name: str, runners: Iterable[ActionRunner]) -> list[ActionRunner]:
+    """Ephemeral registrations named like this group's runner Pods."""
+    pattern = runner_name_pattern(group_name)
+    return [r for r in runners if r.ephemeral and pattern.match(r.name)]
+
+
 def _orphans(
     group_name: str, jobs: Sequence[RunnerJobView], runners: Iterable[ActionRunner]
 ) -> list[int]:
-    """Offline ephemeral registrations named like our Pods whose Pod no longer runs: a runner
-    that died before taking a job leaves one behind, and Gitea never removes it."""
-    pattern = runner_name_pattern(group_name)
+    """Offline registrations of the group whose Pod no longer runs: a runner that died before
+    taking a job leaves one behind, and Gitea never removes it."""
     live_pods = {p for v in jobs if v.alive for p in v.pod_names}
     return [
         r.id
-        for r in runners
-        if r.ephemeral
-        and not r.online
-        and not r.busy
-        and pattern.match(r.name)
-        and r.name not in live_pods
+        for r in group_registrations(group_name, runners)
+        if not r.online and not r.busy and r.name not in live_pods
     ]

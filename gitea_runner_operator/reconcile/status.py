@@ -63,6 +63,14 @@ def runners_healthy_condition(failed_jobs: Sequence[str]) -> dict[str, str]:
     }
 
 
+def find_condition(status: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any]:
+    """The condition of that type in a status, or an empty mapping."""
+    for cond in (status or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return cond  # type: ignore[no-any-return]
+    return {}
+
+
 def merge_conditions(
     previous: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, str]], now_iso: str
 ) -> list[dict[str, Any]]:

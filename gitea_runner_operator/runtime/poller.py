@@ -115,6 +115,3 @@ class Pollers:
     async def stop_all(self) -> None:
         for key in list(self._pollers):
             await self.stop(key)
-
-    def __len__(self) -> int:
-        return len(self._pollers)

@@ -58,10 +58,6 @@ class WorkQueue(Generic[K]):
     def __len__(self) -> int:
         return len(self._queue)
 
-    @property
-    def processing(self) -> frozenset[K]:
-        return frozenset(self._processing)
-
     def add(self, key: K) -> None:
         if self._shutting_down or key in self._dirty:
             return
