@@ -12,35 +12,20 @@ import pytest
 from tests.integration import manifests
 from tests.integration.conftest import GROUPS
 from tests.testbed.kube import KubeClient, KubeError
+from tests.unit.test_runnergroup import spec_with
 
 pytestmark = pytest.mark.integration
 
-VALID: dict[str, Any] = {
-    "apiVersion": "gitea.bpg.pw/v1alpha1",
-    "kind": "RunnerGroup",
-    "metadata": {"name": "valid"},
-    "spec": {
-        "scope": "repo",
-        "org": "acme",
-        "repo": "widgets",
-        "gitea": {"url": "https://gitea.example.com"},
-        "labels": ["ubuntu-latest:docker://node:20-bookworm", "app:infra"],
-        "maxActiveRunners": 2,
-        "registrationToken": {"secretRef": {"name": "t", "key": "registration"}},
-        "authToken": {"secretRef": {"name": "t", "key": "api"}},
-    },
-}
-
 
 def group(name: str, **spec: Any) -> dict[str, Any]:
-    obj = copy.deepcopy(VALID)
-    obj["metadata"]["name"] = name
-    for key, value in spec.items():
-        if value is None:
-            obj["spec"].pop(key, None)
-        else:
-            obj["spec"][key] = value
-    return obj
+    """A RunnerGroup whose spec is the unit tests' valid one, with ``spec`` changes (None
+    removes a field)."""
+    return {
+        "apiVersion": "gitea.bpg.pw/v1alpha1",
+        "kind": "RunnerGroup",
+        "metadata": {"name": name},
+        "spec": spec_with(**spec),
+    }
 
 
 def rejection(kube: KubeClient, ns: str, obj: dict[str, Any]) -> str:

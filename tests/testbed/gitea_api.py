@@ -8,24 +8,16 @@ runners on a real Gitea without depending on the operator's own Gitea client
 from __future__ import annotations
 
 import base64
-import json
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from typing import Any, Literal
+
+from tests.testbed.jsonhttp import ApiError, request_json, wait_for
 
 Scope = Literal["admin", "org", "repo", "user"]
 
 
-class GiteaError(RuntimeError):
-    """An API call answered with an HTTP error."""
-
-    def __init__(self, method: str, path: str, status: int, body: str) -> None:
-        super().__init__(f"{method} {path} -> HTTP {status}: {body[:500]}")
-        self.status = status
-        self.body = body
+class GiteaError(ApiError):
+    """Gitea answered with an HTTP error."""
 
 
 class GiteaAPI:
@@ -48,25 +40,22 @@ class GiteaAPI:
         timeout: float = 30.0,
     ) -> Any:
         """One JSON request to /api/v1<path>; returns the decoded body or None."""
-        url = f"{self.url}/api/v1{path}"
-        if query:
-            url += "?" + urllib.parse.urlencode(query, doseq=True)
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method=method)
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
+        authorization = None
         if self.token:
-            req.add_header("Authorization", f"token {self.token}")
+            authorization = f"token {self.token}"
         elif self.basic:
             cred = base64.b64encode(f"{self.basic[0]}:{self.basic[1]}".encode()).decode()
-            req.add_header("Authorization", f"Basic {cred}")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as e:
-            raise GiteaError(method, path, e.code, e.read().decode(errors="replace")) from None
-        return json.loads(raw) if raw else None
+            authorization = f"Basic {cred}"
+        return request_json(
+            method,
+            f"{self.url}/api/v1",
+            path,
+            error=GiteaError,
+            body=body,
+            query=query,
+            authorization=authorization,
+            timeout=timeout,
+        )
 
     def get(self, path: str, **query: Any) -> Any:
         """GET; keyword arguments become the query (lists repeat the key)."""
@@ -281,17 +270,7 @@ class GiteaAPI:
         what: str = "condition",
     ) -> Any:
         """Poll until ``predicate()`` is truthy; return its value or raise TimeoutError."""
-        deadline = time.monotonic() + timeout
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                v = predicate()
-                if v:
-                    return v
-            except Exception as e:
-                last = e
-            time.sleep(interval)
-        raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}") from last
+        return wait_for(predicate, timeout=timeout, interval=interval, what=what)
 
     def wait_for_jobs(
         self,

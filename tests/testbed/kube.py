@@ -14,22 +14,16 @@ import shutil
 import ssl
 import subprocess
 import tempfile
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.testbed.jsonhttp import ApiError, request_json, wait_for
 
-class KubeError(RuntimeError):
-    """An API call answered with an HTTP error; ``status`` and ``body`` tell which."""
+__all__ = ["KubeClient", "KubeError", "wait_for", "write_kubeconfig"]
 
-    def __init__(self, method: str, path: str, status: int, body: str) -> None:
-        super().__init__(f"{method} {path} -> HTTP {status}: {body[:500]}")
-        self.status = status
-        self.body = body
+
+class KubeError(ApiError):
+    """An API server answered with an HTTP error."""
 
 
 class KubeClient:
@@ -63,22 +57,18 @@ class KubeClient:
         timeout: float = 30.0,
     ) -> Any:
         """Send one request; return the decoded JSON body (or None when empty)."""
-        url = self.server + path
-        if query:
-            url += "?" + urllib.parse.urlencode(query, doseq=True)
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method=method)
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            req.add_header("Content-Type", content_type)
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(req, context=self._ctx, timeout=timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as e:
-            raise KubeError(method, path, e.code, e.read().decode(errors="replace")) from None
-        return json.loads(raw) if raw else None
+        return request_json(
+            method,
+            self.server,
+            path,
+            error=KubeError,
+            body=body,
+            query=query,
+            authorization=f"Bearer {self.token}" if self.token else None,
+            content_type=content_type,
+            context=self._ctx,
+            timeout=timeout,
+        )
 
     def get(self, path: str, **query: Any) -> Any:
         """GET a path; keyword arguments become the query string."""
@@ -131,31 +121,6 @@ class KubeClient:
             },
         )
         return str(out["status"]["token"])
-
-
-def wait_for(
-    predicate: Callable[[], Any],
-    timeout: float = 60.0,
-    interval: float = 0.25,
-    what: str = "condition",
-) -> Any:
-    """Poll ``predicate`` until it returns a truthy value; raise TimeoutError with ``what``.
-
-    Exceptions from the predicate count as "not yet" (peers are still starting),
-    and the last one is chained into the TimeoutError.
-    """
-    deadline = time.monotonic() + timeout
-    last_exc: BaseException | None = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as e:
-            last_exc = e
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}") from last_exc
-        time.sleep(interval)
 
 
 def write_kubeconfig(

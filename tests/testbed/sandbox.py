@@ -444,20 +444,19 @@ class Sandbox:
 
         # controller-manager and scheduler use the admin kubeconfig
         kc = str(self.kubeconfig)
+        control_plane_flags = [
+            "--kubeconfig", kc,
+            "--authentication-kubeconfig", kc,
+            "--authorization-kubeconfig", kc,
+            "--leader-elect=false",
+            "--bind-address", "127.0.0.1",
+        ]  # fmt: skip
         kcm_port = free_port()
         self._spawn(
             "kube-controller-manager",
             [
                 str(self.bin["kube-controller-manager"]),
-                "--kubeconfig",
-                kc,
-                "--authentication-kubeconfig",
-                kc,
-                "--authorization-kubeconfig",
-                kc,
-                "--leader-elect=false",
-                "--bind-address",
-                "127.0.0.1",
+                *control_plane_flags,
                 "--secure-port",
                 str(kcm_port),
                 "--cert-dir",
@@ -479,15 +478,7 @@ class Sandbox:
             "kube-scheduler",
             [
                 str(self.bin["kube-scheduler"]),
-                "--kubeconfig",
-                kc,
-                "--authentication-kubeconfig",
-                kc,
-                "--authorization-kubeconfig",
-                kc,
-                "--leader-elect=false",
-                "--bind-address",
-                "127.0.0.1",
+                *control_plane_flags,
                 "--secure-port",
                 str(sched_port),
                 "--cert-dir",
