@@ -11,6 +11,7 @@ import socket
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import structlog
 from kubernetes_asyncio import client, config
@@ -18,7 +19,7 @@ from kubernetes_asyncio import client, config
 from gitea_runner_operator import __version__, logsetup
 from gitea_runner_operator.health import HealthServer
 from gitea_runner_operator.runtime.controller import Controller
-from gitea_runner_operator.runtime.leadership import run_with_leadership
+from gitea_runner_operator.runtime.leadership import Leadership, LeaseElector, run_with_leadership
 from gitea_runner_operator.settings import Settings
 
 log = structlog.get_logger("gitea_runner_operator")
@@ -56,6 +57,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=600,
         help="ttlSecondsAfterFinished of runner Jobs: how long finished Jobs stay for inspection",
     )
+    p.add_argument(
+        "--allowed-gitea-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a Gitea URL prefix RunnerGroups may use, e.g. https://gitea.example.com/; "
+        "repeat for several (default: any URL)",
+    )
+    p.add_argument(
+        "--gitea-backoff-max",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="longest wait between polls of a failing Gitea (default 30): bounds how long "
+        "recovery takes once it is healthy again; Retry-After is honoured up to 300s",
+    )
     p.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
     p.add_argument("--log-level", default="info")
     return p
@@ -66,6 +83,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit("--workers must be at least 1")
     if args.job_ttl_seconds < 0:
         raise SystemExit("--job-ttl-seconds must not be negative")
+    if args.gitea_backoff_max < 1:
+        raise SystemExit("--gitea-backoff-max must be at least 1 second")
+    for url in args.allowed_gitea_url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SystemExit(f"--allowed-gitea-url {url!r} is not an http(s) URL with a host")
     return Settings(
         namespaces=tuple(dict.fromkeys(args.namespace)),
         kubeconfig=args.kubeconfig,
@@ -77,6 +100,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         lease_namespace=args.leader_election_namespace,
         identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
         job_ttl_seconds=args.job_ttl_seconds,
+        allowed_gitea_urls=tuple(args.allowed_gitea_url),
+        gitea_backoff_max=args.gitea_backoff_max,
     )
 
 
@@ -122,14 +147,23 @@ async def run(settings: Settings) -> int:
         namespaces=list(settings.namespaces) or "all",
         leader_elect=settings.leader_elect,
     )
-    async with client.ApiClient() as api:
-        controller = Controller(api, settings)
-        standby = asyncio.Event()
-        health = HealthServer(
-            settings.health_host,
-            settings.health_port,
-            lambda: controller.synced.is_set() or (standby.is_set() and not stop.is_set()),
-        )
+    # Watches get their own connection pool, sized for them, so that three watch streams per
+    # namespace can never take every connection the writes and the Lease need.
+    watch_config = client.Configuration.get_default_copy()
+    watch_config.connection_pool_maxsize = 3 * max(1, len(settings.namespaces)) + 4
+    async with client.ApiClient() as api, client.ApiClient(watch_config) as watch_api:
+        leadership = Leadership()
+
+        def make_controller() -> Controller:
+            return Controller(api, settings, watch_api)
+
+        def ready() -> bool:
+            current = leadership.controller
+            if current is not None and current.synced.is_set():
+                return True
+            return leadership.standby.is_set() and not stop.is_set()
+
+        health = HealthServer(settings.health_host, settings.health_port, ready)
         try:
             await health.start()
         except OSError as exc:
@@ -142,11 +176,18 @@ async def run(settings: Settings) -> int:
             return 2
         try:
             if not settings.leader_elect:
+                controller = make_controller()
+                leadership.controller = controller
                 await controller.run(stop)
                 return 0
-            return await run_with_leadership(
-                api, settings, lease_namespace(settings), controller, stop, standby
+            elector = LeaseElector(
+                api,
+                lease_namespace(settings),
+                settings.lease_name,
+                settings.identity,
+                lease_duration=settings.lease_duration,
             )
+            return await run_with_leadership(elector, settings, make_controller, stop, leadership)
         finally:
             await health.stop()
             log.info("stopped")

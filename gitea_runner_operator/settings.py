@@ -25,3 +25,10 @@ class Settings:
     min_refresh_interval: float = 2.0
     expectation_timeout: float = 60.0
     job_ttl_seconds: int = 600  # ttlSecondsAfterFinished of runner Jobs
+    # Prefixes of the Gitea URLs groups may use; empty: any.
+    allowed_gitea_urls: tuple[str, ...] = ()
+    # Cap of the poll backoff while Gitea fails: bounds recovery time once it is back.
+    gitea_backoff_max: float = 30.0
+    # Deadline of one whole observation (Secrets + every Gitea request of a poll).
+    observe_deadline: float = 60.0
+    secret_cache_ttl: float = 60.0

@@ -97,6 +97,8 @@ class RunnerGroupSpec(_CamelModel):
     image: str = Field(default=constants.DEFAULT_IMAGE, min_length=1)
     poll_interval: str = constants.DEFAULT_POLL_INTERVAL
     idle_timeout: str = constants.DEFAULT_IDLE_TIMEOUT
+    startup_timeout: str = constants.DEFAULT_STARTUP_TIMEOUT
+    drain_timeout: str = constants.DEFAULT_DRAIN_TIMEOUT
 
     @field_validator("org", "repo")
     @classmethod
@@ -133,6 +135,16 @@ class RunnerGroupSpec(_CamelModel):
             value, constants.MIN_IDLE_TIMEOUT_SECONDS, constants.MAX_IDLE_TIMEOUT_SECONDS
         )
 
+    @field_validator("startup_timeout")
+    @classmethod
+    def _startup_bounds(cls, value: str) -> str:
+        return _bounded_duration(value, 60.0, constants.MAX_IDLE_TIMEOUT_SECONDS)
+
+    @field_validator("drain_timeout")
+    @classmethod
+    def _drain_bounds(cls, value: str) -> str:
+        return _bounded_duration(value, 0.0, constants.MAX_IDLE_TIMEOUT_SECONDS)
+
     @model_validator(mode="after")
     def _scope_fields(self) -> Self:
         if self.scope is Scope.GLOBAL and (self.org or self.repo):
@@ -156,6 +168,14 @@ class RunnerGroupSpec(_CamelModel):
     @property
     def idle_timeout_seconds(self) -> float:
         return parse_duration(self.idle_timeout)
+
+    @property
+    def startup_timeout_seconds(self) -> float:
+        return parse_duration(self.startup_timeout)
+
+    @property
+    def drain_timeout_seconds(self) -> float:
+        return parse_duration(self.drain_timeout)
 
     @property
     def target(self) -> str:

@@ -17,6 +17,7 @@ import asyncio
 import email.utils
 import json
 import random
+import ssl as ssl_module
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -30,18 +31,7 @@ from tenacity import (
     stop_after_attempt,
 )
 
-from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.forge.errors import (
-    GiteaError,
-    GiteaForbidden,
-    GiteaNotFound,
-    GiteaProtocolError,
-    GiteaRateLimited,
-    GiteaUnauthorized,
-    GiteaUnreachable,
-    GiteaUnsupported,
-)
-from gitea_runner_operator.forge.models import (
+from gitea_runner_operator.api.gitea import (
     ActionJob,
     ActionRunner,
     JobList,
@@ -49,18 +39,39 @@ from gitea_runner_operator.forge.models import (
     OwnerKind,
     RunnerList,
 )
+from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.forge.errors import (
+    GiteaError,
+    GiteaForbidden,
+    GiteaNotFound,
+    GiteaProtocolError,
+    GiteaRateLimited,
+    GiteaRedirected,
+    GiteaServerError,
+    GiteaUnauthorized,
+    GiteaUnreachable,
+    GiteaUnsupported,
+)
 from gitea_runner_operator.forge.scope import ScopeRef
 
 M = TypeVar("M", bound=BaseModel)
 
-DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=10)
+# Per request. An observation as a whole has its own deadline on top (see runtime/observer).
+DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=20, connect=5, sock_read=15)
+# Retry-After values are capped: a server (or a tenant's fake one) must not park a group
+# for hours; recovery after an outage stays bounded by the poll loop's backoff cap.
+MAX_RETRY_AFTER = 300.0
+# Far beyond any real queue, but a bound: 200 pages of 50.
+DEFAULT_MAX_PAGES = 200
 
 
 class _Transient(Exception):
-    """A failure worth another attempt; never escapes this module."""
+    """A failure worth another attempt; never escapes this module. ``final`` is the error
+    to raise if no attempt is left."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, final: GiteaError, retry_after: float | None = None) -> None:
+        super().__init__(str(final))
+        self.final = final
         self.retry_after = retry_after
 
 
@@ -89,11 +100,12 @@ class GiteaClient:
         token: str,
         *,
         page_size: int = 50,
-        max_pages: int = 20,
+        max_pages: int = DEFAULT_MAX_PAGES,
         attempts: int = 4,
         backoff_initial: float = 0.5,
         backoff_max: float = 8.0,
-        max_retry_after: float = 30.0,
+        max_inline_wait: float = 5.0,
+        timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._session = session
@@ -104,7 +116,8 @@ class GiteaClient:
         self._attempts = attempts
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
-        self._max_retry_after = max_retry_after
+        self._max_inline_wait = max_inline_wait
+        self._timeout = timeout
         self._sleep = sleep
 
     def __repr__(self) -> str:  # never show the token
@@ -159,6 +172,39 @@ class GiteaClient:
                 f"{scope.runners_path} is missing: the runners API needs Gitea >= 1.24"
             ) from None
 
+    async def get_runner(self, scope: ScopeRef, runner_id: int) -> ActionRunner | None:
+        """One registration as it is now; None when it is gone."""
+        try:
+            body = await self._request("GET", f"{scope.runners_path}/{runner_id}")
+        except GiteaNotFound:
+            return None
+        return self._runner(body, runner_id)
+
+    async def set_runner_disabled(
+        self, scope: ScopeRef, runner_id: int, disabled: bool
+    ) -> ActionRunner | None:
+        """Disable (or re-enable) a registration so that it takes no new task (Gitea >= 1.26).
+        Returns the runner as it is after the change, or None when this Gitea cannot disable
+        runners or the runner is gone (callers then rely on a fresh read)."""
+        try:
+            body = await self._request(
+                "PATCH", f"{scope.runners_path}/{runner_id}", json_body={"disabled": disabled}
+            )
+        except GiteaNotFound:
+            return None
+        except GiteaError as exc:
+            if type(exc) is GiteaError:  # 405/422 and the like: a Gitea without the feature
+                return None
+            raise
+        return self._runner(body, runner_id)
+
+    @staticmethod
+    def _runner(body: Any, runner_id: int) -> ActionRunner:
+        try:
+            return ActionRunner.model_validate(body)
+        except ValidationError:
+            raise GiteaProtocolError(f"runner {runner_id}: unexpected response shape") from None
+
     async def delete_runner(self, scope: ScopeRef, runner_id: int) -> bool:
         """Remove a runner registration; False when it was already gone."""
         try:
@@ -196,7 +242,11 @@ class GiteaClient:
         return Listing(tuple(seen.values()), complete=False)
 
     async def _request(
-        self, method: str, path: str, params: Mapping[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        json_body: Any = None,
     ) -> Any:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._attempts),
@@ -208,9 +258,9 @@ class GiteaClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._once(method, path, params)
+                    return await self._once(method, path, params, json_body)
         except _Transient as exc:
-            raise GiteaUnreachable(f"{method} {path}: {exc}") from None
+            raise exc.final from None
         raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
     def _wait(self, state: RetryCallState) -> float:
@@ -221,18 +271,33 @@ class GiteaClient:
         ceiling = min(self._backoff_max, self._backoff_initial * 2.0 ** (state.attempt_number - 1))
         return random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not cryptography
 
-    async def _once(self, method: str, path: str, params: Mapping[str, str] | None) -> Any:
+    async def _once(
+        self, method: str, path: str, params: Mapping[str, str] | None, json_body: Any
+    ) -> Any:
         url = self._base + path
         try:
             async with self._session.request(
-                method, url, params=params, headers=self._headers, timeout=DEFAULT_TIMEOUT
+                method,
+                url,
+                params=params,
+                json=json_body,
+                headers=self._headers,
+                timeout=self._timeout,
+                # Never follow a redirect: the Authorization header would go along to
+                # wherever the Location points.
+                allow_redirects=False,
             ) as resp:
                 body = await resp.read()
                 return self._interpret(method, path, resp.status, resp.headers, body)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise _Transient(f"connection failed: {type(exc).__name__}: {exc}") from None
-        except TimeoutError:
-            raise _Transient("timed out") from None
+            raise _Transient(self._unreachable(exc)) from None
+        except TimeoutError as exc:
+            raise _Transient(self._unreachable(exc)) from None
+
+    def _unreachable(self, exc: BaseException) -> GiteaUnreachable:
+        error = GiteaUnreachable(f"{self._base}: no answer (connection failed or timed out)")
+        error.detail = f"{type(exc).__name__}: {exc}"  # for the operator's own log only
+        return error
 
     def _interpret(
         self, method: str, path: str, status: int, headers: Mapping[str, str], body: bytes
@@ -245,38 +310,71 @@ class GiteaClient:
                 return json.loads(body)
             except ValueError:
                 raise GiteaProtocolError(f"{where}: response is not JSON") from None
+        if 300 <= status < 400:
+            target = str(headers.get("Location") or "")[:200]
+            raise GiteaRedirected(
+                f"{where}: HTTP {status} redirect to {target or '(no Location)'} not followed; "
+                "set spec.gitea.url to the address Gitea really serves"
+            )
         if status == 401:
             raise GiteaUnauthorized(f"{where}: 401 Unauthorized: the auth token was rejected")
         if status == 403:
             raise GiteaForbidden(f"{where}: 403 Forbidden: the auth token may not use this scope")
         if status == 404:
             raise GiteaNotFound(f"{where}: 404 Not Found")
-        if status in (429, 503):
-            retry_after = parse_retry_after(headers.get("Retry-After"))
-            if retry_after is not None and retry_after > self._max_retry_after:
-                raise GiteaRateLimited(
-                    f"{where}: {status}, asked to retry after {retry_after:.0f}s", retry_after
-                )
-            raise _Transient(f"{status} from server", retry_after)
+        retry_after = parse_retry_after(headers.get("Retry-After"))
+        if retry_after is not None:
+            retry_after = min(retry_after, MAX_RETRY_AFTER)
+        if status == 429 or (status == 503 and retry_after is not None):
+            wait = retry_after if retry_after is not None else 10.0
+            limited = GiteaRateLimited(
+                f"{where}: HTTP {status}, Gitea asks to retry after {wait:.0f}s", wait
+            )
+            if wait > self._max_inline_wait:
+                raise limited  # the poll loop waits, not this call
+            raise _Transient(limited, retry_after)
         if status >= 500:
-            raise _Transient(f"{status} from server")
+            raise _Transient(GiteaServerError(f"{where}: HTTP {status} from Gitea"))
         raise GiteaError(f"{where}: unexpected HTTP {status}")
 
 
 class SessionPool:
-    """One aiohttp session per Gitea base URL, so groups on the same instance share
-    connections; closed all at once on shutdown."""
+    """One aiohttp session per Gitea base URL (and trust settings), so groups on the same
+    instance share connections.
+
+    Sessions keep no cookies: a cookie that Gitea set for one tenant's token must never ride
+    along on another tenant's request. They honour ``HTTPS_PROXY``/``NO_PROXY`` from the
+    environment, as other cluster tools do. Sessions no group uses any more are closed by
+    :meth:`retain`.
+    """
 
     def __init__(self) -> None:
-        self._sessions: dict[str, aiohttp.ClientSession] = {}
+        self._sessions: dict[tuple[str, str], aiohttp.ClientSession] = {}
 
-    def session_for(self, base_url: str) -> aiohttp.ClientSession:
-        key = base_url.rstrip("/")
+    def session_for(
+        self, base_url: str, ssl: ssl_module.SSLContext | None = None, trust_id: str = ""
+    ) -> aiohttp.ClientSession:
+        key = (base_url.rstrip("/"), trust_id)
         session = self._sessions.get(key)
         if session is None or session.closed:
-            session = aiohttp.ClientSession(timeout=DEFAULT_TIMEOUT)
+            connector = aiohttp.TCPConnector(ssl=ssl if ssl is not None else True, limit=50)
+            session = aiohttp.ClientSession(
+                timeout=DEFAULT_TIMEOUT,
+                connector=connector,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=True,
+            )
             self._sessions[key] = session
         return session
+
+    async def retain(self, base_urls: set[str]) -> None:
+        """Close the sessions of base URLs that no group uses any more."""
+        gone = [k for k in self._sessions if k[0] not in base_urls]
+        sessions = [self._sessions.pop(k) for k in gone]
+        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
 
     async def close(self) -> None:
         sessions, self._sessions = list(self._sessions.values()), {}

@@ -7,6 +7,8 @@ class GiteaError(Exception):
     """Base class. ``reason`` is a CamelCase condition reason; str(self) is safe to show."""
 
     reason = "GiteaError"
+    # Text for the operator's own log only (e.g. a socket error), never for status or Events.
+    detail: str = ""
 
 
 class GiteaUnauthorized(GiteaError):
@@ -28,13 +30,28 @@ class GiteaNotFound(GiteaError):
 
 
 class GiteaUnreachable(GiteaError):
-    """Connection failures and 5xx answers that outlived the retries."""
+    """No answer: connection failures and timeouts that outlived the retries. The message
+    says only that, never the socket error's text: a tenant chooses the URL, and telling
+    "refused" from "timed out" would make the operator a port scanner for them."""
 
     reason = "GiteaUnreachable"
 
 
+class GiteaServerError(GiteaError):
+    """Gitea answered, with a 5xx, on every attempt: it is up but failing."""
+
+    reason = "GiteaServerError"
+
+
+class GiteaRedirected(GiteaError):
+    """A 3xx: never followed, because the token would travel to wherever it points."""
+
+    reason = "GiteaRedirected"
+
+
 class GiteaRateLimited(GiteaError):
-    """429/503 with a Retry-After longer than we are willing to wait inside one call."""
+    """429 (or 503 with Retry-After) that outlasted the short waits we allow inside a call;
+    ``retry_after`` tells the poll loop how long to stay away."""
 
     reason = "GiteaRateLimited"
 

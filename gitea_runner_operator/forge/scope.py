@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from gitea_runner_operator.api.gitea import OwnerKind
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, Scope
-from gitea_runner_operator.forge.models import OwnerKind
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from kubernetes_asyncio import client
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.informer import Informer, Obj, object_key
+from gitea_runner_operator.kube.views import job_finished
 
 GroupKey = str  # "namespace/name"
 # (group key, event type, object, object before the event)
@@ -39,6 +40,10 @@ class ClusterCache:
         self._changed: dict[GroupKey, float] = {}
         self._group_listeners: list[Listener] = []
         self._owned_listeners: list[Listener] = []
+        # group key -> object name -> object: reconciles look up a group's Jobs and Pods by
+        # index, not by scanning every object the operator owns.
+        self._index_jobs: dict[GroupKey, dict[str, Obj]] = {}
+        self._index_pods: dict[GroupKey, dict[str, Obj]] = {}
         custom = client.CustomObjectsApi(api)
         batch = client.BatchV1Api(api)
         core = client.CoreV1Api(api)
@@ -74,8 +79,10 @@ class ClusterCache:
                 )
         for inf in self.groups:
             inf.add_handler(self._on_group)
-        for inf in (*self.jobs, *self.pods):
-            inf.add_handler(self._on_owned)
+        for inf in self.jobs:
+            inf.add_handler(self._on_job)
+        for inf in self.pods:
+            inf.add_handler(self._on_pod)
 
     @property
     def informers(self) -> list[Informer]:
@@ -108,13 +115,19 @@ class ClusterCache:
         return self._owned(self.pods, key)
 
     def changed_at(self, key: GroupKey) -> float:
-        """When a Job or Pod of this group last changed (monotonic); 0 if never seen."""
+        """When a runner Job of this group last stopped holding a slot (finished, deleted or
+        being deleted), monotonic; 0 if never. Only such changes can make an older Gitea
+        snapshot over-count demand: the job that runner did may still show as queued in it.
+        Pod status churn does not move this clock, so a busy cluster does not keep every
+        snapshot "stale"."""
         return self._changed.get(key, 0.0)
 
     def _owned(self, informers: list[Informer], key: GroupKey) -> list[Obj]:
-        return [
-            obj for inf in informers for obj in inf.cache.values() if group_key_of_owned(obj) == key
-        ]
+        index = self._index_jobs if informers is self.jobs else self._index_pods
+        return list(index.get(key, {}).values())
+
+    def forget(self, key: GroupKey) -> None:
+        self._changed.pop(key, None)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -123,13 +136,51 @@ class ClusterCache:
         for listener in self._group_listeners:
             listener(key, kind, obj, before)
 
-    def _on_owned(self, kind: str, obj: Obj, before: Obj | None) -> None:
+    def _on_job(self, kind: str, obj: Obj, before: Obj | None) -> None:
         key = group_key_of_owned(obj)
         if key is None:
             return
-        self._changed[key] = self._clock()
+        self._index(self._index_jobs, key, kind, obj)
+        if frees_slot(kind, obj, before):
+            self._changed[key] = self._clock()
+        self._notify_owned(key, kind, obj, before)
+
+    def _on_pod(self, kind: str, obj: Obj, before: Obj | None) -> None:
+        key = group_key_of_owned(obj)
+        if key is None:
+            return
+        self._index(self._index_pods, key, kind, obj)
+        self._notify_owned(key, kind, obj, before)
+
+    @staticmethod
+    def _index(index: dict[GroupKey, dict[str, Obj]], key: GroupKey, kind: str, obj: Obj) -> None:
+        name = obj["metadata"]["name"]
+        if kind == "DELETED":
+            names = index.get(key)
+            if names is not None:
+                names.pop(name, None)
+                if not names:
+                    del index[key]
+        else:
+            index.setdefault(key, {})[name] = obj
+
+    def _notify_owned(self, key: GroupKey, kind: str, obj: Obj, before: Obj | None) -> None:
         for listener in self._owned_listeners:
             listener(key, kind, obj, before)
+
+
+def _holds_slot(job: Obj | None) -> bool:
+    if job is None:
+        return False
+    meta = job.get("metadata") or {}
+    return not meta.get("deletionTimestamp") and not job_finished(job)
+
+
+def frees_slot(kind: str, obj: Obj, before: Obj | None) -> bool:
+    """A runner Job stopped holding a slot: finished, deleted or being deleted."""
+    if kind == "DELETED":
+        return before is None or _holds_slot(before) or _holds_slot(obj)
+    return _holds_slot(before) and not _holds_slot(obj)
 
 
 def spec_changed(kind: str, obj: Obj, before: Obj | None) -> bool:

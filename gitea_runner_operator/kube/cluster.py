@@ -1,31 +1,40 @@
-"""Writes to the cluster, and the one read that is not cached (Secrets, which we may only
-``get``). Each method does one API call and maps API errors to outcomes callers can act on."""
+"""Writes to the cluster. Each method does one API call, with a timeout, and maps API errors
+to outcomes callers can act on. (Secrets, the one uncached read, live in ``secrets.py``.)"""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
+import json
 import uuid
 from typing import Any
 
+import aiohttp
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.reconcile.status import Problem
 
 log = structlog.get_logger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "gitea-runner-operator"
+# Seconds for any single read or write; a hung API server must not hang a worker.
+TIMEOUT = 10
 
 
-class SecretProblem(Exception):
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(problem.message)
-        self.problem = problem
+class CreateRefused(Exception):
+    """The API server refused a runner Job (quota, admission, validation). ``str(self)``
+    is the API server's own message, which names the rule or field at fault."""
+
+
+def api_message(exc: ApiException) -> str:
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or f"HTTP {exc.status} {exc.reason}")[:500]
 
 
 class Cluster:
@@ -39,7 +48,14 @@ class Cluster:
 
     async def create_job(self, manifest: dict[str, Any]) -> str:
         namespace = manifest["metadata"]["namespace"]
-        resp = await self._batch.create_namespaced_job(namespace, manifest, _preload_content=False)
+        try:
+            resp = await self._batch.create_namespaced_job(
+                namespace, manifest, _preload_content=False, _request_timeout=TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status in (400, 403, 422):
+                raise CreateRefused(api_message(exc)) from None
+            raise
         try:
             body = await resp.json()
         finally:
@@ -50,7 +66,11 @@ class Cluster:
         """Delete a runner Job and its Pods; False if it was already gone."""
         try:
             await self._batch.delete_namespaced_job(
-                name, namespace, propagation_policy="Background", _preload_content=False
+                name,
+                namespace,
+                propagation_policy="Background",
+                _preload_content=False,
+                _request_timeout=TIMEOUT,
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -66,6 +86,7 @@ class Cluster:
                 {"metadata": {"annotations": annotations}},
                 _content_type=MERGE_PATCH,
                 _preload_content=False,
+                _request_timeout=TIMEOUT,
             )
         except ApiException as exc:
             if exc.status != 404:
@@ -81,50 +102,32 @@ class Cluster:
             {"status": status},
             _content_type=MERGE_PATCH,
             _preload_content=False,
+            _request_timeout=TIMEOUT,
         )
 
-    async def read_secret_key(self, namespace: str, name: str, key: str, field: str) -> str:
-        """Return one decoded Secret value. ``field`` (e.g. ``spec.authToken``) goes into the
-        error so a user knows which reference to fix. The value itself is never logged."""
+    async def set_finalizers(
+        self, namespace: str, name: str, finalizers: list[str], resource_version: str
+    ) -> None:
+        """Replace the group's finalizers, only if it has not changed since we read it (the
+        resourceVersion makes this a compare-and-swap; a 409 means read again)."""
+        meta: dict[str, Any] = {"finalizers": finalizers}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
         try:
-            secret = await self._core.read_namespaced_secret(name, namespace)
+            await self._custom.patch_namespaced_custom_object(
+                constants.GROUP,
+                constants.VERSION,
+                namespace,
+                constants.PLURAL,
+                name,
+                {"metadata": meta},
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=TIMEOUT,
+            )
         except ApiException as exc:
-            if exc.status == 404:
-                raise SecretProblem(
-                    Problem(
-                        "SecretNotFound",
-                        f"{field}.secretRef: Secret {namespace}/{name} not found",
-                    )
-                ) from None
-            if exc.status == 403:
-                raise SecretProblem(
-                    Problem(
-                        "SecretForbidden",
-                        f"{field}.secretRef: the operator may not read Secret {namespace}/{name};"
-                        " bind the ClusterRole gitea-runner-operator-secrets in this namespace",
-                    )
-                ) from None
-            raise
-        data = secret.data or {}
-        if key not in data:
-            raise SecretProblem(
-                Problem(
-                    "SecretKeyMissing",
-                    f"{field}.secretRef: Secret {namespace}/{name} has no key {key!r}",
-                )
-            )
-        try:
-            value = base64.b64decode(data[key], validate=True).decode().strip()
-        except (binascii.Error, UnicodeDecodeError):
-            value = ""
-        if not value:
-            raise SecretProblem(
-                Problem(
-                    "SecretKeyMissing",
-                    f"{field}.secretRef: key {key!r} of Secret {namespace}/{name} is empty",
-                )
-            )
-        return value
+            if exc.status != 404:  # gone already: nothing to release
+                raise
 
     async def emit_event(
         self, group: dict[str, Any], event_type: str, reason: str, message: str
@@ -156,7 +159,7 @@ class Cluster:
         }
         try:
             await self._core.create_namespaced_event(
-                meta["namespace"], event, _preload_content=False
+                meta["namespace"], event, _preload_content=False, _request_timeout=TIMEOUT
             )
-        except ApiException as exc:
-            log.warning("could not write event", reason=reason, status=exc.status)
+        except (ApiException, TimeoutError, aiohttp.ClientError) as exc:
+            log.warning("could not write event", reason=reason, error=type(exc).__name__)

@@ -101,7 +101,9 @@ class Informer:
             backoff = min(backoff * 2, 30.0)
 
     async def _list(self) -> str:
-        resp = await self._list_func(*self._args, **self._kwargs(), _preload_content=False)
+        resp = await self._list_func(
+            *self._args, **self._kwargs(), _preload_content=False, _request_timeout=60
+        )
         try:
             body = json.loads(await resp.read())
         finally:

@@ -67,14 +67,17 @@ def render_runner_job(
     namespace: str,
     group_uid: str,
     spec: RunnerGroupSpec,
+    job_name: str,
     ttl_seconds_after_finished: int = TTL_SECONDS_AFTER_FINISHED,
 ) -> dict[str, Any]:
+    """``job_name`` comes from :func:`~gitea_runner_operator.api.naming.new_job_name`: it
+    carries the group's UID hash, which is what proves a registration is this group's."""
     labels = group_labels(group_name)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "generateName": f"{group_name}-",
+            "name": job_name,
             "namespace": namespace,
             "labels": labels,
             "annotations": {constants.RUNNER_LABELS_ANNOTATION: ",".join(spec.labels)},

@@ -13,6 +13,20 @@ from typing import Any
 
 from gitea_runner_operator.api import constants
 
+RUNNER_CONTAINER = "runner"
+# Waiting reasons that do not heal by themselves: the Pod will never run the runner.
+STUCK_WAITING_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "CrashLoopBackOff",
+    }
+)
+
 
 @dataclass(frozen=True, slots=True)
 class RunnerJobView:
@@ -25,6 +39,14 @@ class RunnerJobView:
     took_job: bool
     pod_names: tuple[str, ...] = ()
     failed: bool = False
+    # When the runner container of a live Pod started running (wall clock), if it has.
+    started_at: float | None = None
+    # Why its Pod cannot start (the Pod's own reason and message), if it is stuck.
+    pod_problem: str | None = None
+    # Since when a Pod of it has been unschedulable (wall clock), if one is.
+    unschedulable_since: float | None = None
+    # Names of every Pod of it that still exists, whatever its phase.
+    all_pod_names: tuple[str, ...] = ()
 
     @property
     def alive(self) -> bool:
@@ -46,25 +68,70 @@ def job_finished(job: Mapping[str, Any], kinds: tuple[str, ...] = ("Complete", "
     return False
 
 
+def _live(pod: Mapping[str, Any]) -> bool:
+    return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get(
+        "phase"
+    ) not in ("Succeeded", "Failed")
+
+
+def _runner_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for status in statuses:
+        if status.get("name") == RUNNER_CONTAINER:
+            return status  # type: ignore[no-any-return]
+    return statuses[0] if len(statuses) == 1 else {}
+
+
+def pod_started_at(pod: Mapping[str, Any]) -> float | None:
+    """When the runner container started running: idle time counts from here, not from the
+    Job's creation, so a Pod that waited for a node is not reaped the moment it starts."""
+    running = (_runner_status(pod).get("state") or {}).get("running") or {}
+    return parse_time(running.get("startedAt"))
+
+
+def pod_problem(pod: Mapping[str, Any]) -> str | None:
+    """The Pod's own reason for not running its runner, when it is one that will not heal."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason in STUCK_WAITING_REASONS:
+            message = str(waiting.get("message") or "")[:200]
+            name = pod["metadata"]["name"]
+            return f"Pod {name}: {reason}" + (f": {message}" if message else "")
+    return None
+
+
+def unschedulable_since(pod: Mapping[str, Any]) -> float | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            return parse_time(cond.get("lastTransitionTime"))
+    return None
+
+
 def job_view(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> RunnerJobView:
     meta = job.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    pod_names = tuple(
-        sorted(
-            p["metadata"]["name"]
-            for p in pods
-            if not p["metadata"].get("deletionTimestamp")
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        )
-    )
+    pods = list(pods)
+    live = [p for p in pods if _live(p)]
+    starts = [t for t in (pod_started_at(p) for p in live) if t is not None]
+    problems = [m for m in (pod_problem(p) for p in live) if m]
+    unschedulable = [t for t in (unschedulable_since(p) for p in live) if t is not None]
     return RunnerJobView(
         name=meta["name"],
         created_at=parse_time(meta.get("creationTimestamp")) or 0.0,
         finished=job_finished(job),
         deleting=bool(meta.get("deletionTimestamp")),
         took_job=annotations.get(constants.TOOK_JOB_ANNOTATION) == "true",
-        pod_names=pod_names,
+        pod_names=tuple(sorted(p["metadata"]["name"] for p in live)),
         failed=job_finished(job, ("Failed",)),
+        started_at=min(starts) if starts else None,
+        pod_problem=problems[0] if problems else None,
+        unschedulable_since=min(unschedulable) if unschedulable else None,
+        all_pod_names=tuple(sorted(p["metadata"]["name"] for p in pods)),
     )
 
 

@@ -1,8 +1,11 @@
-"""Reconcile one RunnerGroup: read the cache and a fresh-enough Gitea snapshot, decide with
-the pure :func:`~gitea_runner_operator.reconcile.scaling.plan`, act, write status.
+"""Reconcile one RunnerGroup: read the cache and the latest Gitea snapshot, decide with the
+pure functions of :mod:`~gitea_runner_operator.reconcile.scaling`, act on the cluster, write
+status.
 
 Like controller-runtime's Reconcile, it takes a key, trusts no event payload, and is safe to
 run any number of times: every decision is recomputed from what the cluster and Gitea say now.
+It awaits only the Kubernetes API (each call with a timeout), never Gitea: the group's poll
+task owns every Gitea call, including the reaps proposed here.
 """
 
 from __future__ import annotations
@@ -10,35 +13,64 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import structlog
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.labels import label_names
+from gitea_runner_operator.api.naming import new_job_name
+from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, parse_spec
-from gitea_runner_operator.forge.errors import GiteaError
-from gitea_runner_operator.kube.cache import ClusterCache
-from gitea_runner_operator.kube.cluster import Cluster
+from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.kube.job_template import render_runner_job
-from gitea_runner_operator.kube.views import RunnerJobView, job_view, pods_by_job
-from gitea_runner_operator.reconcile.scaling import Plan, group_registrations, plan
-from gitea_runner_operator.reconcile.status import (
-    READY,
-    RUNNERS_HEALTHY,
-    Problem,
-    desired_status,
-    find_condition,
-    ready_condition,
-    runners_healthy_condition,
-    status_differs,
+from gitea_runner_operator.kube.views import RunnerJobView, job_view, parse_time, pods_by_job
+from gitea_runner_operator.reconcile import status as st
+from gitea_runner_operator.reconcile.expectations import Expectations
+from gitea_runner_operator.reconcile.ports import ReapOrder, Sources
+from gitea_runner_operator.reconcile.scaling import (
+    Plan,
+    ReapReason,
+    RunnerState,
+    plan,
+    teardown,
 )
-from gitea_runner_operator.runtime.expectations import Expectations
-from gitea_runner_operator.runtime.observer import Snapshot, utc_now_iso
-from gitea_runner_operator.runtime.poller import Pollers
 
 log = structlog.get_logger(__name__)
+
+FINALIZER = f"{constants.GROUP}/teardown"
+# Creation backs off after runners that could not start or did not take their jobs.
+STUCK_BACKOFF_BASE = 60.0
+STUCK_BACKOFF_MAX = 1800.0
+CREATE_BACKOFF_BASE = 5.0
+CREATE_BACKOFF_MAX = 300.0
+# A problem that persists is logged again this often (not once per poll).
+LOG_REMINDER = 600.0
+
+
+class ClusterReads(Protocol):
+    def group(self, key: str) -> dict[str, Any] | None: ...
+    def runner_jobs(self, key: str) -> list[dict[str, Any]]: ...
+    def runner_pods(self, key: str) -> list[dict[str, Any]]: ...
+    def changed_at(self, key: str) -> float: ...
+
+
+class ClusterWrites(Protocol):
+    async def create_job(self, manifest: dict[str, Any]) -> str: ...
+    async def delete_job(self, namespace: str, name: str) -> bool: ...
+    async def annotate_job(
+        self, namespace: str, name: str, annotations: dict[str, str]
+    ) -> None: ...
+    async def patch_group_status(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> None: ...
+    async def set_finalizers(
+        self, namespace: str, name: str, finalizers: list[str], resource_version: str
+    ) -> None: ...
+    async def emit_event(
+        self, group: dict[str, Any], event_type: str, reason: str, message: str
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,171 +78,224 @@ class Result:
     requeue_after: float | None = None
 
 
+@dataclass
+class GroupState:
+    """What one process remembers about a group between passes: only backoffs and what it
+    has already reported. Losing it (a restart) costs at most one more retry or log line."""
+
+    stuck_jobs: set[str] = field(default_factory=set)
+    stuck_failures: int = 0
+    blocked_until: float = 0.0
+    stuck_message: str | None = None
+    create_error: str | None = None
+    create_failures: int = 0
+    logged: tuple[str, str] | None = None
+    logged_at: float = 0.0
+
+
 class Reconciler:
     def __init__(
         self,
-        cache: ClusterCache,
-        cluster: Cluster,
-        pollers: Pollers,
+        cache: ClusterReads,
+        cluster: ClusterWrites,
+        sources: Sources,
         expectations: Expectations,
         *,
-        min_refresh_interval: float = 2.0,
         job_ttl_seconds: int = 600,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        on_group_gone: Callable[[str], None] | None = None,
     ) -> None:
         self._cache = cache
         self._cluster = cluster
-        self._pollers = pollers
+        self._sources = sources
         self._expectations = expectations
-        self._min_refresh = min_refresh_interval
         self._job_ttl = job_ttl_seconds
         self._clock = clock
         self._wall = wall_clock
+        self._on_gone = on_group_gone
+        self._states: dict[str, GroupState] = {}
+
+    def state(self, key: str) -> GroupState:
+        return self._states.setdefault(key, GroupState())
 
     async def reconcile(self, key: str) -> Result:
         group = self._cache.group(key)
         if group is None:
-            await self._forget_registrations(key)
-            await self._pollers.stop(key)
-            self._expectations.forget(key)
+            await self._forget(key)
             return Result()
-        if group["metadata"].get("deletionTimestamp"):
-            return Result()  # held by someone's finalizer: start nothing, wait for the end
-        logger = log.bind(group=key)
+        meta = group["metadata"]
         views = self._job_views(key)
-        alive = sum(1 for v in views if v.alive)
+        if meta.get("deletionTimestamp"):
+            return await self._teardown(key, group, views)
         try:
             spec = parse_spec(group.get("spec"))
         except InvalidSpec as exc:
-            await self._pollers.stop(key)
-            logger.warning("invalid RunnerGroup", error=exc.message)
-            await self._write_status(
-                group, Problem("InvalidSpec", exc.message), active=alive, max_active=0
-            )
+            await self._sources.stop(key)
+            problem = Problem("InvalidSpec", exc.message, ProblemKind.CONFIG)
+            await self._write_status(key, group, problem, views=views)
             return Result()
+        if FINALIZER not in (meta.get("finalizers") or []):
+            await self._cluster.set_finalizers(
+                meta["namespace"],
+                meta["name"],
+                [*(meta.get("finalizers") or []), FINALIZER],
+                str(meta.get("resourceVersion") or ""),
+            )
+            return Result()  # the update's watch event brings us back with the new object
 
-        poller = await self._pollers.ensure(key, spec)
-        changed = self._cache.changed_at(key)
-        latest = poller.latest
-        if latest is not None and latest.problem is None and latest.started_at <= changed:
-            age = self._clock() - latest.started_at
-            if age < self._min_refresh:  # the cluster is churning: ask Gitea at most this often
-                return Result(requeue_after=self._min_refresh - age)
-        snapshot = (
-            await poller.refresh(newer_than=changed)
-            if latest is None or latest.problem is None
-            else latest  # failing groups are retried by the poller's backoff, not by events
-        )
+        source = await self._sources.ensure(key, spec)
+        snapshot = source.latest
+        if snapshot is None:
+            return Result()  # the poll task enqueues the group when it has one
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
-            active = alive + self._expectations.pending(key)
-            await self._write_status(
-                group, problem, active=active, max_active=0, target=spec.target
-            )
+            await self._write_status(key, group, problem, views=views, spec=spec)
+            return Result()
+        if snapshot.started_at < self._cache.changed_at(key):
+            # A runner finished or went away after Gitea was asked: the queue that snapshot
+            # shows may still list the job that runner did. Ask again; decide then.
+            source.wake()
             return Result()
 
-        decision = plan(
+        state = self.state(key)
+        decision = self._plan(key, group, spec, views, snapshot, state)
+        source.submit(ReapOrder(group, decision.reap, decision.orphans))
+        self._note_stuck(key, group, decision, spec, state)
+        requeue: float | None = None
+        created = 0
+        if decision.create > 0:
+            created = await self._create(key, group, spec, decision, state)
+            if state.create_error is not None:
+                requeue = min(
+                    CREATE_BACKOFF_MAX, CREATE_BACKOFF_BASE * 2.0 ** (state.create_failures - 1)
+                )
+        if self._clock() < state.blocked_until:
+            requeue = min(requeue or STUCK_BACKOFF_MAX, state.blocked_until - self._clock())
+        for job_name in decision.mark_took_job:
+            await self._cluster.annotate_job(
+                meta["namespace"], job_name, {constants.TOOK_JOB_ANNOTATION: "true"}
+            )
+        await self._write_status(
+            key,
+            group,
+            None,
+            views=views,
+            spec=spec,
+            decision=decision,
+            created=created,
+            snapshot=snapshot,
+        )
+        return Result(requeue_after=requeue)
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    def _plan(
+        self,
+        key: str,
+        group: dict[str, Any],
+        spec: RunnerGroupSpec,
+        views: list[RunnerJobView],
+        snapshot: Snapshot,
+        state: GroupState,
+    ) -> Plan:
+        assert snapshot.observation is not None
+        present = {v.name for v in views}
+        return plan(
             group_name=group["metadata"]["name"],
+            group_uid=group["metadata"]["uid"],
             jobs=views,
             observation=snapshot.observation,
             offered=label_names(spec.runner_labels),
             max_active=spec.max_active_runners,
             idle_timeout=spec.idle_timeout_seconds,
+            startup_timeout=spec.startup_timeout_seconds,
             now=self._wall(),
-            pending_creations=self._expectations.pending(key),
+            pending_creations=self._expectations.pending(key, present),
+            creation_blocked=self._clock() < state.blocked_until,
         )
-        created = await self._act(key, group, spec, snapshot, decision)
-        active = decision.alive + created - len(decision.reap)
-        await self._write_status(
-            group,
-            None,
-            active=active,
-            max_active=spec.max_active_runners,
-            queued=decision.demand,
-            checked_at=snapshot.checked_at,
-            target=spec.target,
-            failed_jobs=[v.name for v in views if v.failed],
-        )
-        return Result()
 
-    async def _forget_registrations(self, key: str) -> None:
-        """The group is gone: the garbage collector deletes its Jobs and Pods, but Gitea keeps
-        the registrations of runners that never took a job. Remove them with the group's last
-        known credentials. Best effort: a group deleted while the operator was down, or whose
-        Secret went with it, leaves them to the Gitea admin."""
-        poller = self._pollers.get(key)
-        snapshot = poller.latest if poller is not None else None
-        if snapshot is None or snapshot.client is None or snapshot.scope is None:
+    def _note_stuck(
+        self,
+        key: str,
+        group: dict[str, Any],
+        decision: Plan,
+        spec: RunnerGroupSpec,
+        state: GroupState,
+    ) -> None:
+        """Runners reaped because they never started, or idled while matching jobs waited,
+        will not do better if replaced at once: hold creation back, doubling each time, and
+        tell the user why. A runner that takes a job ends the episode."""
+        if decision.count(RunnerState.BUSY) > 0 and state.stuck_failures:
+            state.stuck_failures, state.blocked_until, state.stuck_message = 0, 0.0, None
+        new = [
+            c
+            for c in decision.reap
+            if c.reason in (ReapReason.IDLE_WITH_DEMAND, ReapReason.STARTUP_TIMEOUT)
+            and c.job_name not in state.stuck_jobs
+        ]
+        if not new:
             return
-        try:
-            runners = await snapshot.client.list_runners(snapshot.scope)
-            for runner in group_registrations(key.split("/", 1)[1], runners.items):
-                await snapshot.client.delete_runner(snapshot.scope, runner.id)
-                log.info("removed registration of deleted group", group=key, runner=runner.name)
-        except GiteaError as exc:
-            log.warning(
-                "could not remove the deleted group's registrations", group=key, error=str(exc)
+        state.stuck_jobs.update(c.job_name for c in new)
+        state.stuck_failures += 1
+        delay = min(STUCK_BACKOFF_MAX, STUCK_BACKOFF_BASE * 2.0 ** (state.stuck_failures - 1))
+        state.blocked_until = self._clock() + delay
+        idle = [c.job_name for c in new if c.reason is ReapReason.IDLE_WITH_DEMAND]
+        if idle:
+            state.stuck_message = (
+                f"runner(s) {', '.join(idle)} stayed idle for spec.idleTimeout "
+                f"({spec.idle_timeout}) while {decision.demand} matching job(s) were queued. "
+                "Likely causes: a label the runner parses differently from spec.labels, a "
+                "registration token of another scope than spec.scope, or a runner image too "
+                "old for these labels. New runners are held back for "
+                f"{delay:.0f}s"
+            )
+        else:
+            names = ", ".join(c.job_name for c in new)
+            state.stuck_message = (
+                f"runner(s) {names} did not register within spec.startupTimeout "
+                f"({spec.startup_timeout}); check the runner Pods, spec.gitea.url from "
+                f"inside the cluster and spec.registrationToken. New runners are held back "
+                f"for {delay:.0f}s"
             )
 
-    def _job_views(self, key: str) -> list[RunnerJobView]:
-        pods = pods_by_job(self._cache.runner_pods(key))
-        return [
-            job_view(job, pods.get(job["metadata"]["name"], []))
-            for job in self._cache.runner_jobs(key)
-        ]
+    # -- acting ---------------------------------------------------------------------------------
 
-    async def _act(
+    async def _create(
         self,
         key: str,
         group: dict[str, Any],
         spec: RunnerGroupSpec,
-        snapshot: Snapshot,
         decision: Plan,
+        state: GroupState,
     ) -> int:
+        """Create in doubling batches (1, 2, 4, ...) like the Job controller's slow start, so
+        a quota or admission refusal costs one failed request, not hundreds."""
         meta = group["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        logger = log.bind(group=key)
-
-        for job_name in decision.mark_took_job:
-            await self._cluster.annotate_job(
-                namespace, job_name, {constants.TOOK_JOB_ANNOTATION: "true"}
+        created: list[str] = []
+        remaining, batch = decision.create, 1
+        error: CreateRefused | None = None
+        while remaining > 0 and error is None:
+            size = min(batch, remaining)
+            names = [new_job_name(meta["name"], meta["uid"]) for _ in range(size)]
+            for name in names:  # before the create: the watch may beat the response
+                self._expectations.expect(key, name)
+            results = await asyncio.gather(
+                *(self._cluster.create_job(self._render(group, spec, name)) for name in names),
+                return_exceptions=True,
             )
-
-        if snapshot.client is not None and snapshot.scope is not None:
-            for runner_id in decision.deregister:
-                try:
-                    await snapshot.client.delete_runner(snapshot.scope, runner_id)
-                    logger.info("removed runner registration", runner_id=runner_id)
-                except GiteaError as exc:
-                    logger.warning("could not remove runner registration", error=str(exc))
-
-        for job_name in decision.reap:
-            if await self._cluster.delete_job(namespace, job_name):
-                logger.info("reaped idle runner", job=job_name, idle_timeout=spec.idle_timeout)
-                await self._cluster.emit_event(
-                    group,
-                    "Normal",
-                    "RunnerReaped",
-                    f"Deleted runner Job {job_name}: no job taken within {spec.idle_timeout}",
-                )
-
-        if decision.create <= 0:
-            return 0
-        manifest = render_runner_job(
-            group_name=name,
-            namespace=namespace,
-            group_uid=meta["uid"],
-            spec=spec,
-            ttl_seconds_after_finished=self._job_ttl,
-        )
-        results = await asyncio.gather(
-            *(self._cluster.create_job(manifest) for _ in range(decision.create)),
-            return_exceptions=True,
-        )
-        created = [r for r in results if isinstance(r, str)]
-        for job_name in created:
-            self._expectations.expect(key, job_name)
+            for name, res in zip(names, results, strict=True):
+                if isinstance(res, BaseException):
+                    self._expectations.lower(key, name)
+                    if isinstance(res, CreateRefused):
+                        error = res
+                    elif error is None:
+                        raise res
+                else:
+                    created.append(name)
+            remaining -= size
+            batch *= 2
+        logger = log.bind(group=key)
         if created:
             logger.info(
                 "created runner jobs",
@@ -226,44 +311,185 @@ class Reconciler:
                 f"Created {len(created)} runner Job(s) for {decision.demand} queued job(s): "
                 + ", ".join(created),
             )
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
-            raise failures[0]
+        if error is not None:
+            first = state.create_error is None
+            state.create_error = f"creating a runner Job was refused: {error}"
+            state.create_failures += 1
+            if first:
+                logger.warning("runner job creation refused", error=str(error))
+                await self._cluster.emit_event(group, "Warning", "JobCreateRefused", str(error))
+        elif created:
+            state.create_error, state.create_failures = None, 0
         return len(created)
+
+    def _render(self, group: dict[str, Any], spec: RunnerGroupSpec, name: str) -> dict[str, Any]:
+        meta = group["metadata"]
+        return render_runner_job(
+            group_name=meta["name"],
+            namespace=meta["namespace"],
+            group_uid=meta["uid"],
+            spec=spec,
+            job_name=name,
+            ttl_seconds_after_finished=self._job_ttl,
+        )
+
+    async def _teardown(
+        self, key: str, group: dict[str, Any], views: list[RunnerJobView]
+    ) -> Result:
+        meta = group["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if FINALIZER not in finalizers:
+            await self._sources.stop(key)
+            return Result()  # held by someone else's finalizer: nothing of ours to do
+        try:
+            spec: RunnerGroupSpec | None = parse_spec(group.get("spec"))
+        except InvalidSpec:
+            spec = None
+        deleted_at = parse_time(meta.get("deletionTimestamp")) or self._wall()
+        drain = spec.drain_timeout_seconds if spec is not None else 0.0
+        drained = self._wall() >= deleted_at + drain
+        source = await self._sources.ensure(key, spec) if spec is not None else None
+        snapshot = source.latest if source is not None else None
+        observation = snapshot.observation if snapshot is not None else None
+        plan_ = teardown(
+            group_name=meta["name"],
+            group_uid=meta["uid"],
+            jobs=views,
+            observation=observation,
+            drained=drained,
+        )
+        if source is not None:
+            source.submit(ReapOrder(group, plan_.reap, plan_.orphans))
+            source.wake()
+        for job_name in plan_.force_delete:
+            await self._cluster.delete_job(meta["namespace"], job_name)
+        if not spec:
+            # Nothing to ask Gitea with: clean the cluster side and let the object go.
+            for view in views:
+                if view.alive:
+                    await self._cluster.delete_job(meta["namespace"], view.name)
+        if plan_.done or spec is None or (drained and observation is None):
+            if not plan_.done:
+                message = (
+                    "gave up removing this group's runner registrations after "
+                    "spec.drainTimeout: "
+                    + (
+                        snapshot.problem.message
+                        if snapshot is not None and snapshot.problem is not None
+                        else "Gitea could not be asked"
+                    )
+                    + "; a Gitea admin may remove leftover offline runners"
+                )
+                log.warning("teardown incomplete", group=key, reason=message)
+                await self._cluster.emit_event(group, "Warning", "TeardownIncomplete", message)
+            finalizers.remove(FINALIZER)
+            await self._cluster.set_finalizers(
+                meta["namespace"], meta["name"], finalizers, str(meta.get("resourceVersion"))
+            )
+            log.info("teardown complete, finalizer released", group=key)
+            return Result()
+        return Result(requeue_after=2.0 if drained else 5.0)
+
+    async def _forget(self, key: str) -> None:
+        """The group is gone: drop everything this process kept for it."""
+        await self._sources.stop(key)
+        self._expectations.forget(key)
+        self._states.pop(key, None)
+        if self._on_gone is not None:
+            self._on_gone(key)
+
+    def _job_views(self, key: str) -> list[RunnerJobView]:
+        pods = pods_by_job(self._cache.runner_pods(key))
+        return [
+            job_view(job, pods.get(job["metadata"]["name"], []))
+            for job in self._cache.runner_jobs(key)
+        ]
+
+    # -- reporting ------------------------------------------------------------------------------
 
     async def _write_status(
         self,
+        key: str,
         group: dict[str, Any],
         problem: Problem | None,
         *,
-        active: int,
-        max_active: int,
-        queued: int | None = None,
-        checked_at: str | None = None,
-        target: str | None = None,
-        failed_jobs: list[str] | None = None,
+        views: list[RunnerJobView],
+        spec: RunnerGroupSpec | None = None,
+        decision: Plan | None = None,
+        created: int = 0,
+        snapshot: Snapshot | None = None,
     ) -> None:
         meta = group["metadata"]
+        state = self.state(key)
         previous = group.get("status") or {}
-        ready = ready_condition(problem, demand=queued or 0, alive=active, max_active=max_active)
-        healthy = runners_healthy_condition(failed_jobs) if failed_jobs is not None else None
-        wanted = desired_status(
+        pending = self._expectations.pending(key, {v.name for v in views})
+        alive = sum(1 for v in views if v.alive) + pending
+        counts: dict[str, int] | None = None
+        queued: int | None = None
+        complete = True
+        if decision is not None:
+            queued = decision.demand
+            counts = {
+                "starting": decision.count(RunnerState.STARTING) + pending,
+                "idle": decision.count(RunnerState.IDLE),
+                "busy": decision.count(RunnerState.BUSY),
+            }
+            if snapshot is not None and snapshot.observation is not None:
+                complete = snapshot.observation.queued_complete
+        max_active = spec.max_active_runners if spec is not None and problem is None else 0
+        ready = st.ready_condition(
+            problem, demand=queued or 0, alive=alive, max_active=max_active, complete=complete
+        )
+        healthy = st.runners_healthy_condition(
+            failed_jobs=[v.name for v in views if v.failed],
+            start_failures=list(decision.start_failures) if decision is not None else [],
+            stuck=state.stuck_message if self._clock() < state.blocked_until else None,
+            create_error=state.create_error,
+        )
+        wanted = st.desired_status(
             previous=previous,
             generation=int(meta.get("generation") or 0),
-            active=active,
+            active=alive,
             queued=queued,
-            last_check_time=checked_at,
+            runners=counts,
+            last_check_time=snapshot.checked_at if snapshot is not None else None,
             ready=ready,
-            now_iso=utc_now_iso(),
-            target=target,
-            extra_conditions=[healthy] if healthy is not None else [],
+            now_iso=st.utc_now_iso(),
+            target=spec.target if spec is not None else None,
+            extra_conditions=[healthy],
         )
-        if not status_differs(previous, wanted):
+        self._log_transitions(key, ready, healthy, state)
+        if not st.status_differs(previous, wanted, now=self._wall()):
             return
         await self._cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
         # Events mark transitions, not every pass.
-        if problem is not None and find_condition(previous, READY).get("reason") != problem.reason:
+        if problem is not None and st.find_condition(previous, st.READY).get("reason") != (
+            problem.reason
+        ):
             await self._cluster.emit_event(group, "Warning", problem.reason, problem.message)
-        was_healthy = find_condition(previous, RUNNERS_HEALTHY).get("status") != "False"
-        if healthy is not None and healthy["status"] == "False" and was_healthy:
+        before = st.find_condition(previous, st.RUNNERS_HEALTHY)
+        if healthy["status"] == "False" and before.get("reason") != healthy["reason"]:
             await self._cluster.emit_event(group, "Warning", healthy["reason"], healthy["message"])
+
+    def _log_transitions(
+        self, key: str, ready: dict[str, str], healthy: dict[str, str], state: GroupState
+    ) -> None:
+        """On-call engineers read logs first: every failure reaches the log at warning level
+        when it starts or changes, and again every ``LOG_REMINDER`` while it lasts."""
+        bad = [c for c in (ready, healthy) if c["status"] == "False"]
+        now = self._clock()
+        if not bad:
+            if state.logged is not None:
+                log.info("group healthy again", group=key)
+            state.logged = None
+            return
+        current = (bad[0]["reason"], bad[0]["message"])
+        if state.logged != current or now - state.logged_at >= LOG_REMINDER:
+            log.warning(
+                "group not working" if state.logged != current else "group still not working",
+                group=key,
+                condition=bad[0]["type"],
+                reason=current[0],
+                message=current[1],
+            )
+            state.logged, state.logged_at = current, now

@@ -1,8 +1,8 @@
 """How many runners to add, which to reap, and which registrations to drop.
 
 Everything here is a pure function of plain data: the runner Jobs the cluster has now and what
-Gitea says now. No clock is read and nothing is remembered, so the same inputs give the same
-plan after a restart, on a second replica, or on a test machine.
+Gitea said at one moment. No clock is read and nothing is remembered, so the same inputs give
+the same plan after a restart, on a second replica, or on a test machine.
 
 The rule, and why:
 - demand is the number of *queued* jobs whose every ``runs-on`` label the group offers: the
@@ -12,17 +12,27 @@ The rule, and why:
   a Pod that needs 60 s to start from earning a second runner on every poll in between;
 - ``alive`` runners can never exceed ``maxActiveRunners``;
 - so ``new = max(0, min(demand - not_busy, max_active - alive))``.
+
+Reaping is only *proposed* here. The per-group Gitea task carries it out, because it must
+re-read each registration just before acting (a runner may take a job at any moment) and
+that is a Gitea call, which a reconcile never waits for.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gitea_runner_operator.forge.models import ActionJob, ActionRunner
+from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
+from gitea_runner_operator.api.naming import runner_pattern
+from gitea_runner_operator.api.observation import Observation
 from gitea_runner_operator.kube.views import RunnerJobView
+
+# A Job whose Pod has not even been created this long after the Job was is refused by
+# something (quota, admission); an unschedulable Pod is worth reporting after this long.
+NO_POD_GRACE = 60.0
+UNSCHEDULABLE_GRACE = 120.0
 
 
 class RunnerState(StrEnum):
@@ -30,6 +40,34 @@ class RunnerState(StrEnum):
     IDLE = "idle"  # registered, no job taken
     BUSY = "busy"  # running (or has run) its one job
     GONE = "gone"  # Job finished or being deleted: holds no slot
+
+
+class ReapReason(StrEnum):
+    IDLE = "idle"  # registered, took no job within idleTimeout, and nothing matching queued
+    IDLE_WITH_DEMAND = "idle_with_demand"  # idle although matching jobs are queued: misfit
+    STARTUP_TIMEOUT = "startup_timeout"  # never registered within startupTimeout
+    GROUP_DELETED = "group_deleted"  # not busy, and the group is being torn down
+
+
+@dataclass(frozen=True, slots=True)
+class ReapCandidate:
+    """A runner the plan would delete, if a fresh look at its registration agrees."""
+
+    job_name: str
+    reason: ReapReason
+    pod_names: tuple[str, ...]
+    runner_ids: tuple[int, ...]  # its registrations in the snapshot (empty while starting)
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """A registration that is provably this group's and whose Pod no longer exists."""
+
+    runner_id: int
+    name: str
+    # Normally only offline registrations are removed; a group being torn down removes any
+    # idle registration whose Pod is gone.
+    require_offline: bool = True
 
 
 def matches(job_labels: Iterable[str], offered: frozenset[str]) -> bool:
@@ -63,48 +101,59 @@ def desired_new_runners(*, demand: int, alive: int, not_busy: int, max_active: i
 
 
 @dataclass(frozen=True, slots=True)
-class Observation:
-    """What Gitea said at one moment. ``runners_complete`` is False when pagination was cut
-    short, in which case nobody is reaped (a runner we did not see may be busy)."""
-
-    queued: tuple[ActionJob, ...]
-    runners: tuple[ActionRunner, ...]
-    runners_complete: bool = True
-
-
-@dataclass(frozen=True, slots=True)
 class Plan:
     create: int
-    reap: tuple[str, ...] = ()
-    deregister: tuple[int, ...] = ()
+    reap: tuple[ReapCandidate, ...] = ()
+    orphans: tuple[Orphan, ...] = ()
     mark_took_job: tuple[str, ...] = ()
     demand: int = 0
     alive: int = 0
     not_busy: int = 0
     states: Mapping[str, RunnerState] = field(default_factory=dict)
+    # Why runner Pods cannot start, in the Pods' own words (one line per stuck Job).
+    start_failures: tuple[str, ...] = ()
+
+    def count(self, state: RunnerState) -> int:
+        return sum(1 for s in self.states.values() if s is state)
 
 
-def runner_name_pattern(group_name: str) -> re.Pattern[str]:
-    """Pod names of a group's runners: ``{group}-{5}`` from generateName, then ``-{5}`` from
-    the Job controller. Used to recognise our registrations whose Pod is long gone."""
-    return re.compile(rf"^{re.escape(group_name)}-[a-z0-9]{{5}}-[a-z0-9]{{5}}$")
+def start_failure(view: RunnerJobView, now: float) -> str | None:
+    """Why this starting runner's Pod cannot start, if the cluster says so."""
+    if view.pod_problem:
+        return view.pod_problem
+    if (
+        view.unschedulable_since is not None
+        and now - view.unschedulable_since > UNSCHEDULABLE_GRACE
+    ):
+        return f"Job {view.name}: its Pod is unschedulable"
+    if not view.all_pod_names and now - view.created_at > NO_POD_GRACE:
+        return (
+            f"Job {view.name}: no Pod was created (refused by quota or admission? "
+            f"see kubectl describe job {view.name})"
+        )
+    return None
 
 
 def plan(
     *,
     group_name: str,
+    group_uid: str,
     jobs: Sequence[RunnerJobView],
     observation: Observation,
     offered: frozenset[str],
     max_active: int,
     idle_timeout: float,
+    startup_timeout: float,
     now: float,
     pending_creations: int = 0,
+    creation_blocked: bool = False,
 ) -> Plan:
     """Decide one reconcile pass.
 
-    ``pending_creations`` counts Jobs this process created that the informer has not shown
-    yet; they hold a slot and cover demand exactly like a starting runner.
+    ``pending_creations`` counts Jobs this process created (or is creating) that the informer
+    has not shown yet; they hold a slot and cover demand exactly like a starting runner.
+    ``creation_blocked`` holds creation back while the group backs off after runners that
+    could not start or did not take the jobs they were made for.
     """
     runners_by_name = {r.name: r for r in observation.runners}
     states = {view.name: runner_state(view, runners_by_name) for view in jobs}
@@ -116,52 +165,132 @@ def plan(
     )
     demand = len(matching_demand(observation.queued, offered))
 
-    reap: list[str] = []
-    deregister: list[int] = []
+    reap: list[ReapCandidate] = []
+    orphans: list[Orphan] = []
     if observation.runners_complete:
         for view in alive_views:
-            if states[view.name] in (RunnerState.STARTING, RunnerState.IDLE) and (
-                now - view.created_at > idle_timeout
-            ):
-                reap.append(view.name)
-                deregister.extend(
-                    runners_by_name[p].id for p in view.pod_names if p in runners_by_name
-                )
-        deregister.extend(_orphans(group_name, jobs, observation.runners))
+            reason = _reap_reason(
+                view, states[view.name], demand, idle_timeout, startup_timeout, now
+            )
+            if reason is not None:
+                ids = tuple(runners_by_name[p].id for p in view.pod_names if p in runners_by_name)
+                reap.append(ReapCandidate(view.name, reason, view.pod_names, ids))
+        orphans = find_orphans(group_name, group_uid, jobs, observation.runners)
 
-    # Reaped runners free their slots only once deleted; the next pass sees that.
-    create = desired_new_runners(
-        demand=demand, alive=alive, not_busy=not_busy, max_active=max_active
-    )
+    create = 0
+    if not creation_blocked:
+        # Reaped runners free their slots only once deleted; the next pass sees that.
+        create = desired_new_runners(
+            demand=demand, alive=alive, not_busy=not_busy, max_active=max_active
+        )
     mark = tuple(
         v.name for v in alive_views if states[v.name] is RunnerState.BUSY and not v.took_job
+    )
+    failures = tuple(
+        msg
+        for v in alive_views
+        if states[v.name] is RunnerState.STARTING and (msg := start_failure(v, now)) is not None
     )
     return Plan(
         create=create,
         reap=tuple(reap),
-        deregister=tuple(sorted(set(deregister))),
+        orphans=tuple(orphans),
         mark_took_job=mark,
         demand=demand,
         alive=alive,
         not_busy=not_busy,
         states=states,
+        start_failures=failures,
     )
 
 
-def group_registrations(group_name: str, runners: Iterable[ActionRunner]) -> list[ActionRunner]:
-    """Ephemeral registrations named like this group's runner Pods."""
-    pattern = runner_name_pattern(group_name)
+def _reap_reason(
+    view: RunnerJobView,
+    state: RunnerState,
+    demand: int,
+    idle_timeout: float,
+    startup_timeout: float,
+    now: float,
+) -> ReapReason | None:
+    if state is RunnerState.STARTING:
+        return ReapReason.STARTUP_TIMEOUT if now - view.created_at > startup_timeout else None
+    if state is RunnerState.IDLE:
+        # Idle time counts from when the runner container started, not from the Job's
+        # creation: a Pod that waited 9 minutes for a node still gets its full idleTimeout.
+        since = view.started_at if view.started_at is not None else view.created_at
+        if now - since > idle_timeout:
+            return ReapReason.IDLE_WITH_DEMAND if demand > 0 else ReapReason.IDLE
+    return None
+
+
+def group_registrations(
+    group_name: str, group_uid: str, runners: Iterable[ActionRunner]
+) -> list[ActionRunner]:
+    """Ephemeral registrations provably of this group: named by its UID-hashed pattern."""
+    pattern = runner_pattern(group_name, group_uid)
     return [r for r in runners if r.ephemeral and pattern.match(r.name)]
 
 
-def _orphans(
-    group_name: str, jobs: Sequence[RunnerJobView], runners: Iterable[ActionRunner]
-) -> list[int]:
-    """Offline registrations of the group whose Pod no longer runs: a runner that died before
-    taking a job leaves one behind, and Gitea never removes it."""
-    live_pods = {p for v in jobs if v.alive for p in v.pod_names}
+def find_orphans(
+    group_name: str,
+    group_uid: str,
+    jobs: Sequence[RunnerJobView],
+    runners: Iterable[ActionRunner],
+    *,
+    require_offline: bool = True,
+) -> list[Orphan]:
+    """Idle registrations of the group (offline ones, unless ``require_offline`` is False)
+    whose Pod no longer exists at all: a runner that died before taking a job leaves one
+    behind, and Gitea never removes it."""
+    pods = {p for v in jobs for p in (*v.all_pod_names, *v.pod_names)}
     return [
-        r.id
-        for r in group_registrations(group_name, runners)
-        if not r.online and not r.busy and r.name not in live_pods
+        Orphan(r.id, r.name, require_offline)
+        for r in group_registrations(group_name, group_uid, runners)
+        if (not r.online or not require_offline) and not r.busy and r.name not in pods
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class Teardown:
+    """One pass of a deleting group's ordered teardown."""
+
+    reap: tuple[ReapCandidate, ...]  # starting and idle runners: at once
+    force_delete: tuple[str, ...]  # busy runners still alive after the drain timeout
+    orphans: tuple[Orphan, ...]  # registrations whose Pods are gone
+    busy: int  # busy runners still draining
+    registrations: int  # registrations of the group Gitea still lists
+    done: bool  # nothing of the group is left: release the finalizer
+
+
+def teardown(
+    *,
+    group_name: str,
+    group_uid: str,
+    jobs: Sequence[RunnerJobView],
+    observation: Observation | None,
+    drained: bool,
+) -> Teardown:
+    """Deleting a group: stop creating; delete starting and idle runners now; let busy ones
+    finish until ``drained`` (the drain timeout passed), then delete them too; remove every
+    registration of the group whose Pod is gone. Without an observation (Gitea unreachable,
+    credentials gone) only the cluster side can be cleaned."""
+    runners = observation.runners if observation is not None else ()
+    by_name = {r.name: r for r in runners}
+    alive = [v for v in jobs if v.alive]
+    states = {v.name: runner_state(v, by_name) for v in alive}
+    reap = tuple(
+        ReapCandidate(
+            v.name,
+            ReapReason.GROUP_DELETED,
+            v.pod_names,
+            tuple(by_name[p].id for p in v.pod_names if p in by_name),
+        )
+        for v in alive
+        if states[v.name] is not RunnerState.BUSY
+    )
+    busy = [v.name for v in alive if states[v.name] is RunnerState.BUSY]
+    force = tuple(busy) if drained else ()
+    registrations = group_registrations(group_name, group_uid, runners)
+    orphans = tuple(find_orphans(group_name, group_uid, jobs, runners, require_offline=False))
+    done = not alive and (observation is not None and not registrations)
+    return Teardown(reap, force, orphans, len(busy), len(registrations), done)

@@ -1,30 +1,34 @@
 """The RunnerGroup status the reconciler wants, computed from plain data.
 
 Status is ours (GitOps tools own the spec): we write it through the status subresource and
-only when something changed, so a quiet group makes no API traffic beyond one patch per poll.
+only when something a user can see changed. ``lastCheckTime`` alone is refreshed at most once
+a minute, so a quiet group costs the API server about one write a minute, not one per poll.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from gitea_runner_operator.api.observation import Problem
 
 READY = "Ready"
 RUNNERS_HEALTHY = "RunnersHealthy"
+LAST_CHECK_REFRESH = 60.0
 
 
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """Why a group cannot work right now. ``reason`` is a CamelCase condition reason and
-    ``message`` a sentence naming the field or object at fault; neither ever holds a secret."""
-
-    reason: str
-    message: str
+def utc_now_iso() -> str:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def ready_condition(
-    problem: Problem | None, *, demand: int, alive: int, max_active: int
+    problem: Problem | None,
+    *,
+    demand: int,
+    alive: int,
+    max_active: int,
+    complete: bool = True,
 ) -> dict[str, str]:
     if problem is not None:
         return {
@@ -33,6 +37,12 @@ def ready_condition(
             "reason": problem.reason,
             "message": problem.message,
         }
+    if not complete:
+        message = (
+            f"Gitea's queue is longer than the operator pages through; at least {demand} "
+            f"matching jobs queued, {alive} runners active"
+        )
+        return {"type": READY, "status": "True", "reason": "QueuePartiallyRead", "message": message}
     if alive >= max_active and demand > alive:
         message = f"at maxActiveRunners ({max_active}); {demand} matching jobs queued"
         return {"type": READY, "status": "True", "reason": "AtCapacity", "message": message}
@@ -40,26 +50,45 @@ def ready_condition(
     return {"type": READY, "status": "True", "reason": "Polling", "message": message}
 
 
-def runners_healthy_condition(failed_jobs: Sequence[str]) -> dict[str, str]:
-    """Failed runner Jobs (kept until their TTL) usually mean a wrong registration token, a
-    Gitea URL the Pods cannot reach, or an image that does not start: say so on the group
-    instead of leaving users to find it in Pod logs."""
-    if not failed_jobs:
-        return {
-            "type": RUNNERS_HEALTHY,
-            "status": "True",
-            "reason": "NoFailures",
-            "message": "no failed runner Jobs",
-        }
-    names = ", ".join(sorted(failed_jobs)[:3]) + (", ..." if len(failed_jobs) > 3 else "")
+def _names(items: Sequence[str], limit: int = 3) -> str:
+    shown = "; ".join(sorted(items)[:limit])
+    return shown + ("; ..." if len(items) > limit else "")
+
+
+def runners_healthy_condition(
+    *,
+    failed_jobs: Sequence[str] = (),
+    start_failures: Sequence[str] = (),
+    stuck: str | None = None,
+    create_error: str | None = None,
+) -> dict[str, str]:
+    """Whether the group's runners can do their work, with the most actionable reason first.
+    Users should not have to read Pod logs to learn that no runner can start."""
+
+    def bad(reason: str, message: str) -> dict[str, str]:
+        return {"type": RUNNERS_HEALTHY, "status": "False", "reason": reason, "message": message}
+
+    if create_error:
+        return bad("JobCreateRefused", create_error)
+    if start_failures:
+        return bad(
+            "RunnerPodsNotStarting",
+            f"{len(start_failures)} runner Pod(s) cannot start: {_names(start_failures)}",
+        )
+    if stuck:
+        return bad("RunnersNotTakingJobs", stuck)
+    if failed_jobs:
+        return bad(
+            "RunnerJobsFailed",
+            f"{len(failed_jobs)} runner Job(s) failed ({_names(failed_jobs)}); check the "
+            "runner Pods' logs, spec.registrationToken and whether the Pods can reach "
+            "spec.gitea.url",
+        )
     return {
         "type": RUNNERS_HEALTHY,
-        "status": "False",
-        "reason": "RunnerJobsFailed",
-        "message": (
-            f"{len(failed_jobs)} runner Job(s) failed ({names}); check the runner Pods' logs, "
-            "spec.registrationToken and whether the Pods can reach spec.gitea.url"
-        ),
+        "status": "True",
+        "reason": "NoFailures",
+        "message": "runner Pods start and take jobs",
     }
 
 
@@ -75,7 +104,9 @@ def merge_conditions(
     previous: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, str]], now_iso: str
 ) -> list[dict[str, Any]]:
     """Keep ``lastTransitionTime`` unless the condition's status flipped, as the API
-    conventions ask, so that users can tell how long a group has been failing."""
+    conventions ask, so that users can tell how long a group has been failing. Conditions
+    not recomputed this pass are kept as they are: a merge patch replaces the whole list,
+    and a Gitea error must not erase what is known about the runners."""
     old = {c.get("type"): c for c in previous}
     merged = []
     for cond in wanted:
@@ -84,6 +115,8 @@ def merge_conditions(
         if before is not None and before.get("status") == cond["status"]:
             since = str(before.get("lastTransitionTime") or now_iso)
         merged.append({**cond, "lastTransitionTime": since})
+    types = {c["type"] for c in wanted}
+    merged.extend(dict(c) for c in previous if c.get("type") not in types)
     return merged
 
 
@@ -97,6 +130,7 @@ def desired_status(
     ready: Mapping[str, str],
     now_iso: str,
     target: str | None = None,
+    runners: Mapping[str, int] | None = None,
     extra_conditions: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     prev = previous or {}
@@ -110,17 +144,41 @@ def desired_status(
     # Keep the last known figures when Gitea cannot be asked, rather than claiming zero.
     if target is not None:
         status["target"] = target
-    if queued is not None:
-        status["queuedJobs"] = queued
-    elif "queuedJobs" in prev:
-        status["queuedJobs"] = prev["queuedJobs"]
-    if last_check_time is not None:
-        status["lastCheckTime"] = last_check_time
-    elif "lastCheckTime" in prev:
-        status["lastCheckTime"] = prev["lastCheckTime"]
+    for name, value in (("queuedJobs", queued), ("lastCheckTime", last_check_time)):
+        if value is not None:
+            status[name] = value
+        elif name in prev:
+            status[name] = prev[name]
+    if runners is not None:
+        status["runners"] = dict(runners)
+    elif "runners" in prev:
+        status["runners"] = prev["runners"]
     return status
 
 
-def status_differs(previous: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:
+def _age(iso: Any, now: float) -> float:
+    try:
+        then = dt.datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return float("inf")
+    return now - then
+
+
+def status_differs(
+    previous: Mapping[str, Any] | None, wanted: Mapping[str, Any], now: float | None = None
+) -> bool:
+    """Whether a write is worth it. A new ``lastCheckTime`` alone counts only once the
+    recorded one is ``LAST_CHECK_REFRESH`` old."""
     prev = previous or {}
-    return any(prev.get(k) != v for k, v in wanted.items())
+    for key, value in wanted.items():
+        if prev.get(key) == value:
+            continue
+        if (
+            key == "lastCheckTime"
+            and now is not None
+            and "lastCheckTime" in prev
+            and _age(prev["lastCheckTime"], now) < LAST_CHECK_REFRESH
+        ):
+            continue
+        return True
+    return False

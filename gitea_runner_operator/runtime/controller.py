@@ -2,7 +2,7 @@
 
 watch streams ──> ClusterCache ──┐
                                  ├──> WorkQueue ──> workers ──> Reconciler ──> Jobs, status
-Gitea pollers (one per group) ───┘
+Gitea poll tasks (one per group) ┘        (snapshots)      reap orders ──> poll tasks
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from kubernetes_asyncio import client
 from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
 from gitea_runner_operator.kube.cluster import Cluster
+from gitea_runner_operator.kube.secrets import Secrets
+from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.reconciler import Reconciler
-from gitea_runner_operator.runtime.expectations import Expectations
 from gitea_runner_operator.runtime.observer import Observer
 from gitea_runner_operator.runtime.poller import Pollers
+from gitea_runner_operator.runtime.reaper import Reaper
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
 
@@ -28,35 +30,68 @@ log = structlog.get_logger(__name__)
 
 
 class Controller:
-    def __init__(self, api: client.ApiClient, settings: Settings) -> None:
+    """``watch_api`` carries the long-lived watch streams, ``api`` every read and write, so
+    that watches (three per namespace) can never take all connections from the writes."""
+
+    def __init__(
+        self, api: client.ApiClient, settings: Settings, watch_api: client.ApiClient | None = None
+    ) -> None:
         self.settings = settings
-        self.cache = ClusterCache(api, settings.namespaces)
+        self.cache = ClusterCache(watch_api or api, settings.namespaces)
         self.cluster = Cluster(api, settings.identity or "gitea-runner-operator")
+        self.secrets = Secrets(api, ttl=settings.secret_cache_ttl)
         self.sessions = SessionPool()
         self.queue: WorkQueue[str] = WorkQueue()
         self.expectations = Expectations(settings.expectation_timeout)
-        self.observer = Observer(self.cluster, self.sessions)
-        self.pollers = Pollers(self.observer.observe, self.queue.add)
+        self.observer = Observer(
+            self.secrets,
+            self.sessions,
+            allowed_urls=settings.allowed_gitea_urls,
+            deadline=settings.observe_deadline,
+        )
+        self.reaper = Reaper(self.cluster, self.cache)
+        self.pollers = Pollers(
+            self.observer.observe,
+            self.queue.add,
+            self.reaper,
+            min_refresh=settings.min_refresh_interval,
+            backoff_max=settings.gitea_backoff_max,
+        )
         self.reconciler = Reconciler(
             self.cache,
             self.cluster,
             self.pollers,
             self.expectations,
-            min_refresh_interval=settings.min_refresh_interval,
             job_ttl_seconds=settings.job_ttl_seconds,
+            on_group_gone=self._on_group_gone,
         )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
         self.synced = asyncio.Event()
         self.stopped = asyncio.Event()
+        self._housekeeping: set[asyncio.Task[None]] = set()
 
     def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         if spec_changed(kind, obj, before):
             self.queue.add(key)
 
     def _on_owned(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
-        self.expectations.observed(key, obj["metadata"]["name"])
+        # A Job created and deleted before any reconcile saw it must not stay expected.
+        if kind == "DELETED":
+            self.expectations.observed(key, obj["metadata"]["name"])
         self.queue.add(key)
+
+    def _on_group_gone(self, key: str) -> None:
+        """Per-group bookkeeping goes with the group: cache clocks, resolved scopes, cached
+        Secrets of namespaces without groups, and HTTP sessions no group uses any more."""
+        self.cache.forget(key)
+        urls = {spec.gitea.url for spec in self.pollers.specs()}
+        self.observer.forget(urls)
+        namespaces = {k.split("/", 1)[0] for k in self.pollers.keys()}  # noqa: SIM118 - a method
+        self.secrets.retain(namespaces)
+        task = asyncio.create_task(self.sessions.retain(urls))
+        self._housekeeping.add(task)
+        task.add_done_callback(self._housekeeping.discard)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set (graceful) or the task is cancelled (leadership lost)."""
@@ -73,6 +108,8 @@ class Controller:
                 groups=len(self.cache.group_keys()),
                 namespaces=list(self.settings.namespaces) or "all",
             )
+            for key in self.cache.group_keys():
+                self.queue.add(key)
             workers = [
                 asyncio.create_task(self._worker(), name=f"worker:{i}")
                 for i in range(self.settings.workers)

@@ -1,43 +1,50 @@
 """Asks Gitea (and the Secrets it needs for that) what a group's demand is right now.
 
-One observation = read the auth token Secret, check the registration token Secret, list the
-scope's runners, then its queued jobs. Runners are read *before* jobs on purpose: a job that
-a runner takes between the two reads then drops out of demand instead of being counted
-twice (as queued and as covered by an idle runner), so the error is always on the side of
-not starting a runner.
+One observation = check the Gitea URL against the admin's allow-list, read the auth token
+Secret, check the registration token Secret, list the scope's runners, then its queued jobs.
+Runners are read *before* jobs on purpose: a job that a runner takes between the two reads
+then drops out of demand instead of being counted twice (as queued and as covered by an idle
+runner), so the error is always on the side of not starting a runner.
+
+An observation as a whole has a deadline, so a Gitea that accepts connections and never
+answers costs its own group one late snapshot and nobody else anything.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
 
+from gitea_runner_operator.api.credentials import url_problem
+from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.client import GiteaClient, SessionPool
-from gitea_runner_operator.forge.errors import GiteaError, GiteaRateLimited
+from gitea_runner_operator.forge.errors import (
+    GiteaError,
+    GiteaForbidden,
+    GiteaNotFound,
+    GiteaRateLimited,
+    GiteaUnauthorized,
+)
 from gitea_runner_operator.forge.scope import ScopeRef
-from gitea_runner_operator.kube.cluster import Cluster, SecretProblem
-from gitea_runner_operator.reconcile.scaling import Observation
-from gitea_runner_operator.reconcile.status import Problem
+from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 
 log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
-    """One observation, or the problem that prevented it."""
+class GiteaHandle:
+    """What the group's poll task needs to act in Gitea (reaping). It holds the token, so it
+    stays inside the poll task: never in a snapshot, a log line or the status."""
 
-    started_at: float  # monotonic: compared with the cache's change clock
-    checked_at: str  # wall clock, for status.lastCheckTime
-    observation: Observation | None = None
-    problem: Problem | None = None
-    retry_after: float | None = None
-    client: GiteaClient | None = None
-    scope: ScopeRef | None = None
+    client: GiteaClient
+    scope: ScopeRef
 
 
 def utc_now_iso() -> str:
@@ -47,43 +54,76 @@ def utc_now_iso() -> str:
 class Observer:
     def __init__(
         self,
-        cluster: Cluster,
+        secrets: Secrets,
         sessions: SessionPool,
         *,
+        allowed_urls: Sequence[str] = (),
+        deadline: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         page_size: int = 50,
-        max_pages: int = 20,
+        max_pages: int = 200,
     ) -> None:
-        self._cluster = cluster
+        self._secrets = secrets
         self._sessions = sessions
+        self._allowed = tuple(allowed_urls)
+        self._deadline = deadline
         self._clock = clock
         self._page_size = page_size
         self._max_pages = max_pages
-        self._resolved: dict[tuple[str, ScopeRef], ScopeRef] = {}
+        # Keyed by the token's fingerprint too: what one tenant's token may see must never
+        # answer for another token.
+        self._resolved: dict[tuple[str, ScopeRef, str], ScopeRef] = {}
 
-    async def observe(self, namespace: str, spec: RunnerGroupSpec) -> Snapshot:
+    def forget(self, urls_in_use: set[str]) -> None:
+        for key in [k for k in self._resolved if k[0] not in urls_in_use]:
+            del self._resolved[key]
+
+    async def observe(
+        self, namespace: str, spec: RunnerGroupSpec
+    ) -> tuple[Snapshot, GiteaHandle | None]:
         started, checked = self._clock(), utc_now_iso()
+        if (problem := url_problem(spec.gitea.url, self._allowed)) is not None:
+            return Snapshot(started, checked, problem=problem), None
         try:
-            auth = spec.auth_token.secret_ref
-            token = await self._cluster.read_secret_key(
-                namespace, auth.name, auth.key, "spec.authToken"
+            async with asyncio.timeout(self._deadline):
+                return await self._observe(namespace, spec, started, checked)
+        except TimeoutError:
+            problem = Problem(
+                "GiteaUnreachable",
+                f"{spec.gitea.url}: no complete answer within {self._deadline:.0f}s",
             )
-            reg = spec.registration_token.secret_ref
-            await self._cluster.read_secret_key(
-                namespace, reg.name, reg.key, "spec.registrationToken"
-            )
+            return Snapshot(started, checked, problem=problem), None
+
+    async def _observe(
+        self, namespace: str, spec: RunnerGroupSpec, started: float, checked: str
+    ) -> tuple[Snapshot, GiteaHandle | None]:
+        url = spec.gitea.url
+        auth, reg = spec.auth_token.secret_ref, spec.registration_token.secret_ref
+        try:
+            token = await self._secrets.read(namespace, auth.name, auth.key, "spec.authToken", url)
+            # Checked, never used here: runner Pods get it by secretKeyRef, and must not be
+            # pointed at a Secret that did not opt in.
+            await self._secrets.read(namespace, reg.name, reg.key, "spec.registrationToken", url)
         except SecretProblem as exc:
-            return Snapshot(started, checked, problem=exc.problem)
+            return Snapshot(started, checked, problem=exc.problem), None
+        except Exception as exc:  # API server trouble reading the Secret
+            log.warning("could not read a Secret", namespace=namespace, error=repr(exc))
+            problem = Problem(
+                "SecretReadFailed",
+                f"reading Secret {namespace}/{auth.name} failed; retrying",
+                ProblemKind.SECRET,
+            )
+            return Snapshot(started, checked, problem=problem), None
 
         client = GiteaClient(
-            self._sessions.session_for(spec.gitea.url),
-            spec.gitea.url,
+            self._sessions.session_for(url),
+            url,
             token,
             page_size=self._page_size,
             max_pages=self._max_pages,
         )
         wanted = ScopeRef.from_spec(spec)
-        cache_key = (spec.gitea.url, wanted)
+        cache_key = (url, wanted, hashlib.sha256(token.encode()).hexdigest())
         try:
             scope = self._resolved.get(cache_key)
             if scope is None:
@@ -92,17 +132,21 @@ class Observer:
             runners = await client.list_runners(scope)
             queued = await client.list_jobs(scope, "queued")
         except GiteaError as exc:
-            self._resolved.pop(cache_key, None)  # the target may have been renamed or created
+            if isinstance(exc, GiteaNotFound):
+                self._resolved.pop(cache_key, None)  # the target may have been renamed
+            if isinstance(exc, GiteaUnauthorized | GiteaForbidden):
+                # The token may have been rotated: read the Secret again next time.
+                self._secrets.invalidate(namespace, auth.name)
             retry_after = exc.retry_after if isinstance(exc, GiteaRateLimited) else None
-            problem = Problem(exc.reason, f"{spec.gitea.url}: {exc}")
-            return Snapshot(started, checked, problem=problem, retry_after=retry_after)
-        if not queued.complete:
-            log.warning(
-                "queued job list truncated at the page cap; demand is at least what was seen",
-                gitea=spec.gitea.url,
-                seen=len(queued.items),
-            )
+            if exc.detail:
+                log.debug("gitea request failed", gitea=url, detail=exc.detail)
+            problem = Problem(exc.reason, f"{url}: {exc}" if url not in str(exc) else str(exc))
+            return Snapshot(started, checked, problem=problem, retry_after=retry_after), None
         observation = Observation(
-            queued=queued.items, runners=runners.items, runners_complete=runners.complete
+            queued=queued.items,
+            runners=runners.items,
+            runners_complete=runners.complete,
+            queued_complete=queued.complete,
         )
-        return Snapshot(started, checked, observation=observation, client=client, scope=scope)
+        snapshot = Snapshot(started, checked, observation=observation)
+        return snapshot, GiteaHandle(client, scope)

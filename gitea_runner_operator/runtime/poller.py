@@ -1,8 +1,17 @@
-"""One asyncio task per RunnerGroup that asks Gitea for demand every ``pollInterval``.
+"""One asyncio task per RunnerGroup: the only place that talks to that group's Gitea.
 
-The poller owns the group's latest Snapshot; the reconciler reads it, or asks for a fresh one
-when the cluster changed after it was taken. Failures back off (doubling up to 2 minutes, or
-as long as Gitea's Retry-After says) so a broken group does not hammer its Gitea.
+The task observes Gitea every ``pollInterval`` (or sooner when woken), publishes the snapshot
+and enqueues the group; it then carries out the reaps the reconciler proposed. Reconciles
+only read the latest snapshot and never wait for Gitea, so a slow or hanging Gitea URL
+delays its own group and nobody else's.
+
+Retry policy, by who can fix the problem:
+- Gitea failures back off (doubling from the poll interval to ``backoff_max``, 30 s by
+  default, or as long as Gitea's capped Retry-After says), gentle on a struggling Gitea yet
+  quick to recover once it is healthy; wake-ups do not shorten the backoff.
+- Secret problems are retried on a short fixed interval: creating or labelling a Secret
+  takes effect within seconds.
+- Configuration problems (a URL outside the allow-list) wait for the next interval.
 """
 
 from __future__ import annotations
@@ -15,27 +24,53 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from gitea_runner_operator.api.observation import ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
-from gitea_runner_operator.runtime.observer import Snapshot
+from gitea_runner_operator.reconcile.ports import ReapOrder
+from gitea_runner_operator.runtime.observer import GiteaHandle
+from gitea_runner_operator.runtime.reaper import Reaper
 
 log = structlog.get_logger(__name__)
 
-MAX_BACKOFF = 120.0
-ObserveFn = Callable[[str, RunnerGroupSpec], Awaitable[Snapshot]]
+DEFAULT_BACKOFF_MAX = 30.0
+SECRET_RETRY = 3.0
+ObserveFn = Callable[[str, RunnerGroupSpec], Awaitable[tuple[Snapshot, GiteaHandle | None]]]
 
 
-def next_delay(interval: float, failures: int, retry_after: float | None) -> float:
-    """Seconds until the next poll: the interval when healthy, else exponential backoff."""
-    if failures == 0:
+def next_delay(
+    interval: float,
+    failures: int,
+    retry_after: float | None,
+    kind: ProblemKind | None = None,
+    backoff_max: float = DEFAULT_BACKOFF_MAX,
+    secret_retry: float = SECRET_RETRY,
+) -> float:
+    """Seconds until the next poll."""
+    if failures == 0 or kind is None:
         return interval
+    if kind is ProblemKind.SECRET:
+        return secret_retry
+    if kind is ProblemKind.CONFIG:
+        return interval
+    backoff = min(max(backoff_max, interval), interval * float(2 ** (failures - 1)))
     if retry_after is not None:
-        return max(retry_after, interval)
-    return min(MAX_BACKOFF, interval * float(2 ** (failures - 1)))
+        return max(retry_after, backoff)
+    return backoff
 
 
 class GroupPoller:
     def __init__(
-        self, key: str, spec: RunnerGroupSpec, observe: ObserveFn, notify: Callable[[str], None]
+        self,
+        key: str,
+        spec: RunnerGroupSpec,
+        observe: ObserveFn,
+        notify: Callable[[str], None],
+        reaper: Reaper | None = None,
+        *,
+        min_refresh: float = 2.0,
+        backoff_max: float = DEFAULT_BACKOFF_MAX,
+        secret_retry: float = SECRET_RETRY,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.key = key
         self.spec = spec
@@ -43,19 +78,32 @@ class GroupPoller:
         self._namespace = key.split("/", 1)[0]
         self._observe = observe
         self._notify = notify
-        self._lock = asyncio.Lock()
+        self._reaper = reaper
+        self._min_refresh = min_refresh
+        self._backoff_max = backoff_max
+        self._secret_retry = secret_retry
+        self._clock = clock
+        self._wake = asyncio.Event()
+        self._order: ReapOrder | None = None
         self._task: asyncio.Task[None] | None = None
+        self.observations = 0
 
-    async def refresh(self, newer_than: float = float("-inf")) -> Snapshot:
-        """A snapshot whose observation started after ``newer_than`` (monotonic): the latest
-        one if it qualifies, else a new one. Serialised, so a reconcile that waits while the
-        poll loop is fetching reuses that fetch instead of repeating it."""
-        async with self._lock:
-            if self.latest is not None and self.latest.started_at > newer_than:
-                return self.latest
-            snapshot = await self._observe(self._namespace, self.spec)
-            self.latest = snapshot
-            return snapshot
+    def wake(self) -> None:
+        """Ask for a fresh observation soon, without waiting for it. Coalesced: any number of
+        wake-ups before the next observation cause exactly one. Ignored while Gitea itself is
+        failing (its backoff rules), so events cannot turn into a flood of requests."""
+        latest = self.latest
+        if (
+            latest is not None
+            and latest.problem is not None
+            and (latest.problem.kind is ProblemKind.GITEA)
+        ):
+            return
+        self._wake.set()
+
+    def submit(self, order: ReapOrder) -> None:
+        """Reaps to carry out after the next observation (replacing any not yet started)."""
+        self._order = order if (order.candidates or order.orphans) else None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name=f"poll:{self.key}")
@@ -70,31 +118,86 @@ class GroupPoller:
     async def _loop(self) -> None:
         failures = 0
         while True:
+            self._wake.clear()
+            started = self._clock()
+            snapshot: Snapshot | None = None
+            handle: GiteaHandle | None = None
             try:
-                snapshot = await self.refresh(newer_than=time.monotonic() - 1.0)
+                snapshot, handle = await self._observe(self._namespace, self.spec)
             except Exception:
                 log.exception("poll failed unexpectedly", group=self.key)
-                snapshot = None
+            self.observations += 1
+            kind = None
             if snapshot is None or snapshot.problem is not None:
                 failures += 1
+                kind = snapshot.problem.kind if snapshot and snapshot.problem else ProblemKind.GITEA
             else:
                 failures = 0
+            if snapshot is not None:
+                self.latest = snapshot
             self._notify(self.key)
+            order, self._order = self._order, None
+            if order is not None and handle is not None and snapshot is not None:
+                try:
+                    await self._reaper_run(handle, snapshot, order)
+                except Exception:
+                    log.exception("reaping failed unexpectedly", group=self.key)
             retry_after = snapshot.retry_after if snapshot else None
-            delay = next_delay(self.spec.poll_interval_seconds, failures, retry_after)
-            await asyncio.sleep(delay * random.uniform(0.9, 1.1))  # noqa: S311
+            delay = next_delay(
+                self.spec.poll_interval_seconds,
+                failures,
+                retry_after,
+                kind,
+                self._backoff_max,
+                self._secret_retry,
+            )
+            await self._sleep(started, delay * random.uniform(0.95, 1.05))  # noqa: S311
+
+    async def _reaper_run(self, handle: GiteaHandle, snapshot: Snapshot, order: ReapOrder) -> None:
+        if self._reaper is None:
+            return
+        async with asyncio.timeout(60):
+            await self._reaper.run(self.key, handle, snapshot, order)
+
+    async def _sleep(self, started: float, delay: float) -> None:
+        """Sleep ``delay`` after ``started``, or until woken, but never observe again sooner
+        than ``min_refresh`` after the last observation started."""
+        remaining = started + delay - self._clock()
+        if remaining > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), remaining)
+        gap = started + self._min_refresh - self._clock()
+        if gap > 0:
+            await asyncio.sleep(gap)
 
 
 class Pollers:
     """Starts, restarts (on spec change) and stops the per-group pollers."""
 
-    def __init__(self, observe: ObserveFn, notify: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        observe: ObserveFn,
+        notify: Callable[[str], None],
+        reaper: Reaper | None = None,
+        *,
+        min_refresh: float = 2.0,
+        backoff_max: float = DEFAULT_BACKOFF_MAX,
+    ) -> None:
         self._observe = observe
         self._notify = notify
+        self._reaper = reaper
+        self._min_refresh = min_refresh
+        self._backoff_max = backoff_max
         self._pollers: dict[str, GroupPoller] = {}
 
     def get(self, key: str) -> GroupPoller | None:
         return self._pollers.get(key)
+
+    def keys(self) -> list[str]:
+        return list(self._pollers)
+
+    def specs(self) -> list[RunnerGroupSpec]:
+        return [p.spec for p in self._pollers.values()]
 
     async def ensure(self, key: str, spec: RunnerGroupSpec) -> GroupPoller:
         current = self._pollers.get(key)
@@ -102,7 +205,15 @@ class Pollers:
             return current
         if current is not None:
             await current.stop()
-        poller = GroupPoller(key, spec, self._observe, self._notify)
+        poller = GroupPoller(
+            key,
+            spec,
+            self._observe,
+            self._notify,
+            self._reaper,
+            min_refresh=self._min_refresh,
+            backoff_max=self._backoff_max,
+        )
         self._pollers[key] = poller
         poller.start()
         return poller
@@ -113,5 +224,4 @@ class Pollers:
             await poller.stop()
 
     async def stop_all(self) -> None:
-        for key in list(self._pollers):
-            await self.stop(key)
+        await asyncio.gather(*(self.stop(key) for key in list(self._pollers)))

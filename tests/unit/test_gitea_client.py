@@ -8,6 +8,7 @@ import aiohttp
 import pytest
 from aioresponses import aioresponses
 
+from gitea_runner_operator.api.gitea import OwnerKind
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.client import GiteaClient, parse_retry_after
 from gitea_runner_operator.forge.errors import (
@@ -15,11 +16,12 @@ from gitea_runner_operator.forge.errors import (
     GiteaNotFound,
     GiteaProtocolError,
     GiteaRateLimited,
+    GiteaRedirected,
+    GiteaServerError,
     GiteaUnauthorized,
     GiteaUnreachable,
     GiteaUnsupported,
 )
-from gitea_runner_operator.forge.models import OwnerKind
 from gitea_runner_operator.forge.scope import ScopeRef
 
 BASE = "http://gitea.test"
@@ -140,13 +142,56 @@ async def test_429_with_retry_after_waits_as_told(make_client):
 
 
 async def test_long_retry_after_is_handed_to_the_poll_loop(make_client):
-    client = make_client(max_retry_after=30)
+    client = make_client(max_inline_wait=5)
     with aioresponses() as mock:
         mock.get(JOBS, status=503, headers={"Retry-After": "120"})
         with pytest.raises(GiteaRateLimited) as err:
             await client.list_jobs(REPO)
     assert err.value.retry_after == 120
+    assert "retry after 120s" in str(err.value)
     assert client.sleeps == []
+
+
+async def test_a_huge_retry_after_is_capped():
+    assert parse_retry_after("86400") == 86400  # parsing is exact; the client caps it
+
+
+async def test_retry_after_is_capped_so_a_server_cannot_park_a_group(make_client):
+    client = make_client()
+    with aioresponses() as mock:
+        mock.get(JOBS, status=429, headers={"Retry-After": "86400"})
+        with pytest.raises(GiteaRateLimited) as err:
+            await client.list_jobs(REPO)
+    assert err.value.retry_after == 300
+
+
+async def test_any_persistent_429_is_rate_limited_not_unreachable(make_client):
+    client = make_client(attempts=2)
+    with aioresponses() as mock:
+        mock.get(JOBS, status=429, headers={"Retry-After": "1"}, repeat=True)
+        with pytest.raises(GiteaRateLimited, match="retry after 1s") as err:
+            await client.list_jobs(REPO)
+    assert err.value.reason == "GiteaRateLimited"
+
+
+async def test_redirects_are_not_followed_with_the_token(make_client):
+    client = make_client()
+    with aioresponses() as mock:
+        mock.get(JOBS, status=302, headers={"Location": "http://evil.test/steal"})
+        with pytest.raises(GiteaRedirected, match=r"evil\.test/steal") as err:
+            await client.list_jobs(REPO)
+        assert len(mock.requests) == 1  # nothing sent to the Location
+    assert err.value.reason == "GiteaRedirected"
+
+
+async def test_connection_errors_say_no_answer_never_the_socket_error(make_client):
+    client = make_client(attempts=1)
+    with aioresponses() as mock:
+        mock.get(JOBS, exception=aiohttp.ClientConnectionError("Connection refused to 10.0.0.9"))
+        with pytest.raises(GiteaUnreachable) as err:
+            await client.list_jobs(REPO)
+    assert "refused" not in str(err.value) and "no answer" in str(err.value)
+    assert "refused" in err.value.detail  # kept for the operator's own log
 
 
 async def test_5xx_is_retried_with_backoff_then_succeeds(make_client):
@@ -161,11 +206,11 @@ async def test_5xx_is_retried_with_backoff_then_succeeds(make_client):
     assert all(0 < s <= 0.03 for s in client.sleeps)
 
 
-async def test_persistent_5xx_becomes_unreachable(make_client):
+async def test_persistent_5xx_is_a_server_error_not_unreachable(make_client):
     client = make_client(attempts=3)
     with aioresponses() as mock:
         mock.get(JOBS, status=500, repeat=True)
-        with pytest.raises(GiteaUnreachable, match="500"):
+        with pytest.raises(GiteaServerError, match="500"):
             await client.list_jobs(REPO)
         assert sum(len(c) for c in mock.requests.values()) == 3
 

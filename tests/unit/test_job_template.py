@@ -8,7 +8,11 @@ from tests.unit.test_runnergroup import VALID
 
 def render():
     return render_runner_job(
-        group_name="ci", namespace="team-a", group_uid="uid-1", spec=parse_spec(VALID)
+        group_name="ci",
+        namespace="team-a",
+        group_uid="uid-1",
+        spec=parse_spec(VALID),
+        job_name="ci-0123abcd-bcdfg",
     )
 
 
@@ -19,7 +23,7 @@ def env_of(job):
 def test_job_metadata_ties_it_to_its_group():
     job = render()
     meta = job["metadata"]
-    assert meta["generateName"] == "ci-"
+    assert meta["name"] == "ci-0123abcd-bcdfg"
     assert meta["namespace"] == "team-a"
     assert meta["labels"] == {
         "app": "ci",

@@ -3,17 +3,23 @@ overlap, an empty queue, a full group, jobs the group cannot run, idle runners."
 
 import pytest
 
-from gitea_runner_operator.forge.models import ActionJob, ActionRunner
+from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
+from gitea_runner_operator.api.naming import runner_pattern, runner_prefix
+from gitea_runner_operator.api.observation import Observation
 from gitea_runner_operator.kube.views import RunnerJobView
 from gitea_runner_operator.reconcile.scaling import (
-    Observation,
+    ReapReason,
     RunnerState,
     desired_new_runners,
     matches,
     matching_demand,
     plan,
-    runner_name_pattern,
+    start_failure,
+    teardown,
 )
+
+UID = "2b9f6c1e-0000-4000-8000-000000000001"
+P = runner_prefix("ci", UID)  # "ci-<hash8>-"
 
 OFFERED = frozenset({"ubuntu-latest", "linux"})
 NOW = 10_000.0
@@ -23,7 +29,19 @@ def queued(n, labels=("ubuntu-latest",), status="queued"):
     return tuple(ActionJob(id=i, labels=labels, status=status) for i in range(1, n + 1))
 
 
-def job(name, *, age=30.0, pods=(), finished=False, took=False, deleting=False):
+def job(
+    name,
+    *,
+    age=30.0,
+    pods=(),
+    finished=False,
+    took=False,
+    deleting=False,
+    started_ago=None,
+    problem=None,
+    unschedulable_for=None,
+    all_pods=None,
+):
     return RunnerJobView(
         name=name,
         created_at=NOW - age,
@@ -31,6 +49,10 @@ def job(name, *, age=30.0, pods=(), finished=False, took=False, deleting=False):
         deleting=deleting,
         took_job=took,
         pod_names=tuple(pods),
+        started_at=None if started_ago is None else NOW - started_ago,
+        pod_problem=problem,
+        unschedulable_since=None if unschedulable_for is None else NOW - unschedulable_for,
+        all_pod_names=tuple(pods if all_pods is None else all_pods),
     )
 
 
@@ -40,9 +62,20 @@ def runner(name, *, busy=False, status="online", ephemeral=True, rid=None):
     )
 
 
-def decide(jobs=(), queued_jobs=(), runners=(), max_active=5, pending=0, idle=600.0, complete=True):
+def decide(
+    jobs=(),
+    queued_jobs=(),
+    runners=(),
+    max_active=5,
+    pending=0,
+    idle=600.0,
+    startup=600.0,
+    complete=True,
+    blocked=False,
+):
     return plan(
         group_name="ci",
+        group_uid=UID,
         jobs=list(jobs),
         observation=Observation(
             queued=tuple(queued_jobs), runners=tuple(runners), runners_complete=complete
@@ -50,8 +83,10 @@ def decide(jobs=(), queued_jobs=(), runners=(), max_active=5, pending=0, idle=60
         offered=OFFERED,
         max_active=max_active,
         idle_timeout=idle,
+        startup_timeout=startup,
         now=NOW,
         pending_creations=pending,
+        creation_blocked=blocked,
     )
 
 
@@ -160,7 +195,7 @@ def test_empty_queue_after_work_is_done_starts_nothing():
     assert decision.create == 0
 
 
-def test_idle_runners_past_the_timeout_are_reaped_and_deregistered():
+def test_idle_and_never_started_runners_past_their_timeouts_are_proposed_for_reaping():
     jobs = [
         job("ci-idle", age=601, pods=["ci-idle-aaaaa"]),
         job("ci-starting", age=700, pods=["ci-starting-p"]),
@@ -173,8 +208,50 @@ def test_idle_runners_past_the_timeout_are_reaped_and_deregistered():
         runner("ci-busy-p", busy=True, rid=9),
     ]
     decision = decide(jobs=jobs, runners=runners)
-    assert set(decision.reap) == {"ci-idle", "ci-starting"}
-    assert decision.deregister == (7,)
+    by_job = {c.job_name: c for c in decision.reap}
+    assert set(by_job) == {"ci-idle", "ci-starting"}
+    assert by_job["ci-idle"].reason is ReapReason.IDLE
+    assert by_job["ci-idle"].runner_ids == (7,)
+    assert by_job["ci-starting"].reason is ReapReason.STARTUP_TIMEOUT
+
+
+def test_idle_time_counts_from_the_pod_start_not_the_job_creation():
+    # The Pod waited 9 minutes for a node, then registered 1 minute ago: not idle for long.
+    late = job("ci-late", age=600, pods=["ci-late-p"], started_ago=60)
+    decision = decide(jobs=[late], runners=[runner("ci-late-p")], idle=300)
+    assert decision.reap == ()
+    old = job("ci-late", age=600, pods=["ci-late-p"], started_ago=301)
+    assert [c.job_name for c in decide(jobs=[old], runners=[runner("ci-late-p")], idle=300).reap]
+
+
+def test_starting_runners_get_the_startup_timeout_not_the_idle_timeout():
+    slow = job("ci-slow", age=400, pods=["ci-slow-p"])
+    assert decide(jobs=[slow], idle=300, startup=600).reap == ()
+    assert decide(jobs=[slow], idle=300, startup=300).reap[0].reason is ReapReason.STARTUP_TIMEOUT
+
+
+def test_a_runner_idle_while_matching_jobs_wait_is_flagged():
+    idle = job("ci-idle", age=700, pods=["ci-idle-p"], started_ago=700)
+    decision = decide(jobs=[idle], runners=[runner("ci-idle-p")], queued_jobs=queued(2))
+    assert decision.reap[0].reason is ReapReason.IDLE_WITH_DEMAND
+
+
+def test_creation_held_back_creates_nothing_but_still_counts():
+    decision = decide(queued_jobs=queued(3), blocked=True)
+    assert decision.create == 0 and decision.demand == 3
+
+
+def test_pods_that_cannot_start_are_reported_in_their_own_words():
+    stuck = job("ci-a", pods=["ci-a-p"], problem="Pod ci-a-p: ImagePullBackOff: not found")
+    unschedulable = job("ci-b", pods=["ci-b-p"], unschedulable_for=300)
+    no_pod = job("ci-c", age=120, pods=[])
+    fine = job("ci-d", pods=["ci-d-p"], unschedulable_for=10)
+    decision = decide(jobs=[stuck, unschedulable, no_pod, fine])
+    assert len(decision.start_failures) == 3
+    assert "ImagePullBackOff" in decision.start_failures[0]
+    assert "unschedulable" in decision.start_failures[1]
+    assert "no Pod was created" in decision.start_failures[2]
+    assert start_failure(fine, NOW) is None
 
 
 def test_nobody_is_reaped_when_the_runner_list_was_cut_short():
@@ -186,18 +263,66 @@ def test_nobody_is_reaped_when_the_runner_list_was_cut_short():
 
 def test_offline_registrations_left_by_dead_pods_are_removed():
     runners = [
-        runner("ci-abcde-fghij", status="offline", rid=1),  # ours, Pod gone
-        runner("ci-abcde-zzzzz", status="online", rid=2),  # online: leave it
-        runner("other-abcde-fghij", status="offline", rid=3),  # another group's
-        runner("ci-klmno-pqrst", status="offline", rid=4, ephemeral=False),  # not ephemeral
-        runner("ci-xyzab-cdefg", status="offline", rid=5),  # Pod still alive (restarting)
+        runner(P + "bcdfg-hjklm", status="offline", rid=1),  # ours, Pod gone
+        runner(P + "bcdfg-zzzzz", status="online", rid=2),  # online: leave it
+        runner("ci-abcde-fghjk", status="offline", rid=3),  # old scheme: not provably ours
+        runner(P + "klmnp-qrstv", status="offline", rid=4, ephemeral=False),  # not ephemeral
+        runner(P + "xwzbc-cdfgh", status="offline", rid=5),  # Pod still exists (restarting)
+        runner(P + "bbbbb-ccccc", status="offline", rid=6, busy=True),  # busy: never
     ]
-    decision = decide(jobs=[job("ci-xyzab", pods=["ci-xyzab-cdefg"])], runners=runners)
-    assert decision.deregister == (1,)
+    live = job(P + "xwzbc", pods=[P + "xwzbc-cdfgh"])
+    decision = decide(jobs=[live], runners=runners)
+    assert [o.runner_id for o in decision.orphans] == [1]
 
 
-def test_runner_name_pattern_does_not_claim_other_groups():
-    pattern = runner_name_pattern("ci")
-    assert pattern.match("ci-abcde-fghij")
-    assert not pattern.match("ci-x-abcde-fghij")  # group "ci-x"
-    assert not pattern.match("cid-abcde-fghij")
+def test_registrations_of_a_same_named_group_in_another_namespace_are_never_ours():
+    other = runner_prefix("ci", "another-uid")  # team-b's "ci"
+    assert other != P
+    runners = [runner(other + "bcdfg-hjklm", status="offline", rid=1)]
+    assert decide(runners=runners).orphans == ()
+
+
+def test_runner_pattern_does_not_claim_other_groups():
+    pattern = runner_pattern("ci", UID)
+    assert pattern.match(P + "bcdfg-hjklm")
+    assert not pattern.match(runner_prefix("ci-x", UID) + "bcdfg-hjklm")
+    assert not pattern.match("ci-bcdfg-hjklm")
+    assert not pattern.match(P + "bcdfg-hjklm-extra")
+
+
+def test_teardown_reaps_idle_now_lets_busy_drain_then_forces():
+    idle = job(P + "ggggg", pods=[P + "ggggg-hhhhh"])
+    busy = job(P + "ccccc", pods=[P + "ccccc-ddddd"])
+    regs = [runner(P + "ggggg-hhhhh", rid=1), runner(P + "ccccc-ddddd", busy=True, rid=2)]
+    obs = Observation(queued=(), runners=tuple(regs))
+    draining = teardown(
+        group_name="ci", group_uid=UID, jobs=[idle, busy], observation=obs, drained=False
+    )
+    assert [c.job_name for c in draining.reap] == [P + "ggggg"]
+    assert draining.force_delete == () and draining.busy == 1 and not draining.done
+    late = teardown(
+        group_name="ci", group_uid=UID, jobs=[idle, busy], observation=obs, drained=True
+    )
+    assert late.force_delete == (P + "ccccc",)
+    gone = teardown(
+        group_name="ci",
+        group_uid=UID,
+        jobs=[],
+        observation=Observation(queued=(), runners=()),
+        drained=False,
+    )
+    assert gone.done
+
+
+def test_teardown_removes_idle_registrations_whose_pods_are_gone_even_if_online():
+    regs = [runner(P + "ggggg-hhhhh", rid=1, status="online")]
+    plan_ = teardown(
+        group_name="ci",
+        group_uid=UID,
+        jobs=[],
+        observation=Observation(queued=(), runners=tuple(regs)),
+        drained=False,
+    )
+    assert [o.runner_id for o in plan_.orphans] == [1]
+    assert not plan_.orphans[0].require_offline
+    assert not plan_.done

@@ -1,6 +1,7 @@
 from gitea_runner_operator.reconcile.status import (
     Problem,
     desired_status,
+    merge_conditions,
     ready_condition,
     runners_healthy_condition,
     status_differs,
@@ -57,9 +58,35 @@ def test_transition_time_moves_only_when_status_flips():
 
 
 def test_failed_runner_jobs_are_reported_with_a_hint():
-    healthy = runners_healthy_condition([])
+    healthy = runners_healthy_condition()
     assert (healthy["type"], healthy["status"]) == ("RunnersHealthy", "True")
-    failing = runners_healthy_condition(["ci-b", "ci-a", "ci-c", "ci-d"])
+    failing = runners_healthy_condition(failed_jobs=["ci-b", "ci-a", "ci-c", "ci-d"])
     assert (failing["status"], failing["reason"]) == ("False", "RunnerJobsFailed")
-    assert failing["message"].startswith("4 runner Job(s) failed (ci-a, ci-b, ci-c, ...)")
+    assert failing["message"].startswith("4 runner Job(s) failed (ci-a; ci-b; ci-c; ...)")
     assert "spec.registrationToken" in failing["message"]
+
+
+def test_the_most_actionable_runner_problem_wins():
+    both = runners_healthy_condition(
+        failed_jobs=["ci-a"], start_failures=["Pod p: ErrImagePull"], create_error="quota"
+    )
+    assert both["reason"] == "JobCreateRefused"
+    pods = runners_healthy_condition(failed_jobs=["ci-a"], start_failures=["Pod p: ErrImagePull"])
+    assert pods["reason"] == "RunnerPodsNotStarting" and "ErrImagePull" in pods["message"]
+
+
+def test_last_check_time_alone_is_written_at_most_once_a_minute():
+    import datetime as dt
+
+    now = dt.datetime(2026, 1, 1, 0, 0, 30, tzinfo=dt.UTC).timestamp()
+    prev = {"lastCheckTime": "2026-01-01T00:00:00Z", "activeRunners": 1}
+    assert not status_differs(prev, {**prev, "lastCheckTime": "2026-01-01T00:00:29Z"}, now=now)
+    assert status_differs(prev, {**prev, "activeRunners": 2}, now=now)
+    later = now + 31
+    assert status_differs(prev, {**prev, "lastCheckTime": "2026-01-01T00:01:00Z"}, now=later)
+
+
+def test_conditions_not_recomputed_are_kept():
+    prev = [{"type": "RunnersHealthy", "status": "False", "reason": "RunnerJobsFailed"}]
+    merged = merge_conditions(prev, [{"type": "Ready", "status": "False"}], "t")
+    assert [c["type"] for c in merged] == ["Ready", "RunnersHealthy"]

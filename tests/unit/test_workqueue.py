@@ -2,7 +2,6 @@ import asyncio
 
 import pytest
 
-from gitea_runner_operator.runtime.poller import MAX_BACKOFF, next_delay
 from gitea_runner_operator.runtime.workqueue import ExponentialBackoff, ShutDown, WorkQueue
 
 
@@ -57,18 +56,3 @@ async def test_shutdown_releases_idle_workers():
         await asyncio.wait_for(waiter, 1)
     q.add("late")
     assert len(q) == 0
-
-
-@pytest.mark.parametrize(
-    ("failures", "retry_after", "expected"),
-    [
-        (0, None, 15),
-        (1, None, 15),
-        (2, None, 30),
-        (3, None, 60),
-        (10, None, MAX_BACKOFF),
-        (1, 90, 90),
-    ],
-)
-def test_poll_backoff(failures, retry_after, expected):
-    assert next_delay(15, failures, retry_after) == expected

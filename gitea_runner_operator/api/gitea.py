@@ -1,4 +1,4 @@
-"""Gitea Actions payloads, reduced to the fields the operator decides on.
+"""Gitea Actions payloads as plain values, reduced to the fields the operator decides on.
 
 Unknown fields are ignored so newer Gitea releases do not break us; missing required fields are
 a protocol error rather than a silent zero.

@@ -1,0 +1,91 @@
+"""Which Secrets the operator may use, and where their tokens may be sent: pure rules.
+
+A RunnerGroup author chooses a Secret name and a Gitea URL; the operator holds `get` on the
+Secrets of the namespace. Without these rules, any RunnerGroup could have the operator send
+any Secret of its namespace (a database password) as an Authorization header to any URL.
+So a Secret must opt in with a label that only someone who may edit Secrets can set, may
+name the Gitea base URLs its tokens are for, and the platform admin may restrict Gitea URLs
+for everyone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from gitea_runner_operator.api import constants
+from gitea_runner_operator.api.observation import Problem, ProblemKind
+
+CREDENTIALS_LABEL = f"{constants.GROUP}/credentials"
+GITEA_URL_ANNOTATION = f"{constants.GROUP}/gitea-url"
+
+
+def normalise_url(url: str) -> str:
+    """Scheme and host lower-cased, default ports dropped, no trailing slash."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    port = parts.port
+    default = {"http": 80, "https": 443}.get(scheme)
+    netloc = host if port is None or port == default else f"{host}:{port}"
+    if ":" in host:  # IPv6 literal
+        netloc = f"[{host}]" if port is None or port == default else f"[{host}]:{port}"
+    return f"{scheme}://{netloc}{parts.path.rstrip('/')}"
+
+
+def url_allowed(url: str, prefixes: Iterable[str]) -> bool:
+    """True when ``url`` lies under one of ``prefixes`` (all allowed when there are none).
+    Matching is by scheme and host exactly, then by whole path segments, so the prefix
+    ``https://gitea.example.com`` does not admit ``https://gitea.example.com.evil.test``."""
+    prefixes = list(prefixes)
+    if not prefixes:
+        return True
+    target = normalise_url(url)
+    for prefix in prefixes:
+        base = normalise_url(prefix)
+        if target == base or target.startswith(base + "/"):
+            return True
+    return False
+
+
+def url_problem(url: str, prefixes: Iterable[str]) -> Problem | None:
+    prefixes = list(prefixes)
+    if url_allowed(url, prefixes):
+        return None
+    return Problem(
+        "GiteaURLNotAllowed",
+        f"spec.gitea.url: {url} is not under a Gitea URL this operator may call "
+        f"(--allowed-gitea-url: {', '.join(prefixes)}); nothing was sent",
+        ProblemKind.CONFIG,
+    )
+
+
+def secret_problem(
+    *,
+    field: str,
+    namespace: str,
+    name: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    gitea_url: str,
+) -> Problem | None:
+    """Why this Secret may not be used for a group of ``gitea_url``, or None."""
+    where = f"{field}.secretRef: Secret {namespace}/{name}"
+    if labels.get(CREDENTIALS_LABEL) != "true":
+        return Problem(
+            "SecretNotAllowed",
+            f'{where} lacks the label {CREDENTIALS_LABEL}: "true"; the operator uses only '
+            "Secrets that opt in (ask whoever manages the Secret to add it)",
+            ProblemKind.SECRET,
+        )
+    allowed = annotations.get(GITEA_URL_ANNOTATION)
+    if allowed:
+        urls = [u for u in (p.strip() for p in allowed.split(",")) if u]
+        if normalise_url(gitea_url) not in {normalise_url(u) for u in urls}:
+            return Problem(
+                "SecretNotAllowed",
+                f"{where} may be used only for {', '.join(urls)} "
+                f"(annotation {GITEA_URL_ANNOTATION}), not for spec.gitea.url {gitea_url}",
+                ProblemKind.SECRET,
+            )
+    return None

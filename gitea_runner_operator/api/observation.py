@@ -1,0 +1,55 @@
+"""What the operator learned about one group at one moment, as plain values.
+
+These types sit on the ground floor so that every layer can pass them around: the pollers
+(runtime) produce snapshots, the reconciler (reconcile) decides from them, and cluster I/O
+(kube) reports its own problems with the same :class:`Problem`. A snapshot holds data only,
+never a client or a token, so keeping one around (or logging it) leaks nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
+
+
+class ProblemKind(StrEnum):
+    """Who can fix a problem, which decides how soon it is retried."""
+
+    CONFIG = "config"  # the spec or the operator's flags: retried when the spec changes
+    SECRET = "secret"  # noqa: S105 - a kind, not a password. A Secret: retried on a short fixed interval, fixing one is quick
+    GITEA = "gitea"  # Gitea answered badly or not at all: retried with backoff
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why a group cannot work right now. ``reason`` is a CamelCase condition reason and
+    ``message`` a sentence naming the field or object at fault; neither ever holds a secret."""
+
+    reason: str
+    message: str
+    kind: ProblemKind = ProblemKind.GITEA
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What Gitea said at one moment. ``runners_complete`` is False when pagination was cut
+    short, in which case nobody is reaped (a runner we did not see may be busy);
+    ``queued_complete`` is False when the queue was cut short, so demand is a lower bound."""
+
+    queued: tuple[ActionJob, ...]
+    runners: tuple[ActionRunner, ...]
+    runners_complete: bool = True
+    queued_complete: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One observation, or the problem that prevented it."""
+
+    started_at: float  # monotonic: compared with the cache's change clock
+    checked_at: str  # wall clock, for status.lastCheckTime
+    observation: Observation | None = None
+    problem: Problem | None = None
+    retry_after: float | None = None

@@ -1,0 +1,39 @@
+"""What the reconciler needs from the runtime, as protocols, so that data flows one way:
+runtime (pollers) -> reconcile (decisions) and never back by import."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gitea_runner_operator.api.observation import Snapshot
+from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.reconcile.scaling import Orphan, ReapCandidate
+
+
+@dataclass(frozen=True, slots=True)
+class ReapOrder:
+    """Reaps for the group's Gitea task to check and carry out."""
+
+    group: dict[str, Any]  # the RunnerGroup object, for Events
+    candidates: tuple[ReapCandidate, ...] = ()
+    orphans: tuple[Orphan, ...] = ()
+
+
+class GroupSource(Protocol):
+    """One group's poll task, as the reconciler sees it."""
+
+    @property
+    def latest(self) -> Snapshot | None: ...
+
+    def wake(self) -> None: ...
+
+    def submit(self, order: ReapOrder) -> None: ...
+
+
+class Sources(Protocol):
+    def get(self, key: str) -> GroupSource | None: ...
+
+    async def ensure(self, key: str, spec: RunnerGroupSpec) -> GroupSource: ...
+
+    async def stop(self, key: str) -> None: ...
