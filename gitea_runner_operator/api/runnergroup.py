@@ -18,7 +18,7 @@ from pydantic.alias_generators import to_camel
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.duration import parse_duration
-from gitea_runner_operator.api.labels import LabelError, RunnerLabel
+from gitea_runner_operator.api.labels import DEFAULT_SCHEMAS, LabelError, RunnerLabel, Schema
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
@@ -91,6 +91,7 @@ class RunnerGroupSpec(_CamelModel):
     repo: str | None = None
     gitea: GiteaRef
     labels: list[str] = Field(min_length=1)
+    label_schemas: list[Schema] = Field(default_factory=lambda: sorted(DEFAULT_SCHEMAS))
     max_active_runners: int = Field(ge=1)
     registration_token: SecretSource
     auth_token: SecretSource
@@ -107,19 +108,29 @@ class RunnerGroupSpec(_CamelModel):
             raise ValueError(f"{value!r} is not a valid Gitea owner or repository name")
         return value
 
-    @field_validator("labels")
+    @field_validator("label_schemas")
     @classmethod
-    def _parse_labels(cls, value: list[str]) -> list[str]:
-        names: set[str] = set()
-        for raw in value:
-            try:
-                label = RunnerLabel.parse(raw)
-            except LabelError as exc:
-                raise ValueError(str(exc)) from None
-            if label.name in names:
-                raise ValueError(f"label name {label.name!r} is listed twice")
-            names.add(label.name)
+    def _schemas(cls, value: list[Schema]) -> list[Schema]:
+        missing = DEFAULT_SCHEMAS - set(value)
+        if missing:
+            raise ValueError(
+                f"every runner understands {', '.join(sorted(DEFAULT_SCHEMAS))}; "
+                f"keep {', '.join(sorted(missing))} in the list"
+            )
         return value
+
+    @model_validator(mode="after")
+    def _parse_labels(self) -> Self:
+        names: set[str] = set()
+        for raw in self.labels:
+            try:
+                label = RunnerLabel.parse(raw, self.label_schemas)
+            except LabelError as exc:
+                raise ValueError(f"labels: {exc}") from None
+            if label.name in names:
+                raise ValueError(f"labels: label name {label.name!r} is listed twice")
+            names.add(label.name)
+        return self
 
     @field_validator("poll_interval")
     @classmethod
@@ -159,7 +170,7 @@ class RunnerGroupSpec(_CamelModel):
 
     @property
     def runner_labels(self) -> list[RunnerLabel]:
-        return [RunnerLabel.parse(raw) for raw in self.labels]
+        return [RunnerLabel.parse(raw, self.label_schemas) for raw in self.labels]
 
     @property
     def poll_interval_seconds(self) -> float:
@@ -218,5 +229,7 @@ def _describe(exc: ValidationError) -> str:
         loc = ".".join(str(p) for p in error["loc"])
         field = f"spec.{loc}" if loc else "spec"
         msg = str(error["msg"]).removeprefix("Value error, ")
+        if not loc and (named := re.match(r"^([a-zA-Z]+): ", msg)):
+            field, msg = f"spec.{named.group(1)}", msg[named.end() :]  # a cross-field rule
         parts.append(f"{field}: {msg}")
     return "; ".join(parts)

@@ -112,7 +112,8 @@ class Secrets:
                     Problem(
                         "SecretForbidden",
                         f"{where}: the operator may not read it; grant it `get` on this Secret "
-                        "(see manifests/examples/secret-access.yaml)",
+                        "(bind the ClusterRole gitea-runner-operator-secrets here, or a Role like "
+                        "manifests/examples/secret-access.yaml)",
                         ProblemKind.SECRET,
                     )
                 ) from None

@@ -79,4 +79,7 @@ def apply(kube: KubeClient, obj: dict[str, Any], namespace: str | None = None) -
             raise
     current = kube.get(object_path(obj, namespace))
     obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    # Like kubectl apply, keep what controllers added and the manifest does not mention.
+    if "finalizers" in current["metadata"] and "finalizers" not in obj["metadata"]:
+        obj["metadata"]["finalizers"] = current["metadata"]["finalizers"]
     return kube.put(object_path(obj, namespace), obj)

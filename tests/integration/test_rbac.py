@@ -9,6 +9,7 @@ from tests.integration import manifests
 from tests.integration.conftest import (
     OPERATOR_NS,
     OPERATOR_SA,
+    delete_namespace,
     group_status,
     make_namespace,
     make_secret,
@@ -39,7 +40,7 @@ def test_operator_cannot_read_secrets_where_no_team_allowed_it(kube, cluster):
                 operator.get(path)
             assert err.value.status == 403, path
     finally:
-        kube.delete(f"/api/v1/namespaces/{ns}")
+        delete_namespace(kube, ns)
 
 
 def test_group_in_a_namespace_without_secret_access_says_so(
@@ -61,4 +62,4 @@ def test_group_in_a_namespace_without_secret_access_says_so(
         assert "gitea-runner-operator-secrets" in cond["message"]
         assert runner_jobs(kube, ns, "locked") == []
     finally:
-        kube.delete(f"/api/v1/namespaces/{ns}")
+        delete_namespace(kube, ns)

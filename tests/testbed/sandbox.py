@@ -158,6 +158,7 @@ class Sandbox:
         self.logs_dir = self.workdir / "logs"
         self.logs: dict[str, Path] = {}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._argv: dict[str, tuple[list[str], dict[str, str] | None, Path | None]] = {}
         self._log_files: list[IO[bytes]] = []
         self.started = False
         self.startup_seconds: float | None = None
@@ -283,7 +284,32 @@ class Sandbox:
         )
         self.processes[name] = p
         self.logs[name] = log_path
+        self._argv[name] = (argv, env, cwd)
         return p
+
+    def restart(self, name: str, down_seconds: float = 0.0) -> None:
+        """Stop one peer (SIGTERM to its process group, SIGKILL after 10 s), stay down for
+        ``down_seconds``, start it again with the same arguments. For fault tests: e.g. an
+        API server restart during an upgrade. Returns once the peer answers again."""
+        proc = self.processes[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        time.sleep(down_seconds)
+        argv, env, cwd = self._argv[name]
+        self._spawn(name, argv, env=env, cwd=cwd)
+        if name == "kube-apiserver":
+            self._wait(
+                name,
+                lambda: _http_ok(f"{self.apiserver_url}/readyz", self.admin_token),
+                60,
+                "kube-apiserver ready after restart",
+            )
 
     def log_tail(self, name: str, lines: int = 40) -> str:
         """The last lines of a peer's log (for error messages)."""

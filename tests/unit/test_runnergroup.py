@@ -78,3 +78,25 @@ def test_non_object_spec_is_reported_not_crashed():
 )
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
+
+
+def test_a_kubernetes_label_needs_a_runner_that_understands_it():
+    with pytest.raises(InvalidSpec, match=r"^spec\.labels: label .*spec\.labelSchemas"):
+        parse_spec(spec_with(labels=["k:kubernetes://img"]))
+    spec = parse_spec(
+        spec_with(labels=["k:kubernetes://img"], labelSchemas=["host", "docker", "kubernetes"])
+    )
+    assert [label.name for label in spec.runner_labels] == ["k"]
+
+
+def test_label_schemas_keep_what_every_runner_knows():
+    with pytest.raises(InvalidSpec, match="keep host"):
+        parse_spec(spec_with(labelSchemas=["docker"]))
+
+
+def test_timeouts_have_defaults_and_bounds():
+    spec = parse_spec(spec_with())
+    assert (spec.startup_timeout_seconds, spec.drain_timeout_seconds) == (600, 300)
+    assert parse_spec(spec_with(drainTimeout="0s")).drain_timeout_seconds == 0
+    with pytest.raises(InvalidSpec, match="spec.startupTimeout"):
+        parse_spec(spec_with(startupTimeout="10s"))

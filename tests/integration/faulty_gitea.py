@@ -1,0 +1,112 @@
+"""A loopback HTTP front for the testbed's Gitea that can misbehave on demand.
+
+Mode ``proxy`` forwards every request to the real Gitea; ``500`` and ``429`` answer with
+that status (429 with ``Retry-After``); ``hang`` accepts the connection and never answers;
+``redirect`` answers 302 to a path of its own (to prove nobody follows it). Every request is
+recorded (method, path, whether it carried an Authorization header), so tests can prove that
+*nothing* was sent. Real Gitea cannot be made to fail like this on demand; the operator
+under test is real, and so is the Gitea behind the proxy."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Seen:
+    method: str
+    path: str
+    authorized: bool
+
+
+class FaultyGitea:
+    def __init__(self, upstream: str | None = None, mode: str = "proxy") -> None:
+        self.upstream = upstream.rstrip("/") if upstream else None
+        self.mode = mode
+        self.retry_after = 30
+        self.requests: list[Seen] = []
+        self._release = threading.Event()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def _handle(self) -> None:
+                owner.requests.append(
+                    Seen(self.command, self.path, "Authorization" in self.headers)
+                )
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                mode = owner.mode
+                if mode == "hang":
+                    owner._release.wait()
+                    return
+                if mode == "redirect":
+                    self._reply(302, b"", {"Location": f"{owner.url}/stolen"})
+                elif mode == "500":
+                    self._reply(500, b'{"message":"internal error"}')
+                elif mode == "429":
+                    self._reply(429, b"{}", {"Retry-After": str(owner.retry_after)})
+                elif mode == "proxy" and owner.upstream:
+                    self._forward(body)
+                else:
+                    self._reply(200, b"{}")
+
+            def _forward(self, body: bytes | None) -> None:
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() in ("authorization", "accept", "content-type")
+                }
+                req = urllib.request.Request(
+                    f"{owner.upstream}{self.path}", data=body, headers=headers, method=self.command
+                )
+                try:
+                    with urllib.request.urlopen(req, timeout=30) as resp:
+                        status, payload = resp.status, resp.read()
+                        extra = {
+                            k: v for k, v in resp.headers.items() if k.lower() == "x-total-count"
+                        }
+                except urllib.error.HTTPError as err:
+                    status, payload, extra = err.code, err.read(), {}
+                self._reply(status, payload, extra)
+
+            def _reply(
+                self, status: int, body: bytes, headers: dict[str, str] | None = None
+            ) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    self.wfile.write(body)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _handle  # noqa: N815
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._release.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> FaultyGitea:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
