@@ -142,6 +142,13 @@ class Observer:
                 log.debug("gitea request failed", gitea=url, detail=exc.detail)
             problem = Problem(exc.reason, f"{url}: {exc}" if url not in str(exc) else str(exc))
             return Snapshot(started, checked, problem=problem, retry_after=retry_after), None
+        if not runners.complete:
+            log.warning(
+                "runner list longer than the page cap: no runner of this group is reaped "
+                "until it fits",
+                gitea=url,
+                seen=len(runners.items),
+            )
         observation = Observation(
             queued=queued.items,
             runners=runners.items,

@@ -98,5 +98,5 @@ def test_timeouts_have_defaults_and_bounds():
     spec = parse_spec(spec_with())
     assert (spec.startup_timeout_seconds, spec.drain_timeout_seconds) == (600, 300)
     assert parse_spec(spec_with(drainTimeout="0s")).drain_timeout_seconds == 0
-    with pytest.raises(InvalidSpec, match="spec.startupTimeout"):
+    with pytest.raises(InvalidSpec, match=r"spec\.startupTimeout"):
         parse_spec(spec_with(startupTimeout="10s"))
