@@ -192,4 +192,6 @@ def spec_changed(kind: str, obj: Obj, before: Obj | None) -> bool:
         new_meta.get("generation") != old_meta.get("generation")
         or new_meta.get("uid") != old_meta.get("uid")
         or bool(new_meta.get("deletionTimestamp")) != bool(old_meta.get("deletionTimestamp"))
+        # Adding our finalizer changes no generation, and is what the next pass waits for.
+        or new_meta.get("finalizers") != old_meta.get("finalizers")
     )

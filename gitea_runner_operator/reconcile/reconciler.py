@@ -45,6 +45,8 @@ STUCK_BACKOFF_BASE = 60.0
 STUCK_BACKOFF_MAX = 1800.0
 CREATE_BACKOFF_BASE = 5.0
 CREATE_BACKOFF_MAX = 300.0
+# A deleting group waits this long for a fresh answer from Gitea before giving up on it.
+TEARDOWN_ANSWER_GRACE = 60.0
 # A problem that persists is logged again this often (not once per poll).
 LOG_REMINDER = 600.0
 
@@ -91,6 +93,7 @@ class GroupState:
     create_failures: int = 0
     logged: tuple[str, str] | None = None
     logged_at: float = 0.0
+    teardown_since: float | None = None
 
 
 class Reconciler:
@@ -349,7 +352,14 @@ class Reconciler:
         drain = spec.drain_timeout_seconds if spec is not None else 0.0
         drained = self._wall() >= deleted_at + drain
         source = await self._sources.ensure(key, spec) if spec is not None else None
+        state = self.state(key)
+        if state.teardown_since is None:
+            state.teardown_since = self._clock()
+            if source is not None:
+                source.wake()
         snapshot = source.latest if source is not None else None
+        if snapshot is not None and snapshot.started_at < state.teardown_since:
+            snapshot = None  # asked before the teardown began: may miss new registrations
         observation = snapshot.observation if snapshot is not None else None
         plan_ = teardown(
             group_name=meta["name"],
@@ -368,15 +378,20 @@ class Reconciler:
             for view in views:
                 if view.alive:
                     await self._cluster.delete_job(meta["namespace"], view.name)
-        if plan_.done or spec is None or (drained and observation is None):
-            if not plan_.done:
+        # Give up only when Gitea really cannot be asked: a fresh answer that is a failure,
+        # or no fresh answer for a minute, once the drain timeout has passed.
+        failed = snapshot is not None and snapshot.problem is not None
+        silent = self._clock() - state.teardown_since > TEARDOWN_ANSWER_GRACE
+        give_up = drained and observation is None and (failed or silent)
+        if plan_.done or spec is None or give_up:
+            if not plan_.done and spec is not None:
                 message = (
                     "gave up removing this group's runner registrations after "
                     "spec.drainTimeout: "
                     + (
                         snapshot.problem.message
                         if snapshot is not None and snapshot.problem is not None
-                        else "Gitea could not be asked"
+                        else "Gitea did not answer"
                     )
                     + "; a Gitea admin may remove leftover offline runners"
                 )

@@ -440,7 +440,9 @@ async def test_teardown_drains_then_releases_the_finalizer():
     cluster.pods = [_pod(name, pod)]
     cluster.jobs[name]["metadata"]["annotations"]["gitea.bpg.pw/took-job"] = "true"
     cluster.deletion = "2026-01-01T00:01:00Z"
-    busy = snapshot(runners=(ActionRunner(id=5, name=pod, busy=True, ephemeral=True),))
+    busy = snapshot(
+        runners=(ActionRunner(id=5, name=pod, busy=True, ephemeral=True),), started_at=200.0
+    )
     draining, _, _ = make(cluster, busy, wall=T0 + 90)  # 30 s into a 5 min drain
     await draining.reconcile(KEY)
     assert cluster.deleted == [] and FINALIZER in cluster.finalizers
@@ -448,15 +450,24 @@ async def test_teardown_drains_then_releases_the_finalizer():
     await after.reconcile(KEY)
     assert cluster.deleted == [name]  # the busy runner is stopped now
     cluster.pods = []
-    done, _, _ = make(cluster, snapshot(), wall=T0 + 400)
+    done, _, _ = make(cluster, snapshot(started_at=200.0), wall=T0 + 400)
     await done.reconcile(KEY)
     assert FINALIZER not in cluster.finalizers
+
+
+async def test_teardown_never_trusts_a_snapshot_from_before_the_deletion():
+    cluster = FakeCluster()
+    cluster.deletion = "2026-01-01T00:01:00Z"
+    old = snapshot(started_at=1.0)  # empty runner list, but asked before the deletion
+    reconciler, sources, _ = make(cluster, old, wall=T0 + 90)
+    await reconciler.reconcile(KEY)
+    assert FINALIZER in cluster.finalizers and sources.source.woken >= 1
 
 
 async def test_teardown_gives_up_after_the_drain_timeout_when_gitea_cannot_be_asked():
     cluster = FakeCluster()
     cluster.deletion = "2026-01-01T00:01:00Z"
-    down = snapshot(problem=Problem("GiteaUnreachable", "no answer"))
+    down = snapshot(problem=Problem("GiteaUnreachable", "no answer"), started_at=200.0)
     waiting, _, _ = make(cluster, down, wall=T0 + 90)
     await waiting.reconcile(KEY)
     assert FINALIZER in cluster.finalizers
