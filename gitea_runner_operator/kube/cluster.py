@@ -14,6 +14,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.kube.http import send
 
 log = structlog.get_logger(__name__)
 
@@ -49,28 +50,28 @@ class Cluster:
     async def create_job(self, manifest: dict[str, Any]) -> str:
         namespace = manifest["metadata"]["namespace"]
         try:
-            resp = await self._batch.create_namespaced_job(
-                namespace, manifest, _preload_content=False, _request_timeout=TIMEOUT
+            body = await send(
+                self._batch.create_namespaced_job(
+                    namespace, manifest, _preload_content=False, _request_timeout=TIMEOUT
+                )
             )
         except ApiException as exc:
             if exc.status in (400, 403, 422):
                 raise CreateRefused(api_message(exc)) from None
             raise
-        try:
-            body = await resp.json()
-        finally:
-            resp.release()
         return str(body["metadata"]["name"])
 
     async def delete_job(self, namespace: str, name: str) -> bool:
         """Delete a runner Job and its Pods; False if it was already gone."""
         try:
-            await self._batch.delete_namespaced_job(
-                name,
-                namespace,
-                propagation_policy="Background",
-                _preload_content=False,
-                _request_timeout=TIMEOUT,
+            await send(
+                self._batch.delete_namespaced_job(
+                    name,
+                    namespace,
+                    propagation_policy="Background",
+                    _preload_content=False,
+                    _request_timeout=TIMEOUT,
+                )
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -80,30 +81,38 @@ class Cluster:
 
     async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         try:
-            await self._batch.patch_namespaced_job(
-                name,
-                namespace,
-                {"metadata": {"annotations": annotations}},
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=TIMEOUT,
+            await send(
+                self._batch.patch_namespaced_job(
+                    name,
+                    namespace,
+                    {"metadata": {"annotations": annotations}},
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=TIMEOUT,
+                )
             )
         except ApiException as exc:
             if exc.status != 404:
                 raise
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await self._custom.patch_namespaced_custom_object_status(
-            constants.GROUP,
-            constants.VERSION,
-            namespace,
-            constants.PLURAL,
-            name,
-            {"status": status},
-            _content_type=MERGE_PATCH,
-            _preload_content=False,
-            _request_timeout=TIMEOUT,
-        )
+        try:
+            await send(
+                self._custom.patch_namespaced_custom_object_status(
+                    constants.GROUP,
+                    constants.VERSION,
+                    namespace,
+                    constants.PLURAL,
+                    name,
+                    {"status": status},
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=TIMEOUT,
+                )
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # deleted meanwhile: nothing to report on
+                raise
 
     async def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str
@@ -114,16 +123,18 @@ class Cluster:
         if resource_version:
             meta["resourceVersion"] = resource_version
         try:
-            await self._custom.patch_namespaced_custom_object(
-                constants.GROUP,
-                constants.VERSION,
-                namespace,
-                constants.PLURAL,
-                name,
-                {"metadata": meta},
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=TIMEOUT,
+            await send(
+                self._custom.patch_namespaced_custom_object(
+                    constants.GROUP,
+                    constants.VERSION,
+                    namespace,
+                    constants.PLURAL,
+                    name,
+                    {"metadata": meta},
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=TIMEOUT,
+                )
             )
         except ApiException as exc:
             if exc.status != 404:  # gone already: nothing to release
@@ -158,8 +169,10 @@ class Cluster:
             "count": 1,
         }
         try:
-            await self._core.create_namespaced_event(
-                meta["namespace"], event, _preload_content=False, _request_timeout=TIMEOUT
+            await send(
+                self._core.create_namespaced_event(
+                    meta["namespace"], event, _preload_content=False, _request_timeout=TIMEOUT
+                )
             )
         except (ApiException, TimeoutError, aiohttp.ClientError) as exc:
             log.warning("could not write event", reason=reason, error=type(exc).__name__)

@@ -14,7 +14,6 @@ decision code reads the same shapes as the YAML users write.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -22,6 +21,8 @@ from typing import Any
 import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
+
+from gitea_runner_operator.kube.http import send
 
 log = structlog.get_logger(__name__)
 
@@ -101,13 +102,13 @@ class Informer:
             backoff = min(backoff * 2, 30.0)
 
     async def _list(self) -> str:
-        resp = await self._list_func(
-            *self._args, **self._kwargs(), _preload_content=False, _request_timeout=60
+        # An error answer raises (send checks the status): it must never read as an empty
+        # list, which would synthesise a deletion of every cached object.
+        body = await send(
+            self._list_func(
+                *self._args, **self._kwargs(), _preload_content=False, _request_timeout=60
+            )
         )
-        try:
-            body = json.loads(await resp.read())
-        finally:
-            resp.release()
         fresh = {object_key(item): item for item in body.get("items") or []}
         old, self.cache = self.cache, fresh
         self.relists += 1

@@ -148,6 +148,7 @@ class Controller:
                     error=f"{type(exc).__name__}: {exc}",
                     retries=retries,
                 )
+                log.debug("reconcile failure detail", group=key, exc_info=True)
                 self.queue.add_rate_limited(key)
             else:
                 self.queue.forget(key)

@@ -7,6 +7,9 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from gitea_runner_operator.kube.informer import Informer
 
 
@@ -15,6 +18,9 @@ def obj(name: str, rv: str) -> dict[str, Any]:
 
 
 class FakeResponse:
+    status = 200
+    reason = "OK"
+
     def __init__(self, body: Any = None, lines: list[dict[str, Any]] | None = None) -> None:
         self._body = body
         self._lines = [json.dumps(line).encode() + b"\n" for line in lines or []]
@@ -112,3 +118,28 @@ async def test_a_watch_that_ends_resumes_from_the_last_resource_version():
     assert watches[1]["resource_version"] == "13"
     assert informer.relists == 1  # no re-list for a clean end of stream
     assert informer.synced.is_set()
+
+
+async def test_an_error_answer_to_a_list_never_reads_as_an_empty_list():
+    """A 403 or 500 on a re-list must not synthesise deletions of every cached object."""
+
+    class Failing(FakeResponse):
+        status = 500
+        reason = "Internal Server Error"
+
+    calls = 0
+
+    async def list_func(*args: Any, **kwargs: Any) -> FakeResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return FakeResponse({"metadata": {"resourceVersion": "1"}, "items": [obj("a", "1")]})
+        return Failing({"kind": "Status", "message": "etcd is down"})
+
+    informer = Informer("jobs", list_func)
+    deleted: list[str] = []
+    informer.add_handler(lambda kind, o, before: deleted.append(kind) if kind == "DELETED" else 0)
+    await informer._list()
+    with pytest.raises(ApiException):
+        await informer._list()
+    assert deleted == [] and list(informer.cache) == ["ns/a"]
