@@ -17,6 +17,8 @@ from kubernetes_asyncio import client, config
 
 from gitea_runner_operator import __version__, logsetup
 from gitea_runner_operator.health import HealthServer
+from gitea_runner_operator.kube.write_metrics import instrument_writes
+from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import run_with_leadership
 from gitea_runner_operator.settings import Settings
@@ -41,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="watch only this namespace; repeat for several (default: all namespaces)",
     )
     p.add_argument("--workers", type=int, default=4, help="concurrent reconciles (default 4)")
-    p.add_argument("--health-port", type=int, default=8081, help="port of /healthz, /readyz")
+    p.add_argument(
+        "--health-port", type=int, default=8081, help="port of /healthz, /readyz, /metrics"
+    )
     p.add_argument("--health-host", default="0.0.0.0", help="address of /healthz, /readyz")  # noqa: S104
     p.add_argument(
         "--leader-elect",
@@ -123,12 +127,15 @@ async def run(settings: Settings) -> int:
         leader_elect=settings.leader_elect,
     )
     async with client.ApiClient() as api:
-        controller = Controller(api, settings)
+        metrics = Metrics()
+        instrument_writes(api, metrics.kube_write)
+        controller = Controller(api, settings, metrics)
         standby = asyncio.Event()
         health = HealthServer(
             settings.health_host,
             settings.health_port,
             lambda: controller.synced.is_set() or (standby.is_set() and not stop.is_set()),
+            metrics,
         )
         try:
             await health.start()

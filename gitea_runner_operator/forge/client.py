@@ -19,7 +19,7 @@ import json
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiohttp
 from pydantic import BaseModel, ValidationError
@@ -52,6 +52,10 @@ from gitea_runner_operator.forge.models import (
 from gitea_runner_operator.forge.scope import ScopeRef
 
 M = TypeVar("M", bound=BaseModel)
+# Optional observers (metrics): (method, path, HTTP status or None, seconds) per request, and
+# the seconds of each wait that Gitea asked for with Retry-After.
+RequestHook = Callable[[str, str, int | None, float], None]
+WaitHook = Callable[[float], None]
 
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=10)
 
@@ -95,7 +99,11 @@ class GiteaClient:
         backoff_max: float = 8.0,
         max_retry_after: float = 30.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_request: RequestHook | None = None,
+        on_rate_limit_wait: WaitHook | None = None,
     ) -> None:
+        self._on_request = on_request
+        self._on_rate_limit_wait = on_rate_limit_wait
         self._session = session
         self._base = base_url.rstrip("/")
         self._headers = {"Authorization": f"token {token}", "Accept": "application/json"}
@@ -216,6 +224,8 @@ class GiteaClient:
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, _Transient) and exc.retry_after is not None:
+            if self._on_rate_limit_wait is not None:
+                self._on_rate_limit_wait(exc.retry_after)
             return exc.retry_after
         # Exponential with full jitter: spreads the retries of many groups hitting one Gitea.
         ceiling = min(self._backoff_max, self._backoff_initial * 2.0 ** (state.attempt_number - 1))
@@ -223,16 +233,21 @@ class GiteaClient:
 
     async def _once(self, method: str, path: str, params: Mapping[str, str] | None) -> Any:
         url = self._base + path
+        started, status = time.monotonic(), cast(int | None, None)
         try:
             async with self._session.request(
                 method, url, params=params, headers=self._headers, timeout=DEFAULT_TIMEOUT
             ) as resp:
+                status = resp.status
                 body = await resp.read()
                 return self._interpret(method, path, resp.status, resp.headers, body)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise _Transient(f"connection failed: {type(exc).__name__}: {exc}") from None
         except TimeoutError:
             raise _Transient("timed out") from None
+        finally:
+            if self._on_request is not None:
+                self._on_request(method, path, status, time.monotonic() - started)
 
     def _interpret(
         self, method: str, path: str, status: int, headers: Mapping[str, str], body: bytes
