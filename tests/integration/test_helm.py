@@ -326,12 +326,16 @@ def test_the_namespaced_chart_serves_a_runnergroup_as_its_serviceaccount(
             assert ready(status)["status"] == "True"
 
             # /metrics tells what happened: one leader, two Job creations that succeeded.
+            def created() -> float:
+                return sample(
+                    scrape(op.health_port),
+                    "kube_writes_total", verb="create", resource="jobs", outcome="success",
+                )  # fmt: skip
+
+            wait_until(lambda: created() == 2, what="2 Job creations counted")
+            assert created() == len(runner_jobs(kube, team, "ci")) == 2
             metrics = scrape(op.health_port)
             assert sample(metrics, "leader") == 1
-            created = sample(
-                metrics, "kube_writes_total", verb="create", resource="jobs", outcome="success"
-            )
-            assert created == len(runner_jobs(kube, team, "ci")) == 2
             assert sample(metrics, "workqueue_adds_total") >= 1
             assert sample(metrics, "reconcile_duration_seconds_count", result="success") >= 1
             # The lease it took is the one its chart Role allows, in the release namespace.
