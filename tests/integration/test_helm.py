@@ -32,7 +32,7 @@ from tests.integration.conftest import (
 )
 from tests.testbed import build
 from tests.testbed.kube import KubeClient, KubeError
-from tests.testbed.pytest_plugin import testbed_required
+from tests.testbed.pytest_plugin import testbed_required as must_have_testbed
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def helm_bin() -> Path:
     """The helm binary from the testbed cache, built on first use (a few minutes cold)."""
     if not build.is_built("helm") and shutil.which("go") is None:
         msg = "helm is not built and `go` is not on PATH: python -m tests.testbed build helm"
-        if testbed_required():
+        if must_have_testbed():
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
     try:
