@@ -14,7 +14,8 @@ Why it looks like this:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from prometheus_client import (
@@ -28,6 +29,8 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from gitea_runner_operator import __version__
+from gitea_runner_operator.forge.models import ActionJob
+from gitea_runner_operator.forge.timings import execution_time, startup_latency
 
 PREFIX: Final = "gitea_runner_operator_"
 CONTENT_TYPE: Final = CONTENT_TYPE_PLAIN_0_0_4
@@ -41,6 +44,8 @@ DURATION_BUCKETS: Final = (5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 
 # HTTP requests and reconcile passes: milliseconds to the 30 s client timeout.
 REQUEST_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 QUEUE_BUCKETS: Final = (0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+SEEN_JOBS_PER_GROUP: Final = 10_000
 
 ENDPOINT_CLASSES: Final = ("jobs", "runners", "runner_delete", "scope", "other")
 KUBE_OUTCOMES: Final = {
@@ -243,6 +248,9 @@ class Metrics:
             ["outcome"], registry=r,
         )  # fmt: skip
         self.workqueue = WorkQueueMetrics(r)
+        # Job ids already observed per group, so a level-triggered caller that lists the
+        # same job on every poll observes it once (bounded: oldest ids are forgotten).
+        self._seen: dict[tuple[str, str, str], OrderedDict[int, None]] = {}
 
     # -- exposition ---------------------------------------------------------------------------
 
@@ -299,8 +307,40 @@ class Metrics:
     def job_duration(self, namespace: str, name: str, seconds: float) -> None:
         self._duration.labels(namespace, name).observe(max(0.0, seconds))
 
+    def observe_jobs(
+        self,
+        namespace: str,
+        name: str,
+        jobs: Iterable[ActionJob],
+        ours: Callable[[ActionJob], bool],
+    ) -> None:
+        """Feed the latency histograms from Gitea's job list: each job that ``ours`` accepts
+        (taken by one of the group's runners) is observed once when first seen started and
+        once when first seen finished. Safe to call with the same jobs on every poll; after
+        a restart, jobs still listed are observed again (once)."""
+        for job in jobs:
+            if not job.runner_id or not ours(job):
+                continue
+            latency = startup_latency(job)
+            if latency is not None and self._first_time(namespace, name, "started", job.id):
+                self.job_startup_latency(namespace, name, latency)
+            duration = execution_time(job)
+            if duration is not None and self._first_time(namespace, name, "finished", job.id):
+                self.job_duration(namespace, name, duration)
+
+    def _first_time(self, namespace: str, name: str, what: str, job_id: int) -> bool:
+        seen = self._seen.setdefault((namespace, name, what), OrderedDict())
+        if job_id in seen:
+            return False
+        seen[job_id] = None
+        while len(seen) > SEEN_JOBS_PER_GROUP:
+            seen.popitem(last=False)
+        return True
+
     def forget_group(self, namespace: str, name: str) -> None:
         """Drop every series of a deleted group, so dashboards do not show it forever."""
+        for what in ("started", "finished"):
+            self._seen.pop((namespace, name, what), None)
         for metric in self._group_series:
             _remove(metric, (namespace, name))
         for state in RUNNER_STATES:

@@ -16,6 +16,7 @@ from gitea_runner_operator import __version__
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.errors import GiteaUnauthorized, GiteaUnreachable
+from gitea_runner_operator.forge.models import ActionJob
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.health import HealthServer
 from gitea_runner_operator.kube.write_metrics import instrument_writes, resource_of
@@ -324,3 +325,45 @@ async def test_without_metrics_the_health_server_has_no_metrics_path():
             assert resp.status == 404
     finally:
         await server.stop()
+
+
+ZERO = "1970-01-01T00:00:00Z"
+
+
+def gitea_job(job_id: int, runner: str, created: str, started: str = ZERO, done: str = ZERO):
+    return ActionJob.model_validate(
+        {
+            "id": job_id,
+            "status": "in_progress" if done == ZERO else "success",
+            "runner_id": 7 if runner else 0,
+            "runner_name": runner,
+            "created_at": created,
+            "started_at": started,
+            "completed_at": done,
+        }
+    )
+
+
+def test_job_latency_comes_from_gitea_timestamps_once_per_job_and_never_from_zero_times():
+    m = Metrics()
+    jobs = [
+        gitea_job(1, "ci-abc-1", "2026-01-01T10:00:00Z", "2026-01-01T10:00:12Z"),
+        gitea_job(2, "ci-abc-2", "2026-01-01T10:00:00Z", "2026-01-01T10:01:00Z",
+                  "2026-01-01T10:03:00Z"),
+        gitea_job(3, "", "2026-01-01T10:00:00Z"),  # queued: no runner, zero times
+        gitea_job(4, "someone-elses", "2026-01-01T10:00:00Z", "2026-01-01T10:00:01Z"),
+    ]  # fmt: skip
+
+    def ours(job):
+        return job.runner_name.startswith("ci-abc-")
+
+    for _ in range(3):  # the same list on every poll
+        m.observe_jobs("team-a", "ci", jobs, ours)
+    assert value(m, "job_startup_latency_seconds_count", **group()) == 2
+    assert value(m, "job_startup_latency_seconds_sum", **group()) == 12 + 60
+    assert value(m, "job_duration_seconds_count", **group()) == 1
+    assert value(m, "job_duration_seconds_sum", **group()) == 120
+
+    m.forget_group("team-a", "ci")
+    m.observe_jobs("team-a", "ci", jobs[:1], ours)  # a re-created group starts afresh
+    assert value(m, "job_startup_latency_seconds_count", **group()) == 1
