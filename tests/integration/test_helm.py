@@ -254,13 +254,33 @@ def can(client: KubeClient, path: str) -> bool:
 
 
 def test_the_cluster_chart_applies_and_its_serviceaccount_may_act_everywhere(
-    kube, cluster, helm, tmp_path
+    kube, cluster, helm, tmp_path, kwok
 ):
-    release, ns = unique("gro"), make_namespace(kube, unique("ops"), privileged=False)
+    release, ns = unique("gro"), unique("ops")
+    manifests.apply(
+        kube,
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": ns,
+                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+            },
+        },
+    )
     other = make_namespace(kube, unique("team"))
     try:
-        objects = render(helm, tmp_path, release, ns, {"replicaCount": 0})
+        objects = render(helm, tmp_path, release, ns, {})
         with installed(kube, objects):
+            # kwok plays the kubelet: "available" proves Pod Security "restricted" admission,
+            # scheduling and the probes' shape, not the image.
+            path = f"/apis/apps/v1/namespaces/{ns}/deployments/{release}-gitea-runner-operator"
+            wait_until(
+                lambda: kube.get(path).get("status", {}).get("availableReplicas") == 1,
+                timeout=90,
+                what="chart Deployment available",
+            )
+            kube.patch(path, {"spec": {"replicas": 0}})
             sa = one(objects, "ServiceAccount")["metadata"]["name"]
             operator = cluster.kube_client(token=kube.create_token(ns, sa))
             assert can(operator, "/apis/batch/v1/jobs")
