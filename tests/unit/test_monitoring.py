@@ -103,3 +103,24 @@ def test_the_chart_ships_the_same_alerts_dashboard_and_crd():
     assert (CHART / "crds" / "crd.yaml").read_text() == (
         REPO / "manifests" / "crd.yaml"
     ).read_text(), "charts/.../crds/crd.yaml must be a copy of manifests/crd.yaml"
+
+
+def test_the_monitoring_kustomization_points_at_the_operator():
+    kustomization = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())
+    for name in kustomization["resources"]:
+        assert (MONITORING / name).is_file(), name
+    (generated,) = kustomization["configMapGenerator"]
+    assert generated["files"] == ["grafana-dashboard.json"]
+    service = yaml.safe_load((MONITORING / "service.yaml").read_text())
+    monitor = yaml.safe_load((MONITORING / "servicemonitor.yaml").read_text())
+    deployment = yaml.safe_load((REPO / "manifests" / "deployment.yaml").read_text())
+    pod = deployment["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (port,) = service["spec"]["ports"]
+    container_ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert container_ports[port["targetPort"]] == 8081
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == port["name"]
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
