@@ -18,6 +18,8 @@ from kubernetes_asyncio import client, config
 
 from gitea_runner_operator import __version__, logsetup
 from gitea_runner_operator.health import HealthServer
+from gitea_runner_operator.kube.write_metrics import instrument_writes
+from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import Leadership, LeaseElector, run_with_leadership
 from gitea_runner_operator.settings import Settings
@@ -42,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="watch only this namespace; repeat for several (default: all namespaces)",
     )
     p.add_argument("--workers", type=int, default=4, help="concurrent reconciles (default 4)")
-    p.add_argument("--health-port", type=int, default=8081, help="port of /healthz, /readyz")
+    p.add_argument(
+        "--health-port", type=int, default=8081, help="port of /healthz, /readyz, /metrics"
+    )
     p.add_argument("--health-host", default="0.0.0.0", help="address of /healthz, /readyz")  # noqa: S104
     p.add_argument(
         "--leader-elect",
@@ -152,10 +156,12 @@ async def run(settings: Settings) -> int:
     watch_config = client.Configuration.get_default_copy()
     watch_config.connection_pool_maxsize = 3 * max(1, len(settings.namespaces)) + 4
     async with client.ApiClient() as api, client.ApiClient(watch_config) as watch_api:
+        metrics = Metrics()
+        instrument_writes(api, metrics.kube_write)
         leadership = Leadership()
 
         def make_controller() -> Controller:
-            return Controller(api, settings, watch_api)
+            return Controller(api, settings, watch_api, metrics)
 
         def ready() -> bool:
             current = leadership.controller
@@ -163,7 +169,7 @@ async def run(settings: Settings) -> int:
                 return True
             return leadership.standby.is_set() and not stop.is_set()
 
-        health = HealthServer(settings.health_host, settings.health_port, ready)
+        health = HealthServer(settings.health_host, settings.health_port, ready, metrics)
         try:
             await health.start()
         except OSError as exc:

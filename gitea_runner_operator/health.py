@@ -1,5 +1,6 @@
-"""``/healthz`` (the event loop answers) and ``/readyz`` (caches synced, or standing by for
-leadership), for the Deployment's probes."""
+"""``/healthz`` (the event loop answers), ``/readyz`` (caches synced, or standing by for
+leadership), for the Deployment's probes, and ``/metrics`` for Prometheus on the same port,
+so a scrape needs no second port or Service."""
 
 from __future__ import annotations
 
@@ -7,18 +8,29 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from gitea_runner_operator.metrics import CONTENT_TYPE, Metrics
+
 
 class HealthServer:
-    def __init__(self, host: str, port: int, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        ready: Callable[[], bool],
+        metrics: Metrics | None = None,
+    ) -> None:
         self._host = host
         self._port = port
         self._ready = ready
+        self._metrics = metrics
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        if self._metrics is not None:
+            app.router.add_get("/metrics", self._metrics_text)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, self._host, self._port).start()
@@ -34,3 +46,7 @@ class HealthServer:
         if self._ready():
             return web.Response(text="ok\n")
         return web.Response(status=503, text="not ready\n")
+
+    async def _metrics_text(self, _: web.Request) -> web.Response:
+        assert self._metrics is not None
+        return web.Response(body=self._metrics.render(), headers={"Content-Type": CONTENT_TYPE})

@@ -7,6 +7,7 @@ a protocol error rather than a silent zero.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Generic, TypeVar
 
@@ -28,6 +29,10 @@ class ActionJob(_Payload):
     runner_id: int = 0
     runner_name: str = ""
     url: str = ""
+    # Gitea's own timestamps; an unclaimed job carries the zero time 1970-01-01T00:00:00Z.
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
 
 
 class JobList(_Payload):

@@ -20,7 +20,7 @@ import random
 import ssl as ssl_module
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiohttp
 from pydantic import BaseModel, ValidationError
@@ -55,6 +55,10 @@ from gitea_runner_operator.forge.errors import (
 from gitea_runner_operator.forge.scope import ScopeRef
 
 M = TypeVar("M", bound=BaseModel)
+# Optional observers (metrics): (method, path, HTTP status or None, seconds) per request, and
+# the seconds of each wait that Gitea asked for with Retry-After.
+RequestHook = Callable[[str, str, int | None, float], None]
+WaitHook = Callable[[float], None]
 
 # Per request. An observation as a whole has its own deadline on top (see runtime/observer).
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=20, connect=5, sock_read=15)
@@ -107,7 +111,11 @@ class GiteaClient:
         max_inline_wait: float = 5.0,
         timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_request: RequestHook | None = None,
+        on_rate_limit_wait: WaitHook | None = None,
     ) -> None:
+        self._on_request = on_request
+        self._on_rate_limit_wait = on_rate_limit_wait
         self._session = session
         self._base = base_url.rstrip("/")
         self._headers = {"Authorization": f"token {token}", "Accept": "application/json"}
@@ -266,6 +274,8 @@ class GiteaClient:
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, _Transient) and exc.retry_after is not None:
+            if self._on_rate_limit_wait is not None:
+                self._on_rate_limit_wait(exc.retry_after)
             return exc.retry_after
         # Exponential with full jitter: spreads the retries of many groups hitting one Gitea.
         ceiling = min(self._backoff_max, self._backoff_initial * 2.0 ** (state.attempt_number - 1))
@@ -275,6 +285,7 @@ class GiteaClient:
         self, method: str, path: str, params: Mapping[str, str] | None, json_body: Any
     ) -> Any:
         url = self._base + path
+        started, status = time.monotonic(), cast(int | None, None)
         try:
             async with self._session.request(
                 method,
@@ -287,12 +298,16 @@ class GiteaClient:
                 # wherever the Location points.
                 allow_redirects=False,
             ) as resp:
+                status = resp.status
                 body = await resp.read()
                 return self._interpret(method, path, resp.status, resp.headers, body)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise _Transient(self._unreachable(exc)) from None
         except TimeoutError as exc:
             raise _Transient(self._unreachable(exc)) from None
+        finally:
+            if self._on_request is not None:
+                self._on_request(method, path, status, time.monotonic() - started)
 
     def _unreachable(self, exc: BaseException) -> GiteaUnreachable:
         error = GiteaUnreachable(f"{self._base}: no answer (connection failed or timed out)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import structlog
@@ -18,6 +19,7 @@ from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.secrets import Secrets
+from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.runtime.observer import Observer
@@ -34,14 +36,19 @@ class Controller:
     that watches (three per namespace) can never take all connections from the writes."""
 
     def __init__(
-        self, api: client.ApiClient, settings: Settings, watch_api: client.ApiClient | None = None
+        self,
+        api: client.ApiClient,
+        settings: Settings,
+        watch_api: client.ApiClient | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or Metrics()
         self.cache = ClusterCache(watch_api or api, settings.namespaces)
         self.cluster = Cluster(api, settings.identity or "gitea-runner-operator")
         self.secrets = Secrets(api, ttl=settings.secret_cache_ttl)
         self.sessions = SessionPool()
-        self.queue: WorkQueue[str] = WorkQueue()
+        self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
         self.expectations = Expectations(settings.expectation_timeout)
         self.observer = Observer(
             self.secrets,
@@ -100,6 +107,7 @@ class Controller:
             for inf in self.cache.informers
         ]
         workers: list[asyncio.Task[None]] = []
+        self.metrics.set_leader(True)  # run() is only entered while acting (leader or alone)
         try:
             await self.cache.wait_synced()
             self.synced.set()
@@ -130,6 +138,7 @@ class Controller:
                     await task
             await self.pollers.stop_all()
             await self.sessions.close()
+            self.metrics.set_leader(False)
             self.stopped.set()
 
     async def _worker(self) -> None:
@@ -138,9 +147,11 @@ class Controller:
                 key = await self.queue.get()
             except ShutDown:
                 return
+            started = time.monotonic()
             try:
                 result = await self.reconciler.reconcile(key)
             except Exception as exc:
+                self.metrics.reconcile_done(time.monotonic() - started, error=True)
                 retries = self.queue.limiter.retries(key)
                 log.warning(
                     "reconcile failed, will retry",
@@ -151,6 +162,7 @@ class Controller:
                 log.debug("reconcile failure detail", group=key, exc_info=True)
                 self.queue.add_rate_limited(key)
             else:
+                self.metrics.reconcile_done(time.monotonic() - started, error=False)
                 self.queue.forget(key)
                 if result.requeue_after is not None:
                     self.queue.add_after(key, result.requeue_after)

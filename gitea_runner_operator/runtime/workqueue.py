@@ -13,9 +13,10 @@ No locks are needed: only ``get`` awaits, and everything else runs between await
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
-from collections.abc import Hashable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Generic, Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
@@ -44,8 +45,24 @@ class ExponentialBackoff(Generic[K]):
         return self._failures.get(key, 0)
 
 
+class QueueMetrics(Protocol):
+    """What a queue reports (``gitea_runner_operator.metrics.WorkQueueMetrics``)."""
+
+    def bind(self, depth: Callable[[], int], longest_running: Callable[[], float]) -> None: ...
+    def added(self) -> None: ...
+    def retried(self) -> None: ...
+    def waited(self, seconds: float) -> None: ...
+    def worked(self, seconds: float) -> None: ...
+
+
 class WorkQueue(Generic[K]):
-    def __init__(self, limiter: ExponentialBackoff[K] | None = None) -> None:
+    def __init__(
+        self,
+        limiter: ExponentialBackoff[K] | None = None,
+        *,
+        metrics: QueueMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._queue: deque[K] = deque()
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
@@ -54,6 +71,22 @@ class WorkQueue(Generic[K]):
         self._wakeup = asyncio.Event()
         self._shutting_down = False
         self.limiter: ExponentialBackoff[K] = limiter or ExponentialBackoff()
+        self._metrics = metrics
+        self._clock = clock
+        self._queued_at: dict[K, float] = {}
+        self._started_at: dict[K, float] = {}
+        if metrics is not None:
+            metrics.bind(lambda: len(self._queue), self.longest_running)
+
+    def longest_running(self) -> float:
+        """Seconds the oldest key in processing has been held (0 when none is)."""
+        if not self._started_at:
+            return 0.0
+        return max(0.0, self._clock() - min(self._started_at.values()))
+
+    def _enqueue(self, key: K) -> None:
+        self._queue.append(key)
+        self._queued_at[key] = self._clock()
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -62,9 +95,11 @@ class WorkQueue(Generic[K]):
         if self._shutting_down or key in self._dirty:
             return
         self._dirty.add(key)
+        if self._metrics is not None:
+            self._metrics.added()
         if key in self._processing:
             return
-        self._queue.append(key)
+        self._enqueue(key)
         self._wakeup.set()
 
     def add_after(self, key: K, delay: float) -> None:
@@ -92,6 +127,8 @@ class WorkQueue(Generic[K]):
         self._timers.add(handle)
 
     def add_rate_limited(self, key: K) -> None:
+        if self._metrics is not None:
+            self._metrics.retried()
         self.add_after(key, self.limiter.when(key))
 
     def forget(self, key: K) -> None:
@@ -109,12 +146,20 @@ class WorkQueue(Generic[K]):
         key = self._queue.popleft()
         self._processing.add(key)
         self._dirty.discard(key)
+        now = self._clock()
+        self._started_at[key] = now
+        queued_at = self._queued_at.pop(key, now)
+        if self._metrics is not None:
+            self._metrics.waited(now - queued_at)
         return key
 
     def done(self, key: K) -> None:
         self._processing.discard(key)
+        started = self._started_at.pop(key, None)
+        if self._metrics is not None and started is not None:
+            self._metrics.worked(self._clock() - started)
         if key in self._dirty:
-            self._queue.append(key)
+            self._enqueue(key)
             self._wakeup.set()
 
     def shut_down(self) -> None:

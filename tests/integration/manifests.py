@@ -21,6 +21,7 @@ _PATHS = {
     ("v1", "Namespace"): ("/api/v1/namespaces", False),
     ("v1", "ServiceAccount"): ("/api/v1/namespaces/{ns}/serviceaccounts", True),
     ("v1", "Secret"): ("/api/v1/namespaces/{ns}/secrets", True),
+    ("v1", "Service"): ("/api/v1/namespaces/{ns}/services", True),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): (
         "/apis/rbac.authorization.k8s.io/v1/clusterroles",
         False,
@@ -62,10 +63,66 @@ def load(name: str) -> list[dict[str, Any]]:
 
 
 def kustomization(folder: str = "") -> list[dict[str, Any]]:
-    """The objects a plain (no patches) kustomization.yaml lists, in its order."""
+    """The objects a kustomization.yaml lists, in its order: files, directories (bases), and
+    the two patch forms the overlays use (``$patch: delete`` and JSON 6902 ``add``/``replace``).
+    Anything else is refused rather than silently ignored."""
     base = MANIFESTS / folder
-    listed = yaml.safe_load((base / "kustomization.yaml").read_text())["resources"]
-    return [obj for name in listed for obj in load(str(Path(folder) / name))]
+    spec = yaml.safe_load((base / "kustomization.yaml").read_text())
+    objects: list[dict[str, Any]] = []
+    for name in spec["resources"]:
+        rel = (Path(folder) / name).as_posix()
+        if (MANIFESTS / rel).is_dir():
+            sub = (MANIFESTS / rel).resolve().relative_to(MANIFESTS.resolve()).as_posix()
+            objects += kustomization("" if sub == "." else sub)
+        else:
+            objects += load(rel)
+    for patch in spec.get("patches", []):
+        objects = _patch(objects, patch)
+    unknown = set(spec) - {"apiVersion", "kind", "resources", "patches"}
+    if unknown:
+        raise ValueError(f"{base}/kustomization.yaml: unsupported fields {sorted(unknown)}")
+    return objects
+
+
+def _patch(objects: list[dict[str, Any]], patch: dict[str, Any]) -> list[dict[str, Any]]:
+    body = yaml.safe_load(patch["patch"])
+    if isinstance(body, dict) and body.get("$patch") == "delete":
+        keep = [o for o in objects if not _same(o, body["kind"], body["metadata"]["name"])]
+        if len(keep) == len(objects):
+            raise ValueError(f"delete patch matches nothing: {body['kind']}/{body['metadata']}")
+        return keep
+    target = patch.get("target")
+    if not target or not isinstance(body, list):
+        raise ValueError(f"unsupported patch: {patch}")
+    matched = [o for o in objects if _same(o, target["kind"], target["name"])]
+    if not matched:
+        raise ValueError(f"patch target matches nothing: {target}")
+    for obj in matched:
+        for op in body:
+            _json6902(obj, op)
+    return objects
+
+
+def _same(obj: dict[str, Any], kind: str, name: str) -> bool:
+    return bool(obj["kind"] == kind and obj["metadata"]["name"] == name)
+
+
+def _json6902(obj: dict[str, Any], op: dict[str, Any]) -> None:
+    if op["op"] not in ("add", "replace"):
+        raise ValueError(f"unsupported JSON patch op {op['op']}")
+    *parents, last = op["path"].lstrip("/").split("/")
+    node: Any = obj
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if isinstance(node, list):
+        if last == "-":
+            node.append(op["value"])
+        elif op["op"] == "add":
+            node.insert(int(last), op["value"])
+        else:
+            node[int(last)] = op["value"]
+    else:
+        node[last] = op["value"]
 
 
 def apply(kube: KubeClient, obj: dict[str, Any], namespace: str | None = None) -> Any:

@@ -92,6 +92,13 @@ COMPONENTS: dict[str, Component] = {
         module="code.gitea.io/actions-proto-go",
         binaries={"gro-testbed-runner": "gro-testbed/runner"},
     ),
+    # Not a peer the operator talks to: the client that lints, renders and installs
+    # the Helm chart in the chart tests.
+    "helm": Component(
+        name="helm",
+        module="helm.sh/helm/v4",
+        binaries={"helm": "helm.sh/helm/v4/cmd/helm"},
+    ),
 }
 
 
@@ -176,6 +183,8 @@ def build_component(name: str, force: bool = False) -> Path:
             ldflags += list(_kube_ldflags(version))
         if name == "gitea":
             ldflags.append(f"-X main.Version={version.lstrip('v')}")
+        if name == "helm":
+            ldflags.append(f"-X helm.sh/helm/v4/internal/version.version={version}")
         ldflags += list(comp.extra_ldflags)
         (tmp / "bin").mkdir()
         for binary, pkg in comp.binaries.items():

@@ -1,0 +1,61 @@
+{{/* Names and labels shared by every template. */}}
+{{- define "gro.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gro.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "gro.labels" -}}
+{{ include "gro.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "gro.serviceAccountName" -}}
+{{- default (include "gro.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* Refuse values that cannot work, with a message naming the value. */}}
+{{- define "gro.validate" -}}
+{{- if not (has .Values.rbac.mode (list "cluster" "namespaced")) -}}
+{{- fail (printf "rbac.mode must be cluster or namespaced, not %q" .Values.rbac.mode) -}}
+{{- end -}}
+{{- if and (eq .Values.rbac.mode "namespaced") (not .Values.watchNamespaces) -}}
+{{- fail "rbac.mode=namespaced needs watchNamespaces: the namespaces to grant Roles in" -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) -}}
+{{- fail "replicaCount > 1 needs leaderElection.enabled: two acting replicas would both create runners" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The operator's rules, as a ClusterRole (cluster mode) or a Role per watched namespace. */}}
+{{- define "gro.operatorRules" }}
+- apiGroups: [gitea.bpg.pw]
+  resources: [runnergroups]
+  verbs: [list, watch, patch]  # patch: the teardown finalizer
+- apiGroups: [gitea.bpg.pw]
+  resources: [runnergroups/status]
+  verbs: [patch]
+# Runner Jobs carry an ownerReference with blockOwnerDeletion, which clusters running the
+# OwnerReferencesPermissionEnforcement admission plugin allow only with this.
+- apiGroups: [gitea.bpg.pw]
+  resources: [runnergroups/finalizers]
+  verbs: [update]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}

@@ -1,0 +1,366 @@
+"""The Helm chart with a real ``helm`` (built from its Go module like the testbed's peers):
+it lints, renders what each install mode promises, applies to a real API server, and the
+operator running as the chart's ServiceAccount with the chart's flags serves a RunnerGroup."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration import manifests
+from tests.integration.conftest import (
+    group_status,
+    kwok_image,
+    make_namespace,
+    make_tokens,
+    ready,
+    runner_group,
+    runner_jobs,
+    unique,
+    wait_until,
+)
+from tests.testbed import build
+from tests.testbed.kube import KubeClient, KubeError
+from tests.testbed.pytest_plugin import testbed_required as must_have_testbed
+
+pytestmark = pytest.mark.integration
+
+CHART = manifests.REPO / "charts" / "gitea-runner-operator"
+OPERATOR_RULE_RESOURCES = {"runnergroups", "jobs", "pods"}
+
+WORKFLOW = """\
+name: ci
+on: [push]
+jobs:
+  one:
+    runs-on: gro-linux
+    steps: [{run: echo one}]
+  two:
+    runs-on: gro-linux
+    steps: [{run: echo two}]
+"""
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> Path:
+    """The helm binary from the testbed cache, built on first use (a few minutes cold)."""
+    if not build.is_built("helm") and shutil.which("go") is None:
+        msg = "helm is not built and `go` is not on PATH: python -m tests.testbed build helm"
+        if must_have_testbed():
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    try:
+        build.ensure_built(["helm"])
+    except Exception as exc:
+        pytest.fail(f"helm could not be built ({type(exc).__name__}): {exc}", pytrace=False)
+    return build.binary("helm")
+
+
+@pytest.fixture
+def helm(helm_bin: Path, tmp_path: Path) -> Any:
+    """Run helm with its cache, config and data under tmp_path (nothing in ~)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
+    for var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
+        env[var] = str(tmp_path / var.lower())
+    env.pop("KUBECONFIG", None)
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(helm_bin), *args], env=env, capture_output=True, text=True, timeout=120
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    return run
+
+
+def values_file(tmp_path: Path, values: dict[str, Any]) -> str:
+    path = tmp_path / f"values-{len(list(tmp_path.glob('values-*')))}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
+
+
+def render(
+    helm: Any, tmp_path: Path, release: str, namespace: str, values: dict[str, Any]
+) -> list[dict[str, Any]]:
+    out = helm(
+        "template", release, str(CHART), "--namespace", namespace, "--include-crds",
+        "-f", values_file(tmp_path, values),
+    ).stdout  # fmt: skip
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def kinds(objects: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
+    return [(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in objects]
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] == kind]
+    return found
+
+
+def operator_args(objects: list[dict[str, Any]]) -> list[str]:
+    deployment = one(objects, "Deployment")
+    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def grants_operator_resources(role: dict[str, Any]) -> bool:
+    return any(set(r["resources"]) & OPERATOR_RULE_RESOURCES for r in role.get("rules", []))
+
+
+def test_helm_lint_passes_in_both_install_modes(helm, tmp_path):
+    helm("lint", "--strict", str(CHART))
+    namespaced = {"rbac": {"mode": "namespaced"}, "watchNamespaces": ["team-a", "team-b"]}
+    helm("lint", "--strict", str(CHART), "-f", values_file(tmp_path, namespaced))
+
+
+def test_the_default_render_is_the_cluster_install(helm, tmp_path):
+    objects = render(helm, tmp_path, "gro", "ops", {})
+    listed = kinds(objects)
+    assert ("CustomResourceDefinition", "runnergroups.gitea.bpg.pw", None) in listed
+    crd = one(objects, "CustomResourceDefinition")
+    assert crd == manifests.load("crd.yaml")[0]
+    cluster_roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
+    assert grants_operator_resources(cluster_roles["gro-gitea-runner-operator"])
+    assert cluster_roles["gro-gitea-runner-operator-secrets"]["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    ]
+    args = operator_args(objects)
+    assert "--leader-elect" in args and "--leader-election-namespace=ops" in args
+    assert not [a for a in args if a.startswith("--namespace")]
+    assert not [a for a in args if a.startswith("--webhook-port")]
+    service = one(objects, "Service")
+    assert service["spec"]["ports"][0]["port"] == 8081
+    assert {o["kind"] for o in objects} == {
+        "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+        "Role", "RoleBinding", "Service", "Deployment",
+    }  # fmt: skip
+
+
+def test_values_set_the_image_replicas_flags_webhook_and_monitoring(helm, tmp_path):
+    objects = render(
+        helm, tmp_path, "gitea-runner-operator", "ops",
+        {
+            "image": {"repository": "registry.invalid/gro", "tag": "9.9.9"},
+            "replicaCount": 2,
+            "operator": {"logFormat": "console", "workers": 7, "extraArgs": ["--log-level=debug"]},
+            "webhook": {"enabled": True},
+            "metrics": {
+                "serviceMonitor": {"enabled": True},
+                "prometheusRule": {"enabled": True},
+                "dashboard": {"enabled": True},
+            },
+            "resources": {"limits": {"memory": "512Mi"}},
+        },
+    )  # fmt: skip
+    deployment = one(objects, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert deployment["spec"]["replicas"] == 2
+    assert container["image"] == "registry.invalid/gro:9.9.9"
+    assert container["resources"]["limits"]["memory"] == "512Mi"
+    args = container["args"]
+    wanted = {"--log-format=console", "--workers=7", "--log-level=debug", "--webhook-port=8082"}
+    assert wanted <= set(args)
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    webhook = services["gitea-runner-operator-webhook"]
+    assert webhook["spec"]["ports"][0] == {"name": "webhook", "port": 8082, "targetPort": "webhook"}
+    assert {"name": "webhook", "containerPort": 8082} in container["ports"]
+    rule = one(objects, "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    metrics_service = services["gitea-runner-operator-metrics"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= (
+        metrics_service["metadata"]["labels"].items()
+    )
+    dashboard = one(objects, "ConfigMap")
+    assert json.loads(dashboard["data"]["gitea-runner-operator.json"])["uid"]
+
+
+def test_the_namespaced_render_has_roles_per_namespace_and_no_cluster_role_for_jobs(helm, tmp_path):
+    objects = render(
+        helm, tmp_path, "gro", "ops",
+        {"rbac": {"mode": "namespaced"}, "watchNamespaces": ["team-a", "team-b"]},
+    )  # fmt: skip
+    assert not [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    for role in (o for o in objects if o["kind"] == "ClusterRole"):
+        assert not grants_operator_resources(role), role["metadata"]["name"]
+    roles = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objects
+             if o["kind"] == "Role"}  # fmt: skip
+    for ns in ("team-a", "team-b"):
+        assert grants_operator_resources(roles[(ns, "gro-gitea-runner-operator")])
+        assert ("RoleBinding", "gro-gitea-runner-operator", ns) in kinds(objects)
+    args = operator_args(objects)
+    assert [a for a in args if a.startswith("--namespace")] == [
+        "--namespace=team-a",
+        "--namespace=team-b",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"rbac": {"mode": "namespaced"}}, "rbac.mode=namespaced needs watchNamespaces"),
+        ({"rbac": {"mode": "everywhere"}}, "rbac.mode must be cluster or namespaced"),
+        ({"replicaCount": 2, "leaderElection": {"enabled": False}}, "needs leaderElection"),
+    ],
+)
+def test_values_that_cannot_work_are_refused_by_name(helm, tmp_path, values, message):
+    proc = helm("template", "gro", str(CHART), "-f", values_file(tmp_path, values), check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+
+
+# -- on the testbed -------------------------------------------------------------------------
+
+_CLUSTER_SCOPED = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Namespace"}
+
+
+@contextlib.contextmanager
+def installed(kube: KubeClient, objects: list[dict[str, Any]]) -> Iterator[None]:
+    """Apply rendered objects as ``helm install`` would; remove the cluster-scoped ones
+    after (namespaces are deleted by the test). The CRD stays: the session shares it."""
+    for obj in objects:
+        manifests.apply(kube, obj)
+    try:
+        yield
+    finally:
+        for obj in objects:
+            if obj["kind"] in _CLUSTER_SCOPED - {"CustomResourceDefinition"}:
+                with contextlib.suppress(KubeError):
+                    kube.delete(manifests.object_path(obj))
+
+
+def can(client: KubeClient, path: str) -> bool:
+    try:
+        client.get(path)
+        return True
+    except KubeError as exc:
+        if exc.status == 403:
+            return False
+        raise
+
+
+def test_the_cluster_chart_applies_and_its_serviceaccount_may_act_everywhere(
+    kube, cluster, helm, tmp_path, kwok
+):
+    release, ns = unique("gro"), unique("ops")
+    manifests.apply(
+        kube,
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": ns,
+                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+            },
+        },
+    )
+    other = make_namespace(kube, unique("team"))
+    try:
+        objects = render(helm, tmp_path, release, ns, {})
+        with installed(kube, objects):
+            # kwok plays the kubelet: "available" proves Pod Security "restricted" admission,
+            # scheduling and the probes' shape, not the image.
+            path = f"/apis/apps/v1/namespaces/{ns}/deployments/{release}-gitea-runner-operator"
+            wait_until(
+                lambda: kube.get(path).get("status", {}).get("availableReplicas") == 1,
+                timeout=90,
+                what="chart Deployment available",
+            )
+            kube.patch(path, {"spec": {"replicas": 0}})
+            sa = one(objects, "ServiceAccount")["metadata"]["name"]
+            operator = cluster.kube_client(token=kube.create_token(ns, sa))
+            assert can(operator, "/apis/batch/v1/jobs")
+            assert can(operator, f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{other}/runnergroups")
+            assert not can(operator, f"/api/v1/namespaces/{other}/secrets")
+    finally:
+        kube.delete(f"/api/v1/namespaces/{ns}")
+        kube.delete(f"/api/v1/namespaces/{other}")
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def sample(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
+           **labels: str) -> float:  # fmt: skip
+    return samples.get(("gitea_runner_operator_" + name, frozenset(labels.items())), 0.0)
+
+
+def test_the_namespaced_chart_serves_a_runnergroup_as_its_serviceaccount(
+    kube, gitea, cluster, gitea_target, start_operator, kwok, helm, tmp_path
+):
+    release, ns = unique("gro"), make_namespace(kube, unique("ops"), privileged=False)
+    team, elsewhere = make_namespace(kube, unique("team")), make_namespace(kube, unique("team"))
+    try:
+        objects = render(
+            helm, tmp_path, release, ns,
+            {"rbac": {"mode": "namespaced", "grantSecretAccess": True},
+             "watchNamespaces": [team], "replicaCount": 0},
+        )  # fmt: skip
+        with installed(kube, objects):
+            sa = one(objects, "ServiceAccount")["metadata"]["name"]
+            token = kube.create_token(ns, sa)
+            operator = cluster.kube_client(token=token)
+            # Roles only where it watches: nothing cluster-wide, nothing in other namespaces.
+            assert can(operator, f"/apis/batch/v1/namespaces/{team}/jobs")
+            assert not can(operator, "/apis/batch/v1/jobs")
+            assert not can(operator, f"/apis/batch/v1/namespaces/{elsewhere}/jobs")
+            assert not can(operator, f"/api/v1/namespaces/{elsewhere}/secrets/x")
+
+            # The operator as the Deployment would run it: the chart's flags, the chart's SA.
+            args = [a for a in operator_args(objects) if not a.startswith("--health-port")]
+            op = start_operator(extra=tuple(args), token=token)
+
+            make_tokens(kube, team, cluster, gitea_target)
+            gitea.push_workflow(gitea_target.org, gitea_target.repo, "ci.yml", WORKFLOW)
+            gitea.wait_for_jobs(gitea_target.org, gitea_target.repo, "queued", count=2)
+            group = runner_group(
+                "ci", target=gitea_target, url=cluster.gitea_url, image=kwok_image(60)
+            )
+            manifests.apply(kube, group, namespace=team)
+            wait_until(lambda: len(runner_jobs(kube, team, "ci")) == 2, what="two runner Jobs")
+            status = wait_until(
+                lambda: (s := group_status(kube, team, "ci")).get("activeRunners") == 2 and s,
+                what="status: 2 active",
+            )
+            assert ready(status)["status"] == "True"
+
+            # /metrics tells what happened: one leader, two Job creations that succeeded.
+            def created() -> float:
+                return sample(
+                    scrape(op.health_port),
+                    "kube_writes_total", verb="create", resource="jobs", outcome="success",
+                )  # fmt: skip
+
+            wait_until(lambda: created() == 2, what="2 Job creations counted")
+            assert created() == len(runner_jobs(kube, team, "ci")) == 2
+            metrics = scrape(op.health_port)
+            assert sample(metrics, "leader") == 1
+            assert sample(metrics, "workqueue_adds_total") >= 1
+            assert sample(metrics, "reconcile_duration_seconds_count", result="success") >= 1
+            # The lease it took is the one its chart Role allows, in the release namespace.
+            lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases")["items"]
+            assert [item["metadata"]["name"] for item in lease] == ["gitea-runner-operator"]
+    finally:
+        for name in (team, elsewhere, ns):
+            kube.delete(f"/api/v1/namespaces/{name}")
