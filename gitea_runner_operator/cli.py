@@ -15,11 +15,18 @@ from pathlib import Path
 import structlog
 from kubernetes_asyncio import client, config
 
-from gitea_runner_operator import __version__, logsetup
+from gitea_runner_operator import __version__, logsetup, webhook
 from gitea_runner_operator.health import HealthServer
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import run_with_leadership
 from gitea_runner_operator.settings import Settings
+from gitea_runner_operator.webhook import CachedSecretReader, Descriptors, WebhookServer
+from gitea_runner_operator.webhook.secrets import (
+    WebhookSecretError,
+    parse_secret_location,
+    read_secret,
+    read_secret_file,
+)
 
 log = structlog.get_logger("gitea_runner_operator")
 
@@ -56,6 +63,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=600,
         help="ttlSecondsAfterFinished of runner Jobs: how long finished Jobs stay for inspection",
     )
+    p.add_argument(
+        "--webhook-port",
+        type=int,
+        default=8082,
+        help="port of POST /hooks/gitea (Gitea webhooks, plain HTTP); 0 turns it off",
+    )
+    p.add_argument("--webhook-host", default="0.0.0.0", help="address of /hooks/gitea")  # noqa: S104
+    secret = p.add_mutually_exclusive_group()
+    secret.add_argument(
+        "--webhook-secret",
+        metavar="NAMESPACE/NAME[:KEY]",
+        help="Secret (label gitea.bpg.pw/credentials=true) holding the operator-wide webhook"
+        " secret, for system hooks; KEY defaults to webhook-secret; read at start",
+    )
+    secret.add_argument(
+        "--webhook-secret-file",
+        metavar="PATH",
+        help="file holding the operator-wide webhook secret (e.g. a mounted Secret); read at start",
+    )
     p.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
     p.add_argument("--log-level", default="info")
     return p
@@ -66,6 +92,13 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit("--workers must be at least 1")
     if args.job_ttl_seconds < 0:
         raise SystemExit("--job-ttl-seconds must not be negative")
+    if not 0 <= args.webhook_port <= 65535:
+        raise SystemExit("--webhook-port must be between 0 (off) and 65535")
+    if args.webhook_secret is not None:
+        try:
+            parse_secret_location(args.webhook_secret)
+        except WebhookSecretError as exc:
+            raise SystemExit(str(exc)) from None
     return Settings(
         namespaces=tuple(dict.fromkeys(args.namespace)),
         kubeconfig=args.kubeconfig,
@@ -77,6 +110,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         lease_namespace=args.leader_election_namespace,
         identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
         job_ttl_seconds=args.job_ttl_seconds,
+        webhook_host=args.webhook_host,
+        webhook_port=args.webhook_port,
+        webhook_secret=args.webhook_secret,
+        webhook_secret_file=args.webhook_secret_file,
     )
 
 
@@ -97,6 +134,39 @@ def lease_namespace(settings: Settings) -> str:
     with contextlib.suppress(OSError):
         return SA_NAMESPACE_FILE.read_text().strip()
     return "default"
+
+
+async def operator_webhook_secret(settings: Settings, api: client.ApiClient) -> bytes | None:
+    """The operator-wide secret (system hooks), if one is configured. Read once: restart the
+    operator after rotating it."""
+    if settings.webhook_secret_file:
+        return read_secret_file(settings.webhook_secret_file)
+    if settings.webhook_secret:
+        return await read_secret(api, parse_secret_location(settings.webhook_secret))
+    return None
+
+
+def webhook_server(
+    settings: Settings, api: client.ApiClient, controller: Controller, secret: bytes | None
+) -> WebhookServer:
+    """The webhook receiver, wired to the controller.
+
+    Interim wiring: ``wake`` queues a reconcile of the group. The lead replaces it with a call
+    that asks the group's poller for an immediate, coalesced refresh."""
+    descriptors = Descriptors()
+    cache = controller.cache
+
+    def groups() -> list[webhook.GroupDescriptor]:
+        return descriptors.of(obj for key in cache.group_keys() if (obj := cache.group(key)))
+
+    return WebhookServer(
+        settings.webhook_host,
+        settings.webhook_port,
+        groups=groups,
+        wake=controller.queue.add,
+        operator_secret=secret,
+        group_secret=CachedSecretReader(api),
+    )
 
 
 async def run(settings: Settings) -> int:
@@ -140,6 +210,27 @@ async def run(settings: Settings) -> int:
                 error=str(exc),
             )
             return 2
+        receiver: WebhookServer | None = None
+        if settings.webhook_port:
+            try:
+                secret = await operator_webhook_secret(settings, api)
+                receiver = webhook_server(settings, api, controller, secret)
+                await receiver.start()
+            except (WebhookSecretError, OSError) as exc:
+                log.error(
+                    "cannot serve Gitea webhooks; fix the secret or choose another"
+                    " --webhook-port (0 turns webhooks off)",
+                    port=settings.webhook_port,
+                    error=str(exc),
+                )
+                await health.stop()
+                return 2
+            log.info(
+                "serving Gitea webhooks",
+                path="/hooks/gitea",
+                port=settings.webhook_port,
+                operator_secret=secret is not None,
+            )
         try:
             if not settings.leader_elect:
                 await controller.run(stop)
@@ -148,6 +239,8 @@ async def run(settings: Settings) -> int:
                 api, settings, lease_namespace(settings), controller, stop, standby
             )
         finally:
+            if receiver is not None:
+                await receiver.stop()
             await health.stop()
             log.info("stopped")
 

@@ -25,3 +25,8 @@ class Settings:
     min_refresh_interval: float = 2.0
     expectation_timeout: float = 60.0
     job_ttl_seconds: int = 600  # ttlSecondsAfterFinished of runner Jobs
+    # Gitea webhooks (POST /hooks/gitea); port 0 turns the receiver off.
+    webhook_host: str = "0.0.0.0"  # noqa: S104 - Gitea delivers from off-host, via a Service
+    webhook_port: int = 8082
+    webhook_secret: str | None = None  # NAMESPACE/NAME[:KEY] of the operator-wide secret
+    webhook_secret_file: str | None = None  # or a file holding it (a mounted Secret)

@@ -65,6 +65,13 @@ class SecretSource(_CamelModel):
     secret_ref: SecretKeyRef
 
 
+class WebhookSpec(_CamelModel):
+    """The group's own webhook secret, for teams that can add org or repo hooks but not a
+    system hook. It authorises deliveries for this group's scope only."""
+
+    secret_ref: SecretKeyRef
+
+
 class GiteaRef(_CamelModel):
     url: str
 
@@ -97,6 +104,7 @@ class RunnerGroupSpec(_CamelModel):
     image: str = Field(default=constants.DEFAULT_IMAGE, min_length=1)
     poll_interval: str = constants.DEFAULT_POLL_INTERVAL
     idle_timeout: str = constants.DEFAULT_IDLE_TIMEOUT
+    webhook: WebhookSpec | None = None
 
     @field_validator("org", "repo")
     @classmethod
