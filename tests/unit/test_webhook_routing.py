@@ -1,6 +1,6 @@
 import pytest
 
-from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.api.runnergroup import InvalidSpec, Scope, parse_spec
 from gitea_runner_operator.webhook.descriptors import Descriptors, descriptor_from_object
 from gitea_runner_operator.webhook.routing import (
     BadDelivery,
@@ -190,3 +190,12 @@ def test_descriptors_follow_spec_changes_by_generation():
     changed = memo.of([runner_group_object(generation=2, labels=["gpu"])])
     assert changed[0].label_names == {"gpu"}
     assert memo.of([]) == []
+
+
+def test_a_bad_webhook_secret_ref_names_the_field():
+    spec = runner_group_object(webhook={"secretRef": {"name": "Bad_Name", "key": "k"}})["spec"]
+    with pytest.raises(InvalidSpec, match=r"spec\.webhook\.secretRef\.name: 'Bad_Name'"):
+        parse_spec(spec)
+    spec = runner_group_object(webhook={})["spec"]
+    with pytest.raises(InvalidSpec, match=r"spec\.webhook\.secretRef"):
+        parse_spec(spec)
