@@ -11,10 +11,18 @@ import secrets
 from collections import Counter
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client, config
 
-from gitea_runner_operator.webhook import CachedSecretReader, Descriptors, WebhookServer
+from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.webhook import (
+    CachedSecretReader,
+    Descriptors,
+    GroupDescriptor,
+    WebhookServer,
+)
+from gitea_runner_operator.webhook.registration import HookClient, HookScope
 from gitea_runner_operator.webhook.secrets import CREDENTIALS_LABEL
 from tests.integration import manifests
 from tests.integration.conftest import (
@@ -215,3 +223,59 @@ def test_the_operator_serves_webhooks_and_routes_from_its_cache(
         assert accepted[0]["repository"] == f"{org}/{repo}"
     finally:
         gitea.delete(f"/orgs/{org}/hooks/{made['id']}")
+
+
+async def test_hook_registration_is_idempotent_rotates_the_secret_and_removes(
+    cluster: Any, gitea: GiteaAPI, webhook_target: Any
+) -> None:
+    org, repo = webhook_target.org, webhook_target.repo
+    scope = HookScope(Scope.ORG, org=org)
+    delivered = asyncio.Event()
+    outcomes: list[str] = []
+    woken: list[str] = []
+    rotated = secrets.token_hex(16)
+
+    def on_delivery(outcome: str) -> None:
+        outcomes.append(outcome)
+        delivered.set()
+
+    group = GroupDescriptor(
+        "ns/org", cluster.gitea_url, Scope.ORG, org, None, frozenset({"gro-linux"})
+    )
+    server = WebhookServer(
+        "127.0.0.1",
+        0,
+        groups=lambda: [group],
+        wake=woken.append,
+        operator_secret=rotated.encode(),
+        on_delivery=on_delivery,
+    )
+    await server.start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/hooks/gitea"
+        async with aiohttp.ClientSession() as session:
+            hooks = HookClient(session, cluster.gitea_url, cluster.gitea_token)
+            first = await hooks.ensure_hook(scope, url, secrets.token_hex(16))
+            again = await hooks.ensure_hook(scope, url, rotated)
+            assert first.created and not again.created and again.id == first.id
+            listed = await asyncio.to_thread(gitea.get, f"/orgs/{org}/hooks")
+            assert [(h["id"], h["events"], h["active"]) for h in listed] == [
+                (first.id, ["workflow_job"], True)
+            ]
+
+            await asyncio.to_thread(
+                gitea.push_workflow, org, repo, "ci", WORKFLOW.split("  after:")[0]
+            )
+            try:
+                await asyncio.wait_for(delivered.wait(), 60)
+            except TimeoutError:
+                pytest.fail("Gitea delivered nothing to the registered hook within 60 s")
+            # Signed with the rotated secret: the edit reached Gitea.
+            assert outcomes == ["accepted"]
+            assert woken == ["ns/org"]
+
+            assert await hooks.remove_hook(scope, url) == 1
+            assert await asyncio.to_thread(gitea.get, f"/orgs/{org}/hooks") == []
+            assert await hooks.remove_hook(scope, url) == 0
+    finally:
+        await server.stop()
