@@ -2,11 +2,11 @@
 may manage hooks (an organisation owner's for an org hook, a repository admin's for a repo hook,
 a site admin's for a system hook).
 
-Idempotent by target URL: :func:`ensure_hook` finds the scope's hook that delivers to ``url``
-and brings it to the wanted shape (events, content type, secret, active), or creates one;
-:func:`remove_hook` deletes every hook of the scope that delivers to ``url``. Nothing here
-retries: a caller that reconciles calls again on its next pass. The secret travels only in the
-request body and is never logged.
+Idempotent by target URL: :meth:`HookClient.ensure_hook` finds the scope's hook that delivers
+to ``url`` and brings it to the wanted shape (events, content type, active), or creates one;
+:meth:`HookClient.remove_hook` deletes every hook of the scope that delivers to ``url``.
+Nothing here retries: a caller that reconciles calls again on its next pass. The secret travels
+only in the request body and is never logged.
 """
 
 from __future__ import annotations
@@ -134,24 +134,35 @@ class HookClient:
                 break
         return hooks
 
-    async def ensure_hook(self, scope: HookScope, url: str, secret: str) -> HookState:
-        """The id of the scope's hook to ``url``, edited to the wanted shape, or a new one.
-        Gitea never returns a hook's secret, so an existing hook is always re-edited: that is
-        also how a rotated secret reaches it. Extra hooks to the same URL are deleted."""
+    async def ensure_hook(
+        self, scope: HookScope, url: str, secret: str, *, rotate: bool = False
+    ) -> HookState:
+        """The scope's hook to ``url``, edited to the wanted shape, or a new one; extra hooks to
+        the same URL are deleted.
+
+        Gitea never returns a hook's secret, and its edit endpoint ignores ``config.secret``
+        (checked in 1.26.4, ``routers/api/v1/utils/hook.go``, ``editHook``). So an existing
+        hook keeps the secret it was made with, and ``rotate=True`` (the caller knows the
+        secret changed) replaces it: the new hook is created before the old one is deleted, so
+        no delivery falls between them."""
         if not secret:
             raise GiteaError("a webhook needs a non-empty secret")
         body = hook_body(scope, url, secret)
         existing = hooks_for(await self.list_hooks(scope), url)
-        if not existing:
+        if not existing or rotate:
             made = await self._call("POST", scope.path, body)
             if not isinstance(made, dict) or not isinstance(made.get("id"), int):
                 raise GiteaProtocolError(f"POST {scope.path}: the answer has no hook id")
+            for hook_id in existing:
+                with contextlib.suppress(GiteaNotFound):
+                    await self._call("DELETE", f"{scope.path}/{hook_id}")
             return HookState(made["id"], created=True)
         first, *extra = existing
         edit = {k: v for k, v in body.items() if k not in ("type", "is_system_webhook")}
         await self._call("PATCH", f"{scope.path}/{first}", edit)
         for hook_id in extra:
-            await self._call("DELETE", f"{scope.path}/{hook_id}")
+            with contextlib.suppress(GiteaNotFound):
+                await self._call("DELETE", f"{scope.path}/{hook_id}")
         return HookState(first, created=False)
 
     async def remove_hook(self, scope: HookScope, url: str) -> int:

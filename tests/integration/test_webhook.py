@@ -256,11 +256,13 @@ async def test_hook_registration_is_idempotent_rotates_the_secret_and_removes(
         async with aiohttp.ClientSession() as session:
             hooks = HookClient(session, cluster.gitea_url, cluster.gitea_token)
             first = await hooks.ensure_hook(scope, url, secrets.token_hex(16))
-            again = await hooks.ensure_hook(scope, url, rotated)
+            again = await hooks.ensure_hook(scope, url, secrets.token_hex(16))
             assert first.created and not again.created and again.id == first.id
+            new = await hooks.ensure_hook(scope, url, rotated, rotate=True)
+            assert new.created and new.id != first.id
             listed = await asyncio.to_thread(gitea.get, f"/orgs/{org}/hooks")
             assert [(h["id"], h["events"], h["active"]) for h in listed] == [
-                (first.id, ["workflow_job"], True)
+                (new.id, ["workflow_job"], True)
             ]
 
             await asyncio.to_thread(
@@ -270,7 +272,7 @@ async def test_hook_registration_is_idempotent_rotates_the_secret_and_removes(
                 await asyncio.wait_for(delivered.wait(), 60)
             except TimeoutError:
                 pytest.fail("Gitea delivered nothing to the registered hook within 60 s")
-            # Signed with the rotated secret: the edit reached Gitea.
+            # Signed with the rotated secret.
             assert outcomes == ["accepted"]
             assert woken == ["ns/org"]
 
