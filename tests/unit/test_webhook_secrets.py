@@ -3,7 +3,7 @@ import base64
 import pytest
 from kubernetes_asyncio.client import V1ObjectMeta, V1Secret
 
-from gitea_runner_operator.cli import build_parser, settings_from_args
+from gitea_runner_operator.cli import build_parser, operator_webhook_secret, settings_from_args
 from gitea_runner_operator.webhook.routing import SecretLocation
 from gitea_runner_operator.webhook.secrets import (
     CREDENTIALS_LABEL,
@@ -119,3 +119,23 @@ def test_webhook_flags():
         settings_from_args(build_parser().parse_args(["--webhook-secret", "nope"]))
     with pytest.raises(SystemExit, match="--webhook-port"):
         settings_from_args(build_parser().parse_args(["--webhook-port", "70000"]))
+
+
+def test_secret_flags_exclude_each_other(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--webhook-secret", "a/b", "--webhook-secret-file", "/x"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+async def test_operator_secret_comes_from_the_file_or_nowhere(tmp_path):
+    path = tmp_path / "secret"
+    path.write_text("s3cret\n")
+    args = build_parser().parse_args(["--webhook-secret-file", str(path)])
+    assert await operator_webhook_secret(settings_from_args(args), None) == b"s3cret"
+    assert (
+        await operator_webhook_secret(settings_from_args(build_parser().parse_args([])), None)
+        is None
+    )
+    args = build_parser().parse_args(["--webhook-secret-file", str(tmp_path / "missing")])
+    with pytest.raises(WebhookSecretError, match="--webhook-secret-file"):
+        await operator_webhook_secret(settings_from_args(args), None)
