@@ -16,13 +16,20 @@ from urllib.parse import urlsplit
 import structlog
 from kubernetes_asyncio import client, config
 
-from gitea_runner_operator import __version__, logsetup
+from gitea_runner_operator import __version__, logsetup, webhook
 from gitea_runner_operator.health import HealthServer
 from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import Leadership, LeaseElector, run_with_leadership
 from gitea_runner_operator.settings import Settings
+from gitea_runner_operator.webhook import CachedSecretReader, Descriptors, WebhookServer
+from gitea_runner_operator.webhook.secrets import (
+    WebhookSecretError,
+    parse_secret_location,
+    read_secret,
+    read_secret_file,
+)
 
 log = structlog.get_logger("gitea_runner_operator")
 
@@ -77,6 +84,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="longest wait between polls of a failing Gitea (default 30): bounds how long "
         "recovery takes once it is healthy again; Retry-After is honoured up to 300s",
     )
+    p.add_argument(
+        "--webhook-port",
+        type=int,
+        default=8082,
+        help="port of POST /hooks/gitea (Gitea webhooks, plain HTTP); 0 turns it off",
+    )
+    p.add_argument("--webhook-host", default="0.0.0.0", help="address of /hooks/gitea")  # noqa: S104
+    secret = p.add_mutually_exclusive_group()
+    secret.add_argument(
+        "--webhook-secret",
+        metavar="NAMESPACE/NAME[:KEY]",
+        help="Secret (label gitea.bpg.pw/credentials=true) holding the operator-wide webhook"
+        " secret, for system hooks; KEY defaults to webhook-secret; read at start",
+    )
+    secret.add_argument(
+        "--webhook-secret-file",
+        metavar="PATH",
+        help="file holding the operator-wide webhook secret (e.g. a mounted Secret); read at start",
+    )
     p.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
     p.add_argument("--log-level", default="info")
     return p
@@ -93,6 +119,13 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise SystemExit(f"--allowed-gitea-url {url!r} is not an http(s) URL with a host")
+    if not 0 <= args.webhook_port <= 65535:
+        raise SystemExit("--webhook-port must be between 0 (off) and 65535")
+    if args.webhook_secret is not None:
+        try:
+            parse_secret_location(args.webhook_secret)
+        except WebhookSecretError as exc:
+            raise SystemExit(str(exc)) from None
     return Settings(
         namespaces=tuple(dict.fromkeys(args.namespace)),
         kubeconfig=args.kubeconfig,
@@ -106,6 +139,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         job_ttl_seconds=args.job_ttl_seconds,
         allowed_gitea_urls=tuple(args.allowed_gitea_url),
         gitea_backoff_max=args.gitea_backoff_max,
+        webhook_host=args.webhook_host,
+        webhook_port=args.webhook_port,
+        webhook_secret=args.webhook_secret,
+        webhook_secret_file=args.webhook_secret_file,
     )
 
 
@@ -126,6 +163,51 @@ def lease_namespace(settings: Settings) -> str:
     with contextlib.suppress(OSError):
         return SA_NAMESPACE_FILE.read_text().strip()
     return "default"
+
+
+async def operator_webhook_secret(settings: Settings, api: client.ApiClient) -> bytes | None:
+    """The operator-wide secret (system hooks), if one is configured. Read once: restart the
+    operator after rotating it."""
+    if settings.webhook_secret_file:
+        return read_secret_file(settings.webhook_secret_file)
+    if settings.webhook_secret:
+        return await read_secret(api, parse_secret_location(settings.webhook_secret))
+    return None
+
+
+def webhook_server(
+    settings: Settings,
+    api: client.ApiClient,
+    leadership: Leadership,
+    secret: bytes | None,
+    metrics: Metrics,
+) -> WebhookServer:
+    """The webhook receiver, wired to whichever controller currently leads: a delivery wakes
+    the matching groups' Gitea tasks for an immediate, coalesced refresh. A standby replica
+    has no controller and answers without acting; polling still finds the job."""
+    descriptors = Descriptors()
+
+    def groups() -> list[webhook.GroupDescriptor]:
+        current = leadership.controller
+        if current is None:
+            return []
+        cache = current.cache
+        return descriptors.of(obj for key in cache.group_keys() if (obj := cache.group(key)))
+
+    def wake(key: str) -> None:
+        current = leadership.controller
+        if current is not None:
+            current.wake(key)
+
+    return WebhookServer(
+        settings.webhook_host,
+        settings.webhook_port,
+        groups=groups,
+        wake=wake,
+        operator_secret=secret,
+        group_secret=CachedSecretReader(api),
+        on_delivery=metrics.webhook_delivery,
+    )
 
 
 async def run(settings: Settings) -> int:
@@ -180,6 +262,27 @@ async def run(settings: Settings) -> int:
                 error=str(exc),
             )
             return 2
+        receiver: WebhookServer | None = None
+        if settings.webhook_port:
+            try:
+                secret = await operator_webhook_secret(settings, api)
+                receiver = webhook_server(settings, api, leadership, secret, metrics)
+                await receiver.start()
+            except (WebhookSecretError, OSError) as exc:
+                log.error(
+                    "cannot serve Gitea webhooks; fix the secret or choose another"
+                    " --webhook-port (0 turns webhooks off)",
+                    port=settings.webhook_port,
+                    error=str(exc),
+                )
+                await health.stop()
+                return 2
+            log.info(
+                "serving Gitea webhooks",
+                path="/hooks/gitea",
+                port=settings.webhook_port,
+                operator_secret=secret is not None,
+            )
         try:
             if not settings.leader_elect:
                 controller = make_controller()
@@ -195,6 +298,8 @@ async def run(settings: Settings) -> int:
             )
             return await run_with_leadership(elector, settings, make_controller, stop, leadership)
         finally:
+            if receiver is not None:
+                await receiver.stop()
             await health.stop()
             log.info("stopped")
 

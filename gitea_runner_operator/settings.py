@@ -32,3 +32,8 @@ class Settings:
     # Deadline of one whole observation (Secrets + every Gitea request of a poll).
     observe_deadline: float = 60.0
     secret_cache_ttl: float = 60.0
+    # Gitea webhooks (POST /hooks/gitea); port 0 turns the receiver off.
+    webhook_host: str = "0.0.0.0"  # noqa: S104 - Gitea delivers from off-host, via a Service
+    webhook_port: int = 8082
+    webhook_secret: str | None = None  # NAMESPACE/NAME[:KEY] of the operator-wide secret
+    webhook_secret_file: str | None = None  # or a file holding it (a mounted Secret)

@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         operator = subprocess.Popen(
             [sys.executable, "-m", "gitea_runner_operator", "--kubeconfig", str(kubeconfig),
              "--namespace", NS, "--leader-election-namespace", "gitea-runner-operator",
-             "--health-port", "0", "--log-format", "console", "--job-ttl-seconds", "60"],
+             "--health-port", "0", "--webhook-port", "0", "--log-format", "console",
+             "--job-ttl-seconds", "60"],
             env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
         )  # fmt: skip
         group = {

@@ -65,6 +65,13 @@ class SecretSource(_CamelModel):
     secret_ref: SecretKeyRef
 
 
+class WebhookSpec(_CamelModel):
+    """The group's own webhook secret, for teams that can add org or repo hooks but not a
+    system hook. It authorises deliveries for this group's scope only."""
+
+    secret_ref: SecretKeyRef
+
+
 class GiteaRef(_CamelModel):
     url: str
 
@@ -100,6 +107,7 @@ class RunnerGroupSpec(_CamelModel):
     idle_timeout: str = constants.DEFAULT_IDLE_TIMEOUT
     startup_timeout: str = constants.DEFAULT_STARTUP_TIMEOUT
     drain_timeout: str = constants.DEFAULT_DRAIN_TIMEOUT
+    webhook: WebhookSpec | None = None
 
     @field_validator("org", "repo")
     @classmethod

@@ -88,6 +88,15 @@ class Controller:
             self.expectations.observed(key, obj["metadata"]["name"])
         self.queue.add(key)
 
+    def wake(self, key: str) -> None:
+        """Something outside (a webhook delivery) says the group's demand changed: have its
+        Gitea task look now. A trigger, never a count: the answer comes from Gitea."""
+        poller = self.pollers.get(key)
+        if poller is not None:
+            poller.wake()
+        else:
+            self.queue.add(key)
+
     def _on_group_gone(self, key: str) -> None:
         """Per-group bookkeeping goes with the group: cache clocks, resolved scopes, cached
         Secrets of namespaces without groups, and HTTP sessions no group uses any more."""

@@ -75,7 +75,8 @@ def run(sandbox: Sandbox, kube: object, gitea: GiteaAPI, interval: str, n: int) 
     log = open(sandbox.workdir / f"operator-{suffix}.log", "wb")  # noqa: SIM115
     operator = subprocess.Popen(
         [sys.executable, "-m", "gitea_runner_operator", "--kubeconfig", str(kubeconfig),
-         "--namespace", ns, "--no-leader-elect", "--health-port", "0", "--log-format", "json"],
+         "--namespace", ns, "--no-leader-elect", "--health-port", "0", "--webhook-port", "0",
+         "--log-format", "json"],
         stdout=log, stderr=subprocess.STDOUT,
         env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
     )  # fmt: skip

@@ -329,6 +329,7 @@ def start_operator(
             "--leader-election-namespace", OPERATOR_NS,
             "--log-format", "json", "--log-level", "debug",
             "--job-ttl-seconds", "5",
+            "--webhook-host", "127.0.0.1", "--webhook-port", str(free_port()),
             *[a for ns in namespaces for a in ("--namespace", ns)],
             *extra,
         ]  # fmt: skip

@@ -1,0 +1,178 @@
+"""Register (and remove) the operator's ``workflow_job`` hook in Gitea, for groups whose API token
+may manage hooks (an organisation owner's for an org hook, a repository admin's for a repo hook,
+a site admin's for a system hook).
+
+Idempotent by target URL: :meth:`HookClient.ensure_hook` finds the scope's hook that delivers
+to ``url`` and brings it to the wanted shape (events, content type, active), or creates one;
+:meth:`HookClient.remove_hook` deletes every hook of the scope that delivers to ``url``.
+Nothing here retries: a caller that reconciles calls again on its next pass. The secret travels
+only in the request body and is never logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import quote
+
+import aiohttp
+
+from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.forge.errors import (
+    GiteaError,
+    GiteaForbidden,
+    GiteaNotFound,
+    GiteaProtocolError,
+    GiteaUnauthorized,
+    GiteaUnreachable,
+)
+
+EVENTS: Final = ("workflow_job",)
+_TIMEOUT: Final = aiohttp.ClientTimeout(total=30, connect=10)
+_PAGE: Final = 50
+_MAX_PAGES: Final = 20
+
+
+@dataclass(frozen=True, slots=True)
+class HookScope:
+    """Where the hook lives: ``global`` is a system hook (every repository of the instance)."""
+
+    scope: Scope
+    org: str | None = None
+    repo: str | None = None
+
+    @property
+    def path(self) -> str:
+        if self.scope is Scope.GLOBAL:
+            return "/api/v1/admin/hooks"
+        org = quote(self.org or "", safe="")
+        if self.scope is Scope.ORG:
+            return f"/api/v1/orgs/{org}/hooks"
+        return f"/api/v1/repos/{org}/{quote(self.repo or '', safe='')}/hooks"
+
+
+@dataclass(frozen=True, slots=True)
+class HookState:
+    id: int
+    created: bool
+
+
+def hook_body(scope: HookScope, url: str, secret: str) -> dict[str, Any]:
+    """The wanted hook, as Gitea's create/edit endpoints take it."""
+    body: dict[str, Any] = {
+        "type": "gitea",
+        "active": True,
+        "events": list(EVENTS),
+        "branch_filter": "*",
+        "config": {"url": url, "content_type": "json", "secret": secret},
+    }
+    if scope.scope is Scope.GLOBAL:
+        body["is_system_webhook"] = True
+    return body
+
+
+def hooks_for(hooks: list[Any], url: str) -> list[int]:
+    """Ids of the listed hooks that deliver to ``url`` (ours, by construction)."""
+    out = []
+    for hook in hooks:
+        if not isinstance(hook, dict):
+            continue
+        config = hook.get("config")
+        if (
+            isinstance(config, dict)
+            and config.get("url") == url
+            and isinstance(hook.get("id"), int)
+        ):
+            out.append(hook["id"])
+    return out
+
+
+class HookClient:
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, token: str) -> None:
+        self._session = session
+        self._base = base_url.rstrip("/")
+        self._headers = {"Authorization": f"token {token}", "Accept": "application/json"}
+
+    async def _call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        try:
+            async with self._session.request(
+                method,
+                self._base + path,
+                json=body,
+                params=params or None,
+                headers=self._headers,
+                timeout=_TIMEOUT,
+            ) as resp:
+                if resp.status == 401:
+                    raise GiteaUnauthorized(f"{method} {path}: the API token was refused (401)")
+                if resp.status == 403:
+                    raise GiteaForbidden(
+                        f"{method} {path}: the API token may not manage this scope's hooks (403)"
+                    )
+                if resp.status == 404:
+                    raise GiteaNotFound(f"{method} {path}: not found (404)")
+                if resp.status >= 400:
+                    raise GiteaUnreachable(f"{method} {path}: HTTP {resp.status}")
+                if resp.status == 204:
+                    return None
+                try:
+                    return await resp.json(content_type=None)
+                except ValueError:
+                    raise GiteaProtocolError(f"{method} {path}: the answer is not JSON") from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise GiteaUnreachable(f"{method} {path}: {type(exc).__name__}") from None
+
+    async def list_hooks(self, scope: HookScope) -> list[Any]:
+        hooks: list[Any] = []
+        for page in range(1, _MAX_PAGES + 1):
+            batch = await self._call("GET", scope.path, page=page, limit=_PAGE)
+            if not isinstance(batch, list):
+                raise GiteaProtocolError(f"GET {scope.path}: expected a list of hooks")
+            hooks += batch
+            if len(batch) < _PAGE:
+                break
+        return hooks
+
+    async def ensure_hook(
+        self, scope: HookScope, url: str, secret: str, *, rotate: bool = False
+    ) -> HookState:
+        """The scope's hook to ``url``, edited to the wanted shape, or a new one; extra hooks to
+        the same URL are deleted.
+
+        Gitea never returns a hook's secret, and its edit endpoint ignores ``config.secret``
+        (checked in 1.26.4, ``routers/api/v1/utils/hook.go``, ``editHook``). So an existing
+        hook keeps the secret it was made with, and ``rotate=True`` (the caller knows the
+        secret changed) replaces it: the new hook is created before the old one is deleted, so
+        no delivery falls between them."""
+        if not secret:
+            raise GiteaError("a webhook needs a non-empty secret")
+        body = hook_body(scope, url, secret)
+        existing = hooks_for(await self.list_hooks(scope), url)
+        if not existing or rotate:
+            made = await self._call("POST", scope.path, body)
+            if not isinstance(made, dict) or not isinstance(made.get("id"), int):
+                raise GiteaProtocolError(f"POST {scope.path}: the answer has no hook id")
+            for hook_id in existing:
+                with contextlib.suppress(GiteaNotFound):
+                    await self._call("DELETE", f"{scope.path}/{hook_id}")
+            return HookState(made["id"], created=True)
+        first, *extra = existing
+        edit = {k: v for k, v in body.items() if k not in ("type", "is_system_webhook")}
+        await self._call("PATCH", f"{scope.path}/{first}", edit)
+        for hook_id in extra:
+            with contextlib.suppress(GiteaNotFound):
+                await self._call("DELETE", f"{scope.path}/{hook_id}")
+        return HookState(first, created=False)
+
+    async def remove_hook(self, scope: HookScope, url: str) -> int:
+        """Delete the scope's hooks to ``url``; how many there were. A scope that is gone
+        (404) has no hooks left to remove."""
+        try:
+            existing = hooks_for(await self.list_hooks(scope), url)
+        except GiteaNotFound:
+            return 0
+        for hook_id in existing:
+            with contextlib.suppress(GiteaNotFound):
+                await self._call("DELETE", f"{scope.path}/{hook_id}")
+        return len(existing)

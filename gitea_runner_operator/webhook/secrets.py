@@ -1,0 +1,135 @@
+"""Where webhook secrets come from: the operator-wide one (read once at start) and the per-group
+ones (read on demand through a provider the caller may replace with its own cache).
+
+Every Secret the operator reads for a webhook must carry the label
+``gitea.bpg.pw/credentials: "true"``: a team marks the Secrets it lends to the operator, so a
+RunnerGroup cannot name some other Secret of its namespace and have the operator use it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Final
+
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gitea_runner_operator.api import constants
+from gitea_runner_operator.webhook.routing import SecretLocation
+
+log = structlog.get_logger(__name__)
+
+CREDENTIALS_LABEL: Final = f"{constants.GROUP}/credentials"
+DEFAULT_KEY: Final = "webhook-secret"
+
+# Given where a group's hook secret lives, its value (None: unusable; the reason is logged).
+SecretProvider = Callable[[SecretLocation], Awaitable[bytes | None]]
+
+
+class WebhookSecretError(ValueError):
+    """The operator-wide secret cannot be used; the message says which flag or object."""
+
+
+def parse_secret_location(value: str, flag: str = "--webhook-secret") -> SecretLocation:
+    """``NAMESPACE/NAME[:KEY]`` (key default ``webhook-secret``)."""
+    ref, _, key = value.partition(":")
+    namespace, slash, name = ref.partition("/")
+    if not slash or not namespace or not name or "/" in name:
+        raise WebhookSecretError(f"{flag}: {value!r} is not NAMESPACE/NAME[:KEY]")
+    return SecretLocation(namespace, name, key or DEFAULT_KEY)
+
+
+def decode_secret(obj: Any, where: SecretLocation) -> bytes:
+    """The value of ``where.key`` in a Secret (a kubernetes_asyncio ``V1Secret``), checked for
+    the credentials label. Raises :class:`WebhookSecretError` naming what is wrong."""
+    labels = (getattr(obj.metadata, "labels", None) or {}) if obj.metadata else {}
+    if labels.get(CREDENTIALS_LABEL) != "true":
+        raise WebhookSecretError(
+            f"Secret {where.namespace}/{where.name} lacks the label {CREDENTIALS_LABEL}=true"
+        )
+    data = obj.data or {}
+    if where.key not in data:
+        raise WebhookSecretError(f"Secret {where.namespace}/{where.name} has no key {where.key!r}")
+    try:
+        value = base64.b64decode(data[where.key], validate=True).strip()
+    except binascii.Error:
+        value = b""
+    if not value:
+        raise WebhookSecretError(
+            f"key {where.key!r} of Secret {where.namespace}/{where.name} is empty"
+        )
+    return value
+
+
+async def read_secret(api: client.ApiClient, where: SecretLocation) -> bytes:
+    """One Secret GET; every failure becomes a :class:`WebhookSecretError`."""
+    core: Any = client.CoreV1Api(api)
+    try:
+        obj = await core.read_namespaced_secret(where.name, where.namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise WebhookSecretError(f"Secret {where.namespace}/{where.name} not found") from None
+        if exc.status == 403:
+            raise WebhookSecretError(
+                f"the operator may not read Secret {where.namespace}/{where.name}; bind the"
+                " ClusterRole gitea-runner-operator-secrets in that namespace"
+            ) from None
+        raise WebhookSecretError(
+            f"reading Secret {where.namespace}/{where.name} failed: HTTP {exc.status}"
+        ) from None
+    return decode_secret(obj, where)
+
+
+def read_secret_file(path: str | Path) -> bytes:
+    """The operator-wide secret from a file (a mounted Secret volume); white space trimmed."""
+    try:
+        value = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise WebhookSecretError(f"--webhook-secret-file: cannot read {path}: {exc}") from None
+    if not value:
+        raise WebhookSecretError(f"--webhook-secret-file: {path} is empty")
+    return value
+
+
+class CachedSecretReader:
+    """A :data:`SecretProvider` over the Kubernetes API that remembers each answer (a value or
+    "unusable") for ``ttl`` seconds, so a burst of deliveries costs one Secret GET per secret.
+    A rotated secret is picked up within ``ttl``; until then Gitea's deliveries get 401 and
+    polling carries on as before."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        ttl: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        read: Callable[[SecretLocation], Awaitable[bytes]] | None = None,
+    ) -> None:
+        self._read = read or (lambda where: read_secret(api, where))
+        self._ttl = ttl
+        self._clock = clock
+        self._cache: dict[SecretLocation, tuple[float, bytes | None]] = {}
+
+    async def __call__(self, where: SecretLocation) -> bytes | None:
+        now = self._clock()
+        hit = self._cache.get(where)
+        if hit is not None and now - hit[0] < self._ttl:
+            return hit[1]
+        value: bytes | None
+        try:
+            value = await self._read(where)
+        except WebhookSecretError as exc:
+            log.warning("webhook secret unusable", secret=str(where), reason=str(exc))
+            value = None
+        except Exception as exc:  # the API server unreachable, a timeout: try again next time
+            log.warning("webhook secret not read", secret=str(where), error=type(exc).__name__)
+            return hit[1] if hit is not None else None
+        self._cache[where] = (now, value)
+        if len(self._cache) > 4096:  # groups come and go; forget the oldest answers
+            for old in sorted(self._cache, key=lambda k: self._cache[k][0])[:1024]:
+                del self._cache[old]
+        return value

@@ -1,0 +1,230 @@
+"""``POST /hooks/gitea``: verify a Gitea delivery, then only *schedule* work (``wake``).
+
+Who may wake whom (think of a hostile tenant who knows its own hook secret and can forge any
+payload with it):
+
+- A delivery signed with the **operator-wide** secret (a system hook, set up by the Gitea and
+  cluster admins) may wake every group that routing picks.
+- A delivery signed with a **group's** secret (``spec.webhook.secretRef``) may wake only the
+  groups that hold that same secret, and that secret is tried only for groups whose scope covers
+  the repository the payload names. So team A's secret never verifies a payload about a
+  repository outside A's scope, and never wakes team B's groups, whatever the payload says.
+- Anything else (no signature, a malformed one, one no candidate secret produced) is 401 and
+  changes nothing. The body is never logged.
+
+The answer tells a verified sender (Gitea's "Recent deliveries") what happened; an unverified
+one learns only "401".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import structlog
+from aiohttp import web
+
+from gitea_runner_operator.webhook import signature
+from gitea_runner_operator.webhook.routing import (
+    WAKE_ACTIONS,
+    BadDelivery,
+    GroupDescriptor,
+    Repository,
+    SecretLocation,
+    parse_job_delivery,
+    parse_repository,
+    route,
+    same_instance,
+    scope_covers,
+)
+from gitea_runner_operator.webhook.secrets import SecretProvider
+
+log = structlog.get_logger(__name__)
+
+PATH: Final = "/hooks/gitea"
+EVENT_HEADER: Final = "X-Gitea-Event"
+DEFAULT_PORT: Final = 8082
+DEFAULT_MAX_BODY: Final = 1 << 20  # workflow_job payloads are a few KiB
+
+Outcome = Literal["accepted", "ignored", "unauthorized", "too_large", "bad_request"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    outcome: Outcome
+    status: int
+    text: str = ""
+
+
+_UNAUTHORIZED: Final = _Answer("unauthorized", 401, "signature missing or not valid\n")
+_TOO_LARGE: Final = _Answer("too_large", 413, "body too large\n")
+_OPERATOR: Final = object()  # the tag of the operator-wide secret among the candidates
+
+
+async def candidate_secrets(
+    repository: Repository | None,
+    groups: Iterable[GroupDescriptor],
+    provider: SecretProvider | None,
+) -> list[tuple[GroupDescriptor, bytes]]:
+    """The per-group secrets that may vouch for a delivery about ``repository``: those of the
+    groups whose scope covers it. Each Secret is fetched once, concurrently."""
+    if repository is None or provider is None:
+        return []
+    eligible = [g for g in groups if g.webhook_secret is not None and scope_covers(g, repository)]
+    locations = list(dict.fromkeys(g.webhook_secret for g in eligible if g.webhook_secret))
+    values = await asyncio.gather(*(provider(where) for where in locations))
+    by_location: dict[SecretLocation, bytes | None] = dict(zip(locations, values, strict=True))
+    out: list[tuple[GroupDescriptor, bytes]] = []
+    for group in eligible:
+        assert group.webhook_secret is not None
+        value = by_location.get(group.webhook_secret)
+        if value:
+            out.append((group, value))
+    return out
+
+
+class WebhookServer:
+    """An aiohttp server for Gitea's webhooks.
+
+    ``groups`` lists the current RunnerGroups (called once per delivery); ``wake`` asks one
+    group (by key) for an immediate, coalesced refresh and must return at once;
+    ``group_secret`` fetches a group's hook secret (inject a cache); ``on_delivery`` counts
+    outcomes for metrics."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        groups: Callable[[], Iterable[GroupDescriptor]],
+        wake: Callable[[str], None],
+        operator_secret: bytes | None = None,
+        group_secret: SecretProvider | None = None,
+        on_delivery: Callable[[str], None] | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+    ) -> None:
+        self._host = host
+        self._port = port
+        self._groups = groups
+        self._wake = wake
+        self._operator_secret = operator_secret or None
+        self._group_secret = group_secret
+        self._on_delivery = on_delivery
+        self._max_body = max_body
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self._max_body)
+        app.router.add_post(PATH, self._handle)
+        return app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        self._site = web.TCPSite(self._runner, self._host, self._port)
+        await self._site.start()
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful when started on port 0)."""
+        server = self._site._server if self._site is not None else None
+        sockets = getattr(server, "sockets", None)
+        return int(sockets[0].getsockname()[1]) if sockets else self._port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        answer = await self._deliver(request)
+        if self._on_delivery is not None:
+            try:
+                self._on_delivery(answer.outcome)
+            except Exception:
+                log.exception("webhook outcome callback failed")
+        return web.Response(status=answer.status, text=answer.text or None)
+
+    async def _deliver(self, request: web.Request) -> _Answer:
+        event = request.headers.get(EVENT_HEADER, "")
+        if request.content_length is not None and request.content_length > self._max_body:
+            log.info("webhook delivery too large", remote=request.remote, gitea_event=event)
+            return _TOO_LARGE
+        digest = signature.parse_signature(request.headers.get(signature.SIGNATURE_HEADER))
+        if digest is None:
+            log.info("webhook delivery unsigned", remote=request.remote, gitea_event=event)
+            return _UNAUTHORIZED
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            log.info("webhook delivery too large", remote=request.remote, gitea_event=event)
+            return _TOO_LARGE
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = None
+        repository = parse_repository(payload)
+
+        groups = list(self._groups())
+        candidates: list[tuple[object, bytes]] = []
+        if self._operator_secret is not None:
+            candidates.append((_OPERATOR, self._operator_secret))
+        candidates += await candidate_secrets(repository, groups, self._group_secret)
+        signers = signature.matching(candidates, body, digest)
+        if not signers:
+            log.info(
+                "webhook delivery rejected: no configured secret produced its signature",
+                remote=request.remote,
+                gitea_event=event,
+                repository=repository.full_name if repository else None,
+            )
+            return _UNAUTHORIZED
+        if _OPERATOR in signers:
+            authorised = groups
+        else:
+            vouched = {g.key for g in signers if isinstance(g, GroupDescriptor)}
+            authorised = [g for g in groups if g.key in vouched]
+
+        if event != "workflow_job":
+            return _Answer("ignored", 204)
+        try:
+            delivery = parse_job_delivery(payload)
+        except BadDelivery as exc:
+            log.info("webhook delivery malformed", gitea_event=event, problem=str(exc))
+            return _Answer("bad_request", 400, f"{exc}\n")
+        if delivery.action not in WAKE_ACTIONS:
+            return _Answer("ignored", 204)
+
+        keys = route(delivery, authorised)
+        for key in keys:
+            try:
+                self._wake(key)
+            except Exception:
+                log.exception("waking a RunnerGroup failed", group=key)
+        log.debug(
+            "webhook delivery accepted",
+            action=delivery.action,
+            repository=delivery.repository.full_name,
+            labels=list(delivery.labels),
+            woken=keys,
+        )
+        return _Answer("accepted", 202, _explain(len(keys), delivery.repository, authorised))
+
+
+def _explain(woken: int, repository: Repository, authorised: list[GroupDescriptor]) -> str:
+    """A line for Gitea's delivery history; names no group (the sender may be any tenant)."""
+    text = f"woke {woken} RunnerGroup(s)"
+    if (
+        woken == 0
+        and authorised
+        and not any(same_instance(repository, g.gitea_url) for g in authorised)
+    ):
+        text += (
+            "; this instance's ROOT_URL (from repository.html_url) matches no group's"
+            " spec.gitea.url"
+        )
+    return text + "\n"
