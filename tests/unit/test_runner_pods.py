@@ -332,3 +332,14 @@ def test_runner_config_is_mounted_and_passed_as_config_file():
     }
     # Registration and labels stay the operator's: still passed by env.
     assert "GITEA_RUNNER_LABELS" in env(runner)
+
+
+def test_the_example_group_is_valid_and_renders():
+    import yaml
+
+    from tests.integration.manifests import MANIFESTS
+
+    (example,) = yaml.safe_load_all((MANIFESTS / "examples" / "runnergroup.yaml").read_text())
+    pod = pod_of(job_for(**example["spec"]))
+    assert container(pod)["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+    assert container(pod, "dind", "initContainers")["resources"]["limits"]["memory"] == "8Gi"
