@@ -16,6 +16,8 @@ from tests.integration.conftest import (
     make_namespace,
     make_tokens,
     runner_group,
+    runner_jobs,
+    sample,
     unique,
     wait_until,
 )
@@ -145,6 +147,14 @@ def test_host_mode_runners_are_admitted_under_pod_security_restricted(
         env = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
         assert "GITEA_RUNNER_REGISTRATION_TOKEN_FILE" in env
         assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env
+        # The default mode's privileged Pod is refused there (by admission, not the operator).
+        manifests.apply(
+            kube,
+            runner_group("dind", target=gitea_target, url=cluster.gitea_url, image=kwok_image(60)),
+            namespace=ns,
+        )
+        wait_until(lambda: runner_jobs(kube, ns, "dind"), what="a default-mode runner Job")
+        assert max(sample(6, lambda: len(group_pods(kube, ns, "dind")))) == 0
     finally:
         kube.delete(f"/api/v1/namespaces/{ns}")
 
