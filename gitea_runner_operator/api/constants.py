@@ -20,6 +20,9 @@ TOOK_JOB_ANNOTATION: Final = f"{GROUP}/took-job"
 RUNNER_LABELS_ANNOTATION: Final = f"{GROUP}/runner-labels"
 
 DEFAULT_IMAGE: Final = "gitea/act_runner:nightly-dind-rootless"
+# The plain runner image: no Docker daemon inside (used by the dind and host modes).
+PLAIN_IMAGE: Final = "gitea/act_runner:nightly"
+DIND_IMAGE: Final = "docker:dind"
 DEFAULT_POLL_INTERVAL: Final = "15s"
 DEFAULT_IDLE_TIMEOUT: Final = "10m"
 # Long enough for a node autoscaler to add a node and pull a DinD image.
@@ -29,5 +32,9 @@ MIN_POLL_INTERVAL_SECONDS: Final = 5.0
 MAX_POLL_INTERVAL_SECONDS: Final = 600.0
 MIN_IDLE_TIMEOUT_SECONDS: Final = 60.0
 MAX_IDLE_TIMEOUT_SECONDS: Final = 86400.0
+MIN_STARTUP_TIMEOUT_SECONDS: Final = 60.0
+MAX_STARTUP_TIMEOUT_SECONDS: Final = 86400.0
+MIN_RUNNER_LIFETIME_SECONDS: Final = 60.0
+MAX_RUNNER_LIFETIME_SECONDS: Final = 7 * 86400.0
 
 MANAGED_SELECTOR: Final = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"

@@ -8,6 +8,7 @@ installed (or that a dry-run-less kubectl edit went through it). A failure here 
 
 from __future__ import annotations
 
+import math
 import re
 from enum import StrEnum
 from typing import Any, Self
@@ -19,6 +20,7 @@ from pydantic.alias_generators import to_camel
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.duration import parse_duration
 from gitea_runner_operator.api.labels import DEFAULT_SCHEMAS, LabelError, RunnerLabel, Schema
+from gitea_runner_operator.api.pod_template import FieldError, check_template
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
@@ -72,8 +74,64 @@ class WebhookSpec(_CamelModel):
     secret_ref: SecretKeyRef
 
 
+class RunnerMode(StrEnum):
+    """How a runner Pod gives workflow jobs a place to run (see README, "Runner Pods")."""
+
+    DIND_ROOTLESS = "dind-rootless"
+    DIND = "dind"
+    HOST = "host"
+
+
+class ConfigMapKeyRef(SecretKeyRef):
+    """A key of a ConfigMap in the RunnerGroup's own namespace."""
+
+    @field_validator("name")
+    @classmethod
+    def _dns_name(cls, value: str) -> str:
+        if not _DNS_SUBDOMAIN.match(value):
+            raise ValueError(f"{value!r} is not a valid ConfigMap name")
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key_chars(cls, value: str) -> str:
+        if not _SECRET_KEY.match(value):
+            raise ValueError(f"{value!r} is not a valid ConfigMap key")
+        return value
+
+
+class CABundleRef(_CamelModel):
+    """PEM certificates to trust for Gitea: exactly one of a ConfigMap key or a Secret key."""
+
+    config_map_key_ref: ConfigMapKeyRef | None = None
+    secret_key_ref: SecretKeyRef | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        if (self.config_map_key_ref is None) == (self.secret_key_ref is None):
+            raise ValueError("set exactly one of configMapKeyRef and secretKeyRef")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "ConfigMap" if self.config_map_key_ref is not None else "Secret"
+
+    @property
+    def ref(self) -> SecretKeyRef:
+        ref = self.config_map_key_ref or self.secret_key_ref
+        assert ref is not None  # guaranteed by _exactly_one
+        return ref
+
+
+class RunnerConfigRef(_CamelModel):
+    """The ConfigMap key holding the runner's config.yaml."""
+
+    config_map_key_ref: ConfigMapKeyRef
+
+
 class GiteaRef(_CamelModel):
     url: str
+    ca_bundle: CABundleRef | None = None
 
     @field_validator("url")
     @classmethod
@@ -102,12 +160,19 @@ class RunnerGroupSpec(_CamelModel):
     max_active_runners: int = Field(ge=1)
     registration_token: SecretSource
     auth_token: SecretSource
-    image: str = Field(default=constants.DEFAULT_IMAGE, min_length=1)
+    # None: the mode's own image (see ``runner_image``).
+    image: str | None = Field(default=None, min_length=1)
     poll_interval: str = constants.DEFAULT_POLL_INTERVAL
     idle_timeout: str = constants.DEFAULT_IDLE_TIMEOUT
     startup_timeout: str = constants.DEFAULT_STARTUP_TIMEOUT
     drain_timeout: str = constants.DEFAULT_DRAIN_TIMEOUT
     webhook: WebhookSpec | None = None
+    mode: RunnerMode = RunnerMode.DIND_ROOTLESS
+    # Kept as written, so every Pod field reaches the runner Pod unchanged; only the fields
+    # the operator owns are checked (api/pod_template.py).
+    template: dict[str, Any] | None = None
+    runner_config: RunnerConfigRef | None = None
+    max_runner_lifetime: str | None = None
 
     @field_validator("org", "repo")
     @classmethod
@@ -157,12 +222,40 @@ class RunnerGroupSpec(_CamelModel):
     @field_validator("startup_timeout")
     @classmethod
     def _startup_bounds(cls, value: str) -> str:
-        return _bounded_duration(value, 60.0, constants.MAX_IDLE_TIMEOUT_SECONDS)
+        return _bounded_duration(
+            value, constants.MIN_STARTUP_TIMEOUT_SECONDS, constants.MAX_STARTUP_TIMEOUT_SECONDS
+        )
 
     @field_validator("drain_timeout")
     @classmethod
     def _drain_bounds(cls, value: str) -> str:
         return _bounded_duration(value, 0.0, constants.MAX_IDLE_TIMEOUT_SECONDS)
+
+    @field_validator("max_runner_lifetime")
+    @classmethod
+    def _lifetime_bounds(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return _bounded_duration(
+            value, constants.MIN_RUNNER_LIFETIME_SECONDS, constants.MAX_RUNNER_LIFETIME_SECONDS
+        )
+
+    @field_validator("template")
+    @classmethod
+    def _owned_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            check_template(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_lifetime(self) -> Self:
+        pod_spec = (self.template or {}).get("spec") or {}
+        if self.max_runner_lifetime is not None and "activeDeadlineSeconds" in pod_spec:
+            raise ValueError(
+                "set either spec.maxRunnerLifetime or "
+                "spec.template.spec.activeDeadlineSeconds, not both"
+            )
+        return self
 
     @model_validator(mode="after")
     def _scope_fields(self) -> Self:
@@ -179,6 +272,22 @@ class RunnerGroupSpec(_CamelModel):
     @property
     def runner_labels(self) -> list[RunnerLabel]:
         return [RunnerLabel.parse(raw, self.label_schemas) for raw in self.labels]
+
+    @property
+    def runner_image(self) -> str:
+        """``spec.image``, else the mode's image (the rootless DinD one has its own daemon)."""
+        if self.image:
+            return self.image
+        if self.mode is RunnerMode.DIND_ROOTLESS:
+            return constants.DEFAULT_IMAGE
+        return constants.PLAIN_IMAGE
+
+    @property
+    def max_runner_lifetime_seconds(self) -> int | None:
+        """Whole seconds, rounded up, as activeDeadlineSeconds needs."""
+        if self.max_runner_lifetime is None:
+            return None
+        return math.ceil(parse_duration(self.max_runner_lifetime))
 
     @property
     def poll_interval_seconds(self) -> float:
@@ -235,6 +344,11 @@ def _describe(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in error["loc"])
+        cause = (error.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldError):
+            # A check inside a raw dict field (spec.template) names the field inside it.
+            parts.append(f"spec.{loc}{cause.path}: {cause.message}")
+            continue
         field = f"spec.{loc}" if loc else "spec"
         msg = str(error["msg"]).removeprefix("Value error, ")
         if not loc and (named := re.match(r"^([a-zA-Z]+): ", msg)):

@@ -1,20 +1,40 @@
 """Render the batch/v1 Job that runs one ephemeral runner.
 
-Pure: RunnerGroup in, manifest dict out. Secrets are referenced by ``secretKeyRef`` and never
-copied into the Job, so nothing that can read Jobs can read a token.
+Pure: RunnerGroup in, manifest dict out. Secrets are referenced by ``secretKeyRef`` or a Secret
+volume and never copied into the Job, so nothing that can read Jobs can read a token.
+
+The runner Pod is the user's ``spec.template`` with the operator's parts laid over it: the
+fields the operator owns (see api/pod_template.py) always come from the operator, the mode's
+defaults (security context, Docker env, volumes) apply only where the template says nothing,
+and every other template field passes through unchanged.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterable
 from typing import Any
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.api.pod_template import RUNNER_CONTAINER
+from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
 
 TTL_SECONDS_AFTER_FINISHED = 600
 BACKOFF_LIMIT = 2
-RUNNER_CONTAINER = "runner"
+DIND_CONTAINER = "dind"
 ROOTLESS_UID = 1000
+HOST_UID = 1000
+
+# Where the operator mounts what it hands the runner; outside /data so a template volume on
+# /data (e.g. a bigger ephemeral volume) cannot hide them.
+OPERATOR_DIR = "/etc/gitea-runner-operator"
+TOKEN_DIR = f"{OPERATOR_DIR}/registration"
+TOKEN_FILE = f"{TOKEN_DIR}/token"
+CA_DIR = f"{OPERATOR_DIR}/ca"
+CA_FILE = f"{CA_DIR}/ca.crt"
+CONFIG_DIR = f"{OPERATOR_DIR}/config"
+CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
+DOCKER_CERTS_DIR = "/certs"
 
 
 def group_labels(group_name: str) -> dict[str, str]:
@@ -37,28 +57,252 @@ def owner_reference(group_name: str, group_uid: str) -> dict[str, Any]:
     }
 
 
+def rendered_labels(spec: RunnerGroupSpec) -> list[str]:
+    """The labels the runner registers with. In host mode there is no Docker to run a
+    ``docker://`` image in, so every label runs on the host: ``name:host``."""
+    if spec.mode is RunnerMode.HOST:
+        # A name with a colon is opaque to the runner (it would read "app:infra:host" as one
+        # label of that whole name); opaque labels already run on the host, so keep it as is.
+        return [
+            label.name if ":" in label.name else f"{label.name}:host"
+            for label in spec.runner_labels
+        ]
+    return list(spec.labels)
+
+
 def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
-    """Environment read by the act_runner image's entrypoint (scripts/run.sh)."""
-    token = spec.registration_token.secret_ref
-    return [
-        {"name": "GITEA_INSTANCE_URL", "value": spec.gitea.url},
-        {
-            "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
-            "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}},
-        },
+    """Environment read by the act_runner image's entrypoint (scripts/run.sh).
+
+    The Gitea part is owned (a template may not set it); the rest are the mode's defaults,
+    which a template's env entry of the same name replaces.
+    """
+    env: list[dict[str, Any]] = [{"name": "GITEA_INSTANCE_URL", "value": spec.gitea.url}]
+    if spec.mode is RunnerMode.HOST:
+        # Steps run in this very container: an env var would be in every step's environment
+        # (and in /proc/1/environ), so the token comes as a file the entrypoint reads.
+        env.append({"name": "GITEA_RUNNER_REGISTRATION_TOKEN_FILE", "value": TOKEN_FILE})
+    else:
+        token = spec.registration_token.secret_ref
+        env.append(
+            {
+                "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}},
+            }
+        )
+    env += [
         # Any non-empty value turns ephemeral mode on; "true" says what we mean.
         {"name": "GITEA_RUNNER_EPHEMERAL", "value": "true"},
-        {"name": "GITEA_RUNNER_LABELS", "value": ",".join(spec.labels)},
+        {"name": "GITEA_RUNNER_LABELS", "value": ",".join(rendered_labels(spec))},
         # The runner registers under its Pod's name, so Gitea's runner list maps onto Pods.
         {
             "name": "GITEA_RUNNER_NAME",
             "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
         },
-        # The rootless DinD image runs its own dockerd with TLS on localhost.
-        {"name": "DOCKER_HOST", "value": "tcp://localhost:2376"},
-        {"name": "DOCKER_TLS_VERIFY", "value": "1"},
-        {"name": "DOCKER_CERT_PATH", "value": "/certs/client"},
     ]
+    if spec.mode is RunnerMode.HOST:
+        # No passwd entry for the non-root user: give the runner a writable home for its cache.
+        env.append({"name": "HOME", "value": "/data"})
+    else:
+        # dind-rootless: the image's own dockerd; dind: the sidecar. Both TLS on localhost.
+        env += [
+            {"name": "DOCKER_HOST", "value": "tcp://localhost:2376"},
+            {"name": "DOCKER_TLS_VERIFY", "value": "1"},
+            {"name": "DOCKER_CERT_PATH", "value": f"{DOCKER_CERTS_DIR}/client"},
+        ]
+    if spec.gitea.ca_bundle is not None:
+        env.append({"name": "SSL_CERT_FILE", "value": CA_FILE})
+    if spec.runner_config is not None:
+        env.append({"name": "CONFIG_FILE", "value": CONFIG_FILE})
+    return env
+
+
+def _runner_container(spec: RunnerGroupSpec) -> dict[str, Any]:
+    mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": "/data"}]
+    security: dict[str, Any]
+    if spec.mode is RunnerMode.DIND_ROOTLESS:
+        # The rootless DinD image needs it for its nested container runtime.
+        security = {"privileged": True}
+    elif spec.mode is RunnerMode.DIND:
+        security = {}
+        mounts.append({"name": "gro-docker-certs", "mountPath": DOCKER_CERTS_DIR, "readOnly": True})
+    else:
+        security = _restricted_container_security()
+        mounts.append({"name": "gro-registration-token", "mountPath": TOKEN_DIR, "readOnly": True})
+    if spec.gitea.ca_bundle is not None:
+        mounts.append({"name": "gro-ca-bundle", "mountPath": CA_DIR, "readOnly": True})
+    if spec.runner_config is not None:
+        mounts.append({"name": "gro-runner-config", "mountPath": CONFIG_DIR, "readOnly": True})
+    container: dict[str, Any] = {
+        "name": RUNNER_CONTAINER,
+        "image": spec.runner_image,
+        "env": runner_env(spec),
+        "volumeMounts": mounts,
+    }
+    if security:
+        container["securityContext"] = security
+    return container
+
+
+def _restricted_container_security() -> dict[str, Any]:
+    """What Pod Security ``restricted`` asks of every container."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": HOST_UID,
+        "runAsGroup": HOST_UID,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _dind_sidecar() -> dict[str, Any]:
+    """Docker-in-Docker as a native sidecar: it starts (and is ready) before the runner and
+    is stopped once the runner exits, so the Pod still completes."""
+    return {
+        "name": DIND_CONTAINER,
+        "image": constants.DIND_IMAGE,
+        "restartPolicy": "Always",
+        "securityContext": {"privileged": True},
+        # The image's entrypoint writes CA, server and client certs here and serves TLS on 2376.
+        "env": [{"name": "DOCKER_TLS_CERTDIR", "value": DOCKER_CERTS_DIR}],
+        "volumeMounts": [
+            {"name": "gro-docker-certs", "mountPath": DOCKER_CERTS_DIR},
+            {"name": "gro-dind-storage", "mountPath": "/var/lib/docker"},
+        ],
+        # The runner starts only once dockerd answers (and so the client certs exist).
+        "startupProbe": {
+            "exec": {"command": ["docker", "info"]},
+            "periodSeconds": 2,
+            "failureThreshold": 90,
+        },
+    }
+
+
+def _operator_volumes(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
+    # Each runner has its own registration file (/data/.runner); a shared volume would make
+    # parallel ephemeral runners overwrite each other.
+    volumes: list[dict[str, Any]] = [{"name": "data", "emptyDir": {}}]
+    if spec.mode is RunnerMode.DIND:
+        volumes += [
+            {"name": "gro-docker-certs", "emptyDir": {}},
+            {"name": "gro-dind-storage", "emptyDir": {}},
+        ]
+    if spec.mode is RunnerMode.HOST:
+        token = spec.registration_token.secret_ref
+        volumes.append(
+            {
+                "name": "gro-registration-token",
+                "secret": {
+                    "secretName": token.name,
+                    "items": [{"key": token.key, "path": "token"}],
+                    # Read-only to root and the fsGroup, which the non-root runner is in.
+                    "defaultMode": 0o440,
+                },
+            }
+        )
+    bundle = spec.gitea.ca_bundle
+    if bundle is not None:
+        ref = bundle.ref
+        items = [{"key": ref.key, "path": "ca.crt"}]
+        source: dict[str, Any] = (
+            {"configMap": {"name": ref.name, "items": items}}
+            if bundle.config_map_key_ref is not None
+            else {"secret": {"secretName": ref.name, "items": items}}
+        )
+        volumes.append({"name": "gro-ca-bundle", **source})
+    if spec.runner_config is not None:
+        cfg = spec.runner_config.config_map_key_ref
+        volumes.append(
+            {
+                "name": "gro-runner-config",
+                "configMap": {"name": cfg.name, "items": [{"key": cfg.key, "path": "config.yaml"}]},
+            }
+        )
+    return volumes
+
+
+def _pod_security(spec: RunnerGroupSpec) -> dict[str, Any]:
+    if spec.mode is RunnerMode.HOST:
+        return {
+            "runAsNonRoot": True,
+            "fsGroup": HOST_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+    if spec.mode is RunnerMode.DIND_ROOTLESS:
+        return {"fsGroup": ROOTLESS_UID}
+    return {}
+
+
+def _merge_named(
+    base: Iterable[dict[str, Any]], user: Iterable[dict[str, Any]] | None, *keys: str
+) -> list[dict[str, Any]]:
+    """Base entries first (minus any that a user entry replaces by one of ``keys``), then the
+    user's entries in their order."""
+    user_list = list(user or [])
+    taken = {(key, entry.get(key)) for entry in user_list for key in keys}
+    kept = [entry for entry in base if not any((key, entry.get(key)) in taken for key in keys)]
+    return kept + user_list
+
+
+def _merge_container(base: dict[str, Any], user: dict[str, Any] | None) -> dict[str, Any]:
+    """The user's container over the operator's: the user's fields win, except that env and
+    volume mounts are merged (by name, and by name or path) and securityContext key by key.
+    Owned env never collides: the spec's validation refused a template that sets it."""
+    if user is None:
+        return base
+    merged = {**base, **copy.deepcopy(user)}
+    merged["env"] = _merge_named(base.get("env", []), user.get("env"), "name")
+    mounts = _merge_named(base.get("volumeMounts", []), user.get("volumeMounts"), "mountPath")
+    if mounts:
+        merged["volumeMounts"] = mounts
+    if "securityContext" in base and "securityContext" in user:
+        merged["securityContext"] = {**base["securityContext"], **user["securityContext"]}
+    return merged
+
+
+def _merge_containers(
+    base: list[dict[str, Any]], user: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """Operator containers merged with the user's of the same name; the rest of the user's
+    kept in order. An operator container the user does not name goes first."""
+    by_name = {c["name"]: c for c in base}
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for container in user or []:
+        name = container["name"]
+        out.append(_merge_container(by_name[name], container) if name in by_name else container)
+        seen.add(name)
+    missing = [c for c in base if c["name"] not in seen]
+    return missing + out
+
+
+def render_pod_template(spec: RunnerGroupSpec, labels: dict[str, str]) -> dict[str, Any]:
+    """The runner Pod template: the user's template with the operator's parts laid over it."""
+    template = copy.deepcopy(spec.template or {})
+    user_meta = template.get("metadata") or {}
+    user_spec: dict[str, Any] = template.get("spec") or {}
+
+    pod: dict[str, Any] = dict(user_spec)
+    pod["restartPolicy"] = "OnFailure"
+    # A runner needs no Kubernetes API; do not hand it a credential unless asked to.
+    pod.setdefault("automountServiceAccountToken", False)
+    security = {**_pod_security(spec), **(user_spec.get("securityContext") or {})}
+    if security:
+        pod["securityContext"] = security
+    pod["containers"] = _merge_containers([_runner_container(spec)], user_spec.get("containers"))
+    init = [_dind_sidecar()] if spec.mode is RunnerMode.DIND else []
+    init_containers = _merge_containers(init, user_spec.get("initContainers"))
+    if init_containers:
+        pod["initContainers"] = init_containers
+    pod["volumes"] = _merge_named(_operator_volumes(spec), user_spec.get("volumes"), "name")
+    lifetime = spec.max_runner_lifetime_seconds
+    if lifetime is not None:
+        pod["activeDeadlineSeconds"] = lifetime
+
+    metadata: dict[str, Any] = {"labels": {**(user_meta.get("labels") or {}), **labels}}
+    if user_meta.get("annotations"):
+        metadata["annotations"] = dict(user_meta["annotations"])
+    return {"metadata": metadata, "spec": pod}
 
 
 def render_runner_job(
@@ -73,6 +317,16 @@ def render_runner_job(
     """``job_name`` comes from :func:`~gitea_runner_operator.api.naming.new_job_name`: it
     carries the group's UID hash, which is what proves a registration is this group's."""
     labels = group_labels(group_name)
+    job_spec: dict[str, Any] = {
+        "ttlSecondsAfterFinished": ttl_seconds_after_finished,
+        "backoffLimit": BACKOFF_LIMIT,
+        "template": render_pod_template(spec, labels),
+    }
+    lifetime = spec.max_runner_lifetime_seconds
+    if lifetime is not None:
+        # The Pod's deadline is enforced by the kubelet; the Job's stops a retry from
+        # starting a fresh runner after the cap.
+        job_spec["activeDeadlineSeconds"] = lifetime
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -80,33 +334,8 @@ def render_runner_job(
             "name": job_name,
             "namespace": namespace,
             "labels": labels,
-            "annotations": {constants.RUNNER_LABELS_ANNOTATION: ",".join(spec.labels)},
+            "annotations": {constants.RUNNER_LABELS_ANNOTATION: ",".join(rendered_labels(spec))},
             "ownerReferences": [owner_reference(group_name, group_uid)],
         },
-        "spec": {
-            "ttlSecondsAfterFinished": ttl_seconds_after_finished,
-            "backoffLimit": BACKOFF_LIMIT,
-            "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": {
-                    "restartPolicy": "OnFailure",
-                    # A runner needs no Kubernetes API; do not hand it a credential.
-                    "automountServiceAccountToken": False,
-                    "securityContext": {"fsGroup": ROOTLESS_UID},
-                    "containers": [
-                        {
-                            "name": RUNNER_CONTAINER,
-                            "image": spec.image,
-                            # The DinD image needs it for its nested container runtime.
-                            "securityContext": {"privileged": True},
-                            "env": runner_env(spec),
-                            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                        }
-                    ],
-                    # Each runner has its own registration file (/data/.runner); a shared
-                    # volume would make parallel ephemeral runners overwrite each other.
-                    "volumes": [{"name": "data", "emptyDir": {}}],
-                },
-            },
-        },
+        "spec": job_spec,
     }

@@ -18,6 +18,7 @@ from kubernetes_asyncio import client
 from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
 from gitea_runner_operator.kube.cluster import Cluster
+from gitea_runner_operator.kube.configmaps import ConfigReader
 from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.expectations import Expectations
@@ -25,6 +26,7 @@ from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.runtime.observer import Observer
 from gitea_runner_operator.runtime.poller import Pollers
 from gitea_runner_operator.runtime.reaper import Reaper
+from gitea_runner_operator.runtime.trust import GiteaTrust
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
 
@@ -53,6 +55,7 @@ class Controller:
         self.observer = Observer(
             self.secrets,
             self.sessions,
+            trust=GiteaTrust(ConfigReader(api)),
             allowed_urls=settings.allowed_gitea_urls,
             deadline=settings.observe_deadline,
         )

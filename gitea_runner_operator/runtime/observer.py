@@ -33,7 +33,9 @@ from gitea_runner_operator.forge.errors import (
     GiteaUnauthorized,
 )
 from gitea_runner_operator.forge.scope import ScopeRef
+from gitea_runner_operator.kube.configmaps import ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
+from gitea_runner_operator.runtime.trust import GiteaTrust
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +59,7 @@ class Observer:
         secrets: Secrets,
         sessions: SessionPool,
         *,
+        trust: GiteaTrust | None = None,
         allowed_urls: Sequence[str] = (),
         deadline: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
@@ -65,6 +68,7 @@ class Observer:
     ) -> None:
         self._secrets = secrets
         self._sessions = sessions
+        self._trust = trust
         self._allowed = tuple(allowed_urls)
         self._deadline = deadline
         self._clock = clock
@@ -115,8 +119,17 @@ class Observer:
             )
             return Snapshot(started, checked, problem=problem), None
 
+        try:
+            tls, trust_id = (
+                await self._trust.context_for(namespace, spec.gitea)
+                if self._trust is not None
+                else (None, "")
+            )
+        except ReferenceProblem as exc:
+            problem = Problem(exc.problem.reason, exc.problem.message, ProblemKind.SECRET)
+            return Snapshot(started, checked, problem=problem), None
         client = GiteaClient(
-            self._sessions.session_for(url),
+            self._sessions.session_for(url, tls, trust_id),
             url,
             token,
             page_size=self._page_size,

@@ -22,6 +22,7 @@ _PATHS = {
     ("v1", "ServiceAccount"): ("/api/v1/namespaces/{ns}/serviceaccounts", True),
     ("v1", "Secret"): ("/api/v1/namespaces/{ns}/secrets", True),
     ("v1", "Service"): ("/api/v1/namespaces/{ns}/services", True),
+    ("v1", "ConfigMap"): ("/api/v1/namespaces/{ns}/configmaps", True),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): (
         "/apis/rbac.authorization.k8s.io/v1/clusterroles",
         False,

@@ -43,7 +43,8 @@ def api_message(error: KubeError) -> str:
 def test_valid_group_is_accepted_with_defaults(kube, team_namespace):
     created = kube.post(GROUPS.format(ns=team_namespace), group("ok"))
     spec = created["spec"]
-    assert spec["image"] == "gitea/act_runner:nightly-dind-rootless"
+    assert "image" not in spec  # each mode has its own image
+    assert spec["mode"] == "dind-rootless"
     assert spec["pollInterval"] == "15s"
     assert spec["idleTimeout"] == "10m"
 

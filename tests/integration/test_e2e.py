@@ -103,3 +103,58 @@ def test_runner_jobs_run_real_workflow_jobs_to_success(
     )
     assert max(sample(10, lambda: len(runner_jobs(kube, ns, "e2e")))) <= 2
     assert kubelet_harness.errors == []
+
+
+HOST_WORKFLOW = """\
+name: host
+on: [push]
+jobs:
+  host:
+    runs-on: gro-host
+    steps:
+      - run: test "$GRO_FROM_TEMPLATE" = "set-by-the-template"
+      - run: test -z "${GITEA_RUNNER_REGISTRATION_TOKEN:-}"
+"""
+
+
+def test_a_host_mode_runner_runs_a_workflow_with_the_templates_env(
+    kube, gitea, cluster, team_namespace, gitea_target, start_operator, kubelet_harness
+):
+    """Host mode through the harness: the steps see the template's env, not the token."""
+    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
+    make_tokens(kube, ns, cluster, gitea_target)
+    start_operator(ns)
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "runner",
+                    "env": [{"name": "GRO_FROM_TEMPLATE", "value": "set-by-the-template"}],
+                }
+            ]
+        }
+    }
+    manifests.apply(
+        kube,
+        runner_group("host", target=gitea_target, url=cluster.gitea_url, labels=["gro-host"],
+                     mode="host", template=template),
+        namespace=ns,
+    )  # fmt: skip
+    gitea.push_workflow(org, repo, "host.yml", HOST_WORKFLOW)
+
+    def conclusion():
+        jobs = gitea.list_jobs("repo", org, repo, status=None)
+        return [(j["status"], j.get("conclusion")) for j in jobs]
+
+    done = wait_until(
+        lambda: (c := conclusion()) and all(s == "completed" for s, _ in c) and c,
+        timeout=180,
+        what="the host-mode job completed",
+    )
+    assert done == [("completed", "success")], (done, kubelet_harness.errors)
+    (job, *_) = runner_jobs(kube, ns, "host")
+    runner = job["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"] for e in runner["env"]}
+    assert "GITEA_RUNNER_REGISTRATION_TOKEN_FILE" in env
+    assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env
+    assert kubelet_harness.errors == []

@@ -78,3 +78,14 @@ def test_registration_token_is_referenced_never_copied():
             "secretKeyRef" not in json.dumps(env)
             or env["name"] == "GITEA_RUNNER_REGISTRATION_TOKEN"
         )
+
+
+def test_host_mode_renders_labels_the_runner_reads_back_as_the_same_names():
+    from gitea_runner_operator.api.labels import RunnerLabel, Schema
+    from gitea_runner_operator.kube.job_template import rendered_labels
+
+    spec = parse_spec({**VALID, "mode": "host", "labels": ["linux:docker://node:20", "app:infra"]})
+    rendered = rendered_labels(spec)
+    assert rendered == ["linux:host", "app:infra"]
+    names = [RunnerLabel.parse(raw, set(Schema)).name for raw in rendered]
+    assert names == [label.name for label in spec.runner_labels]

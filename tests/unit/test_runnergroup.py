@@ -32,7 +32,10 @@ def test_valid_spec_gets_defaults_and_normalised_url():
     spec = parse_spec(spec_with())
     assert spec.scope is Scope.REPO
     assert spec.gitea.url == "https://gitea.example.com"
-    assert spec.image == constants.DEFAULT_IMAGE
+    assert spec.image is None
+    assert spec.runner_image == constants.DEFAULT_IMAGE
+    assert spec.startup_timeout_seconds == 600
+    assert spec.max_runner_lifetime_seconds is None
     assert spec.poll_interval_seconds == 15
     assert spec.idle_timeout_seconds == 600
     assert spec.target == "acme/widgets"

@@ -1,0 +1,48 @@
+"""Which certificates the operator trusts for a group's Gitea (``spec.gitea.caBundle``).
+
+Reads the bundle (a ConfigMap or Secret key) and builds the TLS context once per distinct
+bundle, so 1,000 groups behind one internal CA share one context and one HTTP session."""
+
+from __future__ import annotations
+
+import hashlib
+import ssl
+
+from gitea_runner_operator.api.observation import Problem
+from gitea_runner_operator.api.runnergroup import GiteaRef
+from gitea_runner_operator.forge.tls import CABundleError, ssl_context_for
+from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
+
+
+class GiteaTrust:
+    def __init__(self, configs: ConfigReader) -> None:
+        self._configs = configs
+        self._contexts: dict[str, ssl.SSLContext] = {}
+
+    async def context_for(
+        self, namespace: str, gitea: GiteaRef
+    ) -> tuple[ssl.SSLContext | None, str]:
+        """The context trusting the bundle on top of the system's CAs (None: no bundle), and
+        an id for it, so sessions are shared only by groups that trust the same CAs.
+        Reasons: CABundleNotFound, CABundleForbidden, CABundleInvalid."""
+        bundle = gitea.ca_bundle
+        if bundle is None:
+            return None, ""
+        pem = await self._configs.read_ca_bundle(namespace, bundle)
+        trust_id = hashlib.sha256(pem.encode()).hexdigest()
+        context = self._contexts.get(trust_id)
+        if context is None:
+            try:
+                built = ssl_context_for(pem)
+            except CABundleError as exc:
+                ref = bundle.ref
+                raise ReferenceProblem(
+                    Problem(
+                        "CABundleInvalid",
+                        f"spec.gitea.caBundle: key {ref.key!r} of {bundle.kind} "
+                        f"{namespace}/{ref.name} {exc}",
+                    )
+                ) from None
+            assert isinstance(built, ssl.SSLContext)  # a bundle always gives a context
+            context = self._contexts[trust_id] = built
+        return context, trust_id

@@ -1,0 +1,138 @@
+"""The CA bundle a group names: parsed into the operator's trust, or a condition that names
+the object at fault."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gitea_runner_operator.api.runnergroup import GiteaRef
+from gitea_runner_operator.forge.tls import CABundleError, ssl_context_for
+from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
+from gitea_runner_operator.runtime.trust import GiteaTrust
+
+# A throwaway self-signed test CA (its key was discarded when it was made).
+TEST_CA = """-----BEGIN CERTIFICATE-----
+MIIBgzCCASmgAwIBAgIUFqMXcLHnx+3KpwZoAGiIA7HiTTcwCgYIKoZIzj0EAwIw
+FjEUMBIGA1UEAwwLZ3JvIHRlc3QgQ0EwIBcNMjYxMTIyMTIxOTMzWhgPMjEyNjEw
+MjkxMjE5MzNaMBYxFDASBgNVBAMMC2dybyB0ZXN0IENBMFkwEwYHKoZIzj0CAQYI
+KoZIzj0DAQcDQgAEiF+3pNPqYhrwiZR6q22FD2kQM8/LeJXiChUj9ub0HehXxlli
+cY3sPo7IaNaINuLGcMH/efSdXDWeDwJqHprTkKNTMFEwHQYDVR0OBBYEFPD6zS6E
+bcTYBBlF704ZmS4RUDyhMB8GA1UdIwQYMBaAFPD6zS6EbcTYBBlF704ZmS4RUDyh
+MA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIhAPp7Spc8waEINgw5
+EvspcUWF7Kh7fK8R6AFL6eWsqz1mAiBJUmtKygQf3Ug+V/hvrY+xPy/JXR+lm3f5
+Ua5hVp4vaw==
+-----END CERTIFICATE-----
+"""
+
+
+def test_no_bundle_means_default_verification():
+    assert ssl_context_for(None) is True
+
+
+def test_a_bundle_is_trusted_in_addition_to_the_system():
+    context = ssl_context_for(TEST_CA)
+    assert isinstance(context, ssl.SSLContext)
+    assert context.verify_mode is ssl.CERT_REQUIRED
+    assert context.check_hostname is True
+    subjects = [dict(x[0] for x in ca["subject"]) for ca in context.get_ca_certs()]
+    assert {"commonName": "gro test CA"} in subjects
+
+
+@pytest.mark.parametrize(
+    ("pem", "message"),
+    [
+        ("", "holds no PEM certificate"),
+        ("just some text", "holds no PEM certificate"),
+        (TEST_CA.replace("MII", "xyz"), "is not valid PEM certificate data"),
+        ("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "is not valid PEM"),
+    ],
+)
+def test_an_unparsable_bundle_is_a_clear_error(pem, message):
+    with pytest.raises(CABundleError, match=message):
+        ssl_context_for(pem)
+
+
+class FakeCore:
+    def __init__(self, objects: dict[tuple[str, str], Any], status: int = 404) -> None:
+        self.objects = objects
+        self.status = status
+
+    async def read_namespaced_config_map(self, name: str, namespace: str) -> Any:
+        return self._get("ConfigMap", name)
+
+    async def read_namespaced_secret(self, name: str, namespace: str) -> Any:
+        return self._get("Secret", name)
+
+    def _get(self, kind: str, name: str) -> Any:
+        if (kind, name) not in self.objects:
+            raise ApiException(status=self.status)
+        return self.objects[(kind, name)]
+
+
+def reader(objects: dict[tuple[str, str], Any], status: int = 404) -> ConfigReader:
+    r = ConfigReader.__new__(ConfigReader)
+    r._core = FakeCore(objects, status)
+    return r
+
+
+def gitea(kind: str, name: str = "corp-ca", key: str = "ca.pem") -> GiteaRef:
+    return GiteaRef.model_validate(
+        {"url": "https://g", "caBundle": {kind: {"name": name, "key": key}}}
+    )
+
+
+CM = ("ConfigMap", "corp-ca")
+SECRET = ("Secret", "corp-ca")
+
+
+async def ssl_of(configs: ConfigReader, namespace: str, gitea_ref: GiteaRef) -> Any:
+    """aiohttp's ``ssl=`` for the group: True without a bundle, else the context."""
+    context, _ = await GiteaTrust(configs).context_for(namespace, gitea_ref)
+    return True if context is None else context
+
+
+async def test_bundle_from_a_config_map_or_a_secret():
+    cm = SimpleNamespace(data={"ca.pem": TEST_CA}, binary_data=None)
+    secret = SimpleNamespace(data={"ca.pem": base64.b64encode(TEST_CA.encode()).decode()})
+    assert isinstance(
+        await ssl_of(reader({CM: cm}), "team", gitea("configMapKeyRef")), ssl.SSLContext
+    )
+    assert isinstance(
+        await ssl_of(reader({SECRET: secret}), "team", gitea("secretKeyRef")), ssl.SSLContext
+    )
+    assert await ssl_of(reader({}), "team", GiteaRef(url="https://g")) is True
+
+
+NO_KEY = SimpleNamespace(data={"other": "x"}, binary_data=None)
+JUNK = SimpleNamespace(data={"ca.pem": "junk"}, binary_data=None)
+CMR, SKR = "configMapKeyRef", "secretKeyRef"
+
+
+@pytest.mark.parametrize(
+    ("objects", "status", "kind", "reason", "message"),
+    [
+        ({}, 404, CMR, "CABundleNotFound", f"caBundle.{CMR}: ConfigMap team/corp-ca not found"),
+        ({}, 404, SKR, "CABundleNotFound", f"caBundle.{SKR}: Secret team/corp-ca not found"),
+        ({}, 403, CMR, "CABundleForbidden", "may not read ConfigMap team/corp-ca"),
+        ({CM: NO_KEY}, 404, CMR, "CABundleNotFound", "has no key 'ca.pem'"),
+        ({CM: JUNK}, 404, CMR, "CABundleInvalid", "ConfigMap team/corp-ca holds no PEM"),
+    ],
+)  # fmt: skip
+async def test_a_missing_or_bad_bundle_is_a_problem_naming_the_object(
+    objects, status, kind, reason, message
+):
+    with pytest.raises(ReferenceProblem) as err:
+        await ssl_of(reader(objects, status), "team", gitea(kind))
+    assert err.value.problem.reason == reason
+    assert message in err.value.problem.message
+
+
+async def test_other_api_errors_are_not_hidden():
+    with pytest.raises(ApiException):
+        await ssl_of(reader({}, 500), "team", gitea("configMapKeyRef"))
