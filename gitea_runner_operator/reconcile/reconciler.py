@@ -26,6 +26,7 @@ from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, 
 from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, parse_time, pods_by_job
+from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile import status as st
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ports import ReapOrder, Sources
@@ -108,7 +109,9 @@ class Reconciler:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         on_group_gone: Callable[[str], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics or Metrics()
         self._cache = cache
         self._cluster = cluster
         self._sources = sources
@@ -299,6 +302,7 @@ class Reconciler:
             remaining -= size
             batch *= 2
         logger = log.bind(group=key)
+        self._metrics.runners_created(meta["namespace"], meta["name"], len(created))
         if created:
             logger.info(
                 "created runner jobs",
@@ -410,6 +414,8 @@ class Reconciler:
         await self._sources.stop(key)
         self._expectations.forget(key)
         self._states.pop(key, None)
+        namespace, _, name = key.partition("/")
+        self._metrics.forget_group(namespace, name)
         if self._on_gone is not None:
             self._on_gone(key)
 
@@ -474,6 +480,21 @@ class Reconciler:
             extra_conditions=[healthy],
         )
         self._log_transitions(key, ready, healthy, state)
+        if counts is not None and spec is not None:
+            self._metrics.group_observed(
+                meta["namespace"],
+                meta["name"],
+                queued=queued or 0,
+                starting=counts["starting"],
+                idle=counts["idle"],
+                busy=counts["busy"],
+                desired=alive,
+                max_active=spec.max_active_runners,
+                ready=ready["status"] == "True",
+                failed=sum(1 for v in views if v.failed),
+            )
+        else:
+            self._metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
         if not st.status_differs(previous, wanted, now=self._wall()):
             return
         await self._cluster.patch_group_status(meta["namespace"], meta["name"], wanted)

@@ -23,6 +23,7 @@ from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.reconciler import Reconciler
+from gitea_runner_operator.reconcile.scaling import ReapReason
 from gitea_runner_operator.runtime.observer import Observer
 from gitea_runner_operator.runtime.poller import Pollers
 from gitea_runner_operator.runtime.reaper import Reaper
@@ -59,7 +60,7 @@ class Controller:
             allowed_urls=settings.allowed_gitea_urls,
             deadline=settings.observe_deadline,
         )
-        self.reaper = Reaper(self.cluster, self.cache)
+        self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
         self.pollers = Pollers(
             self.observer.observe,
             self.queue.add,
@@ -74,6 +75,7 @@ class Controller:
             self.expectations,
             job_ttl_seconds=settings.job_ttl_seconds,
             on_group_gone=self._on_group_gone,
+            metrics=self.metrics,
         )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
@@ -90,6 +92,10 @@ class Controller:
         if kind == "DELETED":
             self.expectations.observed(key, obj["metadata"]["name"])
         self.queue.add(key)
+
+    def _on_reaped(self, key: str, job_name: str, reason: ReapReason) -> None:
+        namespace, _, name = key.partition("/")
+        self.metrics.runner_reaped(namespace, name, reason.value)
 
     def wake(self, key: str) -> None:
         """Something outside (a webhook delivery) says the group's demand changed: have its
