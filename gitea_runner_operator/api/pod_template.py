@@ -55,6 +55,14 @@ def check_template(template: Any) -> None:
     _check_pod_spec(template.get("spec"))
 
 
+# Set by the operator on busy runner Pods (and only on them), so that a node autoscaler
+# never evicts a running CI job, and never keeps a node alive for an idle runner.
+SCALE_DOWN_ANNOTATIONS = {
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+    "karpenter.sh/do-not-disrupt": "true",
+}
+
+
 def _check_metadata(metadata: Any) -> None:
     if metadata is None:
         return
@@ -78,6 +86,11 @@ def _check_metadata(metadata: Any) -> None:
                 raise FieldError(
                     f".metadata.{field}[{key}]",
                     f"keys under {OWNED_KEY_PREFIX} are set by the operator",
+                )
+            if key in SCALE_DOWN_ANNOTATIONS:
+                raise FieldError(
+                    f".metadata.{field}[{key}]",
+                    "set by the operator on busy runner Pods only, so idle ones never hold a node",
                 )
 
 

@@ -95,6 +95,22 @@ class Cluster:
             if exc.status != 404:
                 raise
 
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        try:
+            await send(
+                self._core.patch_namespaced_pod(
+                    name,
+                    namespace,
+                    {"metadata": {"annotations": annotations}},
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=TIMEOUT,
+                )
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         try:
             await send(

@@ -14,6 +14,7 @@ from typing import Any
 from gitea_runner_operator.api import constants
 
 RUNNER_CONTAINER = "runner"
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 # Waiting reasons that do not heal by themselves: the Pod will never run the runner.
 STUCK_WAITING_REASONS = frozenset(
     {
@@ -47,6 +48,8 @@ class RunnerJobView:
     unschedulable_since: float | None = None
     # Names of every Pod of it that still exists, whatever its phase.
     all_pod_names: tuple[str, ...] = ()
+    # Live Pods that do not yet carry the node scale-down guards (set once busy).
+    unguarded_pods: tuple[str, ...] = ()
 
     @property
     def alive(self) -> bool:
@@ -132,6 +135,13 @@ def job_view(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Runne
         pod_problem=problems[0] if problems else None,
         unschedulable_since=min(unschedulable) if unschedulable else None,
         all_pod_names=tuple(sorted(p["metadata"]["name"] for p in pods)),
+        unguarded_pods=tuple(
+            sorted(
+                p["metadata"]["name"]
+                for p in live
+                if (p["metadata"].get("annotations") or {}).get(SAFE_TO_EVICT) != "false"
+            )
+        ),
     )
 
 

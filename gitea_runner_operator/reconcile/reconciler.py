@@ -22,6 +22,7 @@ from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.labels import label_names
 from gitea_runner_operator.api.naming import new_job_name
 from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
+from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, parse_spec
 from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.kube.job_template import render_runner_job
@@ -63,6 +64,9 @@ class ClusterWrites(Protocol):
     async def create_job(self, manifest: dict[str, Any]) -> str: ...
     async def delete_job(self, namespace: str, name: str) -> bool: ...
     async def annotate_job(
+        self, namespace: str, name: str, annotations: dict[str, str]
+    ) -> None: ...
+    async def annotate_pod(
         self, namespace: str, name: str, annotations: dict[str, str]
     ) -> None: ...
     async def patch_group_status(
@@ -182,6 +186,14 @@ class Reconciler:
             await self._cluster.annotate_job(
                 meta["namespace"], job_name, {constants.TOOK_JOB_ANNOTATION: "true"}
             )
+        # A node autoscaler must not evict a running CI job; idle and starting runners never
+        # get this, so they never hold a node.
+        for view in views:
+            if decision.states.get(view.name) is RunnerState.BUSY:
+                for pod in view.unguarded_pods:
+                    await self._cluster.annotate_pod(
+                        meta["namespace"], pod, dict(SCALE_DOWN_ANNOTATIONS)
+                    )
         await self._write_status(
             key,
             group,

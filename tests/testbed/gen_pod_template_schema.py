@@ -55,7 +55,10 @@ TEMPLATE_RULES = [
         "message": f"spec.template.spec.restartPolicy {OWNED_BY_OPERATOR} (OnFailure)",
     },
 ]
-METADATA_MAP_RULE = "self.all(k, !k.startsWith('gitea.bpg.pw/'))"
+METADATA_MAP_RULE = (
+    "self.all(k, !k.startsWith('gitea.bpg.pw/') && "
+    "k != 'cluster-autoscaler.kubernetes.io/safe-to-evict' && k != 'karpenter.sh/do-not-disrupt')"
+)
 
 
 class Converter:
@@ -150,7 +153,10 @@ def template_schema(openapi: dict[str, Any]) -> dict[str, Any]:
         "x-kubernetes-validations": [
             {
                 "rule": METADATA_MAP_RULE,
-                "message": "keys under gitea.bpg.pw/ are set by the operator",
+                "message": (
+                    "keys under gitea.bpg.pw/ and the node scale-down annotations "
+                    "(safe-to-evict, do-not-disrupt) are set by the operator"
+                ),
             }
         ],
     }

@@ -71,6 +71,11 @@ class FakeCluster:
     async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         self.jobs[name]["metadata"].setdefault("annotations", {}).update(annotations)
 
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        for pod in self.pods:
+            if pod["metadata"]["name"] == name:
+                pod["metadata"].setdefault("annotations", {}).update(annotations)
+
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.status = status
 
@@ -475,3 +480,26 @@ async def test_teardown_gives_up_after_the_drain_timeout_when_gitea_cannot_be_as
     await late.reconcile(KEY)
     assert FINALIZER not in cluster.finalizers
     assert ("Warning", "TeardownIncomplete") in cluster.events
+
+
+async def test_only_busy_runner_pods_are_guarded_against_node_scale_down():
+    cluster = FakeCluster()
+    first, _, _ = make(cluster, snapshot(queued=2))
+    await first.reconcile(KEY)
+    cluster.sync()
+    busy_job, idle_job = sorted(cluster.jobs)
+    cluster.pods = [_pod(busy_job, f"{busy_job}-bcdfg"), _pod(idle_job, f"{idle_job}-bcdfg")]
+    runners = (
+        ActionRunner(id=1, name=f"{busy_job}-bcdfg", busy=True),
+        ActionRunner(id=2, name=f"{idle_job}-bcdfg"),
+    )
+    again, _, _ = make(cluster, snapshot(queued=0, runners=runners))
+    await again.reconcile(KEY)
+    guarded = {
+        p["metadata"]["name"]: (p["metadata"].get("annotations") or {}) for p in cluster.pods
+    }
+    assert guarded[f"{busy_job}-bcdfg"] == {
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+        "karpenter.sh/do-not-disrupt": "true",
+    }
+    assert guarded[f"{idle_job}-bcdfg"] == {}

@@ -103,3 +103,9 @@ def test_timeouts_have_defaults_and_bounds():
     assert parse_spec(spec_with(drainTimeout="0s")).drain_timeout_seconds == 0
     with pytest.raises(InvalidSpec, match=r"spec\.startupTimeout"):
         parse_spec(spec_with(startupTimeout="10s"))
+
+
+def test_a_template_may_not_set_the_scale_down_guards():
+    template = {"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}
+    with pytest.raises(InvalidSpec, match="busy runner Pods only"):
+        parse_spec(spec_with(template=template))

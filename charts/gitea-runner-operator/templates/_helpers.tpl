@@ -54,7 +54,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch]
+  verbs: [list, watch, patch]  # patch: scale-down guards on busy runner Pods
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
