@@ -13,6 +13,7 @@ from kubernetes_asyncio import client, config
 
 from gitea_runner_operator.api.runnergroup import GiteaRef
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
+from gitea_runner_operator.runtime.trust import GiteaTrust
 from tests.integration import manifests
 from tests.integration.conftest import OPERATOR_NS, OPERATOR_SA, make_namespace, unique
 from tests.unit.test_trust import TEST_CA
@@ -37,7 +38,7 @@ async def operator_api(cluster: Any, tmp_path: Path) -> client.ApiClient:
 
 async def problem(reader: ConfigReader, ns: str, gitea: GiteaRef) -> tuple[str, str]:
     with pytest.raises(ReferenceProblem) as err:
-        await reader.gitea_ssl(ns, gitea)
+        await GiteaTrust(reader).context_for(ns, gitea)
     return err.value.problem.reason, err.value.problem.message
 
 
@@ -55,7 +56,8 @@ async def test_the_operator_reads_a_ca_bundle_where_allowed(
     reader = ConfigReader(api)
     try:
         assert isinstance(
-            await reader.gitea_ssl(ns, gitea_with("configMapKeyRef", "good-ca")), ssl.SSLContext
+            (await GiteaTrust(reader).context_for(ns, gitea_with("configMapKeyRef", "good-ca")))[0],
+            ssl.SSLContext,
         )
         reason, message = await problem(reader, ns, gitea_with("configMapKeyRef", "bad-ca"))
         assert reason == "CABundleInvalid"
