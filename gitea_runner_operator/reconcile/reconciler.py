@@ -19,6 +19,8 @@ from typing import Any, Protocol
 import structlog
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.api.credentials import normalise_url
+from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.labels import label_names
 from gitea_runner_operator.api.naming import new_job_name
 from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
@@ -29,6 +31,12 @@ from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, parse_time, pods_by_job
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile import status as st
+from gitea_runner_operator.reconcile.accounting import (
+    Claimant,
+    assign,
+    component,
+    freshest_view,
+)
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ports import ReapOrder, Sources
 from gitea_runner_operator.reconcile.scaling import (
@@ -36,6 +44,7 @@ from gitea_runner_operator.reconcile.scaling import (
     ReapReason,
     RunnerState,
     plan,
+    runner_state,
     teardown,
 )
 
@@ -219,6 +228,7 @@ class Reconciler:
     ) -> Plan:
         assert snapshot.observation is not None
         present = {v.name for v in views}
+        assigned = self._share(key, spec, snapshot)
         return plan(
             group_name=group["metadata"]["name"],
             group_uid=group["metadata"]["uid"],
@@ -231,6 +241,59 @@ class Reconciler:
             now=self._wall(),
             pending_creations=self._expectations.pending(key, present),
             creation_blocked=self._clock() < state.blocked_until,
+            assigned=assigned,
+        )
+
+    def _share(self, key: str, spec: RunnerGroupSpec, snapshot: Snapshot) -> list[ActionJob] | None:
+        """This group's share of the queued jobs when other groups of the same Gitea could
+        serve some of them (accounting.py); None when no other group overlaps."""
+        url = normalise_url(spec.gitea.url)
+        peers = {
+            k: (s, snap)
+            for k, (s, snap) in self._sources.peers().items()
+            if normalise_url(s.gitea.url) == url
+            and snap is not None
+            and snap.observation is not None
+        }
+        peers[key] = (spec, snapshot)
+        if len(peers) == 1:
+            return None
+        sketches = {k: self._claimant(k, s, snap, sketch=True) for k, (s, snap) in peers.items()}
+        members = component(key, sketches)
+        if len(members) == 1:
+            return None
+        claimants = [self._claimant(c.key, *peers[c.key]) for c in members]
+        observed = [
+            (c, peers[c.key][1].started_at, peers[c.key][1].observation.queued)  # type: ignore[union-attr]
+            for c in claimants
+        ]
+        return assign(freshest_view(observed), claimants)[key]
+
+    def _claimant(
+        self, key: str, spec: RunnerGroupSpec, snapshot: Snapshot, *, sketch: bool = False
+    ) -> Claimant:
+        """A group as the assignment sees it; ``sketch`` skips the capacity (enough to find
+        which groups overlap, and cheap for the many that do not)."""
+        not_busy = spare = 0
+        if not sketch:
+            views = self._job_views(key)
+            observation = snapshot.observation
+            by_name = {r.name: r for r in observation.runners} if observation else {}
+            states = [runner_state(v, by_name) for v in views]
+            pending = self._expectations.pending(key, {v.name for v in views})
+            alive = sum(1 for st_ in states if st_ is not RunnerState.GONE) + pending
+            not_busy = pending + sum(
+                1 for st_ in states if st_ in (RunnerState.STARTING, RunnerState.IDLE)
+            )
+            spare = spec.max_active_runners - alive
+        return Claimant(
+            key=key,
+            scope=spec.scope,
+            org=spec.org,
+            repo=spec.repo,
+            offered=label_names(spec.runner_labels),
+            not_busy=not_busy,
+            spare=spare,
         )
 
     def _note_stuck(

@@ -147,13 +147,16 @@ def plan(
     now: float,
     pending_creations: int = 0,
     creation_blocked: bool = False,
+    assigned: Sequence[ActionJob] | None = None,
 ) -> Plan:
     """Decide one reconcile pass.
 
     ``pending_creations`` counts Jobs this process created (or is creating) that the informer
     has not shown yet; they hold a slot and cover demand exactly like a starting runner.
     ``creation_blocked`` holds creation back while the group backs off after runners that
-    could not start or did not take the jobs they were made for.
+    could not start or did not take the jobs they were made for. ``assigned``, when several
+    groups could serve the same jobs, is this group's share of them (see accounting.py);
+    otherwise demand is every matching queued job the group's observation lists.
     """
     runners_by_name = {r.name: r for r in observation.runners}
     states = {view.name: runner_state(view, runners_by_name) for view in jobs}
@@ -163,7 +166,7 @@ def plan(
     not_busy = pending_creations + sum(
         1 for v in alive_views if states[v.name] in (RunnerState.STARTING, RunnerState.IDLE)
     )
-    demand = len(matching_demand(observation.queued, offered))
+    demand = len(matching_demand(observation.queued if assigned is None else assigned, offered))
 
     reap: list[ReapCandidate] = []
     orphans: list[Orphan] = []

@@ -199,6 +199,9 @@ class Pollers:
     def specs(self) -> list[RunnerGroupSpec]:
         return [p.spec for p in self._pollers.values()]
 
+    def peers(self) -> dict[str, tuple[RunnerGroupSpec, Snapshot | None]]:
+        return {key: (p.spec, p.latest) for key, p in self._pollers.items()}
+
     async def ensure(self, key: str, spec: RunnerGroupSpec) -> GroupPoller:
         current = self._pollers.get(key)
         if current is not None and current.spec == spec:

@@ -138,6 +138,9 @@ class FakeSources:
     def get(self, key: str) -> FakeSource:
         return self.source
 
+    def peers(self) -> dict[str, Any]:
+        return {}
+
     async def ensure(self, key: str, spec: Any) -> FakeSource:
         return self.source
 
