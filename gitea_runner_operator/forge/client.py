@@ -128,6 +128,10 @@ class GiteaClient:
         self._timeout = timeout
         self._sleep = sleep
 
+    @property
+    def base_url(self) -> str:
+        return self._base
+
     def __repr__(self) -> str:  # never show the token
         return f"GiteaClient({self._base!r})"
 

@@ -49,6 +49,24 @@ class GiteaHandle:
     scope: ScopeRef
 
 
+@dataclass(frozen=True, slots=True)
+class _Fetched:
+    """The answer to one (possibly shared) set of Gitea requests."""
+
+    observation: Observation | None = None
+    problem: Problem | None = None
+    retry_after: float | None = None
+    error: GiteaError | None = None
+    handle: GiteaHandle | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    started: float
+    checked: str
+    task: asyncio.Task[_Fetched]
+
+
 def utc_now_iso() -> str:
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
@@ -77,20 +95,28 @@ class Observer:
         # Keyed by the token's fingerprint too: what one tenant's token may see must never
         # answer for another token.
         self._resolved: dict[tuple[str, ScopeRef, str], ScopeRef] = {}
+        # (URL, scope, token fingerprint, CA bundle id) -> the latest request for it.
+        self._shared: dict[tuple[str, ScopeRef, str, str], _Shared] = {}
+        self.fetches = 0  # sets of Gitea requests actually sent, for tests and benchmarks
 
     def forget(self, urls_in_use: set[str]) -> None:
         for key in [k for k in self._resolved if k[0] not in urls_in_use]:
             del self._resolved[key]
+        for shared in [k for k in self._shared if k[0] not in urls_in_use]:
+            del self._shared[shared]
 
     async def observe(
-        self, namespace: str, spec: RunnerGroupSpec
+        self, namespace: str, spec: RunnerGroupSpec, newer_than: float = float("-inf")
     ) -> tuple[Snapshot, GiteaHandle | None]:
+        """A snapshot for the group, from a request that started after ``newer_than``
+        (monotonic): groups that watch the same scope of the same Gitea with the same token
+        share one in-flight or recent-enough request instead of each sending their own."""
         started, checked = self._clock(), utc_now_iso()
         if (problem := url_problem(spec.gitea.url, self._allowed)) is not None:
             return Snapshot(started, checked, problem=problem), None
         try:
             async with asyncio.timeout(self._deadline):
-                return await self._observe(namespace, spec, started, checked)
+                return await self._observe(namespace, spec, started, checked, newer_than)
         except TimeoutError:
             problem = Problem(
                 "GiteaUnreachable",
@@ -99,7 +125,12 @@ class Observer:
             return Snapshot(started, checked, problem=problem), None
 
     async def _observe(
-        self, namespace: str, spec: RunnerGroupSpec, started: float, checked: str
+        self,
+        namespace: str,
+        spec: RunnerGroupSpec,
+        started: float,
+        checked: str,
+        newer_than: float,
     ) -> tuple[Snapshot, GiteaHandle | None]:
         url = spec.gitea.url
         auth, reg = spec.auth_token.secret_ref, spec.registration_token.secret_ref
@@ -136,28 +167,54 @@ class Observer:
             max_pages=self._max_pages,
         )
         wanted = ScopeRef.from_spec(spec)
-        cache_key = (url, wanted, hashlib.sha256(token.encode()).hexdigest())
+        fingerprint = hashlib.sha256(token.encode()).hexdigest()
+        key = (url, wanted, fingerprint, trust_id)
+        shared = self._shared.get(key)
+        if shared is None or shared.started < newer_than:
+            task = asyncio.create_task(self._fetch(client, wanted, fingerprint))
+            shared = self._shared[key] = _Shared(started, checked, task)
+            self.fetches += 1
+        # Shielded: one group giving up (its deadline, its poller stopping) must not cancel
+        # the request the other groups are waiting for.
+        fetched = await asyncio.shield(shared.task)
+        if isinstance(fetched.error, GiteaUnauthorized | GiteaForbidden):
+            self._secrets.invalidate(namespace, auth.name)  # rotated? read it again next time
+        snapshot = Snapshot(
+            shared.started,
+            shared.checked,
+            observation=fetched.observation,
+            problem=fetched.problem,
+            retry_after=fetched.retry_after,
+        )
+        return snapshot, fetched.handle
+
+    async def _fetch(self, client: GiteaClient, wanted: ScopeRef, fingerprint: str) -> _Fetched:
+        url = client.base_url
+        cache_key = (url, wanted, fingerprint)
         try:
-            scope = self._resolved.get(cache_key)
-            if scope is None:
-                scope = await client.resolve_scope(wanted)
-                self._resolved[cache_key] = scope
-            runners = await client.list_runners(scope)
-            queued = await client.list_jobs(scope, "queued")
+            async with asyncio.timeout(self._deadline):
+                scope = self._resolved.get(cache_key)
+                if scope is None:
+                    scope = await client.resolve_scope(wanted)
+                    self._resolved[cache_key] = scope
+                runners = await client.list_runners(scope)
+                queued = await client.list_jobs(scope, "queued")
+        except TimeoutError:
+            problem = Problem(
+                "GiteaUnreachable", f"{url}: no complete answer within {self._deadline:.0f}s"
+            )
+            return _Fetched(problem=problem)
         except GiteaError as exc:
             if isinstance(exc, GiteaNotFound):
                 self._resolved.pop(cache_key, None)  # the target may have been renamed
-            if isinstance(exc, GiteaUnauthorized | GiteaForbidden):
-                # The token may have been rotated: read the Secret again next time.
-                self._secrets.invalidate(namespace, auth.name)
             retry_after = exc.retry_after if isinstance(exc, GiteaRateLimited) else None
             if exc.detail:
                 log.debug("gitea request failed", gitea=url, detail=exc.detail)
             problem = Problem(exc.reason, f"{url}: {exc}" if url not in str(exc) else str(exc))
-            return Snapshot(started, checked, problem=problem, retry_after=retry_after), None
+            return _Fetched(problem=problem, retry_after=retry_after, error=exc)
         if not runners.complete:
             log.warning(
-                "runner list longer than the page cap: no runner of this group is reaped "
+                "runner list longer than the page cap: no runner of this scope is reaped "
                 "until it fits",
                 gitea=url,
                 seen=len(runners.items),
@@ -168,5 +225,4 @@ class Observer:
             runners_complete=runners.complete,
             queued_complete=queued.complete,
         )
-        snapshot = Snapshot(started, checked, observation=observation)
-        return snapshot, GiteaHandle(client, scope)
+        return _Fetched(observation=observation, handle=GiteaHandle(client, scope))

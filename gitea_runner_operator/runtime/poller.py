@@ -34,7 +34,9 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_BACKOFF_MAX = 30.0
 SECRET_RETRY = 3.0
-ObserveFn = Callable[[str, RunnerGroupSpec], Awaitable[tuple[Snapshot, GiteaHandle | None]]]
+ObserveFn = Callable[[str, RunnerGroupSpec, float], Awaitable[tuple[Snapshot, GiteaHandle | None]]]
+# A periodic poll may reuse an answer another group on the same scope got this recently.
+SHARE_WINDOW = 5.0
 
 
 def next_delay(
@@ -84,6 +86,7 @@ class GroupPoller:
         self._secret_retry = secret_retry
         self._clock = clock
         self._wake = asyncio.Event()
+        self._wanted_after = float("-inf")
         self._order: ReapOrder | None = None
         self._task: asyncio.Task[None] | None = None
         self.observations = 0
@@ -99,6 +102,7 @@ class GroupPoller:
             and (latest.problem.kind is ProblemKind.GITEA)
         ):
             return
+        self._wanted_after = max(self._wanted_after, self._clock())
         self._wake.set()
 
     def submit(self, order: ReapOrder) -> None:
@@ -122,8 +126,10 @@ class GroupPoller:
             started = self._clock()
             snapshot: Snapshot | None = None
             handle: GiteaHandle | None = None
+            interval = self.spec.poll_interval_seconds
+            newer_than = max(self._wanted_after, started - min(interval / 2, SHARE_WINDOW))
             try:
-                snapshot, handle = await self._observe(self._namespace, self.spec)
+                snapshot, handle = await self._observe(self._namespace, self.spec, newer_than)
             except Exception:
                 log.exception("poll failed unexpectedly", group=self.key)
             self.observations += 1

@@ -54,7 +54,7 @@ async def test_wake_ups_are_coalesced_and_ignored_while_gitea_fails():
     calls = 0
     results: list[Snapshot] = [_snap(), _snap(Problem("GiteaServerError", "500"))]
 
-    async def observe(namespace: str, spec: Any) -> tuple[Snapshot, None]:
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
         nonlocal calls
         calls += 1
         return results[min(calls - 1, len(results) - 1)], None

@@ -1,0 +1,94 @@
+"""Groups on the same Gitea scope with the same token share one set of requests per poll;
+another token never shares (tenant isolation). Gitea is mocked (aioresponses) to count the
+requests exactly; the integration suite runs the same code against a real Gitea."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+from aioresponses import aioresponses
+
+from gitea_runner_operator.api.runnergroup import parse_spec
+from gitea_runner_operator.forge.client import SessionPool
+from gitea_runner_operator.runtime.observer import Observer
+from tests.unit.test_runnergroup import VALID
+
+ORG_SPEC = {**VALID, "scope": "org", "repo": None, "gitea": {"url": "http://g.test"}}
+ORG_SPEC = {k: v for k, v in ORG_SPEC.items() if v is not None}
+JOBS = re.compile(r"^http://g\.test/api/v1/orgs/acme/actions/jobs\?.*$")
+RUNNERS = re.compile(r"^http://g\.test/api/v1/orgs/acme/actions/runners\?.*$")
+
+
+class FakeSecrets:
+    def __init__(self, tokens: dict[str, str]) -> None:
+        self.tokens = tokens  # namespace -> token
+
+    async def read(self, namespace: str, name: str, key: str, field: str, url: str) -> str:
+        return self.tokens[namespace]
+
+    def invalidate(self, namespace: str, name: str) -> None:
+        pass
+
+
+def gitea(mock: aioresponses, delay: float = 0.0) -> None:
+    mock.get("http://g.test/api/v1/orgs/acme", payload={"id": 1}, repeat=True)
+
+    async def slow(*_: Any, **__: Any) -> None:
+        await asyncio.sleep(delay)
+
+    mock.get(RUNNERS, payload={"runners": [], "total_count": 0}, repeat=True, callback=slow)
+    mock.get(JOBS, payload={"jobs": [], "total_count": 0}, repeat=True)
+
+
+def requests_to(mock: aioresponses, pattern: re.Pattern[str]) -> int:
+    return sum(
+        len(calls) for (method, url), calls in mock.requests.items() if pattern.match(str(url))
+    )
+
+
+@pytest.fixture
+async def sessions():
+    pool = SessionPool()
+    yield pool
+    await pool.close()
+
+
+async def test_groups_with_the_same_scope_and_token_share_one_request(sessions):
+    observer = Observer(FakeSecrets({"a": "t1", "b": "t1"}), sessions)  # type: ignore[arg-type]
+    spec = parse_spec(ORG_SPEC)
+    with aioresponses() as mock:
+        gitea(mock, delay=0.05)
+        results = await asyncio.gather(*(observer.observe(ns, spec) for ns in ("a", "b", "a", "b")))
+        assert requests_to(mock, JOBS) == 1 and requests_to(mock, RUNNERS) == 1
+    assert all(snapshot.observation is not None for snapshot, _ in results)
+    assert observer.fetches == 1
+
+
+async def test_another_token_never_shares(sessions):
+    observer = Observer(FakeSecrets({"a": "t1", "b": "t2"}), sessions)  # type: ignore[arg-type]
+    spec = parse_spec(ORG_SPEC)
+    with aioresponses() as mock:
+        gitea(mock)
+        await asyncio.gather(observer.observe("a", spec), observer.observe("b", spec))
+        assert requests_to(mock, JOBS) == 2
+    assert observer.fetches == 2
+
+
+async def test_a_recent_answer_is_reused_unless_a_newer_one_is_asked_for(sessions):
+    clock = iter(range(100, 200)).__next__
+    observer = Observer(
+        FakeSecrets({"a": "t1", "b": "t1"}),  # type: ignore[arg-type]
+        sessions,
+        clock=lambda: float(clock()),
+    )
+    spec = parse_spec(ORG_SPEC)
+    with aioresponses() as mock:
+        gitea(mock)
+        first, _ = await observer.observe("a", spec)
+        reused, _ = await observer.observe("b", spec, newer_than=first.started_at - 5)
+        assert reused.started_at == first.started_at and observer.fetches == 1
+        fresh, _ = await observer.observe("b", spec, newer_than=first.started_at + 0.5)
+        assert fresh.started_at > first.started_at and observer.fetches == 2
