@@ -28,6 +28,7 @@ DEFAULT_IDLE_TIMEOUT: Final = "10m"
 # Long enough for a node autoscaler to add a node and pull a DinD image.
 DEFAULT_STARTUP_TIMEOUT: Final = "10m"
 DEFAULT_DRAIN_TIMEOUT: Final = "5m"
+DEFAULT_WARM_MAX_AGE: Final = "1h"
 MIN_POLL_INTERVAL_SECONDS: Final = 5.0
 MAX_POLL_INTERVAL_SECONDS: Final = 600.0
 MIN_IDLE_TIMEOUT_SECONDS: Final = 60.0

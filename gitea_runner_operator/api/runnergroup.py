@@ -166,6 +166,8 @@ class RunnerGroupSpec(_CamelModel):
     idle_timeout: str = constants.DEFAULT_IDLE_TIMEOUT
     startup_timeout: str = constants.DEFAULT_STARTUP_TIMEOUT
     drain_timeout: str = constants.DEFAULT_DRAIN_TIMEOUT
+    min_idle_runners: int = Field(default=0, ge=0)
+    warm_runner_max_age: str = constants.DEFAULT_WARM_MAX_AGE
     webhook: WebhookSpec | None = None
     mode: RunnerMode = RunnerMode.DIND_ROOTLESS
     # Kept as written, so every Pod field reaches the runner Pod unchanged; only the fields
@@ -226,6 +228,11 @@ class RunnerGroupSpec(_CamelModel):
             value, constants.MIN_STARTUP_TIMEOUT_SECONDS, constants.MAX_STARTUP_TIMEOUT_SECONDS
         )
 
+    @field_validator("warm_runner_max_age")
+    @classmethod
+    def _warm_age_bounds(cls, value: str) -> str:
+        return _bounded_duration(value, 60.0, constants.MAX_IDLE_TIMEOUT_SECONDS)
+
     @field_validator("drain_timeout")
     @classmethod
     def _drain_bounds(cls, value: str) -> str:
@@ -254,6 +261,15 @@ class RunnerGroupSpec(_CamelModel):
             raise ValueError(
                 "set either spec.maxRunnerLifetime or "
                 "spec.template.spec.activeDeadlineSeconds, not both"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _warm_within_max(self) -> Self:
+        if self.min_idle_runners > self.max_active_runners:
+            raise ValueError(
+                "minIdleRunners: must not exceed maxActiveRunners "
+                f"({self.min_idle_runners} > {self.max_active_runners})"
             )
         return self
 
@@ -300,6 +316,10 @@ class RunnerGroupSpec(_CamelModel):
     @property
     def startup_timeout_seconds(self) -> float:
         return parse_duration(self.startup_timeout)
+
+    @property
+    def warm_runner_max_age_seconds(self) -> float:
+        return parse_duration(self.warm_runner_max_age)
 
     @property
     def drain_timeout_seconds(self) -> float:

@@ -242,6 +242,8 @@ class Reconciler:
             pending_creations=self._expectations.pending(key, present),
             creation_blocked=self._clock() < state.blocked_until,
             assigned=assigned,
+            min_idle=spec.min_idle_runners,
+            warm_max_age=spec.warm_runner_max_age_seconds,
         )
 
     def _share(self, key: str, spec: RunnerGroupSpec, snapshot: Snapshot) -> list[ActionJob] | None:

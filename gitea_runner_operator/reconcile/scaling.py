@@ -47,6 +47,7 @@ class ReapReason(StrEnum):
     IDLE_WITH_DEMAND = "idle_with_demand"  # idle although matching jobs are queued: misfit
     STARTUP_TIMEOUT = "startup_timeout"  # never registered within startupTimeout
     GROUP_DELETED = "group_deleted"  # not busy, and the group is being torn down
+    WARM_RECYCLED = "warm_recycled"  # a warm runner past spec.warmRunnerMaxAge: replaced
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +149,8 @@ def plan(
     pending_creations: int = 0,
     creation_blocked: bool = False,
     assigned: Sequence[ActionJob] | None = None,
+    min_idle: int = 0,
+    warm_max_age: float = 3600.0,
 ) -> Plan:
     """Decide one reconcile pass.
 
@@ -157,6 +160,8 @@ def plan(
     could not start or did not take the jobs they were made for. ``assigned``, when several
     groups could serve the same jobs, is this group's share of them (see accounting.py);
     otherwise demand is every matching queued job the group's observation lists.
+    ``min_idle`` runners are kept warm beyond demand (within the maximum): they are not
+    reaped for idling, only recycled once older than ``warm_max_age``.
     """
     runners_by_name = {r.name: r for r in observation.runners}
     states = {view.name: runner_state(view, runners_by_name) for view in jobs}
@@ -170,11 +175,16 @@ def plan(
 
     reap: list[ReapCandidate] = []
     orphans: list[Orphan] = []
+    warm = _warm_pool(alive_views, states, min_idle)
     if observation.runners_complete:
         for view in alive_views:
-            reason = _reap_reason(
-                view, states[view.name], demand, idle_timeout, startup_timeout, now
-            )
+            if view.name in warm:
+                since = view.started_at if view.started_at is not None else view.created_at
+                reason = ReapReason.WARM_RECYCLED if now - since > warm_max_age else None
+            else:
+                reason = _reap_reason(
+                    view, states[view.name], demand, idle_timeout, startup_timeout, now
+                )
             if reason is not None:
                 ids = tuple(runners_by_name[p].id for p in view.pod_names if p in runners_by_name)
                 reap.append(ReapCandidate(view.name, reason, view.pod_names, ids))
@@ -184,7 +194,7 @@ def plan(
     if not creation_blocked:
         # Reaped runners free their slots only once deleted; the next pass sees that.
         create = desired_new_runners(
-            demand=demand, alive=alive, not_busy=not_busy, max_active=max_active
+            demand=demand + min_idle, alive=alive, not_busy=not_busy, max_active=max_active
         )
     mark = tuple(
         v.name for v in alive_views if states[v.name] is RunnerState.BUSY and not v.took_job
@@ -205,6 +215,17 @@ def plan(
         states=states,
         start_failures=failures,
     )
+
+
+def _warm_pool(
+    views: Sequence[RunnerJobView], states: Mapping[str, RunnerState], min_idle: int
+) -> set[str]:
+    """The idle runners kept warm: the ``min_idle`` youngest, so the oldest get recycled."""
+    if min_idle <= 0:
+        return set()
+    idle = [v for v in views if states[v.name] is RunnerState.IDLE]
+    idle.sort(key=lambda v: v.started_at if v.started_at is not None else v.created_at)
+    return {v.name for v in idle[-min_idle:]}
 
 
 def _reap_reason(

@@ -34,6 +34,7 @@ REASON_TEXT = {
     "were queued",
     ReapReason.STARTUP_TIMEOUT: "did not register within spec.startupTimeout",
     ReapReason.GROUP_DELETED: "was not busy and its RunnerGroup is being deleted",
+    ReapReason.WARM_RECYCLED: "was a warm runner older than spec.warmRunnerMaxAge (replaced)",
 }
 
 

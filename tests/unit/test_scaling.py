@@ -72,6 +72,7 @@ def decide(
     startup=600.0,
     complete=True,
     blocked=False,
+    min_idle=0,
 ):
     return plan(
         group_name="ci",
@@ -87,6 +88,7 @@ def decide(
         now=NOW,
         pending_creations=pending,
         creation_blocked=blocked,
+        min_idle=min_idle,
     )
 
 
@@ -326,3 +328,22 @@ def test_teardown_removes_idle_registrations_whose_pods_are_gone_even_if_online(
     assert [o.runner_id for o in plan_.orphans] == [1]
     assert not plan_.orphans[0].require_offline
     assert not plan_.done
+
+
+def test_warm_runners_are_kept_beyond_demand_within_the_maximum():
+    assert decide(min_idle=2).create == 2
+    assert decide(queued_jobs=queued(3), min_idle=2).create == 5
+    assert decide(queued_jobs=queued(3), min_idle=2, max_active=4).create == 4
+
+
+def test_a_warm_runner_is_not_reaped_for_idling_only_recycled_when_old():
+    idle = job("ci-w", age=4000, pods=["ci-w-p"], started_ago=3000)
+    runners = [runner("ci-w-p")]
+    assert decide(jobs=[idle], runners=runners, min_idle=1).reap == ()
+    old = job("ci-w", age=4000, pods=["ci-w-p"], started_ago=3700)
+    (recycled,) = decide(jobs=[old], runners=runners, min_idle=1).reap
+    assert recycled.reason is ReapReason.WARM_RECYCLED
+    # Beyond the warm pool, idle runners are reaped as usual, the oldest first.
+    two = [idle, job("ci-x", age=4000, pods=["ci-x-p"], started_ago=3500)]
+    reaped = decide(jobs=two, runners=[*runners, runner("ci-x-p")], min_idle=1).reap
+    assert [c.job_name for c in reaped] == ["ci-x"]
