@@ -103,6 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="file holding the operator-wide webhook secret (e.g. a mounted Secret); read at start",
     )
+    p.add_argument(
+        "--kube-write-qps",
+        type=float,
+        default=50.0,
+        help="client-side limit of Kubernetes writes per second (default 50)",
+    )
+    p.add_argument(
+        "--kube-write-burst", type=int, default=100, help="burst of that limit (default 100)"
+    )
     p.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
     p.add_argument("--log-level", default="info")
     return p
@@ -113,6 +122,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit("--workers must be at least 1")
     if args.job_ttl_seconds < 0:
         raise SystemExit("--job-ttl-seconds must not be negative")
+    if args.kube_write_qps <= 0 or args.kube_write_burst < 1:
+        raise SystemExit("--kube-write-qps must be > 0 and --kube-write-burst at least 1")
     if args.gitea_backoff_max < 1:
         raise SystemExit("--gitea-backoff-max must be at least 1 second")
     for url in args.allowed_gitea_url:
@@ -139,6 +150,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         job_ttl_seconds=args.job_ttl_seconds,
         allowed_gitea_urls=tuple(args.allowed_gitea_url),
         gitea_backoff_max=args.gitea_backoff_max,
+        kube_write_qps=args.kube_write_qps,
+        kube_write_burst=args.kube_write_burst,
         webhook_host=args.webhook_host,
         webhook_port=args.webhook_port,
         webhook_secret=args.webhook_secret,

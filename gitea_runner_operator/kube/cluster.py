@@ -15,6 +15,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.http import send
+from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 log = structlog.get_logger(__name__)
 
@@ -39,7 +40,13 @@ def api_message(exc: ApiException) -> str:
 
 
 class Cluster:
-    def __init__(self, api: client.ApiClient, identity: str = COMPONENT) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        identity: str = COMPONENT,
+        limiter: TokenBucket | None = None,
+    ) -> None:
+        self._limiter = limiter or TokenBucket(qps=50, burst=100)
         # Typed as Any: the generated stubs omit the documented ``_content_type`` and
         # ``_preload_content`` keywords and insist on model objects where dicts are accepted.
         self._core: Any = client.CoreV1Api(api)
@@ -48,6 +55,7 @@ class Cluster:
         self._identity = identity
 
     async def create_job(self, manifest: dict[str, Any]) -> str:
+        await self._limiter.acquire()
         namespace = manifest["metadata"]["namespace"]
         try:
             body = await send(
@@ -63,6 +71,7 @@ class Cluster:
 
     async def delete_job(self, namespace: str, name: str) -> bool:
         """Delete a runner Job and its Pods; False if it was already gone."""
+        await self._limiter.acquire()
         try:
             await send(
                 self._batch.delete_namespaced_job(
@@ -80,6 +89,7 @@ class Cluster:
         return True
 
     async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        await self._limiter.acquire()
         try:
             await send(
                 self._batch.patch_namespaced_job(
@@ -96,6 +106,7 @@ class Cluster:
                 raise
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        await self._limiter.acquire()
         try:
             await send(
                 self._core.patch_namespaced_pod(
@@ -112,6 +123,7 @@ class Cluster:
                 raise
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        await self._limiter.acquire()
         try:
             await send(
                 self._custom.patch_namespaced_custom_object_status(
@@ -135,6 +147,7 @@ class Cluster:
     ) -> None:
         """Replace the group's finalizers, only if it has not changed since we read it (the
         resourceVersion makes this a compare-and-swap; a 409 means read again)."""
+        await self._limiter.acquire()
         meta: dict[str, Any] = {"finalizers": finalizers}
         if resource_version:
             meta["resourceVersion"] = resource_version
@@ -160,6 +173,7 @@ class Cluster:
         self, group: dict[str, Any], event_type: str, reason: str, message: str
     ) -> None:
         """Best effort: an Event that cannot be written must not fail a reconcile."""
+        await self._limiter.acquire()
         meta = group["metadata"]
         now = dt.datetime.now(dt.UTC)
         event = {

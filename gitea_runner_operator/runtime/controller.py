@@ -19,6 +19,7 @@ from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.configmaps import ConfigReader
+from gitea_runner_operator.kube.ratelimit import TokenBucket
 from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.expectations import Expectations
@@ -48,7 +49,11 @@ class Controller:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.cache = ClusterCache(watch_api or api, settings.namespaces)
-        self.cluster = Cluster(api, settings.identity or "gitea-runner-operator")
+        self.cluster = Cluster(
+            api,
+            settings.identity or "gitea-runner-operator",
+            TokenBucket(settings.kube_write_qps, settings.kube_write_burst),
+        )
         self.secrets = Secrets(api, ttl=settings.secret_cache_ttl)
         self.sessions = SessionPool()
         self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
