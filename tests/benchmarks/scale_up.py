@@ -23,6 +23,7 @@ import time
 import uuid
 
 from tests.integration import manifests
+from tests.integration.conftest import allow_secrets
 from tests.testbed.gitea_api import GiteaAPI
 from tests.testbed.sandbox import Sandbox
 
@@ -53,8 +54,7 @@ def run(sandbox: Sandbox, kube: object, gitea: GiteaAPI, interval: str, n: int) 
     suffix = uuid.uuid4().hex[:6]
     ns, org = f"bench-{suffix}", f"bench-{suffix}"
     manifests.apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})  # type: ignore[arg-type]
-    for obj in manifests.load("examples/secret-access.yaml"):
-        manifests.apply(kube, obj, namespace=ns)  # type: ignore[arg-type]
+    allow_secrets(kube, ns)  # type: ignore[arg-type]
     gitea.create_org(org)
     gitea.create_repo(org, "app")
     manifests.apply(
@@ -62,7 +62,7 @@ def run(sandbox: Sandbox, kube: object, gitea: GiteaAPI, interval: str, n: int) 
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": "tokens"},
+            "metadata": {"name": "tokens", "labels": {"gitea.bpg.pw/credentials": "true"}},
             "stringData": {
                 "registration": gitea.registration_token("org", owner=org),
                 "api": sandbox.gitea_token,
