@@ -67,6 +67,12 @@ def test_valid_group_is_accepted_with_defaults(kube, team_namespace):
         ({"pollInterval": "1s"}, "spec.pollInterval must be between 5s and 10m"),
         ({"idleTimeout": "5s"}, "spec.idleTimeout must be between 1m and 24h"),
         ({"authToken": None}, "spec.authToken: Required value"),
+        # The default runner would register this as one label named by the whole string.
+        ({"labels": ["k8s:kubernetes://busybox"]}, "list kubernetes in spec.labelSchemas"),
+        ({"labelSchemas": ["docker"]}, "spec.labelSchemas must keep host and docker"),
+        ({"minIdleRunners": 4}, "spec.minIdleRunners must not exceed spec.maxActiveRunners"),
+        ({"drainTimeout": "25h"}, "spec.drainTimeout must be at most 24h"),
+        ({"startupTimeout": "10s"}, "spec.startupTimeout must be between 1m and 24h"),
     ],
 )
 def test_invalid_groups_are_rejected_with_the_crds_message(kube, team_namespace, spec, message):
@@ -116,3 +122,11 @@ def test_status_is_a_subresource(kube, team_namespace):
     created = kube.post(path, {**group("statusful"), "status": {"activeRunners": 7}})
     assert "status" not in created or created["status"].get("activeRunners") != 7
     assert manifests.object_path(created, team_namespace).endswith("/statusful")
+
+
+def test_a_kubernetes_label_is_accepted_for_a_runner_that_understands_it(kube, team_namespace):
+    obj = group(
+        "k8s", labels=["k8s:kubernetes://busybox"], labelSchemas=["host", "docker", "kubernetes"]
+    )
+    created = kube.post(GROUPS.format(ns=team_namespace), obj)
+    assert created["spec"]["labelSchemas"] == ["host", "docker", "kubernetes"]

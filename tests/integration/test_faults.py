@@ -19,14 +19,18 @@ import pytest
 from tests.integration import manifests
 from tests.integration.conftest import (
     OPERATOR_NS,
+    allow_secrets,
     condition,
+    delete_namespace,
     group_status,
     kwok_image,
+    make_namespace,
     make_tokens,
     ready,
     runner_group,
     runner_jobs,
     sample,
+    unique,
     wait_until,
 )
 from tests.integration.faulty_gitea import FaultyGitea
@@ -209,3 +213,34 @@ def test_an_api_server_restart_under_a_leader_and_a_standby(
     assert all(alive), "an operator exited on an API server restart"
     assert final == 6
     assert condition(group_status(kube, ns, "steady"), "Ready").get("status") == "True"
+
+
+def test_many_watched_namespaces_do_not_starve_the_lease_or_the_writes(
+    kube, gitea, cluster, gitea_target, start_operator, kwok
+):
+    """Before: one pool of connections served three watches per namespace; with 34
+    --namespace flags the Lease read hung and the operator never acted. Watches now have a
+    pool of their own."""
+    org, repo = gitea_target.org, gitea_target.repo
+    namespaces = [unique("many") for _ in range(40)]
+    try:
+        for ns in namespaces:
+            make_namespace(kube, ns)
+        target = namespaces[-1]
+        allow_secrets(kube, target)
+        make_tokens(kube, target, cluster, gitea_target)
+        gitea.push_workflow(org, repo, "one.yml", BURST.split("  job-1")[0])
+        gitea.wait_for_jobs(org, repo, "queued", count=1)
+        operator = start_operator(*namespaces)
+        manifests.apply(
+            kube,
+            runner_group("wide", target=gitea_target, url=cluster.gitea_url,
+                         image=kwok_image(600)),
+            namespace=target,
+        )  # fmt: skip
+        wait_until(lambda: runner_jobs(kube, target, "wide"), timeout=60, what="a runner Job")
+        assert any(e.get("event") == "became leader" for e in operator.log_events())
+        figures("40 namespaces", watches=120, runner_jobs=len(runner_jobs(kube, target, "wide")))
+    finally:
+        for ns in namespaces:
+            delete_namespace(kube, ns)

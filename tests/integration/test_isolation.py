@@ -44,6 +44,7 @@ def kube_status(kube: Any, ns: str, name: str) -> dict[str, Any]:
     return kube.get(f"{GROUPS.format(ns=ns)}/{name}").get("status") or {}
 
 
+@pytest.mark.faults
 def test_a_secret_that_did_not_opt_in_is_never_sent_anywhere(
     kube, cluster, team_namespace, gitea_target, start_operator
 ):
@@ -83,6 +84,7 @@ def test_a_secret_that_did_not_opt_in_is_never_sent_anywhere(
             assert runner_jobs(kube, ns, name) == []
 
 
+@pytest.mark.faults
 def test_the_admin_can_restrict_gitea_urls_and_redirects_are_not_followed(
     kube, cluster, team_namespace, gitea_target, start_operator
 ):
