@@ -69,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "apiVersion": "v1",
                 "kind": "Secret",
-                "metadata": {"name": "gitea-runner-tokens"},
+                "metadata": {
+                    "name": "gitea-runner-tokens",
+                    "labels": {"gitea.bpg.pw/credentials": "true"},
+                },
                 "stringData": {
                     "registration-token": registration,
                     "api-token": sandbox.gitea_token,

@@ -94,7 +94,7 @@ def test_a_realistic_template_is_stored_exactly_as_written(kube, team_namespace)
         ),
         (
             {"metadata": {"labels": {"gitea.bpg.pw/runnergroup-name": "x"}}},
-            "keys under gitea.bpg.pw/ are set by the operator",
+            "keys under gitea.bpg.pw/ and the node scale-down annotations",
         ),
         ({"metadata": {"name": "x"}}, 'unknown field "spec.template.metadata.name"'),
     ],

@@ -12,6 +12,7 @@ import pytest
 from tests.integration import manifests
 from tests.integration.conftest import (
     GiteaTarget,
+    allow_secrets,
     kwok_image,
     make_namespace,
     make_tokens,
@@ -58,8 +59,7 @@ def namespace_with_access(kube: KubeClient, name: str, labels: dict[str, str]) -
         kube,
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
     )
-    for obj in manifests.load("examples/secret-access.yaml"):
-        manifests.apply(kube, obj, namespace=name)
+    allow_secrets(kube, name)
     return name
 
 
@@ -163,8 +163,7 @@ def test_a_quota_that_requires_limits_admits_templated_runner_pods(
     kube, gitea, cluster, gitea_target, start_operator, kwok
 ):
     ns = make_namespace(kube, unique("quota"))
-    for obj in manifests.load("examples/secret-access.yaml"):
-        manifests.apply(kube, obj, namespace=ns)
+    allow_secrets(kube, ns)
     try:
         kube.post(
             f"/api/v1/namespaces/{ns}/resourcequotas",
