@@ -13,6 +13,7 @@ from tests.integration import manifests
 from tests.integration.conftest import (
     GiteaTarget,
     allow_secrets,
+    delete_namespace,
     kwok_image,
     make_namespace,
     make_tokens,
@@ -122,7 +123,10 @@ def test_a_template_places_runners_on_a_tainted_pool_only(
         assert pod["metadata"]["labels"]["team"] == "a"
         (runner,) = [c for c in pod["spec"]["containers"] if c["name"] == "runner"]
         assert runner["resources"]["limits"] == LIMITS["limits"]
-    # A group without the template gets runners for the same queued job, never on that pool.
+    # A group without the template, for a second queued job (the first is covered: each job
+    # counts for one group), gets its runner anywhere but that pool.
+    gitea.push_workflow(gitea_target.org, gitea_target.repo, "second.yml", ONE_JOB)
+    gitea.wait_for_jobs(gitea_target.org, gitea_target.repo, "queued", count=2)
     plain = runner_group("plain", target=gitea_target, url=cluster.gitea_url,
                          image=kwok_image(60), maxActiveRunners=1)  # fmt: skip
     manifests.apply(kube, plain, namespace=ns)
@@ -148,6 +152,9 @@ def test_host_mode_runners_are_admitted_under_pod_security_restricted(
         assert "GITEA_RUNNER_REGISTRATION_TOKEN_FILE" in env
         assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env
         # The default mode's privileged Pod is refused there (by admission, not the operator).
+        # A second queued job for it: the first is covered by the host-mode runner.
+        gitea.push_workflow(gitea_target.org, gitea_target.repo, "second.yml", ONE_JOB)
+        gitea.wait_for_jobs(gitea_target.org, gitea_target.repo, "queued", count=2)
         manifests.apply(
             kube,
             runner_group("dind", target=gitea_target, url=cluster.gitea_url, image=kwok_image(60)),
@@ -156,7 +163,7 @@ def test_host_mode_runners_are_admitted_under_pod_security_restricted(
         wait_until(lambda: runner_jobs(kube, ns, "dind"), what="a default-mode runner Job")
         assert max(sample(6, lambda: len(group_pods(kube, ns, "dind")))) == 0
     finally:
-        kube.delete(f"/api/v1/namespaces/{ns}")
+        delete_namespace(kube, ns)
 
 
 def test_a_quota_that_requires_limits_admits_templated_runner_pods(
@@ -204,4 +211,4 @@ def test_a_quota_that_requires_limits_admits_templated_runner_pods(
         )
         assert quota["used"]["limits.memory"] != "0"
     finally:
-        kube.delete(f"/api/v1/namespaces/{ns}")
+        delete_namespace(kube, ns)
