@@ -22,7 +22,9 @@ class Settings:
     retry_period: int = 2
     identity: str = field(default="")
     shutdown_grace: float = 20.0
-    min_refresh_interval: float = 2.0
+    # Shortest gap between two observations of one group (wake-ups from webhooks or from
+    # finished runners); shared per scope, so it bounds the load on Gitea per scope.
+    min_refresh_interval: float = 0.5
     expectation_timeout: float = 60.0
     job_ttl_seconds: int = 600  # ttlSecondsAfterFinished of runner Jobs
     # Prefixes of the Gitea URLs groups may use; empty: any.

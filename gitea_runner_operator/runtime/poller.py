@@ -69,7 +69,7 @@ class GroupPoller:
         notify: Callable[[str], None],
         reaper: Reaper | None = None,
         *,
-        min_refresh: float = 2.0,
+        min_refresh: float = 0.5,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
         secret_retry: float = SECRET_RETRY,
         clock: Callable[[], float] = time.monotonic,
@@ -186,7 +186,7 @@ class Pollers:
         notify: Callable[[str], None],
         reaper: Reaper | None = None,
         *,
-        min_refresh: float = 2.0,
+        min_refresh: float = 0.5,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
     ) -> None:
         self._observe = observe

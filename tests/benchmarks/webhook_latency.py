@@ -71,6 +71,12 @@ def run(sandbox: Sandbox, path: str, n: int, poll: str) -> dict[str, Any]:
             gitea.create_webhook(
                 f"http://127.0.0.1:{op.webhook_port}/hooks/gitea", owner=org, secret=hook_secret
             )
+        # One workflow, committed once (its own run is the first job); every later push
+        # touches another file and runs it once: one queued job per push.
+        gitea.push_workflow(
+            org, "app", "lat.yml",
+            "name: lat\non: [push]\njobs:\n  j:\n    runs-on: lat\n    steps: [{run: echo}]\n",
+        )  # fmt: skip
         time.sleep(5)
         queued_at: dict[int, float] = {}
         job_seen: dict[str, float] = {}
