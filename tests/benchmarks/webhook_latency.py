@@ -1,8 +1,10 @@
 """Benchmark: scale-up latency with and without Gitea's workflow_job webhook.
 
-For each path (poll only; webhook plus poll) it pushes JOBS workflows one at a time, one job
-each, and measures per job the time from "Gitea lists it as queued" (sampled every 0.1 s) to
-"its runner Job exists", then prints p50/p99 side by side. Deliveries are real: Gitea signs
+For each path (poll only; webhook plus poll) it commits one workflow, then pushes other
+files one at a time, 1 to 3 s apart (each push queues one or more runs of it), until JOBS
+runner Jobs exist. Per job it measures the time from "Gitea lists it as queued" (sampled
+every 0.1 s) to "its runner Job exists", pairing the k-th queued job with the k-th runner Job
+(capacity is counted, not bound), and prints p50/p99 side by side. Deliveries are real: Gitea signs
 and posts workflow_job events to the operator's /hooks/gitea on loopback, with the group's
 own hook secret. The group polls every POLL (15s by default) on both paths.
 
