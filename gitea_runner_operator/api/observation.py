@@ -42,6 +42,9 @@ class Observation:
     runners: tuple[ActionRunner, ...]
     runners_complete: bool = True
     queued_complete: bool = True
+    # Jobs runners are running now (one page, at most once a minute): only for the start-up
+    # latency metric, never for decisions.
+    in_progress: tuple[ActionJob, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,11 +163,17 @@ class GiteaClient:
                 f"organisation {scope.org} not found, and it is not the auth token's own user"
             ) from None
 
-    async def list_jobs(self, scope: ScopeRef, status: str = "queued") -> Listing[ActionJob]:
+    async def list_jobs(
+        self, scope: ScopeRef, status: str = "queued", max_pages: int | None = None
+    ) -> Listing[ActionJob]:
         """Jobs of the scope in one API status (``queued`` is the only runnable demand)."""
         try:
             return await self._paginate(
-                scope.jobs_path, {"status": status}, JobList, lambda page: page.jobs
+                scope.jobs_path,
+                {"status": status},
+                JobList,
+                lambda page: page.jobs,
+                max_pages=max_pages,
             )
         except GiteaNotFound:
             raise GiteaUnsupported(
@@ -233,9 +239,10 @@ class GiteaClient:
         params: Mapping[str, str],
         model: type[M],
         items_of: Callable[[M], list[Any] | None],
+        max_pages: int | None = None,
     ) -> Listing[Any]:
         seen: dict[int, Any] = {}
-        for page in range(1, self.max_pages + 1):
+        for page in range(1, (max_pages or self.max_pages) + 1):
             body = await self._request(
                 "GET", path, {**params, "page": str(page), "limit": str(self.page_size)}
             )

@@ -22,7 +22,7 @@ from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.labels import label_names
-from gitea_runner_operator.api.naming import new_job_name
+from gitea_runner_operator.api.naming import new_job_name, runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, parse_spec
@@ -179,6 +179,13 @@ class Reconciler:
 
         state = self.state(key)
         decision = self._plan(key, group, spec, views, snapshot, state)
+        ours = runner_pattern(meta["name"], meta["uid"])
+        self._metrics.observe_jobs(
+            meta["namespace"],
+            meta["name"],
+            snapshot.observation.in_progress,
+            lambda job: bool(ours.match(job.runner_name)),
+        )
         source.submit(ReapOrder(group, decision.reap, decision.orphans))
         self._note_stuck(key, group, decision, spec, state)
         requeue: float | None = None

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import structlog
 
 from gitea_runner_operator.api.credentials import url_problem
+from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.client import GiteaClient, SessionPool
@@ -38,6 +39,8 @@ from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 from gitea_runner_operator.runtime.trust import GiteaTrust
 
 log = structlog.get_logger(__name__)
+
+PROGRESS_EVERY = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,7 @@ class Observer:
         self._resolved: dict[tuple[str, ScopeRef, str], ScopeRef] = {}
         # (URL, scope, token fingerprint, CA bundle id) -> the latest request for it.
         self._shared: dict[tuple[str, ScopeRef, str, str], _Shared] = {}
+        self._progress_at: dict[tuple[str, ScopeRef, str], float] = {}
         self.fetches = 0  # sets of Gitea requests actually sent, for tests and benchmarks
 
     def forget(self, urls_in_use: set[str]) -> None:
@@ -199,6 +203,7 @@ class Observer:
                     self._resolved[cache_key] = scope
                 runners = await client.list_runners(scope)
                 queued = await client.list_jobs(scope, "queued")
+                in_progress = await self._in_progress(client, scope, cache_key)
         except TimeoutError:
             problem = Problem(
                 "GiteaUnreachable", f"{url}: no complete answer within {self._deadline:.0f}s"
@@ -224,5 +229,21 @@ class Observer:
             runners=runners.items,
             runners_complete=runners.complete,
             queued_complete=queued.complete,
+            in_progress=in_progress,
         )
         return _Fetched(observation=observation, handle=GiteaHandle(client, scope))
+
+    async def _in_progress(
+        self, client: GiteaClient, scope: ScopeRef, key: tuple[str, ScopeRef, str]
+    ) -> tuple[ActionJob, ...]:
+        """One page of running jobs, at most once a minute per scope and token: Gitea's own
+        created/started times for the start-up latency metric, at a bounded cost. A failure
+        here costs the metric a sample, never the observation."""
+        now = self._clock()
+        if now - self._progress_at.get(key, float("-inf")) < PROGRESS_EVERY:
+            return ()
+        self._progress_at[key] = now
+        try:
+            return (await client.list_jobs(scope, "in_progress", max_pages=1)).items
+        except GiteaError:
+            return ()

@@ -19,6 +19,7 @@ from tests.unit.test_runnergroup import VALID
 ORG_SPEC = {**VALID, "scope": "org", "repo": None, "gitea": {"url": "http://g.test"}}
 ORG_SPEC = {k: v for k, v in ORG_SPEC.items() if v is not None}
 JOBS = re.compile(r"^http://g\.test/api/v1/orgs/acme/actions/jobs\?.*$")
+QUEUED = re.compile(r"^http://g\.test/api/v1/orgs/acme/actions/jobs\?.*status=queued.*$")
 RUNNERS = re.compile(r"^http://g\.test/api/v1/orgs/acme/actions/runners\?.*$")
 
 
@@ -62,7 +63,7 @@ async def test_groups_with_the_same_scope_and_token_share_one_request(sessions):
     with aioresponses() as mock:
         gitea(mock, delay=0.05)
         results = await asyncio.gather(*(observer.observe(ns, spec) for ns in ("a", "b", "a", "b")))
-        assert requests_to(mock, JOBS) == 1 and requests_to(mock, RUNNERS) == 1
+        assert requests_to(mock, QUEUED) == 1 and requests_to(mock, RUNNERS) == 1
     assert all(snapshot.observation is not None for snapshot, _ in results)
     assert observer.fetches == 1
 
@@ -73,7 +74,7 @@ async def test_another_token_never_shares(sessions):
     with aioresponses() as mock:
         gitea(mock)
         await asyncio.gather(observer.observe("a", spec), observer.observe("b", spec))
-        assert requests_to(mock, JOBS) == 2
+        assert requests_to(mock, QUEUED) == 2
     assert observer.fetches == 2
 
 
@@ -92,3 +93,21 @@ async def test_a_recent_answer_is_reused_unless_a_newer_one_is_asked_for(session
         assert reused.started_at == first.started_at and observer.fetches == 1
         fresh, _ = await observer.observe("b", spec, newer_than=first.started_at + 0.5)
         assert fresh.started_at > first.started_at and observer.fetches == 2
+
+
+async def test_running_jobs_are_listed_at_most_once_a_minute_per_scope(sessions):
+    now = [100.0]
+    observer = Observer(
+        FakeSecrets({"a": "t1"}),  # type: ignore[arg-type]
+        sessions,
+        clock=lambda: now[0],
+    )
+    spec = parse_spec(ORG_SPEC)
+    in_progress = re.compile(r"^http://g\.test/.*/actions/jobs\?.*status=in_progress.*$")
+    with aioresponses() as mock:
+        gitea(mock)
+        for step in (0.0, 10.0, 30.0, 61.0):
+            now[0] = 100.0 + step
+            await observer.observe("a", spec, newer_than=now[0])
+        assert requests_to(mock, in_progress) == 2  # at 0 s and at 61 s
+        assert requests_to(mock, QUEUED) == 4
