@@ -274,3 +274,17 @@ def test_retry_after_accepts_seconds_and_dates():
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", now=1445412480) == 10
     assert parse_retry_after("soon") is None
     assert parse_retry_after(None) is None
+
+
+async def test_a_long_queue_is_read_past_the_old_twenty_page_cut(make_client):
+    """Measured before: 1,050 older queued jobs for other labels hid a team's 3 jobs for as
+    long as the test ran (20 pages of 50). The whole queue is read now (up to 200 pages)."""
+    client = make_client()
+    total = 1053
+    with aioresponses() as mock:
+        for page in range(22):
+            ids = range(page * 50 + 1, min(total, (page + 1) * 50) + 1)
+            mock.get(JOBS, payload={"jobs": [job(i) for i in ids], "total_count": total})
+        listing = await client.list_jobs(REPO)
+    assert listing.complete and len(listing.items) == total
+    assert {1051, 1052, 1053} <= {j.id for j in listing.items}

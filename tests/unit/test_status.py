@@ -90,3 +90,9 @@ def test_conditions_not_recomputed_are_kept():
     prev = [{"type": "RunnersHealthy", "status": "False", "reason": "RunnerJobsFailed"}]
     merged = merge_conditions(prev, [{"type": "Ready", "status": "False"}], "t")
     assert [c["type"] for c in merged] == ["Ready", "RunnersHealthy"]
+
+
+def test_a_cut_queue_never_reports_zero_as_the_whole_truth():
+    cond = ready_condition(None, demand=0, alive=0, max_active=3, complete=False)
+    assert (cond["status"], cond["reason"]) == ("True", "QueuePartiallyRead")
+    assert "at least 0" in cond["message"]
