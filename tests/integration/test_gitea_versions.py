@@ -127,6 +127,9 @@ def test_queued_jobs_listed_at_every_scope(
     raw = api.get(ref.jobs_path.removeprefix("/api/v1"), status="queued")
     assert set(raw) == {"jobs", "total_count"}, raw
     assert raw["total_count"] >= 1
+    raw_job = next(j for j in raw["jobs"] if j["id"] == job_id)
+    assert raw_job["status"] == "queued"
+    assert "runner_id" not in raw_job and "conclusion" not in raw_job, raw_job
     listing = _with_client(old_gitea, lambda c: c.list_jobs(ref, "queued"))
     assert listing.complete
     mine = [j for j in listing.items if j.id == job_id]
