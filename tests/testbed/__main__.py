@@ -84,6 +84,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         gitea=not args.no_gitea,
         keep_workdir=args.detach or None,
         die_with_parent=not args.detach,
+        gitea_version=args.gitea_version,
     )
     sb.start()
     info = sb.info()
@@ -225,6 +226,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             p.add_argument("--no-gitea", action="store_true")
             p.add_argument("--no-kube", action="store_true", help="Gitea only")
+            p.add_argument(
+                "--gitea-version",
+                choices=("default", "oldest"),
+                default=None,
+                help="Gitea release: the pinned default or the oldest supported "
+                "(default: $GRO_TESTBED_GITEA, else default)",
+            )
             p.add_argument(
                 "--existing", action="store_true", help="use the current KUBECONFIG cluster"
             )

@@ -40,6 +40,16 @@ class Component:
     # Directories copied from the upstream module into the cache (Gitea reads
     # templates/ and options/ at run time when built without the bindata tag).
     copy_dirs: tuple[str, ...] = ()
+    # Wrapper module directory under go/ when it is not the component name (e.g. two
+    # Gitea releases side by side).
+    wrapper_dir: str = ""
+    # Go variable set to the pinned version without its "v" (-X), so the binary reports it.
+    version_var: str = ""
+
+    @property
+    def wrapper(self) -> Path:
+        """The wrapper module's directory."""
+        return GO_DIR / (self.wrapper_dir or self.name)
 
 
 def _kube_ldflags(version: str) -> tuple[str, ...]:
@@ -79,13 +89,29 @@ COMPONENTS: dict[str, Component] = {
         module="sigs.k8s.io/kwok",
         binaries={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
     ),
+    # The Gitea the tests run against by default. From 1.27 on Gitea's own module path
+    # is gitea.dev; the wrapper requires it as such and replaces it by the release
+    # published as code.gitea.io/gitea (see go/gitea/go.mod).
     "gitea": Component(
         name="gitea",
+        module="gitea.dev",
+        binaries={"gitea": "gitea.dev"},
+        cgo=True,
+        tags=("sqlite", "sqlite_unlock_notify"),
+        copy_dirs=("templates", "options"),
+        version_var="main.Version",
+    ),
+    # The oldest Gitea release the operator supports, for the version smoke tests
+    # (Sandbox(gitea_version="oldest")).
+    "gitea-oldest": Component(
+        name="gitea-oldest",
         module="code.gitea.io/gitea",
         binaries={"gitea": "code.gitea.io/gitea"},
         cgo=True,
         tags=("sqlite", "sqlite_unlock_notify"),
         copy_dirs=("templates", "options"),
+        wrapper_dir="gitea-1.25",
+        version_var="main.Version",
     ),
     "runner": Component(
         name="runner",
@@ -117,7 +143,7 @@ def cache_root() -> Path:
 
 def module_version(comp: Component) -> str:
     """The pinned version of the component's upstream module, read from the wrapper go.mod."""
-    text = (GO_DIR / comp.name / "go.mod").read_text()
+    text = (comp.wrapper / "go.mod").read_text()
     m = re.search(rf"^\s*(?:require\s+)?{re.escape(comp.module)}\s+(v\S+)", text, re.M)
     if not m:
         raise RuntimeError(f"{comp.name}: no require line for {comp.module} in go.mod")
@@ -127,7 +153,7 @@ def module_version(comp: Component) -> str:
 def cache_key(comp: Component) -> str:
     """component-version-hash; the hash covers go.mod, go.sum and any local Go source."""
     h = hashlib.sha256()
-    wrapper = GO_DIR / comp.name
+    wrapper = comp.wrapper
     for p in sorted(wrapper.rglob("*")):
         if p.is_file() and (p.name in ("go.mod", "go.sum") or p.suffix == ".go"):
             h.update(p.relative_to(wrapper).as_posix().encode())
@@ -170,7 +196,7 @@ def build_component(name: str, force: bool = False) -> Path:
             "the 'go' command is not on PATH (install Go >= 1.26 to build the testbed)"
         )
     version = module_version(comp)
-    wrapper = GO_DIR / comp.name
+    wrapper = comp.wrapper
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     t0 = time.monotonic()
@@ -181,8 +207,8 @@ def build_component(name: str, force: bool = False) -> Path:
         ldflags = ["-s", "-w"]
         if name == "kubernetes":
             ldflags += list(_kube_ldflags(version))
-        if name == "gitea":
-            ldflags.append(f"-X main.Version={version.lstrip('v')}")
+        if comp.version_var:
+            ldflags.append(f"-X {comp.version_var}={version.lstrip('v')}")
         if name == "helm":
             ldflags.append(f"-X helm.sh/helm/v4/internal/version.version={version}")
         ldflags += list(comp.extra_ldflags)
@@ -249,7 +275,10 @@ def ensure_built(names: list[str] | None = None, force: bool = False) -> dict[st
 
 
 def binary(name: str) -> Path:
-    """Path to a built binary by its name (e.g. 'kube-apiserver'); raises if not built."""
+    """Path to a built binary by its name (e.g. 'kube-apiserver'); raises if not built.
+
+    A name two components build (``gitea``) resolves to the first, the default one.
+    """
     for comp in COMPONENTS.values():
         if name in comp.binaries:
             p = component_dir(comp.name) / "bin" / name

@@ -30,7 +30,7 @@ import pytest
 from . import build
 from .gitea_api import GiteaAPI, GiteaError
 from .kube import KubeClient, wait_for
-from .sandbox import Sandbox
+from .sandbox import Sandbox, gitea_component
 
 if TYPE_CHECKING:
     from .kubelet_harness import KubeletHarness
@@ -51,7 +51,7 @@ def testbed_required() -> bool:
 
 
 def _needed_components(kube_mode: str) -> list[str]:
-    return (["etcd", "kubernetes", "kwok"] if kube_mode == "local" else []) + ["gitea"]
+    return (["etcd", "kubernetes", "kwok"] if kube_mode == "local" else []) + [gitea_component()]
 
 
 @pytest.fixture(scope="session")

@@ -115,6 +115,24 @@ class StartupError(RuntimeError):
     """A peer failed to start; the message carries the tail of its log."""
 
 
+GITEA_VERSIONS = {"default": "gitea", "oldest": "gitea-oldest"}
+
+
+def gitea_component(version: str | None = None) -> str:
+    """The build component for a Gitea version choice (see ``GITEA_VERSIONS``).
+
+    ``None`` reads ``$GRO_TESTBED_GITEA`` so a whole test run can be pointed at the
+    oldest supported release without code changes.
+    """
+    choice = version if version is not None else os.environ.get("GRO_TESTBED_GITEA") or "default"
+    if choice not in GITEA_VERSIONS:
+        raise ValueError(
+            f"gitea_version (or GRO_TESTBED_GITEA) must be one of "
+            f"{', '.join(GITEA_VERSIONS)}, not {choice!r}"
+        )
+    return GITEA_VERSIONS[choice]
+
+
 class Sandbox:
     """A running testbed: Kubernetes control plane + kwok + Gitea, all local.
 
@@ -125,7 +143,10 @@ class Sandbox:
     or ``"none"``. ``gitea``: start Gitea. ``build_missing``: build binaries
     that are not in the cache (a cold build takes about 12 minutes).
     ``gitea_settings``: extra app.ini keys, e.g.
-    ``{"actions": {"ZOMBIE_TASK_TIMEOUT": "1m"}}``. ``die_with_parent``: the
+    ``{"actions": {"ZOMBIE_TASK_TIMEOUT": "1m"}}``. ``gitea_version``: ``"default"``
+    (the pinned release, build component ``gitea``) or ``"oldest"`` (the oldest release
+    the operator supports, component ``gitea-oldest``); when not given,
+    ``$GRO_TESTBED_GITEA`` or ``"default"``. ``die_with_parent``: the
     peers get SIGKILL when this process dies (turn off to leave them running).
     """
 
@@ -139,7 +160,9 @@ class Sandbox:
         harness_node: bool = True,
         die_with_parent: bool = True,
         gitea_settings: dict[str, dict[str, str]] | None = None,
+        gitea_version: str | None = None,
     ) -> None:
+        self.gitea_component = gitea_component(gitea_version)
         if kube not in ("local", "existing", "none"):
             raise ValueError(f"kube must be local, existing or none, not {kube!r}")
         self.kube_mode = kube
@@ -252,7 +275,7 @@ class Sandbox:
         if self.kube_mode == "local":
             needed += ["etcd", "kubernetes", "kwok"]
         if self.with_gitea:
-            needed.append("gitea")
+            needed.append(self.gitea_component)
         for comp in needed:
             if not build.is_built(comp):
                 if not self.build_missing:
@@ -261,7 +284,9 @@ class Sandbox:
             cdir = build.component_dir(comp)
             for b in build.COMPONENTS[comp].binaries:
                 self.bin[b] = cdir / "bin" / b
-        self._gitea_static = build.component_dir("gitea") / "static" if self.with_gitea else None
+        self._gitea_static = (
+            build.component_dir(self.gitea_component) / "static" if self.with_gitea else None
+        )
 
     def _spawn(
         self, name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
