@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, Self
 from urllib.parse import urlsplit
 
@@ -285,9 +286,15 @@ class RunnerGroupSpec(_CamelModel):
             raise ValueError("repo is required when scope is 'repo'")
         return self
 
-    @property
+    @cached_property
     def runner_labels(self) -> list[RunnerLabel]:
+        """Parsed once per spec object: reconciles of many groups read it often."""
         return [RunnerLabel.parse(raw, self.label_schemas) for raw in self.labels]
+
+    @cached_property
+    def label_names(self) -> frozenset[str]:
+        """The names Gitea matches a job's ``runs-on`` against."""
+        return frozenset(label.name for label in self.runner_labels)
 
     @property
     def runner_image(self) -> str:

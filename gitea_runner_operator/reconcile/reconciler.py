@@ -21,7 +21,6 @@ import structlog
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.gitea import ActionJob
-from gitea_runner_operator.api.labels import label_names
 from gitea_runner_operator.api.naming import new_job_name, runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
@@ -241,7 +240,7 @@ class Reconciler:
             group_uid=group["metadata"]["uid"],
             jobs=views,
             observation=snapshot.observation,
-            offered=label_names(spec.runner_labels),
+            offered=spec.label_names,
             max_active=spec.max_active_runners,
             idle_timeout=spec.idle_timeout_seconds,
             startup_timeout=spec.startup_timeout_seconds,
@@ -259,7 +258,7 @@ class Reconciler:
         url = normalise_url(spec.gitea.url)
         peers = {
             k: (s, snap)
-            for k, (s, snap) in self._sources.peers().items()
+            for k, (s, snap) in self._sources.peers(key).items()
             if normalise_url(s.gitea.url) == url
             and snap is not None
             and snap.observation is not None
@@ -300,7 +299,7 @@ class Reconciler:
             scope=spec.scope,
             org=spec.org,
             repo=spec.repo,
-            offered=label_names(spec.runner_labels),
+            offered=spec.label_names,
             not_busy=not_busy,
             spare=spare,
         )

@@ -138,7 +138,7 @@ class FakeSources:
     def get(self, key: str) -> FakeSource:
         return self.source
 
-    def peers(self) -> dict[str, Any]:
+    def peers(self, key: str) -> dict[str, Any]:
         return {}
 
     async def ensure(self, key: str, spec: Any) -> FakeSource:
