@@ -25,7 +25,9 @@ class Settings:
     # Shortest gap between two observations of one group (wake-ups from webhooks or from
     # finished runners); shared per scope, so it bounds the load on Gitea per scope.
     min_refresh_interval: float = 0.5
-    expectation_timeout: float = 60.0
+    # How long a Job we created (or may have created) counts before the cache shows it;
+    # client-go's ControllerExpectations use the same 5 minutes.
+    expectation_timeout: float = 300.0
     job_ttl_seconds: int = 600  # ttlSecondsAfterFinished of runner Jobs
     # Prefixes of the Gitea URLs groups may use; empty: any.
     allowed_gitea_urls: tuple[str, ...] = ()

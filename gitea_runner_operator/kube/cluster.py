@@ -66,6 +66,8 @@ class Cluster:
         except ApiException as exc:
             if exc.status in (400, 403, 422):
                 raise CreateRefused(api_message(exc)) from None
+            if exc.status == 409:  # AlreadyExists: an earlier attempt did create it
+                return str(manifest["metadata"]["name"])
             raise
         return str(body["metadata"]["name"])
 

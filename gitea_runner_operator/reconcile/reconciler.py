@@ -373,15 +373,23 @@ class Reconciler:
                 *(self._cluster.create_job(self._render(group, spec, name)) for name in names),
                 return_exceptions=True,
             )
+            unsure: BaseException | None = None
             for name, res in zip(names, results, strict=True):
-                if isinstance(res, BaseException):
+                if isinstance(res, CreateRefused):
+                    # A definite no from the API server: the Job does not exist.
                     self._expectations.lower(key, name)
-                    if isinstance(res, CreateRefused):
-                        error = res
-                    elif error is None:
-                        raise res
+                    error = res
+                elif isinstance(res, BaseException):
+                    # A timeout or a lost connection: the Job may well exist. It stays
+                    # expected (until the cache shows it, or the expectation times out), so
+                    # the next pass does not create it a second time.
+                    unsure = unsure or res
                 else:
                     created.append(name)
+            if unsure is not None:
+                if created:
+                    self._metrics.runners_created(meta["namespace"], meta["name"], len(created))
+                raise unsure
             remaining -= size
             batch *= 2
         logger = log.bind(group=key)

@@ -62,6 +62,7 @@ class Controller:
             self.secrets,
             self.sessions,
             trust=GiteaTrust(ConfigReader(api)),
+            metrics=self.metrics,
             allowed_urls=settings.allowed_gitea_urls,
             deadline=settings.observe_deadline,
         )

@@ -36,6 +36,7 @@ from gitea_runner_operator.forge.errors import (
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kube.configmaps import ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
+from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.runtime.trust import GiteaTrust
 
 log = structlog.get_logger(__name__)
@@ -81,6 +82,7 @@ class Observer:
         sessions: SessionPool,
         *,
         trust: GiteaTrust | None = None,
+        metrics: Metrics | None = None,
         allowed_urls: Sequence[str] = (),
         deadline: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
@@ -90,6 +92,7 @@ class Observer:
         self._secrets = secrets
         self._sessions = sessions
         self._trust = trust
+        self._metrics = metrics
         self._allowed = tuple(allowed_urls)
         self._deadline = deadline
         self._clock = clock
@@ -169,6 +172,8 @@ class Observer:
             token,
             page_size=self._page_size,
             max_pages=self._max_pages,
+            on_request=self._metrics.observe_gitea if self._metrics else None,
+            on_rate_limit_wait=self._metrics.gitea_rate_limit_wait if self._metrics else None,
         )
         wanted = ScopeRef.from_spec(spec)
         fingerprint = hashlib.sha256(token.encode()).hexdigest()

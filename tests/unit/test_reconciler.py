@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import structlog
 
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
@@ -40,6 +41,7 @@ class FakeCluster:
         self.deleted: list[str] = []
         self.creates = 0
         self.refuse: str | None = None
+        self.lose_answer = False
         self.finalizers: list[str] = [FINALIZER]
         self.deletion: str | None = None
 
@@ -47,6 +49,10 @@ class FakeCluster:
         self.creates += 1
         if self.refuse:
             raise CreateRefused(self.refuse)
+        if self.lose_answer:  # the API server created it; the answer never came back
+            job = {**manifest, "metadata": {**manifest["metadata"], "creationTimestamp": CREATED}}
+            self.unsynced.append(job)
+            raise TimeoutError
         name = manifest["metadata"]["name"]
         job = {**manifest, "metadata": {**manifest["metadata"], "creationTimestamp": CREATED}}
         if self.watch == "eager":
@@ -506,3 +512,17 @@ async def test_only_busy_runner_pods_are_guarded_against_node_scale_down():
         "karpenter.sh/do-not-disrupt": "true",
     }
     assert guarded[f"{idle_job}-bcdfg"] == {}
+
+
+async def test_a_create_whose_answer_was_lost_is_not_made_a_second_time():
+    """Under load a create can time out after the API server made the Job. Forgetting it
+    would start a second runner for the same job on the next pass (seen at 1,000 groups:
+    2,545 runner Jobs for 2,000 queued jobs)."""
+    cluster = FakeCluster()
+    cluster.lose_answer = True
+    reconciler, _, _ = make(cluster, snapshot(queued=1))
+    with pytest.raises(TimeoutError):
+        await reconciler.reconcile(KEY)
+    cluster.lose_answer = False
+    await reconciler.reconcile(KEY)  # the watch has not shown the Job yet
+    assert cluster.creates == 1 and len(cluster.unsynced) == 1
