@@ -91,27 +91,19 @@ class Cluster:
         return True
 
     async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        await self._limiter.acquire()
-        try:
-            await send(
-                self._batch.patch_namespaced_job(
-                    name,
-                    namespace,
-                    {"metadata": {"annotations": annotations}},
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                )
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        await self._annotate(self._batch.patch_namespaced_job, namespace, name, annotations)
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        await self._annotate(self._core.patch_namespaced_pod, namespace, name, annotations)
+
+    async def _annotate(
+        self, patch: Any, namespace: str, name: str, annotations: dict[str, str]
+    ) -> None:
+        """Merge annotations into one object; one that is gone already needs none."""
         await self._limiter.acquire()
         try:
             await send(
-                self._core.patch_namespaced_pod(
+                patch(
                     name,
                     namespace,
                     {"metadata": {"annotations": annotations}},

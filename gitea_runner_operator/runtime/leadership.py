@@ -100,15 +100,9 @@ class LeaseElector:
             duration = (spec.lease_duration_seconds or self._duration) if spec else self._duration
             if now - self._observed.at < duration:
                 return False  # someone else holds it and renewed within its duration
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "resourceVersion": lease.metadata.resource_version,
-            },
-            "spec": {
+        body = self._body(
+            lease.metadata.resource_version,
+            {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": self._duration,
                 "renewTime": _now_micro(),
@@ -120,7 +114,7 @@ class LeaseElector:
                 "leaseTransitions": ((spec.lease_transitions or 0) if spec else 0)
                 + (0 if holder == self.identity else 1),
             },
-        }
+        )
         try:
             await self._leases.replace_namespaced_lease(
                 self.name, self.namespace, body, _request_timeout=self._timeout
@@ -131,19 +125,30 @@ class LeaseElector:
             raise
         return True
 
-    async def _create(self) -> bool:
-        body = {
+    def _body(self, resource_version: str | None, spec: dict[str, Any]) -> dict[str, Any]:
+        """A Lease to write; with the resourceVersion read, so the write is a
+        compare-and-swap that fails (409) if anyone wrote in between."""
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if resource_version is not None:
+            metadata["resourceVersion"] = resource_version
+        return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": self.name, "namespace": self.namespace},
-            "spec": {
+            "metadata": metadata,
+            "spec": spec,
+        }
+
+    async def _create(self) -> bool:
+        body = self._body(
+            None,
+            {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": self._duration,
                 "acquireTime": _now_micro(),
                 "renewTime": _now_micro(),
                 "leaseTransitions": 0,
             },
-        }
+        )
         try:
             await self._leases.create_namespaced_lease(
                 self.namespace, body, _request_timeout=self._timeout
@@ -163,20 +168,14 @@ class LeaseElector:
             )
             if lease.spec is None or lease.spec.holder_identity != self.identity:
                 return
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {
-                    "name": self.name,
-                    "namespace": self.namespace,
-                    "resourceVersion": lease.metadata.resource_version,
-                },
-                "spec": {
+            body = self._body(
+                lease.metadata.resource_version,
+                {
                     "holderIdentity": None,
                     "leaseDurationSeconds": 1,
                     "leaseTransitions": lease.spec.lease_transitions or 0,
                 },
-            }
+            )
             await self._leases.replace_namespaced_lease(
                 self.name, self.namespace, body, _request_timeout=self._timeout
             )
