@@ -69,8 +69,10 @@ def main(argv: list[str] | None = None) -> int:
                 gitea.push_workflow(
                     org, "app", f"w{w}.yml", f"name: w{w}\non: [push]\njobs:\n{jobs}"
                 )
-            while len(gitea.list_jobs("org", org, status="queued")) < args.jobs:
+            while (queued := len(gitea.list_jobs("org", org, status="queued"))) < args.jobs:
                 time.sleep(0.5)
+            if queued != args.jobs:
+                print(f"warning: Gitea queued {queued} jobs, not {args.jobs}")
             queued_at = time.monotonic()
             most, done_at = 0, None
             while time.monotonic() - queued_at < 600:
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             p99 = common.histogram_quantile(
                 after, "gitea_runner_operator_reconcile_duration_seconds", 0.99
             )
-            print(f"most runner Jobs ever seen: {most} (demand {args.jobs})")
+            queued_now = len(gitea.list_jobs("org", org, status="queued"))
+            print(f"most runner Jobs ever seen: {most} (queued jobs now: {queued_now})")
             print(f"steady state over {elapsed:.0f}s with {args.groups} groups:")
             print(f"  operator RSS: {op.rss_mb():.0f} MB")
             print(f"  operator CPU: {(cpu1 - cpu0) / elapsed:.3f} cores")

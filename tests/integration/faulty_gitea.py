@@ -10,6 +10,7 @@ under test is real, and so is the Gitea behind the proxy."""
 from __future__ import annotations
 
 import contextlib
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -26,7 +27,13 @@ class Seen:
 
 
 class FaultyGitea:
-    def __init__(self, upstream: str | None = None, mode: str = "proxy") -> None:
+    def __init__(
+        self,
+        upstream: str | None = None,
+        mode: str = "proxy",
+        tls: tuple[str, str] | None = None,
+    ) -> None:
+        """``tls`` = (certificate file, key file): serve HTTPS with that certificate."""
         self.upstream = upstream.rstrip("/") if upstream else None
         self.mode = mode
         self.retry_after = 30
@@ -96,7 +103,13 @@ class FaultyGitea:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
