@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.informer import Informer, Obj, object_key
+from gitea_runner_operator.kube.informer import Informer, Obj, object_key, slim_pod
 from gitea_runner_operator.kube.views import job_finished
 
 GroupKey = str  # "namespace/name"
@@ -63,7 +63,12 @@ class ClusterCache:
                     Informer(f"jobs/{where}", batch.list_job_for_all_namespaces, label_selector=sel)
                 )
                 self.pods.append(
-                    Informer(f"pods/{where}", core.list_pod_for_all_namespaces, label_selector=sel)
+                    Informer(
+                        f"pods/{where}",
+                        core.list_pod_for_all_namespaces,
+                        label_selector=sel,
+                        transform=slim_pod,
+                    )
                 )
             else:
                 self.groups.append(
@@ -75,7 +80,13 @@ class ClusterCache:
                     Informer(f"jobs/{where}", batch.list_namespaced_job, ns, label_selector=sel)
                 )
                 self.pods.append(
-                    Informer(f"pods/{where}", core.list_namespaced_pod, ns, label_selector=sel)
+                    Informer(
+                        f"pods/{where}",
+                        core.list_namespaced_pod,
+                        ns,
+                        label_selector=sel,
+                        transform=slim_pod,
+                    )
                 )
         for inf in self.groups:
             inf.add_handler(self._on_group)

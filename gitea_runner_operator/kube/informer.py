@@ -48,6 +48,7 @@ class Informer:
         *args: Any,
         label_selector: str | None = None,
         handler: Handler | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
         min_watch_timeout: int = 300,
         max_watch_timeout: int = 600,
     ) -> None:
@@ -55,6 +56,9 @@ class Informer:
         self._list_func = list_func
         self._args = args
         self._label_selector = label_selector
+        # Applied to every object before it is cached: drops what the operator never reads,
+        # so thousands of runner Jobs and Pods do not cost their managedFields in memory.
+        self._transform = transform or strip_managed_fields
         self._handlers: list[Handler] = [handler] if handler else []
         self._min_timeout = min_watch_timeout
         self._max_timeout = max_watch_timeout
@@ -109,7 +113,7 @@ class Informer:
                 *self._args, **self._kwargs(), _preload_content=False, _request_timeout=60
             )
         )
-        fresh = {object_key(item): item for item in body.get("items") or []}
+        fresh = {object_key(item): self._transform(item) for item in body.get("items") or []}
         old, self.cache = self.cache, fresh
         self.relists += 1
         for key, obj in old.items():
@@ -148,6 +152,7 @@ class Informer:
             # The server ended the watch at its timeout: resume from where we are.
 
     def _apply(self, kind: str, obj: Obj) -> None:
+        obj = self._transform(obj)
         key = object_key(obj)
         before = self.cache.get(key)
         if kind == "DELETED":
@@ -162,6 +167,21 @@ class Informer:
                 handler(kind, obj, before)
             except Exception:
                 log.exception("informer handler failed", informer=self.name)
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """controller-runtime's TransformStripManagedFields: server-side apply bookkeeping is
+    often most of an object's size, and nothing here reads it."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
+
+
+def slim_pod(obj: Obj) -> Obj:
+    """A runner Pod as the operator reads it: metadata and status, not its (large) spec."""
+    obj = strip_managed_fields(obj)
+    return {k: v for k, v in obj.items() if k != "spec"}
 
 
 def _rv(obj: Mapping[str, Any]) -> str:

@@ -143,3 +143,18 @@ async def test_an_error_answer_to_a_list_never_reads_as_an_empty_list():
     with pytest.raises(ApiException):
         await informer._list()
     assert deleted == [] and list(informer.cache) == ["ns/a"]
+
+
+def test_cached_objects_drop_what_the_operator_never_reads():
+    from gitea_runner_operator.kube.informer import slim_pod, strip_managed_fields
+
+    pod = {
+        "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [{"big": "x" * 1000}]},
+        "spec": {"containers": [{"name": "runner"}]},
+        "status": {"phase": "Running"},
+    }
+    slim = slim_pod(pod)
+    assert slim == {"metadata": {"name": "p", "labels": {"a": "b"}}, "status": {"phase": "Running"}}
+    assert "managedFields" in pod["metadata"]  # the original is not modified
+    job = strip_managed_fields({"metadata": {"name": "j", "managedFields": []}, "spec": {}})
+    assert job == {"metadata": {"name": "j"}, "spec": {}}
