@@ -193,3 +193,93 @@ def test_a_group_deleted_while_the_operator_was_down_is_cleaned_up_when_it_retur
         lambda: not kube.get(f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups")["items"],
         what="the group gone",
     )
+
+
+BUSY = """\
+name: busy
+on: [push]
+jobs:
+  work:
+    runs-on: gro-td-busy
+    steps:
+      - run: sleep 20 && echo done
+"""
+
+
+def test_teardown_removes_idle_runners_at_once_and_lets_a_busy_one_finish(
+    kube, gitea, cluster, team_namespace, gitea_target, start_operator, tmp_path
+):
+    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
+    make_tokens(kube, ns, cluster, gitea_target)
+    start_operator(ns)
+    manifests.apply(
+        kube,
+        runner_group("drain", target=gitea_target, url=cluster.gitea_url,
+                     labels=["gro-nothing-queued"], drainTimeout="5m"),
+        namespace=ns,
+    )  # fmt: skip
+    prefix = runner_prefix("drain", group_uid(kube, ns, "drain"))
+    idle, busy = prefix + "bcdfg-hjklm", prefix + "ncdfg-hjklm"
+    daemons = []
+    try:
+        for name, labels in ((idle, "gro-idle:host"), (busy, "gro-td-busy:host")):
+            workdir = tmp_path / name
+            workdir.mkdir()
+            register_runner(cluster, gitea_target, name, labels, workdir)
+            daemons.append(start_daemon(workdir))
+        gitea.push_workflow(org, repo, "busy.yml", BUSY)
+        wait_until(lambda: registered(gitea, org).get(busy, {}).get("busy"), what="busy runner")
+        kube.delete(f"{GROUPS.format(ns=ns)}/drain")
+        wait_until(lambda: idle not in registered(gitea, org), what="idle removed at once")
+        assert registered(gitea, org).get(busy, {}).get("busy"), "the busy runner was touched"
+        assert kube.get(f"{GROUPS.format(ns=ns)}/drain")["metadata"]["deletionTimestamp"]
+        run = gitea.wait_for(
+            lambda: next(
+                (r for r in gitea.list_runs(org, repo) if r.get("status") == "completed"), None
+            ),
+            timeout=90,
+            what="the busy runner's workflow finished",
+        )
+        assert run["conclusion"] == "success"
+        wait_until(
+            lambda: (
+                not kube.get(f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups")["items"]
+            ),
+            timeout=90,
+            what="the group gone once drained",
+        )
+        assert not [n for n in registered(gitea, org) if n.startswith(prefix)]
+    finally:
+        for daemon in daemons:
+            daemon.kill()
+            daemon.wait()
+
+
+def test_teardown_gives_up_after_the_drain_timeout_when_gitea_fails(
+    kube, cluster, team_namespace, gitea_target, start_operator
+):
+    from tests.integration.faulty_gitea import FaultyGitea
+
+    ns = team_namespace
+    make_tokens(kube, ns, cluster, gitea_target)
+    with FaultyGitea(upstream=cluster.gitea_url) as front:
+        start_operator(ns)
+        manifests.apply(
+            kube,
+            runner_group("gone", target=gitea_target, url=front.url, drainTimeout="5s"),
+            namespace=ns,
+        )
+        wait_until(lambda: group_status(kube, ns, "gone").get("lastCheckTime"), what="checked")
+        front.mode = "500"
+        kube.delete(f"{GROUPS.format(ns=ns)}/gone")
+        wait_until(
+            lambda: (
+                not kube.get(f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups")["items"]
+            ),
+            timeout=90,
+            what="the group let go after the drain timeout",
+        )
+    events = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+    incomplete = [e for e in events if e["reason"] == "TeardownIncomplete"]
+    assert incomplete and incomplete[0]["type"] == "Warning"
+    assert "drainTimeout" in incomplete[0]["message"]
