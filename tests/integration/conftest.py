@@ -317,7 +317,10 @@ def start_operator(
     started: list[OperatorProcess] = []
 
     def start(
-        *namespaces: str, extra: tuple[str, ...] = (), token: str | None = None
+        *namespaces: str,
+        extra: tuple[str, ...] = (),
+        token: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> OperatorProcess:
         sa_token = token or cluster.kube.create_token(OPERATOR_NS, OPERATOR_SA)
         kubeconfig = cluster.kubeconfig_for_token(sa_token, tmp_path / f"kubeconfig-{len(started)}")
@@ -334,7 +337,7 @@ def start_operator(
             *extra,
         ]  # fmt: skip
         log_path = tmp_path / f"operator-{len(started)}.log"
-        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env = {**{k: v for k, v in os.environ.items() if k != "KUBECONFIG"}, **(env or {})}
         proc = subprocess.Popen(args, stdout=log_path.open("wb"), stderr=subprocess.STDOUT, env=env)
         op = OperatorProcess(proc, log_path, port, args)
         started.append(op)

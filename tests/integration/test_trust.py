@@ -77,3 +77,23 @@ def test_the_operator_trusts_the_ca_bundle_for_gitea(
         )
         assert cond["reason"] in ("Polling", "AtCapacity")
         assert any(r.authorized for r in https.requests)  # it really went through the front
+
+
+def test_the_operator_calls_gitea_through_the_proxy_its_environment_names(
+    kube, cluster, team_namespace, gitea_target, start_operator
+):
+    """HTTP_PROXY/HTTPS_PROXY/NO_PROXY, as every cluster tool honours them: a forward proxy
+    on loopback sees the operator's requests to Gitea (the proxy then passes them on)."""
+    ns = team_namespace
+    make_tokens(kube, ns, cluster, gitea_target)
+    with FaultyGitea(upstream=cluster.gitea_url) as proxy:
+        start_operator(ns, env={"HTTP_PROXY": proxy.url, "http_proxy": proxy.url})
+        manifests.apply(
+            kube, runner_group("proxied", target=gitea_target, url=cluster.gitea_url), namespace=ns
+        )
+        wait_until(
+            lambda: ready(group_status(kube, ns, "proxied")).get("status") == "True",
+            what="ready through the proxy",
+        )
+        through = [r.path for r in proxy.requests if r.path.startswith(cluster.gitea_url)]
+        assert through and any("/actions/jobs" in p for p in through), proxy.requests[:3]
