@@ -1,11 +1,18 @@
 """Carries out the reaps a plan proposed, in the group's Gitea task, checking each first.
 
 A plan is computed from a runner list read earlier; in the meantime a runner may have taken
-a job. So, for each idle runner, just before acting: disable its registration (Gitea >= 1.26;
-a disabled runner takes no new task), read it again, and skip it (re-enabling it) if it is
-busy or gone. Only then delete its Job, and the registration after that, so a runner is never
-left without its registration while its Pod still runs. Orphaned registrations are removed
-only when their Pod does not exist in the cluster and Gitea says they are offline and idle.
+a job. So, just before acting: disable each candidate's registration (Gitea >= 1.26; a
+disabled runner takes no new task), then ask Gitea what is running now, and skip a runner
+(re-enabling it) that is gone, busy, or named by a job in progress. Only then delete its Job,
+and the registration after that, so a runner is never left without its registration while
+its Pod still runs.
+
+Two signals, because neither suffices alone: Gitea's ``busy`` means "reported task progress
+within the last 10 s", which is false between a runner fetching a task and its first report,
+and during any pause of its reports; a job ``in_progress`` names its runner from the moment
+the task is handed out, for as long as Gitea counts it running. Orphaned registrations are
+removed only when their Pod does not exist in the cluster and Gitea says they are idle (and,
+outside a teardown, offline).
 """
 
 from __future__ import annotations
@@ -61,18 +68,39 @@ class Reaper:
     ) -> ReapOutcome:
         outcome = ReapOutcome()
         fresh = {r.name: r for r in (snapshot.observation.runners if snapshot.observation else ())}
+        prepared: list[_Prepared] = []
         for candidate in order.candidates:
             try:
-                if await self._reap(key, handle, fresh, order.group, candidate):
-                    outcome.reaped.append((candidate.job_name, candidate.reason))
-                else:
-                    outcome.skipped.append(candidate.job_name)
+                ready = await self._prepare(key, handle, fresh, candidate)
             except GiteaError as exc:
                 log.warning("reap postponed", group=key, job=candidate.job_name, error=str(exc))
+                ready = None
+            if ready is None:
                 outcome.skipped.append(candidate.job_name)
+            else:
+                prepared.append(ready)
+        if not prepared and not order.orphans:
+            return outcome
+        try:
+            working = await self._working(handle)
+        except GiteaError as exc:
+            log.warning("reaps postponed: jobs in progress unknown", group=key, error=str(exc))
+            await self._hand_back(handle, prepared)
+            outcome.skipped.extend(p.candidate.job_name for p in prepared)
+            return outcome
+        for ready in prepared:
+            name = ready.candidate.job_name
+            try:
+                if await self._reap(key, handle, order.group, ready, working):
+                    outcome.reaped.append((name, ready.candidate.reason))
+                else:
+                    outcome.skipped.append(name)
+            except GiteaError as exc:
+                log.warning("reap postponed", group=key, job=name, error=str(exc))
+                outcome.skipped.append(name)
         for orphan in order.orphans:
             try:
-                if await self._deregister_orphan(key, handle, orphan):
+                if await self._deregister_orphan(key, handle, orphan, working):
                     outcome.deregistered.append(orphan.name)
             except GiteaError as exc:
                 log.warning("orphan removal postponed", group=key, error=str(exc))
@@ -87,41 +115,80 @@ class Reaper:
         view = job_view(jobs[0], pods)
         return view.alive and not view.took_job
 
-    async def _reap(
+    async def _prepare(
         self,
         key: str,
         handle: GiteaHandle,
         fresh: dict[str, ActionRunner],
-        group: dict[str, Any],
         candidate: ReapCandidate,
-    ) -> bool:
+    ) -> _Prepared | None:
+        """Disable the candidate's registrations, so that none takes a task from now on."""
         if not self._job_still_reapable(key, candidate.job_name):
-            return False
+            return None
         registered = [fresh[p] for p in candidate.pod_names if p in fresh]
         if candidate.reason is ReapReason.STARTUP_TIMEOUT and registered:
-            return False  # it registered since: it gets its own idle time now
-        ids = {r.id for r in registered} | set(candidate.runner_ids)
-        disabled: list[int] = []
-        for runner_id in sorted(ids):
-            after = await handle.client.set_runner_disabled(handle.scope, runner_id, True)
+            return None  # it registered since: it gets its own idle time now
+        ready = _Prepared(
+            candidate, tuple(sorted({r.id for r in registered} | set(candidate.runner_ids)))
+        )
+        for runner_id in ready.runner_ids:
+            try:
+                after = await handle.client.set_runner_disabled(handle.scope, runner_id, True)
+            except GiteaError:
+                await self._hand_back(handle, [ready])
+                raise
             if after is not None:
-                disabled.append(runner_id)
+                ready.disabled.append(runner_id)
+        return ready
+
+    async def _working(self, handle: GiteaHandle) -> _Working:
+        """Who Gitea says is running a job now, read after every candidate was disabled."""
+        listing = await handle.client.list_jobs(handle.scope, "in_progress")
+        return _Working(
+            complete=listing.complete,
+            ids=frozenset(j.runner_id for j in listing.items if j.runner_id),
+            names=frozenset(j.runner_name for j in listing.items if j.runner_name),
+        )
+
+    async def _hand_back(self, handle: GiteaHandle, prepared: list[_Prepared]) -> None:
+        """Re-enable what we disabled: the runner is not ours to reap after all."""
+        for ready in prepared:
+            for runner_id in ready.disabled:
+                try:
+                    await handle.client.set_runner_disabled(handle.scope, runner_id, False)
+                except GiteaError as exc:
+                    log.warning("re-enabling a runner failed", runner_id=runner_id, error=str(exc))
+            ready.disabled.clear()
+
+    async def _reap(
+        self,
+        key: str,
+        handle: GiteaHandle,
+        group: dict[str, Any],
+        ready: _Prepared,
+        working: _Working,
+    ) -> bool:
+        candidate = ready.candidate
+        if not self._job_still_reapable(key, candidate.job_name):
+            await self._hand_back(handle, [ready])
+            return False
+        for runner_id in ready.runner_ids:
             current = await handle.client.get_runner(handle.scope, runner_id)
-            if current is None or current.busy:
-                # Busy: it took a job between the plan and now. Gone: Gitea removed it after
-                # its one job. Either way the runner is not idle: leave it alone.
-                for rid in disabled:
-                    await handle.client.set_runner_disabled(handle.scope, rid, False)
+            state = _not_idle(current, working, pod_alive=True)
+            if state is not None:
+                # It took a job between the plan and now, or Gitea removed it after its one
+                # job: either way the runner is not idle. Leave it alone.
+                await self._hand_back(handle, [ready])
                 log.info(
                     "reap skipped: the runner is no longer idle",
                     group=key,
                     job=candidate.job_name,
-                    state="gone" if current is None else "busy",
+                    state=state,
                 )
                 return False
         namespace = group["metadata"]["namespace"]
         deleted = await self._cluster.delete_job(namespace, candidate.job_name)
-        for runner_id in sorted(ids):
+        for runner_id in ready.runner_ids:
             await handle.client.delete_runner(handle.scope, runner_id)
         if not deleted:
             return False
@@ -134,16 +201,53 @@ class Reaper:
             self._on_reaped(key, candidate.job_name, candidate.reason)
         return True
 
-    async def _deregister_orphan(self, key: str, handle: GiteaHandle, orphan: Orphan) -> bool:
+    async def _deregister_orphan(
+        self, key: str, handle: GiteaHandle, orphan: Orphan, working: _Working
+    ) -> bool:
         pods = {p["metadata"]["name"] for p in self._cache.runner_pods(key)}
         if orphan.name in pods:
             return False  # its Pod exists: not an orphan
         current = await handle.client.get_runner(handle.scope, orphan.runner_id)
-        if current is None or current.busy or current.name != orphan.name:
+        if current is None or current.name != orphan.name:
             return False
         if current.online and orphan.require_offline:
+            return False
+        # An offline runner runs nothing, whatever job Gitea has not yet timed out for it.
+        if _not_idle(current, working, pod_alive=current.online) is not None:
             return False
         removed = await handle.client.delete_runner(handle.scope, orphan.runner_id)
         if removed:
             log.info("removed leftover registration", group=key, runner=orphan.name)
         return removed
+
+
+@dataclass
+class _Prepared:
+    """A candidate whose registrations are disabled, awaiting the final check."""
+
+    candidate: ReapCandidate
+    runner_ids: tuple[int, ...]
+    disabled: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Working:
+    """Runners named by jobs in progress. ``complete`` is False when the listing hit the page
+    cap: a runner not named may then still be working."""
+
+    complete: bool
+    ids: frozenset[int]
+    names: frozenset[str]
+
+
+def _not_idle(current: ActionRunner | None, working: _Working, *, pod_alive: bool) -> str | None:
+    """Why a registration must not be removed now, or None when it is provably idle."""
+    if current is None:
+        return "gone"
+    if current.busy:
+        return "busy"
+    if pod_alive and (current.id in working.ids or current.name in working.names):
+        return "running a job"
+    if pod_alive and not working.complete:
+        return "jobs in progress not fully listed"
+    return None

@@ -1,6 +1,7 @@
 """A loopback HTTP front for the testbed's Gitea that can misbehave on demand.
 
-Mode ``proxy`` forwards every request to the real Gitea; ``500`` and ``429`` answer with
+Mode ``proxy`` forwards every request to the real Gitea (also when it is used as a forward
+proxy, with the whole URL in the request line); ``500`` and ``429`` answer with
 that status (429 with ``Retry-After``); ``hang`` accepts the connection and never answers;
 ``redirect`` answers 302 to a path of its own (to prove nobody follows it). Every request is
 recorded (method, path, whether it carried an Authorization header), so tests can prove that
@@ -17,6 +18,10 @@ import urllib.request
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+
+# The front talks to the real Gitea directly, whatever proxy the test's environment names.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @dataclass(frozen=True)
@@ -74,11 +79,12 @@ class FaultyGitea:
                     for k, v in self.headers.items()
                     if k.lower() in ("authorization", "accept", "content-type")
                 }
-                req = urllib.request.Request(
-                    f"{owner.upstream}{self.path}", data=body, headers=headers, method=self.command
-                )
+                # A forward-proxy request names the whole URL; a plain one only the path.
+                absolute = self.path.startswith(("http://", "https://"))
+                target = self.path if absolute else f"{owner.upstream}{self.path}"
+                req = urllib.request.Request(target, data=body, headers=headers, method=self.command)
                 try:
-                    with urllib.request.urlopen(req, timeout=30) as resp:
+                    with _DIRECT.open(req, timeout=30) as resp:
                         status, payload = resp.status, resp.read()
                         extra = {
                             k: v for k, v in resp.headers.items() if k.lower() == "x-total-count"

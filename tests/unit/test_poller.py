@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from gitea_runner_operator.api.gitea import ActionRunner
+from gitea_runner_operator.api.gitea import ActionJob, ActionRunner, Listing
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
+from gitea_runner_operator.forge.errors import GiteaServerError
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.scaling import Orphan, ReapCandidate, ReapReason
 from gitea_runner_operator.runtime.observer import GiteaHandle
@@ -92,6 +93,9 @@ class FakeGitea:
         self.take_job_on: tuple[str, int] | None = None
         self.can_disable = can_disable
         self.log: list[str] = []
+        self.in_progress: list[ActionJob] = []  # jobs Gitea lists as running
+        self.jobs_fail = False
+        self.jobs_complete = True
 
     def _maybe_take(self, call: str, runner_id: int) -> None:
         if self.take_job_on == (call, runner_id) and runner_id in self.runners:
@@ -104,6 +108,13 @@ class FakeGitea:
         if not self.can_disable:
             return None
         return self.runners.get(runner_id)
+
+    async def list_jobs(self, scope: Any, status: str = "queued", max_pages: Any = None) -> Any:
+        assert status == "in_progress"
+        self.calls.append(("jobs", 0))
+        if self.jobs_fail:
+            raise GiteaServerError("Gitea answered 500")
+        return Listing(tuple(self.in_progress), self.jobs_complete)
 
     async def get_runner(self, scope: Any, runner_id: int) -> ActionRunner | None:
         self.calls.append(("get", runner_id))
@@ -166,7 +177,7 @@ async def test_an_idle_runner_is_disabled_rechecked_then_job_deleted_before_regi
     reaper, cluster = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
     assert outcome.reaped == [("ci-h-jobxx", ReapReason.IDLE)]
-    assert gitea.calls[:2] == [("disable", 7), ("get", 7)]
+    assert gitea.calls[:3] == [("disable", 7), ("jobs", 0), ("get", 7)]
     assert gitea.log == ["delete job ci-h-jobxx", "deregister 7"]  # Job first
     assert cluster.events == ["RunnerReaped"]
 
@@ -181,6 +192,43 @@ async def test_a_runner_that_takes_a_job_between_plan_and_reap_is_left_alone(can
     assert 7 in gitea.runners and gitea.runners[7].busy
     if can_disable:
         assert ("enable", 7) in gitea.calls  # handed back, enabled
+
+
+async def test_a_runner_named_by_a_running_job_is_left_alone_before_gitea_calls_it_busy():
+    """Between FetchTask and the runner's first report Gitea's ``busy`` is still false; the
+    job in progress already names the runner."""
+    gitea = FakeGitea([IDLE])
+    gitea.in_progress = [ActionJob(id=1, status="in_progress", runner_id=7, runner_name=IDLE.name)]
+    reaper, _ = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
+    outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
+    assert outcome.reaped == [] and gitea.log == []
+    assert gitea.calls[-1] == ("enable", 7)  # handed back, enabled
+
+
+@pytest.mark.parametrize("failure", ["listing fails", "listing cut short"])
+async def test_no_runner_is_reaped_while_the_jobs_in_progress_are_unknown(failure):
+    gitea = FakeGitea([IDLE])
+    gitea.jobs_fail = failure == "listing fails"
+    gitea.jobs_complete = failure != "listing cut short"
+    reaper, _ = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
+    outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
+    assert outcome.reaped == [] and gitea.log == []
+    assert ("enable", 7) in gitea.calls
+
+
+async def test_a_teardown_keeps_an_online_registration_a_job_names_but_not_an_offline_one():
+    online = ActionRunner(id=2, name="ci-h-ccccc-ddddd", ephemeral=True, status="online")
+    dead = ActionRunner(id=3, name="ci-h-eeeee-fffff", ephemeral=True, status="offline")
+    gitea = FakeGitea([online, dead])
+    gitea.in_progress = [
+        ActionJob(id=1, status="in_progress", runner_id=2, runner_name=online.name),
+        ActionJob(id=2, status="in_progress", runner_id=3, runner_name=dead.name),  # a zombie
+    ]
+    reaper, _ = _reaper(gitea, [], [])
+    orphans = tuple(Orphan(r.id, r.name, require_offline=False) for r in (online, dead))
+    outcome = await _run(reaper, gitea, ReapOrder(GROUP, (), orphans), [])
+    assert outcome.deregistered == [dead.name]
+    assert set(gitea.runners) == {2}
 
 
 async def test_a_registration_already_gone_means_the_runner_worked_and_is_left_alone():
