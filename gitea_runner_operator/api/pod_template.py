@@ -16,6 +16,8 @@ from typing import Any, Final
 from gitea_runner_operator.api import constants
 
 RUNNER_CONTAINER: Final = "runner"
+# Host mode's init container that registers the runner, so the runner never holds the token.
+REGISTER_CONTAINER: Final = "gro-register"
 
 # The runner container's environment that registers it as this group's ephemeral runner.
 OWNED_ENV: Final = frozenset(
@@ -31,7 +33,7 @@ OWNED_ENV: Final = frozenset(
 # Pod labels and annotations under the operator's own prefix: the informers select on them.
 OWNED_KEY_PREFIX: Final = f"{constants.GROUP}/"
 # Volumes the operator adds that carry a credential or configuration it must control.
-OWNED_VOLUMES: Final = frozenset({"gro-registration-token", "gro-ca-bundle", "gro-runner-config"})
+OWNED_VOLUMES: Final = frozenset({"gro-ca-bundle", "gro-runner-config"})
 _METADATA_FIELDS: Final = frozenset({"labels", "annotations"})
 
 
@@ -117,6 +119,12 @@ def _check_pod_spec(spec: Any) -> None:
             if container["name"] in names:
                 raise FieldError(f"{path}.name", f"{container['name']!r} is listed twice")
             names.add(container["name"])
+            if container["name"] == REGISTER_CONTAINER:
+                raise FieldError(
+                    f"{path}.name",
+                    f"{REGISTER_CONTAINER!r} is reserved for the init container that registers "
+                    "a host-mode runner",
+                )
             if field == "containers" and container["name"] == RUNNER_CONTAINER:
                 _check_runner_env(path, container)
     volumes = spec.get("volumes")

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.api.pod_template import RUNNER_CONTAINER
+from gitea_runner_operator.api.pod_template import REGISTER_CONTAINER, RUNNER_CONTAINER
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
 
 TTL_SECONDS_AFTER_FINISHED = 600
@@ -28,8 +28,6 @@ HOST_UID = 1000
 # Where the operator mounts what it hands the runner; outside /data so a template volume on
 # /data (e.g. a bigger ephemeral volume) cannot hide them.
 OPERATOR_DIR = "/etc/gitea-runner-operator"
-TOKEN_DIR = f"{OPERATOR_DIR}/registration"
-TOKEN_FILE = f"{TOKEN_DIR}/token"
 CA_DIR = f"{OPERATOR_DIR}/ca"
 CA_FILE = f"{CA_DIR}/ca.crt"
 CONFIG_DIR = f"{OPERATOR_DIR}/config"
@@ -77,18 +75,10 @@ def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
     which a template's env entry of the same name replaces.
     """
     env: list[dict[str, Any]] = [{"name": "GITEA_INSTANCE_URL", "value": spec.gitea.url}]
-    if spec.mode is RunnerMode.HOST:
-        # Steps run in this very container: an env var would be in every step's environment
-        # (and in /proc/1/environ), so the token comes as a file the entrypoint reads.
-        env.append({"name": "GITEA_RUNNER_REGISTRATION_TOKEN_FILE", "value": TOKEN_FILE})
-    else:
-        token = spec.registration_token.secret_ref
-        env.append(
-            {
-                "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}},
-            }
-        )
+    if spec.mode is not RunnerMode.HOST:
+        # Job containers do not inherit it. In host mode steps run in this very container, so
+        # the token stays out of it altogether: the ``gro-register`` init container registers.
+        env.append(_token_env(spec))
     env += [
         # Any non-empty value turns ephemeral mode on; "true" says what we mean.
         {"name": "GITEA_RUNNER_EPHEMERAL", "value": "true"},
@@ -116,6 +106,50 @@ def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
     return env
 
 
+def _token_env(spec: RunnerGroupSpec) -> dict[str, Any]:
+    token = spec.registration_token.secret_ref
+    return {
+        "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}},
+    }
+
+
+# What the act_runner image's entrypoint does before ``act_runner daemon``, on its own: it
+# writes /data/.runner, after which the entrypoint skips registration and needs no token.
+# The binary was renamed gitea-runner in the runner's 1.x images.
+REGISTER_SCRIPT = """\
+set -eu
+[ -s .runner ] && exit 0  # registered already: the init container ran again in a new sandbox
+bin=$(command -v act_runner || command -v gitea-runner)
+exec "$bin" register --no-interactive --ephemeral \\
+  --instance "$GITEA_INSTANCE_URL" --token "$GITEA_RUNNER_REGISTRATION_TOKEN" \\
+  --name "$GITEA_RUNNER_NAME" --labels "$GITEA_RUNNER_LABELS" \\
+  ${CONFIG_FILE:+--config "$CONFIG_FILE"}
+"""
+
+# Fields of the runner container an init container must not carry.
+_NOT_FOR_INIT = ("command", "args", "ports", "lifecycle", "restartPolicy", "resizePolicy")
+_PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+
+
+def _register_container(runner: dict[str, Any], spec: RunnerGroupSpec) -> dict[str, Any]:
+    """Host mode's registration step, run to completion before the runner container starts,
+    so that no workflow step can ever read the registration token (which registers any
+    number of runners). It is the runner container as the template made it (image, env such
+    as a proxy, CA and config mounts, resources for a quota, security context), with the
+    token added and the image's registration as its command."""
+    register = {
+        k: copy.deepcopy(v)
+        for k, v in runner.items()
+        if k not in _NOT_FOR_INIT and k not in _PROBES
+    }
+    register["name"] = REGISTER_CONTAINER
+    register["command"] = ["/bin/sh", "-c", REGISTER_SCRIPT]
+    register["workingDir"] = "/data"
+    register["env"] = [*register.get("env", []), _token_env(spec)]
+    return register
+
+
 def _runner_container(spec: RunnerGroupSpec) -> dict[str, Any]:
     mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": "/data"}]
     security: dict[str, Any]
@@ -127,7 +161,6 @@ def _runner_container(spec: RunnerGroupSpec) -> dict[str, Any]:
         mounts.append({"name": "gro-docker-certs", "mountPath": DOCKER_CERTS_DIR, "readOnly": True})
     else:
         security = _restricted_container_security()
-        mounts.append({"name": "gro-registration-token", "mountPath": TOKEN_DIR, "readOnly": True})
     if spec.gitea.ca_bundle is not None:
         mounts.append({"name": "gro-ca-bundle", "mountPath": CA_DIR, "readOnly": True})
     if spec.runner_config is not None:
@@ -187,19 +220,6 @@ def _operator_volumes(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
             {"name": "gro-docker-certs", "emptyDir": {}},
             {"name": "gro-dind-storage", "emptyDir": {}},
         ]
-    if spec.mode is RunnerMode.HOST:
-        token = spec.registration_token.secret_ref
-        volumes.append(
-            {
-                "name": "gro-registration-token",
-                "secret": {
-                    "secretName": token.name,
-                    "items": [{"key": token.key, "path": "token"}],
-                    # Read-only to root and the fsGroup, which the non-root runner is in.
-                    "defaultMode": 0o440,
-                },
-            }
-        )
     bundle = spec.gitea.ca_bundle
     if bundle is not None:
         ref = bundle.ref
@@ -292,6 +312,10 @@ def render_pod_template(spec: RunnerGroupSpec, labels: dict[str, str]) -> dict[s
     pod["containers"] = _merge_containers([_runner_container(spec)], user_spec.get("containers"))
     init = [_dind_sidecar()] if spec.mode is RunnerMode.DIND else []
     init_containers = _merge_containers(init, user_spec.get("initContainers"))
+    if spec.mode is RunnerMode.HOST:
+        # Last, so the user's init containers (and native sidecars such as a proxy) run first.
+        runner = next(c for c in pod["containers"] if c["name"] == RUNNER_CONTAINER)
+        init_containers.append(_register_container(runner, spec))
     if init_containers:
         pod["initContainers"] = init_containers
     pod["volumes"] = _merge_named(_operator_volumes(spec), user_spec.get("volumes"), "name")

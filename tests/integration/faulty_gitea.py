@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-
 # The front talks to the real Gitea directly, whatever proxy the test's environment names.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -82,7 +81,9 @@ class FaultyGitea:
                 # A forward-proxy request names the whole URL; a plain one only the path.
                 absolute = self.path.startswith(("http://", "https://"))
                 target = self.path if absolute else f"{owner.upstream}{self.path}"
-                req = urllib.request.Request(target, data=body, headers=headers, method=self.command)
+                req = urllib.request.Request(
+                    target, data=body, headers=headers, method=self.command
+                )
                 try:
                     with _DIRECT.open(req, timeout=30) as resp:
                         status, payload = resp.status, resp.read()

@@ -6,6 +6,8 @@ success, and is gone from Gitea afterwards; the runner Job completes and is not 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.integration import manifests
@@ -113,7 +115,7 @@ jobs:
     runs-on: gro-host
     steps:
       - run: test "$GRO_FROM_TEMPLATE" = "set-by-the-template"
-      - run: test -z "${GITEA_RUNNER_REGISTRATION_TOKEN:-}"
+      - run: test -z "${GITEA_RUNNER_REGISTRATION_TOKEN:-}${GITEA_RUNNER_REGISTRATION_TOKEN_FILE:-}"
 """
 
 
@@ -153,8 +155,12 @@ def test_a_host_mode_runner_runs_a_workflow_with_the_templates_env(
     )
     assert done == [("completed", "success")], (done, kubelet_harness.errors)
     (job, *_) = runner_jobs(kube, ns, "host")
-    runner = job["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"] for e in runner["env"]}
-    assert "GITEA_RUNNER_REGISTRATION_TOKEN_FILE" in env
-    assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env
+    pod = job["spec"]["template"]["spec"]
+    # The runner registered from its init container; the runner container (where the steps
+    # ran) references the registration token Secret nowhere, neither by env nor by volume.
+    (register,) = pod["initContainers"]
+    assert register["name"] == "gro-register"
+    token_secret = register["env"][-1]["valueFrom"]["secretKeyRef"]["name"]
+    assert token_secret not in json.dumps(pod["containers"])
+    assert token_secret not in json.dumps(pod["volumes"])
     assert kubelet_harness.errors == []

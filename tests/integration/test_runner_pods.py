@@ -149,8 +149,9 @@ def test_host_mode_runners_are_admitted_under_pod_security_restricted(
         (pod, *_) = wait_until(lambda: group_pods(kube, ns, "pods"), what="an admitted Pod")
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
         env = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
-        assert "GITEA_RUNNER_REGISTRATION_TOKEN_FILE" in env
-        assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env
+        assert not {"GITEA_RUNNER_REGISTRATION_TOKEN", "GITEA_RUNNER_REGISTRATION_TOKEN_FILE"} & env
+        # Registration, by the init container, is admitted under `restricted` as well.
+        assert [c["name"] for c in pod["spec"]["initContainers"]] == ["gro-register"]
         # The default mode's privileged Pod is refused there (by admission, not the operator).
         # A second queued job for it: the first is covered by the host-mode runner.
         gitea.push_workflow(gitea_target.org, gitea_target.repo, "second.yml", ONE_JOB)

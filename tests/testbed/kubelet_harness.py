@@ -11,8 +11,10 @@ does what the act_runner image's entrypoint does, on the host:
 
 1. ``<runner> register --no-interactive [--ephemeral] --instance $GITEA_INSTANCE_URL
    --token $GITEA_RUNNER_REGISTRATION_TOKEN --name $GITEA_RUNNER_NAME (default: pod name)
-   --labels <GITEA_RUNNER_LABELS rewritten to host mode, e.g. ubuntu:host>``
-2. ``<runner> daemon --config <config with the cache server disabled>``
+   --labels <GITEA_RUNNER_LABELS rewritten to host mode, e.g. ubuntu:host>``, with the env of
+   the ``gro-register`` init container when the Pod has one (host mode), else the runner's
+2. ``<runner> daemon --config <config with the cache server disabled>``, with the runner
+   container's env (so in host mode the steps get no registration token, as in a real Pod)
 
 The Pod's status goes Running when the process starts and Succeeded/Failed from
 the exit code (``PATCH pods/<name>/status``). A Pod that gets a deletionTimestamp
@@ -185,6 +187,14 @@ def runner_container(pod: dict[str, Any]) -> dict[str, Any]:
         }:
             return c
     return containers[0]
+
+
+def register_container(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """Host mode's init container that registers the runner before the runner starts."""
+    for c in pod["spec"].get("initContainers") or []:
+        if c.get("name") == "gro-register":
+            return c
+    return None
 
 
 def read_mounted_file(
@@ -423,18 +433,25 @@ class KubeletHarness:
     def _run_pod_inner(self, pod: dict[str, Any], rp: RunnerProcess) -> None:
         container = runner_container(pod)
         penv = resolve_env(self.kube, pod, container)
-        instance = self.instance_url or penv.get("GITEA_INSTANCE_URL", "")
-        token = penv.get("GITEA_RUNNER_REGISTRATION_TOKEN", "")
-        if not token and penv.get("GITEA_RUNNER_REGISTRATION_TOKEN_FILE"):
+        # Registration runs with the env of the init container that does it, when there is
+        # one (host mode), else with the runner container's (the image's entrypoint).
+        registrar = register_container(pod) or container
+        renv = penv if registrar is container else resolve_env(self.kube, pod, registrar)
+        instance = self.instance_url or renv.get("GITEA_INSTANCE_URL", "")
+        token = renv.get("GITEA_RUNNER_REGISTRATION_TOKEN", "")
+        if not token and renv.get("GITEA_RUNNER_REGISTRATION_TOKEN_FILE"):
             token = read_mounted_file(
-                self.kube, pod, container, penv["GITEA_RUNNER_REGISTRATION_TOKEN_FILE"]
+                self.kube, pod, registrar, renv["GITEA_RUNNER_REGISTRATION_TOKEN_FILE"]
             ).strip()
-        name = penv.get("GITEA_RUNNER_NAME") or rp.name
-        labels = host_mode_labels(penv.get("GITEA_RUNNER_LABELS", ""))
-        ephemeral = bool(penv.get("GITEA_RUNNER_EPHEMERAL"))  # any non-empty value, like run.sh
+        name = renv.get("GITEA_RUNNER_NAME") or rp.name
+        labels = host_mode_labels(renv.get("GITEA_RUNNER_LABELS", ""))
+        ephemeral = bool(renv.get("GITEA_RUNNER_EPHEMERAL"))  # any non-empty value, like run.sh
+        if registrar is not container:
+            ephemeral = ephemeral or "--ephemeral" in " ".join(registrar.get("command") or [])
         if not instance or not token:
             raise ValueError("pod has no GITEA_INSTANCE_URL / GITEA_RUNNER_REGISTRATION_TOKEN")
         (rp.workdir / "config.yaml").write_text(RUNNER_CONFIG)
+        register_env = {**os.environ, **renv, "HOME": str(rp.workdir)}
         env = {**os.environ, **penv, "HOME": str(rp.workdir)}
         self._status(rp, pod, "Running")
         with open(rp.log, "ab") as log:
@@ -455,7 +472,8 @@ class KubeletHarness:
             ]
             if ephemeral:
                 reg.insert(3, "--ephemeral")
-            for argv in (reg, [str(self.runner), "daemon", "--config", "config.yaml"]):
+            daemon = [str(self.runner), "daemon", "--config", "config.yaml"]
+            for argv, argv_env in ((reg, register_env), (daemon, env)):
                 if rp.stopped.is_set():
                     break
                 log.write(
@@ -465,7 +483,7 @@ class KubeletHarness:
                 rp.proc = subprocess.Popen(
                     argv,
                     cwd=rp.workdir,
-                    env=env,
+                    env=argv_env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,

@@ -69,7 +69,7 @@ def test_dind_runs_docker_in_a_native_sidecar_reached_over_tls():
     assert env(runner)["DOCKER_CERT_PATH"] == "/certs/client"
 
 
-def test_host_mode_is_unprivileged_and_reads_the_token_from_a_file():
+def test_host_mode_is_unprivileged_and_its_runner_never_holds_the_token():
     job = job_for(mode="host")
     pod = pod_of(job)
     runner = container(pod)
@@ -81,19 +81,66 @@ def test_host_mode_is_unprivileged_and_reads_the_token_from_a_file():
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "privileged" not in json.dumps(pod)
     assert not any(k.startswith("DOCKER_") for k in env(runner))
-    # No token in the environment that every step inherits: a file from a Secret volume.
-    assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env(runner)
-    path = env(runner)["GITEA_RUNNER_REGISTRATION_TOKEN_FILE"]
-    (mount,) = [m for m in runner["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
-    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
-    assert volume["secret"]["secretName"] == "runner-secrets"
-    assert volume["secret"]["items"] == [
-        {"key": "registration", "path": path.removeprefix(mount["mountPath"] + "/")}
-    ]
+    # Steps run in the runner container: the token is neither in its env nor in any file it
+    # could read. An init container registers (writing /data/.runner) and is done before any
+    # step runs.
+    assert "runner-secrets" not in json.dumps(runner)
+    assert "runner-secrets" not in json.dumps(pod["volumes"])
+    (register,) = pod["initContainers"]
+    assert register["name"] == "gro-register"
+    assert register["image"] == runner["image"]
+    assert register["securityContext"] == sc
+    assert env(register)["GITEA_RUNNER_REGISTRATION_TOKEN"] == TOKEN_REF
+    assert register["workingDir"] == "/data"
+    assert {"name": "data", "mountPath": "/data"} in register["volumeMounts"]
+    assert {"name": "data", "mountPath": "/data"} in runner["volumeMounts"]
+    assert "register --no-interactive --ephemeral" in register["command"][-1]
     # Every label runs on the host: there is no Docker to run an image in.
     assert env(runner)["GITEA_RUNNER_LABELS"] == "ubuntu-latest:host,app:infra"
+    assert env(register)["GITEA_RUNNER_LABELS"] == "ubuntu-latest:host,app:infra"
     annotations = job["metadata"]["annotations"]
     assert annotations[constants.RUNNER_LABELS_ANNOTATION] == "ubuntu-latest:host,app:infra"
+
+
+def test_host_mode_registration_gets_the_templates_env_mounts_and_resources_and_runs_last():
+    template = {
+        "spec": {
+            "initContainers": [{"name": "warm-cache", "image": "busybox"}],
+            "containers": [
+                {
+                    "name": "runner",
+                    "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+                    "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+                    "readinessProbe": {"exec": {"command": ["true"]}},
+                    "args": ["daemon"],
+                }
+            ],
+        }
+    }
+    pod = pod_of(
+        job_for(
+            mode="host",
+            template=template,
+            gitea={
+                **spec_with()["gitea"],
+                "caBundle": {"configMapKeyRef": {"name": "corp-ca", "key": "ca.crt"}},
+            },
+        )
+    )
+    assert [c["name"] for c in pod["initContainers"]] == ["warm-cache", "gro-register"]
+    register = container(pod, "gro-register", "initContainers")
+    assert env(register)["HTTPS_PROXY"] == "http://proxy:3128"  # it must reach Gitea too
+    assert env(register)["SSL_CERT_FILE"]  # and trust its CA
+    assert any(m["name"] == "gro-ca-bundle" for m in register["volumeMounts"])
+    assert register["resources"] == {"limits": {"cpu": "1", "memory": "1Gi"}}  # for a quota
+    assert "readinessProbe" not in register and "args" not in register  # not for an init
+
+
+def test_a_template_may_not_name_the_registration_container():
+    with pytest.raises(InvalidSpec) as err:
+        parse_spec(spec_with(template={"spec": {"initContainers": [{"name": "gro-register"}]}}))
+    assert "spec.template.spec.initContainers[0].name" in err.value.message
+    assert "reserved" in err.value.message
 
 
 def test_spec_image_overrides_the_modes_image():
@@ -242,7 +289,7 @@ def test_template_settings_beat_the_modes_defaults():
             "spec.template.spec.containers[0].env[0].name: GITEA_INSTANCE_URL",
         ),
         (
-            {"spec": {"volumes": [{"name": "gro-registration-token", "emptyDir": {}}]}},
+            {"spec": {"volumes": [{"name": "gro-ca-bundle", "emptyDir": {}}]}},
             "spec.template.spec.volumes[0].name",
         ),
         ({"spec": {"containers": [{"name": "a"}, {"name": "a"}]}}, "containers[1].name"),
