@@ -42,9 +42,10 @@ class Observation:
     runners: tuple[ActionRunner, ...]
     runners_complete: bool = True
     queued_complete: bool = True
-    # Jobs runners are running now (one page, at most once a minute): only for the start-up
-    # latency metric, never for decisions.
+    # Jobs runners are running now, and the most recently finished ones (one page each, at
+    # most once a minute): only for the latency and duration metrics, never for decisions.
     in_progress: tuple[ActionJob, ...] = ()
+    finished: tuple[ActionJob, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -164,13 +164,23 @@ class GiteaClient:
             ) from None
 
     async def list_jobs(
-        self, scope: ScopeRef, status: str = "queued", max_pages: int | None = None
+        self,
+        scope: ScopeRef,
+        status: str = "queued",
+        max_pages: int | None = None,
+        *,
+        newest_first: bool = False,
     ) -> Listing[ActionJob]:
-        """Jobs of the scope in one API status (``queued`` is the only runnable demand)."""
+        """Jobs of the scope in one API status (``queued`` is the only runnable demand).
+        ``newest_first`` asks for descending ids (Gitea >= 1.27; older releases ignore it and
+        answer oldest first, which the caller must check)."""
+        query = {"status": status}
+        if newest_first:
+            query |= {"sort": "id", "order": "desc"}
         try:
             return await self._paginate(
                 scope.jobs_path,
-                {"status": status},
+                query,
                 JobList,
                 lambda page: page.jobs,
                 max_pages=max_pages,

@@ -182,7 +182,7 @@ class Reconciler:
         self._metrics.observe_jobs(
             meta["namespace"],
             meta["name"],
-            snapshot.observation.in_progress,
+            (*snapshot.observation.in_progress, *snapshot.observation.finished),
             lambda job: bool(ours.match(job.runner_name)),
         )
         source.submit(ReapOrder(group, decision.reap, decision.orphans))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -208,7 +209,7 @@ class Observer:
                     self._resolved[cache_key] = scope
                 runners = await client.list_runners(scope)
                 queued = await client.list_jobs(scope, "queued")
-                in_progress = await self._in_progress(client, scope, cache_key)
+                in_progress, finished = await self._progress(client, scope, cache_key)
         except TimeoutError:
             problem = Problem(
                 "GiteaUnreachable", f"{url}: no complete answer within {self._deadline:.0f}s"
@@ -235,20 +236,30 @@ class Observer:
             runners_complete=runners.complete,
             queued_complete=queued.complete,
             in_progress=in_progress,
+            finished=finished,
         )
         return _Fetched(observation=observation, handle=GiteaHandle(client, scope))
 
-    async def _in_progress(
+    async def _progress(
         self, client: GiteaClient, scope: ScopeRef, key: tuple[str, ScopeRef, str]
-    ) -> tuple[ActionJob, ...]:
-        """One page of running jobs, at most once a minute per scope and token: Gitea's own
-        created/started times for the start-up latency metric, at a bounded cost. A failure
-        here costs the metric a sample, never the observation."""
+    ) -> tuple[tuple[ActionJob, ...], tuple[ActionJob, ...]]:
+        """One page of running jobs and one of the most recently finished, at most once a
+        minute per scope and token: Gitea's own created/started/completed times for the
+        latency and duration metrics, at a bounded cost (a sample: at most a page of
+        finished jobs a minute). A failure here costs the metrics a sample, never the
+        observation."""
         now = self._clock()
         if now - self._progress_at.get(key, float("-inf")) < PROGRESS_EVERY:
-            return ()
+            return (), ()
         self._progress_at[key] = now
         try:
-            return (await client.list_jobs(scope, "in_progress", max_pages=1)).items
+            running = (await client.list_jobs(scope, "in_progress", max_pages=1)).items
+            finished = (
+                await client.list_jobs(scope, "completed", max_pages=1, newest_first=True)
+            ).items
         except GiteaError:
-            return ()
+            return (), ()
+        if any(a.id < b.id for a, b in itertools.pairwise(finished)):
+            # Gitea < 1.27 ignores the order and lists the oldest first: no recent sample.
+            finished = ()
+        return running, finished

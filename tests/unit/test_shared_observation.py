@@ -110,4 +110,45 @@ async def test_running_jobs_are_listed_at_most_once_a_minute_per_scope(sessions)
             now[0] = 100.0 + step
             await observer.observe("a", spec, newer_than=now[0])
         assert requests_to(mock, in_progress) == 2  # at 0 s and at 61 s
+        assert requests_to(mock, FINISHED) == 2  # likewise
         assert requests_to(mock, QUEUED) == 4
+
+
+FINISHED = re.compile(r"^http://g\.test/.*/actions/jobs\?.*status=completed.*$")
+
+
+def finished_job(job_id: int) -> dict[str, Any]:
+    return {
+        "id": job_id,
+        "status": "completed",
+        "runner_id": 3,
+        "runner_name": "ci-0123abcd-bcdfg-hjklm",
+        "created_at": "2026-11-23T10:00:00Z",
+        "started_at": "2026-11-23T10:00:05Z",
+        "completed_at": "2026-11-23T10:01:05Z",
+    }
+
+
+@pytest.mark.parametrize(
+    ("order", "sampled"),
+    [([9, 8, 7], [9, 8, 7]), ([7, 8, 9], [])],
+    ids=["newest first (Gitea 1.27)", "oldest first (older Gitea ignores the order)"],
+)
+async def test_the_newest_finished_jobs_are_sampled_for_the_duration_metric(
+    sessions, order, sampled
+):
+    observer = Observer(FakeSecrets({"a": "t1"}), sessions)  # type: ignore[arg-type]
+    spec = parse_spec(ORG_SPEC)
+    with aioresponses() as mock:
+        mock.get("http://g.test/api/v1/orgs/acme", payload={"id": 1}, repeat=True)
+        mock.get(RUNNERS, payload={"runners": [], "total_count": 0}, repeat=True)
+        mock.get(QUEUED, payload={"jobs": [], "total_count": 0}, repeat=True)
+        running = re.compile(r"^http://g\.test/.*/actions/jobs\?.*status=in_progress.*$")
+        mock.get(running, payload={"jobs": [], "total_count": 0}, repeat=True)
+        jobs = [finished_job(i) for i in order]
+        mock.get(FINISHED, payload={"jobs": jobs, "total_count": 3}, repeat=True)
+        snapshot, _ = await observer.observe("a", spec)
+        (url,) = [str(u) for (_, u) in mock.requests if FINISHED.match(str(u))]
+    assert "sort=id" in url and "order=desc" in url
+    assert snapshot.observation is not None
+    assert [j.id for j in snapshot.observation.finished] == sampled
