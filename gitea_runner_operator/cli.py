@@ -91,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="port of POST /hooks/gitea (Gitea webhooks, plain HTTP); 0 turns it off",
     )
     p.add_argument("--webhook-host", default="0.0.0.0", help="address of /hooks/gitea")  # noqa: S104
+    p.add_argument(
+        "--webhook-url",
+        metavar="URL",
+        help="URL at which Gitea reaches POST /hooks/gitea (e.g. the webhook Service or an "
+        "Ingress); needed by groups with spec.webhook.manageHook",
+    )
     secret = p.add_mutually_exclusive_group()
     secret.add_argument(
         "--webhook-secret",
@@ -132,6 +138,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             raise SystemExit(f"--allowed-gitea-url {url!r} is not an http(s) URL with a host")
     if not 0 <= args.webhook_port <= 65535:
         raise SystemExit("--webhook-port must be between 0 (off) and 65535")
+    if args.webhook_url is not None:
+        parts = urlsplit(args.webhook_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SystemExit(
+                f"--webhook-url {args.webhook_url!r} is not an http(s) URL with a host"
+            )
     if args.webhook_secret is not None:
         try:
             parse_secret_location(args.webhook_secret)
@@ -156,6 +168,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         webhook_port=args.webhook_port,
         webhook_secret=args.webhook_secret,
         webhook_secret_file=args.webhook_secret_file,
+        webhook_url=args.webhook_url,
     )
 
 

@@ -44,3 +44,5 @@ class Settings:
     webhook_port: int = 8082
     webhook_secret: str | None = None  # NAMESPACE/NAME[:KEY] of the operator-wide secret
     webhook_secret_file: str | None = None  # or a file holding it (a mounted Secret)
+    # Where Gitea delivers to /hooks/gitea, for the hooks groups ask the operator to manage.
+    webhook_url: str | None = None

@@ -70,9 +70,11 @@ class SecretSource(_CamelModel):
 
 class WebhookSpec(_CamelModel):
     """The group's own webhook secret, for teams that can add org or repo hooks but not a
-    system hook. It authorises deliveries for this group's scope only."""
+    system hook. It authorises deliveries for this group's scope only. With ``manage_hook``
+    the operator keeps the hook in Gitea itself (the API token must be allowed to)."""
 
     secret_ref: SecretKeyRef
+    manage_hook: bool = False
 
 
 class RunnerMode(StrEnum):

@@ -241,6 +241,17 @@ class GiteaClient:
             return False
         return True
 
+    async def call(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        json_body: Any = None,
+    ) -> Any:
+        """Any other Gitea API call (hooks, for one), with this client's token, retries and
+        rules: never a redirect, statuses mapped to :class:`GiteaError` subclasses."""
+        return await self._request(method, path, params, json_body)
+
     # -- plumbing -----------------------------------------------------------------------------
 
     async def _paginate(

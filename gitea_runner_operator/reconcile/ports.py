@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.reconcile.scaling import Orphan, ReapCandidate
@@ -18,6 +19,8 @@ class ReapOrder:
     group: dict[str, Any]  # the RunnerGroup object, for Events
     candidates: tuple[ReapCandidate, ...] = ()
     orphans: tuple[Orphan, ...] = ()
+    # Teardown of a group with spec.webhook.manageHook: remove its hook from Gitea as well.
+    remove_hook: bool = False
 
 
 class GroupSource(Protocol):
@@ -25,6 +28,16 @@ class GroupSource(Protocol):
 
     @property
     def latest(self) -> Snapshot | None: ...
+
+    @property
+    def hook(self) -> HookStatus | None:
+        """The last outcome of keeping the group's own hook (None: not tried yet)."""
+        ...
+
+    @property
+    def hook_removed(self) -> bool:
+        """A teardown's hook removal is done."""
+        ...
 
     def wake(self) -> None: ...
 

@@ -463,8 +463,9 @@ class Reconciler:
             observation=observation,
             drained=drained,
         )
+        hooked = spec is not None and spec.webhook is not None and spec.webhook.manage_hook
         if source is not None:
-            source.submit(ReapOrder(group, plan_.reap, plan_.orphans))
+            source.submit(ReapOrder(group, plan_.reap, plan_.orphans, remove_hook=hooked))
             source.wake()
         for job_name in plan_.force_delete:
             await self._cluster.delete_job(meta["namespace"], job_name)
@@ -478,10 +479,12 @@ class Reconciler:
         failed = snapshot is not None and snapshot.problem is not None
         silent = self._clock() - state.teardown_since > TEARDOWN_ANSWER_GRACE
         give_up = drained and observation is None and (failed or silent)
-        if plan_.done or spec is None or give_up:
-            if not plan_.done and spec is not None:
+        done = plan_.done and (not hooked or (source is not None and source.hook_removed))
+        if done or spec is None or give_up:
+            if not done and spec is not None:
+                what = "runner registrations" if not plan_.done else "webhook"
                 message = (
-                    "gave up removing this group's runner registrations after "
+                    f"gave up removing this group's {what} after "
                     "spec.drainTimeout: "
                     + (
                         snapshot.problem.message
@@ -558,8 +561,22 @@ class Reconciler:
             stuck=state.stuck_message if self._clock() < state.blocked_until else None,
             create_error=state.create_error,
         )
+        extra = [healthy]
+        managed = spec is not None and spec.webhook is not None and spec.webhook.manage_hook
+        source = self._sources.get(key)
+        hook = source.hook if managed and source is not None else None
+        if hook is not None:
+            extra.append(st.webhook_condition(hook))
+        base = previous
+        if spec is not None and not managed:  # no hook of ours: no condition about one
+            base = {
+                **previous,
+                "conditions": [
+                    c for c in previous.get("conditions") or [] if c.get("type") != st.WEBHOOK
+                ],
+            }
         wanted = st.desired_status(
-            previous=previous,
+            previous=base,
             generation=int(meta.get("generation") or 0),
             active=alive,
             queued=queued,
@@ -568,7 +585,7 @@ class Reconciler:
             ready=ready,
             now_iso=st.utc_now_iso(),
             target=spec.target if spec is not None else None,
-            extra_conditions=[healthy],
+            extra_conditions=extra,
         )
         self._log_transitions(key, ready, healthy, state)
         if counts is not None and spec is not None:
@@ -597,6 +614,9 @@ class Reconciler:
         before = st.find_condition(previous, st.RUNNERS_HEALTHY)
         if healthy["status"] == "False" and before.get("reason") != healthy["reason"]:
             await self._cluster.emit_event(group, "Warning", healthy["reason"], healthy["message"])
+        hook_before = st.find_condition(previous, st.WEBHOOK).get("reason")
+        if hook is not None and not hook.ok and hook_before != hook.reason:
+            await self._cluster.emit_event(group, "Warning", hook.reason, hook.message)
 
     def _log_transitions(
         self, key: str, ready: dict[str, str], healthy: dict[str, str], state: GroupState

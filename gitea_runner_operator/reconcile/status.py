@@ -11,10 +11,12 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Problem
 
 READY = "Ready"
 RUNNERS_HEALTHY = "RunnersHealthy"
+WEBHOOK = "Webhook"
 LAST_CHECK_REFRESH = 60.0
 
 
@@ -89,6 +91,17 @@ def runners_healthy_condition(
         "status": "True",
         "reason": "NoFailures",
         "message": "runner Pods start and take jobs",
+    }
+
+
+def webhook_condition(hook: HookStatus) -> dict[str, str]:
+    """``Webhook``: whether the group's own hook (``spec.webhook.manageHook``) exists in
+    Gitea as wanted. Only present while the operator manages the hook."""
+    return {
+        "type": WEBHOOK,
+        "status": "True" if hook.ok else "False",
+        "reason": hook.reason,
+        "message": hook.message,
     }
 
 

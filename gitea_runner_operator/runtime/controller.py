@@ -25,6 +25,7 @@ from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
+from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.observer import Observer
 from gitea_runner_operator.runtime.poller import Pollers
 from gitea_runner_operator.runtime.reaper import Reaper
@@ -67,10 +68,12 @@ class Controller:
             deadline=settings.observe_deadline,
         )
         self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
+        self.hooks = HookKeeper(self.secrets, settings.webhook_url)
         self.pollers = Pollers(
             self.observer.observe,
             self.queue.add,
             self.reaper,
+            hooks=self.hooks,
             min_refresh=settings.min_refresh_interval,
             backoff_max=settings.gitea_backoff_max,
         )
@@ -116,6 +119,7 @@ class Controller:
         """Per-group bookkeeping goes with the group: cache clocks, resolved scopes, cached
         Secrets of namespaces without groups, and HTTP sessions no group uses any more."""
         self.cache.forget(key)
+        self.hooks.forget(key)
         urls = {spec.gitea.url for spec in self.pollers.specs()}
         self.observer.forget(urls)
         namespaces = {k.split("/", 1)[0] for k in self.pollers.keys()}  # noqa: SIM118 - a method

@@ -24,9 +24,11 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.reconcile.ports import ReapOrder
+from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.observer import GiteaHandle
 from gitea_runner_operator.runtime.reaper import Reaper
 
@@ -69,6 +71,7 @@ class GroupPoller:
         notify: Callable[[str], None],
         reaper: Reaper | None = None,
         *,
+        hooks: HookKeeper | None = None,
         min_refresh: float = 0.5,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
         secret_retry: float = SECRET_RETRY,
@@ -77,6 +80,9 @@ class GroupPoller:
         self.key = key
         self.spec = spec
         self.latest: Snapshot | None = None
+        self.hook: HookStatus | None = None
+        self.hook_removed = False
+        self._hooks = hooks
         self._namespace = key.split("/", 1)[0]
         self._observe = observe
         self._notify = notify
@@ -148,6 +154,11 @@ class GroupPoller:
                     await self._reaper_run(handle, snapshot, order)
                 except Exception:
                     log.exception("reaping failed unexpectedly", group=self.key)
+            if handle is not None and snapshot is not None and snapshot.problem is None:
+                try:
+                    await self._hook_step(handle, order)
+                except Exception:
+                    log.exception("keeping the webhook failed unexpectedly", group=self.key)
             retry_after = snapshot.retry_after if snapshot else None
             delay = next_delay(
                 self.spec.poll_interval_seconds,
@@ -158,6 +169,30 @@ class GroupPoller:
                 self._secret_retry,
             )
             await self._sleep(started, delay * random.uniform(0.95, 1.05))  # noqa: S311
+
+    async def _hook_step(self, handle: GiteaHandle, order: ReapOrder | None) -> None:
+        """Keep, or remove, the group's own hook in Gitea; after the reconcile was told about
+        the observation, so a slow hook call never delays a runner."""
+        if self._hooks is None:
+            return
+        managed = self.spec.webhook is not None and self.spec.webhook.manage_hook
+        try:
+            async with asyncio.timeout(60):
+                if order is not None and order.remove_hook:
+                    self.hook_removed = await self._hooks.remove(self.key, handle, self.spec)
+                    if self.hook_removed:
+                        self._notify(self.key)
+                elif managed:
+                    status = await self._hooks.keep(self.key, self.spec, handle)
+                    if status is not None and status != self.hook:
+                        self.hook = status
+                        self._notify(self.key)
+                elif self._hooks.holds(self.key):
+                    await self._hooks.remove(self.key, handle)  # manageHook was turned off
+        except TimeoutError:
+            if managed and not (order is not None and order.remove_hook):
+                self.hook = HookStatus(False, "HookFailed", "Gitea did not answer within 60s")
+                self._notify(self.key)
 
     async def _reaper_run(self, handle: GiteaHandle, snapshot: Snapshot, order: ReapOrder) -> None:
         if self._reaper is None:
@@ -186,12 +221,14 @@ class Pollers:
         notify: Callable[[str], None],
         reaper: Reaper | None = None,
         *,
+        hooks: HookKeeper | None = None,
         min_refresh: float = 0.5,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
     ) -> None:
         self._observe = observe
         self._notify = notify
         self._reaper = reaper
+        self._hooks = hooks
         self._min_refresh = min_refresh
         self._backoff_max = backoff_max
         self._pollers: dict[str, GroupPoller] = {}
@@ -240,9 +277,12 @@ class Pollers:
             self._observe,
             self._notify,
             self._reaper,
+            hooks=self._hooks,
             min_refresh=self._min_refresh,
             backoff_max=self._backoff_max,
         )
+        if current is not None:  # what the old task knew of the hook still holds
+            poller.hook, poller.hook_removed = current.hook, current.hook_removed
         self._pollers[key] = poller
         self._index(key, spec)
         poller.start()

@@ -16,13 +16,14 @@ import pytest
 from kubernetes_asyncio import client, config
 
 from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.forge.client import GiteaClient
+from gitea_runner_operator.forge.hooks import HookClient, HookScope
 from gitea_runner_operator.webhook import (
     CachedSecretReader,
     Descriptors,
     GroupDescriptor,
     WebhookServer,
 )
-from gitea_runner_operator.webhook.registration import HookClient, HookScope
 from gitea_runner_operator.webhook.secrets import CREDENTIALS_LABEL
 from tests.integration import manifests
 from tests.integration.conftest import (
@@ -30,9 +31,12 @@ from tests.integration.conftest import (
     OPERATOR_NS,
     OPERATOR_SA,
     GiteaTarget,
+    free_port,
+    group_status,
     make_secret,
     make_tokens,
     runner_group,
+    runner_jobs,
     wait_until,
 )
 from tests.testbed.gitea_api import GiteaAPI
@@ -109,7 +113,10 @@ async def test_real_deliveries_wake_exactly_the_groups_their_secret_speaks_for(
         group("no-hook"),  # woken only by the operator-wide secret
         group("global", scope="global", org=None),
     ]
-    assert objects[0]["spec"]["webhook"] == {"secretRef": {"name": "hook", "key": "secret"}}
+    assert objects[0]["spec"]["webhook"] == {
+        "secretRef": {"name": "hook", "key": "secret"},
+        "manageHook": False,  # the schema's default
+    }
 
     woken: list[str] = []
     outcomes: list[str] = []
@@ -254,7 +261,7 @@ async def test_hook_registration_is_idempotent_rotates_the_secret_and_removes(
     try:
         url = f"http://127.0.0.1:{server.port}/hooks/gitea"
         async with aiohttp.ClientSession() as session:
-            hooks = HookClient(session, cluster.gitea_url, cluster.gitea_token)
+            hooks = HookClient(GiteaClient(session, cluster.gitea_url, cluster.gitea_token).call)
             first = await hooks.ensure_hook(scope, url, secrets.token_hex(16))
             again = await hooks.ensure_hook(scope, url, secrets.token_hex(16))
             assert first.created and not again.created and again.id == first.id
@@ -281,3 +288,93 @@ async def test_hook_registration_is_idempotent_rotates_the_secret_and_removes(
             assert await hooks.remove_hook(scope, url) == 0
     finally:
         await server.stop()
+
+
+def test_a_group_that_manages_its_hook_is_woken_by_it_and_removes_it_when_deleted(
+    cluster: Any,
+    kube: KubeClient,
+    gitea: GiteaAPI,
+    team_namespace: str,
+    gitea_target: Any,
+    start_operator: Any,
+) -> None:
+    """spec.webhook.manageHook end to end: the operator creates the organisation hook with
+    the group's own secret, Gitea's real delivery wakes the group long before its next poll
+    (pollInterval 10m), and deleting the group removes the hook."""
+    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
+    make_tokens(kube, ns, cluster, gitea_target)
+    labelled_secret(kube, ns, "hook", secrets.token_hex(16), labelled=True)
+    port = free_port()
+    delivery = f"http://127.0.0.1:{port}/hooks/gitea"
+    start_operator(ns, extra=("--webhook-port", str(port), "--webhook-url", delivery))
+    group = runner_group(
+        "hooked",
+        target=gitea_target,
+        url=cluster.gitea_url,
+        image="x",
+        pollInterval="10m",
+        webhook={"secretRef": {"name": "hook", "key": "secret"}, "manageHook": True},
+    )
+    manifests.apply(kube, group, namespace=ns)
+
+    def webhook_condition() -> dict[str, Any]:
+        return next(
+            (c for c in group_status(kube, ns, "hooked").get("conditions", [])
+             if c["type"] == "Webhook"),
+            {},
+        )  # fmt: skip
+
+    cond = wait_until(
+        lambda: (c := webhook_condition()).get("status") == "True" and c,
+        what="the Webhook condition True",
+    )
+    assert cond["reason"] == "HookRegistered"
+    (hook,) = gitea.get(f"/orgs/{org}/hooks")
+    assert hook["config"]["url"] == f"{delivery}?group={ns}%2Fhooked"
+    assert hook["events"] == ["workflow_job"] and hook["active"]
+    # The first poll is done (the condition follows it); the next is 10 minutes away.
+    gitea.push_workflow(org, repo, "ci", WORKFLOW.split("  after:")[0])
+    wait_until(
+        lambda: runner_jobs(kube, ns, "hooked"),
+        timeout=60,
+        what="a runner Job, started by the hook's delivery",
+    )
+    kube.delete(f"{GROUPS.format(ns=ns)}/hooked")
+    wait_until(
+        lambda: not kube.get(f"{GROUPS.format(ns=ns)}")["items"],
+        timeout=90,
+        what="the group gone",
+    )
+    assert gitea.get(f"/orgs/{org}/hooks") == []
+
+
+def test_a_managed_hook_without_the_operators_url_says_what_is_missing(
+    cluster: Any,
+    kube: KubeClient,
+    team_namespace: str,
+    gitea_target: Any,
+    start_operator: Any,
+) -> None:
+    ns = team_namespace
+    make_tokens(kube, ns, cluster, gitea_target)
+    labelled_secret(kube, ns, "hook", secrets.token_hex(16), labelled=True)
+    start_operator(ns)
+    group = runner_group(
+        "hooked",
+        target=gitea_target,
+        url=cluster.gitea_url,
+        image="x",
+        webhook={"secretRef": {"name": "hook", "key": "secret"}, "manageHook": True},
+    )
+    manifests.apply(kube, group, namespace=ns)
+    cond = wait_until(
+        lambda: next(
+            (c for c in group_status(kube, ns, "hooked").get("conditions", [])
+             if c["type"] == "Webhook" and c["status"] == "False"),
+            None,
+        ),
+        what="the Webhook condition False",
+    )  # fmt: skip
+    assert cond["reason"] == "WebhookURLNotSet" and "--webhook-url" in cond["message"]
+    ready = next(c for c in group_status(kube, ns, "hooked")["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"  # polling serves the group meanwhile

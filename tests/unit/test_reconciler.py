@@ -13,6 +13,7 @@ import pytest
 import structlog
 
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
+from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Observation, Problem, Snapshot
 from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.reconcile.expectations import Expectations
@@ -128,6 +129,8 @@ class FakeSource:
         self.latest: Snapshot | None = snapshot
         self.woken = 0
         self.orders: list[ReapOrder] = []
+        self.hook: HookStatus | None = None
+        self.hook_removed = False
 
     def wake(self) -> None:
         self.woken += 1
@@ -526,3 +529,48 @@ async def test_a_create_whose_answer_was_lost_is_not_made_a_second_time():
     cluster.lose_answer = False
     await reconciler.reconcile(KEY)  # the watch has not shown the Job yet
     assert cluster.creates == 1 and len(cluster.unsynced) == 1
+
+
+HOOKED = {
+    **VALID,
+    "maxActiveRunners": 3,
+    "webhook": {"secretRef": {"name": "hook", "key": "secret"}, "manageHook": True},
+}
+
+
+async def test_a_managed_hook_shows_as_the_webhook_condition_and_a_failure_warns_once():
+    cluster = FakeCluster()
+    reconciler, sources, _ = make(cluster, snapshot(), spec=HOOKED)
+    sources.source.hook = HookStatus(True, "HookRegistered", "hook 4 of organisation acme ...")
+    await reconciler.reconcile(KEY)
+    assert condition(cluster, "Webhook")["status"] == "True"
+    sources.source.hook = HookStatus(False, "HookNotPermitted", "the API token may not ...")
+    await reconciler.reconcile(KEY)
+    await reconciler.reconcile(KEY)
+    cond = condition(cluster, "Webhook")
+    assert (cond["status"], cond["reason"]) == ("False", "HookNotPermitted")
+    assert condition(cluster, "Ready")["status"] == "True"  # polling goes on regardless
+    assert cluster.events.count(("Warning", "HookNotPermitted")) == 1
+
+
+async def test_the_webhook_condition_goes_when_the_hook_is_no_longer_managed():
+    cluster = FakeCluster()
+    managed, sources, _ = make(cluster, snapshot(), spec=HOOKED)
+    sources.source.hook = HookStatus(True, "HookRegistered", "...")
+    await managed.reconcile(KEY)
+    plain, _, _ = make(cluster, snapshot())
+    await plain.reconcile(KEY)
+    assert cluster.status is not None
+    assert "Webhook" not in {c["type"] for c in cluster.status["conditions"]}
+
+
+async def test_teardown_removes_the_managed_hook_before_releasing_the_finalizer():
+    cluster = FakeCluster()
+    cluster.deletion = "2026-01-01T00:01:00Z"
+    reconciler, sources, _ = make(cluster, snapshot(started_at=200.0), spec=HOOKED, wall=T0 + 90)
+    await reconciler.reconcile(KEY)
+    assert sources.source.orders[-1].remove_hook is True
+    assert FINALIZER in cluster.finalizers  # registrations gone, the hook not yet
+    sources.source.hook_removed = True
+    await reconciler.reconcile(KEY)
+    assert FINALIZER not in cluster.finalizers

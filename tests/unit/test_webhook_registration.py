@@ -1,7 +1,7 @@
 import pytest
 
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.webhook.registration import HookScope, hook_body, hooks_for
+from gitea_runner_operator.forge.hooks import HookScope, hook_body, hooks_for
 
 
 @pytest.mark.parametrize(

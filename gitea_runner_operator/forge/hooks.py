@@ -12,24 +12,15 @@ only in the request body and is never logged.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
-import aiohttp
-
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.forge.errors import (
-    GiteaError,
-    GiteaForbidden,
-    GiteaNotFound,
-    GiteaProtocolError,
-    GiteaUnauthorized,
-    GiteaUnreachable,
-)
+from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound, GiteaProtocolError
 
 EVENTS: Final = ("workflow_job",)
-_TIMEOUT: Final = aiohttp.ClientTimeout(total=30, connect=10)
 _PAGE: Final = 50
 _MAX_PAGES: Final = 20
 
@@ -88,40 +79,18 @@ def hooks_for(hooks: list[Any], url: str) -> list[int]:
     return out
 
 
+# A request to Gitea with the group's token: GiteaClient.call, which never follows a
+# redirect, retries what is transient and maps statuses to GiteaError subclasses.
+Call = Callable[[str, str, Mapping[str, str] | None, Any], Awaitable[Any]]
+
+
 class HookClient:
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, token: str) -> None:
-        self._session = session
-        self._base = base_url.rstrip("/")
-        self._headers = {"Authorization": f"token {token}", "Accept": "application/json"}
+    def __init__(self, call: Call) -> None:
+        self._call_gitea = call
 
     async def _call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
-        try:
-            async with self._session.request(
-                method,
-                self._base + path,
-                json=body,
-                params=params or None,
-                headers=self._headers,
-                timeout=_TIMEOUT,
-            ) as resp:
-                if resp.status == 401:
-                    raise GiteaUnauthorized(f"{method} {path}: the API token was refused (401)")
-                if resp.status == 403:
-                    raise GiteaForbidden(
-                        f"{method} {path}: the API token may not manage this scope's hooks (403)"
-                    )
-                if resp.status == 404:
-                    raise GiteaNotFound(f"{method} {path}: not found (404)")
-                if resp.status >= 400:
-                    raise GiteaUnreachable(f"{method} {path}: HTTP {resp.status}")
-                if resp.status == 204:
-                    return None
-                try:
-                    return await resp.json(content_type=None)
-                except ValueError:
-                    raise GiteaProtocolError(f"{method} {path}: the answer is not JSON") from None
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise GiteaUnreachable(f"{method} {path}: {type(exc).__name__}") from None
+        query = {k: str(v) for k, v in params.items()} or None
+        return await self._call_gitea(method, path, query, body)
 
     async def list_hooks(self, scope: HookScope) -> list[Any]:
         hooks: list[Any] = []
