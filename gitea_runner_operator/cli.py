@@ -210,7 +210,7 @@ def webhook_server(
 ) -> WebhookServer:
     """The webhook receiver, wired to whichever controller currently leads: a delivery wakes
     the matching groups' Gitea tasks for an immediate, coalesced refresh. A standby replica
-    has no controller and answers without acting; polling still finds the job."""
+    has no controller and answers 503 without acting; polling still finds the job."""
     descriptors = Descriptors()
 
     def groups() -> list[webhook.GroupDescriptor]:
@@ -233,6 +233,7 @@ def webhook_server(
         operator_secret=secret,
         group_secret=CachedSecretReader(api),
         on_delivery=metrics.webhook_delivery,
+        active=lambda: leadership.controller is not None,
     )
 
 

@@ -49,7 +49,7 @@ EVENT_HEADER: Final = "X-Gitea-Event"
 DEFAULT_PORT: Final = 8082
 DEFAULT_MAX_BODY: Final = 1 << 20  # workflow_job payloads are a few KiB
 
-Outcome = Literal["accepted", "ignored", "unauthorized", "too_large", "bad_request"]
+Outcome = Literal["accepted", "ignored", "unauthorized", "too_large", "bad_request", "standby"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,7 @@ class _Answer:
 
 _UNAUTHORIZED: Final = _Answer("unauthorized", 401, "signature missing or not valid\n")
 _TOO_LARGE: Final = _Answer("too_large", 413, "body too large\n")
+_STANDBY: Final = _Answer("standby", 503, "a standby replica: the leader acts on deliveries\n")
 _OPERATOR: Final = object()  # the tag of the operator-wide secret among the candidates
 
 
@@ -92,7 +93,7 @@ class WebhookServer:
     ``groups`` lists the current RunnerGroups (called once per delivery); ``wake`` asks one
     group (by key) for an immediate, coalesced refresh and must return at once;
     ``group_secret`` fetches a group's hook secret (inject a cache); ``on_delivery`` counts
-    outcomes for metrics."""
+    outcomes for metrics; ``active`` is False on a standby replica, which then answers 503."""
 
     def __init__(
         self,
@@ -105,7 +106,9 @@ class WebhookServer:
         group_secret: SecretProvider | None = None,
         on_delivery: Callable[[str], None] | None = None,
         max_body: int = DEFAULT_MAX_BODY,
+        active: Callable[[], bool] | None = None,
     ) -> None:
+        self._active = active
         self._host = host
         self._port = port
         self._groups = groups
@@ -151,6 +154,10 @@ class WebhookServer:
 
     async def _deliver(self, request: web.Request) -> _Answer:
         event = request.headers.get(EVENT_HEADER, "")
+        if self._active is not None and not self._active():
+            # A standby knows no groups, so every group secret would look wrong: say what is
+            # true instead of 401. Polling (on the leader) still finds the job.
+            return _STANDBY
         if request.content_length is not None and request.content_length > self._max_body:
             log.info("webhook delivery too large", remote=request.remote, gitea_event=event)
             return _TOO_LARGE

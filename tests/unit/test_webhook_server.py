@@ -43,7 +43,9 @@ def body_for(full_name="acme/widgets", action="queued", labels=("linux",), marke
 
 
 class Harness:
-    def __init__(self, operator_secret=OPERATOR, groups=GROUPS, secrets=SECRETS, max_body=4096):
+    def __init__(
+        self, operator_secret=OPERATOR, groups=GROUPS, secrets=SECRETS, max_body=4096, active=None
+    ):
         self.woken = []
         self.outcomes = []
         self.lookups = []
@@ -61,6 +63,7 @@ class Harness:
             group_secret=provider,
             on_delivery=self.outcomes.append,
             max_body=max_body,
+            active=active,
         )
 
     async def post(self, body, secret=None, event="workflow_job", signature=None, **headers):
@@ -92,6 +95,17 @@ async def test_unsigned_or_wrongly_signed_deliveries_are_401_and_change_nothing(
     assert status == 401
     assert h.woken == []
     assert h.outcomes == ["unauthorized"]
+
+
+async def test_a_standby_replica_says_so_instead_of_calling_a_good_signature_wrong():
+    leading = [False]
+    h = Harness(active=lambda: leading[0])
+    status, text = await h.post(body_for(), SECRETS[A])
+    assert (status, h.woken, h.outcomes) == (503, [], ["standby"])
+    assert "standby" in text
+    leading[0] = True  # it took the Lease
+    status, _ = await h.post(body_for(), SECRETS[A])
+    assert status == 202 and h.woken
 
 
 async def test_signature_of_another_body_is_rejected():
