@@ -144,7 +144,7 @@ class GiteaClient:
             return scope
         if scope.scope is Scope.REPO:
             try:
-                await self._request("GET", f"/api/v1/repos/{scope.prefix.split('/repos/', 1)[1]}")
+                await self.call("GET", f"/api/v1/repos/{scope.prefix.split('/repos/', 1)[1]}")
             except GiteaNotFound:
                 raise GiteaNotFound(
                     f"repository {scope.org}/{scope.repo} not found, "
@@ -152,10 +152,10 @@ class GiteaClient:
                 ) from None
             return scope
         try:
-            await self._request("GET", f"/api/v1/orgs/{scope.prefix.rsplit('/', 1)[1]}")
+            await self.call("GET", f"/api/v1/orgs/{scope.prefix.rsplit('/', 1)[1]}")
             return ScopeRef(scope.scope, scope.org, scope.repo, OwnerKind.ORG)
         except GiteaNotFound:
-            me = await self._request("GET", "/api/v1/user")
+            me = await self.call("GET", "/api/v1/user")
             login = me.get("login") if isinstance(me, dict) else None
             if isinstance(login, str) and scope.org and login.lower() == scope.org.lower():
                 return ScopeRef(scope.scope, scope.org, scope.repo, OwnerKind.USER)
@@ -203,7 +203,7 @@ class GiteaClient:
     async def get_runner(self, scope: ScopeRef, runner_id: int) -> ActionRunner | None:
         """One registration as it is now; None when it is gone."""
         try:
-            body = await self._request("GET", f"{scope.runners_path}/{runner_id}")
+            body = await self.call("GET", f"{scope.runners_path}/{runner_id}")
         except GiteaNotFound:
             return None
         return self._runner(body, runner_id)
@@ -215,7 +215,7 @@ class GiteaClient:
         Returns the runner as it is after the change, or None when this Gitea cannot disable
         runners or the runner is gone (callers then rely on a fresh read)."""
         try:
-            body = await self._request(
+            body = await self.call(
                 "PATCH", f"{scope.runners_path}/{runner_id}", json_body={"disabled": disabled}
             )
         except GiteaNotFound:
@@ -236,21 +236,10 @@ class GiteaClient:
     async def delete_runner(self, scope: ScopeRef, runner_id: int) -> bool:
         """Remove a runner registration; False when it was already gone."""
         try:
-            await self._request("DELETE", f"{scope.runners_path}/{runner_id}")
+            await self.call("DELETE", f"{scope.runners_path}/{runner_id}")
         except GiteaNotFound:
             return False
         return True
-
-    async def call(
-        self,
-        method: str,
-        path: str,
-        params: Mapping[str, str] | None = None,
-        json_body: Any = None,
-    ) -> Any:
-        """Any other Gitea API call (hooks, for one), with this client's token, retries and
-        rules: never a redirect, statuses mapped to :class:`GiteaError` subclasses."""
-        return await self._request(method, path, params, json_body)
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -264,7 +253,7 @@ class GiteaClient:
     ) -> Listing[Any]:
         seen: dict[int, Any] = {}
         for page in range(1, (max_pages or self.max_pages) + 1):
-            body = await self._request(
+            body = await self.call(
                 "GET", path, {**params, "page": str(page), "limit": str(self.page_size)}
             )
             try:
@@ -281,13 +270,16 @@ class GiteaClient:
                 return Listing(tuple(seen.values()), complete=True)
         return Listing(tuple(seen.values()), complete=False)
 
-    async def _request(
+    async def call(
         self,
         method: str,
         path: str,
         params: Mapping[str, str] | None = None,
         json_body: Any = None,
     ) -> Any:
+        """One Gitea API call with this client's token and rules (never a redirect, retries of
+        what is transient, statuses mapped to :class:`GiteaError` subclasses); public for the
+        APIs that have no method here (hooks)."""
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._attempts),
             wait=self._wait,

@@ -15,32 +15,20 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import quote
 
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound, GiteaProtocolError
+from gitea_runner_operator.forge.scope import ScopeRef
 
 EVENTS: Final = ("workflow_job",)
 _PAGE: Final = 50
 _MAX_PAGES: Final = 20
 
 
-@dataclass(frozen=True, slots=True)
-class HookScope:
-    """Where the hook lives: ``global`` is a system hook (every repository of the instance)."""
-
-    scope: Scope
-    org: str | None = None
-    repo: str | None = None
-
-    @property
-    def path(self) -> str:
-        if self.scope is Scope.GLOBAL:
-            return "/api/v1/admin/hooks"
-        org = quote(self.org or "", safe="")
-        if self.scope is Scope.ORG:
-            return f"/api/v1/orgs/{org}/hooks"
-        return f"/api/v1/repos/{org}/{quote(self.repo or '', safe='')}/hooks"
+def hooks_path(scope: ScopeRef) -> str:
+    """Where a scope's hooks live: ``/admin/hooks`` (system hooks) for the instance, else
+    beside the scope's Actions API (an organisation's, a user's own, a repository's)."""
+    return f"{scope.prefix}/hooks"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +37,7 @@ class HookState:
     created: bool
 
 
-def hook_body(scope: HookScope, url: str, secret: str) -> dict[str, Any]:
+def hook_body(scope: ScopeRef, url: str, secret: str) -> dict[str, Any]:
     """The wanted hook, as Gitea's create/edit endpoints take it."""
     body: dict[str, Any] = {
         "type": "gitea",
@@ -92,19 +80,19 @@ class HookClient:
         query = {k: str(v) for k, v in params.items()} or None
         return await self._call_gitea(method, path, query, body)
 
-    async def list_hooks(self, scope: HookScope) -> list[Any]:
+    async def list_hooks(self, scope: ScopeRef) -> list[Any]:
         hooks: list[Any] = []
         for page in range(1, _MAX_PAGES + 1):
-            batch = await self._call("GET", scope.path, page=page, limit=_PAGE)
+            batch = await self._call("GET", hooks_path(scope), page=page, limit=_PAGE)
             if not isinstance(batch, list):
-                raise GiteaProtocolError(f"GET {scope.path}: expected a list of hooks")
+                raise GiteaProtocolError(f"GET {hooks_path(scope)}: expected a list of hooks")
             hooks += batch
             if len(batch) < _PAGE:
                 break
         return hooks
 
     async def ensure_hook(
-        self, scope: HookScope, url: str, secret: str, *, rotate: bool = False
+        self, scope: ScopeRef, url: str, secret: str, *, rotate: bool = False
     ) -> HookState:
         """The scope's hook to ``url``, edited to the wanted shape, or a new one; extra hooks to
         the same URL are deleted.
@@ -119,22 +107,22 @@ class HookClient:
         body = hook_body(scope, url, secret)
         existing = hooks_for(await self.list_hooks(scope), url)
         if not existing or rotate:
-            made = await self._call("POST", scope.path, body)
+            made = await self._call("POST", hooks_path(scope), body)
             if not isinstance(made, dict) or not isinstance(made.get("id"), int):
-                raise GiteaProtocolError(f"POST {scope.path}: the answer has no hook id")
+                raise GiteaProtocolError(f"POST {hooks_path(scope)}: the answer has no hook id")
             for hook_id in existing:
                 with contextlib.suppress(GiteaNotFound):
-                    await self._call("DELETE", f"{scope.path}/{hook_id}")
+                    await self._call("DELETE", f"{hooks_path(scope)}/{hook_id}")
             return HookState(made["id"], created=True)
         first, *extra = existing
         edit = {k: v for k, v in body.items() if k not in ("type", "is_system_webhook")}
-        await self._call("PATCH", f"{scope.path}/{first}", edit)
+        await self._call("PATCH", f"{hooks_path(scope)}/{first}", edit)
         for hook_id in extra:
             with contextlib.suppress(GiteaNotFound):
-                await self._call("DELETE", f"{scope.path}/{hook_id}")
+                await self._call("DELETE", f"{hooks_path(scope)}/{hook_id}")
         return HookState(first, created=False)
 
-    async def remove_hook(self, scope: HookScope, url: str) -> int:
+    async def remove_hook(self, scope: ScopeRef, url: str) -> int:
         """Delete the scope's hooks to ``url``; how many there were. A scope that is gone
         (404) has no hooks left to remove."""
         try:
@@ -143,5 +131,5 @@ class HookClient:
             return 0
         for hook_id in existing:
             with contextlib.suppress(GiteaNotFound):
-                await self._call("DELETE", f"{scope.path}/{hook_id}")
+                await self._call("DELETE", f"{hooks_path(scope)}/{hook_id}")
         return len(existing)

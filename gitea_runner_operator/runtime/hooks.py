@@ -24,7 +24,8 @@ import structlog
 from gitea_runner_operator.api.hooks import HookStatus, hook_url
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.errors import GiteaError, GiteaForbidden, GiteaUnauthorized
-from gitea_runner_operator.forge.hooks import HookClient, HookScope
+from gitea_runner_operator.forge.hooks import HookClient
+from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 from gitea_runner_operator.runtime.observer import GiteaHandle
 
@@ -43,7 +44,7 @@ NO_URL = HookStatus(
 @dataclass(slots=True)
 class _Kept:
     url: str
-    scope: HookScope
+    scope: ScopeRef
     fingerprint: str
     at: float
     hook_id: int
@@ -81,7 +82,7 @@ class HookKeeper:
         except SecretProblem as exc:
             return HookStatus(False, exc.problem.reason, exc.problem.message)
         url = hook_url(self._delivery_url, key)
-        scope = HookScope(spec.scope, spec.org, spec.repo)
+        scope = handle.scope  # resolved: a user-owned "organisation" has its hooks at /user
         fingerprint = hashlib.sha256(secret.encode()).hexdigest()
         kept = self._kept.get(key)
         fresh = (
@@ -119,19 +120,14 @@ class HookKeeper:
             True, "HookRegistered", f"hook {state.id} of {_where(scope)} delivers to {url}"
         )
 
-    async def remove(
-        self, key: str, handle: GiteaHandle, spec: RunnerGroupSpec | None = None
-    ) -> bool:
-        """Delete the group's hooks (of the scope this process kept it in, else of ``spec``'s
-        scope); True once none is left."""
+    async def remove(self, key: str, handle: GiteaHandle) -> bool:
+        """Delete the group's hooks (in the scope this process kept it in, else in the
+        group's scope: a restarted operator still removes them); True once none is left."""
         kept = self._kept.get(key)
         if kept is not None:
             url, scope = kept.url, kept.scope
-        elif spec is not None and self._delivery_url:
-            url, scope = (
-                hook_url(self._delivery_url, key),
-                HookScope(spec.scope, spec.org, spec.repo),
-            )
+        elif self._delivery_url:
+            url, scope = hook_url(self._delivery_url, key), handle.scope
         else:
             return True  # no delivery URL: the operator never made a hook
         try:
@@ -148,7 +144,7 @@ class HookKeeper:
         self._kept.pop(key, None)
 
 
-def _where(scope: HookScope) -> str:
+def _where(scope: ScopeRef) -> str:
     if scope.repo:
         return f"repository {scope.org}/{scope.repo}"
     if scope.org:

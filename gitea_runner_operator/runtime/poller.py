@@ -179,7 +179,7 @@ class GroupPoller:
         try:
             async with asyncio.timeout(60):
                 if order is not None and order.remove_hook:
-                    self.hook_removed = await self._hooks.remove(self.key, handle, self.spec)
+                    self.hook_removed = await self._hooks.remove(self.key, handle)
                     if self.hook_removed:
                         self._notify(self.key)
                 elif managed:

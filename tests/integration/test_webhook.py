@@ -17,7 +17,8 @@ from kubernetes_asyncio import client, config
 
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.client import GiteaClient
-from gitea_runner_operator.forge.hooks import HookClient, HookScope
+from gitea_runner_operator.forge.hooks import HookClient
+from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.webhook import (
     CachedSecretReader,
     Descriptors,
@@ -236,7 +237,7 @@ async def test_hook_registration_is_idempotent_rotates_the_secret_and_removes(
     cluster: Any, gitea: GiteaAPI, webhook_target: Any
 ) -> None:
     org, repo = webhook_target.org, webhook_target.repo
-    scope = HookScope(Scope.ORG, org=org)
+    scope = ScopeRef(Scope.ORG, org=org)
     delivered = asyncio.Event()
     outcomes: list[str] = []
     woken: list[str] = []

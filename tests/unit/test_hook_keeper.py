@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from gitea_runner_operator.api.observation import Problem
-from gitea_runner_operator.api.runnergroup import parse_spec
+from gitea_runner_operator.api.runnergroup import Scope, parse_spec
 from gitea_runner_operator.forge.errors import GiteaForbidden
+from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kube.secrets import SecretProblem
 from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.observer import GiteaHandle
@@ -70,7 +71,7 @@ def handle(api: FakeHooksAPI) -> GiteaHandle:
     class Client:
         call = api.call
 
-    return GiteaHandle(Client(), None)  # type: ignore[arg-type]
+    return GiteaHandle(Client(), ScopeRef(Scope.REPO, "acme", "widgets"))  # type: ignore[arg-type]
 
 
 async def test_the_hook_is_made_once_per_group_then_left_alone_while_fresh():
@@ -119,7 +120,7 @@ async def test_a_restarted_operator_still_removes_the_hook_of_a_deleted_group():
     first, _ = keeper()
     await first.keep(KEY, SPEC, handle(api))
     restarted, _ = keeper()
-    assert await restarted.remove(KEY, handle(api), SPEC) is True
+    assert await restarted.remove(KEY, handle(api)) is True
     assert api.hooks == {}
 
 
