@@ -135,9 +135,19 @@ def apply(kube: KubeClient, obj: dict[str, Any], namespace: str | None = None) -
     except KubeError as exc:
         if exc.status != 409:
             raise
-    current = kube.get(object_path(obj, namespace))
-    obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-    # Like kubectl apply, keep what controllers added and the manifest does not mention.
-    if "finalizers" in current["metadata"] and "finalizers" not in obj["metadata"]:
-        obj["metadata"]["finalizers"] = current["metadata"]["finalizers"]
-    return kube.put(object_path(obj, namespace), obj)
+    wanted_finalizers = "finalizers" in obj["metadata"]
+    for attempt in range(5):
+        current = kube.get(object_path(obj, namespace))
+        obj = {**obj, "metadata": {**obj["metadata"]}}
+        obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        # Like kubectl apply, keep what controllers added and the manifest does not mention.
+        if "finalizers" in current["metadata"] and not wanted_finalizers:
+            obj["metadata"]["finalizers"] = current["metadata"]["finalizers"]
+        try:
+            return kube.put(object_path(obj, namespace), obj)
+        except KubeError as exc:
+            # The operator wrote the object (a finalizer, its status) between our read and
+            # write: read again and retry, as kubectl does on a conflict.
+            if exc.status != 409 or attempt == 4:
+                raise
+    raise AssertionError("unreachable")
