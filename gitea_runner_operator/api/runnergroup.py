@@ -299,6 +299,11 @@ class RunnerGroupSpec(_CamelModel):
         return frozenset(label.name for label in self.runner_labels)
 
     @property
+    def manages_hook(self) -> bool:
+        """The operator keeps this group's own hook in Gitea (``spec.webhook.manageHook``)."""
+        return self.webhook is not None and self.webhook.manage_hook
+
+    @property
     def runner_image(self) -> str:
         """``spec.image``, else the mode's image (the rootless DinD one has its own daemon)."""
         if self.image:

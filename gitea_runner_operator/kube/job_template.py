@@ -128,8 +128,10 @@ exec "$bin" register --no-interactive --ephemeral \\
 """
 
 # Fields of the runner container an init container must not carry.
-_NOT_FOR_INIT = ("command", "args", "ports", "lifecycle", "restartPolicy", "resizePolicy")
-_PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+_NOT_FOR_INIT = frozenset(
+    {"command", "args", "ports", "lifecycle", "restartPolicy", "resizePolicy"}
+    | {"livenessProbe", "readinessProbe", "startupProbe"}
+)
 
 
 def _register_container(runner: dict[str, Any], spec: RunnerGroupSpec) -> dict[str, Any]:
@@ -138,11 +140,7 @@ def _register_container(runner: dict[str, Any], spec: RunnerGroupSpec) -> dict[s
     number of runners). It is the runner container as the template made it (image, env such
     as a proxy, CA and config mounts, resources for a quota, security context), with the
     token added and the image's registration as its command."""
-    register = {
-        k: copy.deepcopy(v)
-        for k, v in runner.items()
-        if k not in _NOT_FOR_INIT and k not in _PROBES
-    }
+    register = {k: copy.deepcopy(v) for k, v in runner.items() if k not in _NOT_FOR_INIT}
     register["name"] = REGISTER_CONTAINER
     register["command"] = ["/bin/sh", "-c", REGISTER_SCRIPT]
     register["workingDir"] = "/data"

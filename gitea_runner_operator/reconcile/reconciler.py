@@ -463,7 +463,7 @@ class Reconciler:
             observation=observation,
             drained=drained,
         )
-        hooked = spec is not None and spec.webhook is not None and spec.webhook.manage_hook
+        hooked = spec is not None and spec.manages_hook
         if source is not None:
             source.submit(ReapOrder(group, plan_.reap, plan_.orphans, remove_hook=hooked))
             source.wake()
@@ -562,21 +562,16 @@ class Reconciler:
             create_error=state.create_error,
         )
         extra = [healthy]
-        managed = spec is not None and spec.webhook is not None and spec.webhook.manage_hook
+        managed = spec is not None and spec.manages_hook
         source = self._sources.get(key)
         hook = source.hook if managed and source is not None else None
         if hook is not None:
             extra.append(st.webhook_condition(hook))
-        base = previous
-        if spec is not None and not managed:  # no hook of ours: no condition about one
-            base = {
-                **previous,
-                "conditions": [
-                    c for c in previous.get("conditions") or [] if c.get("type") != st.WEBHOOK
-                ],
-            }
         wanted = st.desired_status(
-            previous=base,
+            # No hook of ours: no condition about one.
+            previous=st.without_condition(previous, st.WEBHOOK)
+            if spec is not None and not managed
+            else previous,
             generation=int(meta.get("generation") or 0),
             active=alive,
             queued=queued,

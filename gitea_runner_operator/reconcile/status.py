@@ -105,6 +105,12 @@ def webhook_condition(hook: HookStatus) -> dict[str, str]:
     }
 
 
+def without_condition(status: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """``status`` minus the condition ``kind``: a merge patch of the result drops it."""
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != kind]
+    return {**status, "conditions": conditions}
+
+
 def find_condition(status: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any]:
     """The condition of that type in a status, or an empty mapping."""
     for cond in (status or {}).get("conditions") or []:

@@ -69,7 +69,7 @@ class HookKeeper:
 
     async def keep(self, key: str, spec: RunnerGroupSpec, handle: GiteaHandle) -> HookStatus | None:
         """Bring the group's hook to the wanted shape; None when nothing was due."""
-        if spec.webhook is None or not spec.webhook.manage_hook:
+        if spec.webhook is None or not spec.manages_hook:
             return None
         if not self._delivery_url:
             return NO_URL

@@ -175,14 +175,14 @@ class GroupPoller:
         the observation, so a slow hook call never delays a runner."""
         if self._hooks is None:
             return
-        managed = self.spec.webhook is not None and self.spec.webhook.manage_hook
+        removing = order is not None and order.remove_hook
         try:
             async with asyncio.timeout(60):
-                if order is not None and order.remove_hook:
+                if removing:
                     self.hook_removed = await self._hooks.remove(self.key, handle)
                     if self.hook_removed:
                         self._notify(self.key)
-                elif managed:
+                elif self.spec.manages_hook:
                     status = await self._hooks.keep(self.key, self.spec, handle)
                     if status is not None and status != self.hook:
                         self.hook = status
@@ -190,7 +190,7 @@ class GroupPoller:
                 elif self._hooks.holds(self.key):
                     await self._hooks.remove(self.key, handle)  # manageHook was turned off
         except TimeoutError:
-            if managed and not (order is not None and order.remove_hook):
+            if self.spec.manages_hook and not removing:
                 self.hook = HookStatus(False, "HookFailed", "Gitea did not answer within 60s")
                 self._notify(self.key)
 

@@ -173,7 +173,11 @@ class Reaper:
             await self._hand_back(handle, [ready])
             return False
         for runner_id in ready.runner_ids:
-            current = await handle.client.get_runner(handle.scope, runner_id)
+            try:
+                current = await handle.client.get_runner(handle.scope, runner_id)
+            except GiteaError:
+                await self._hand_back(handle, [ready])  # never leave it disabled on a failure
+                raise
             state = _not_idle(current, working, pod_alive=True)
             if state is not None:
                 # It took a job between the plan and now, or Gitea removed it after its one
