@@ -158,8 +158,14 @@ def test_deleting_a_group_tears_it_down_and_releases_the_finalizer(
             ),
             what="the group gone (finalizer released)",
         )
-        assert any(
-            e.get("event") == "teardown complete, finalizer released" for e in operator.log_events()
+        # The object goes as soon as the finalizer patch lands, a moment before the log line.
+        wait_until(
+            lambda: any(
+                e.get("event") == "teardown complete, finalizer released"
+                for e in operator.log_events()
+            ),
+            timeout=10,
+            what="the teardown logged",
         )
     finally:
         daemon.kill()
