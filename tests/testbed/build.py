@@ -84,6 +84,15 @@ COMPONENTS: dict[str, Component] = {
         },
         tags=("selinux", "notest"),
     ),
+    # The real node's kubelet: same wrapper module (go/kubernetes), same version flags,
+    # its own cache entry so the control plane alone does not pay its ~6 min compile.
+    "kubelet": Component(
+        name="kubelet",
+        module="k8s.io/kubernetes",
+        binaries={"kubelet": "k8s.io/kubernetes/cmd/kubelet"},
+        tags=("selinux", "notest"),
+        wrapper_dir="kubernetes",
+    ),
     "kwok": Component(
         name="kwok",
         module="sigs.k8s.io/kwok",
@@ -205,7 +214,7 @@ def build_component(name: str, force: bool = False) -> Path:
         log(f"{name}: downloading modules for {comp.module}@{version}")
         subprocess.run(["go", "mod", "download"], cwd=wrapper, env=env, check=True)
         ldflags = ["-s", "-w"]
-        if name == "kubernetes":
+        if comp.module == "k8s.io/kubernetes":
             ldflags += list(_kube_ldflags(version))
         if comp.version_var:
             ldflags.append(f"-X {comp.version_var}={version.lstrip('v')}")
@@ -227,7 +236,9 @@ def build_component(name: str, force: bool = False) -> Path:
                 cmd += ["-tags", ",".join(comp.tags)]
             cmd.append(pkg)
             log(f"{name}: go build {pkg} (cold builds take minutes; kubernetes 10-30+ min)")
+            t_bin = time.monotonic()
             subprocess.run(cmd, cwd=wrapper, env=env, check=True)
+            log(f"{name}: {binary} built in {time.monotonic() - t_bin:.0f}s")
         if comp.copy_dirs:
             moddir = subprocess.run(
                 ["go", "list", "-m", "-f", "{{.Dir}}", comp.module],

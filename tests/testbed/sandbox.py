@@ -465,6 +465,10 @@ class Sandbox:
                 "--service-cluster-ip-range",
                 SERVICE_CIDR,
                 "--allow-privileged=true",
+                # the real node (realnode.py) is reached by its InternalIP: its name does
+                # not resolve, and pods/log fails without this
+                "--kubelet-preferred-address-types",
+                "InternalIP",
                 "--endpoint-reconciler-type",
                 "none",
                 "--enable-priority-and-fairness=false",

@@ -23,6 +23,11 @@ TOOLS = (
     "k8s.io/kubernetes/cmd/kube-apiserver",
     "k8s.io/kubernetes/cmd/kube-controller-manager",
     "k8s.io/kubernetes/cmd/kube-scheduler",
+    # The real node's kubelet (tests/testbed/realnode.py). It needs two modules the
+    # control plane does not (k8s.io/cri-streaming, an otelrestful instrumentation);
+    # ``go mod tidy`` after generating adds them to the committed go.mod/go.sum, so a
+    # build never needs GOFLAGS=-mod=mod.
+    "k8s.io/kubernetes/cmd/kubelet",
 )
 
 
