@@ -20,6 +20,8 @@ STUCK_WAITING_REASONS = frozenset(
     {
         "ErrImagePull",
         "ImagePullBackOff",
+        # imagePullPolicy Never and the image is not on the node (a real kubelet's reason)
+        "ErrImageNeverPull",
         "InvalidImageName",
         "CreateContainerConfigError",
         "CreateContainerError",
@@ -93,8 +95,16 @@ def pod_started_at(pod: Mapping[str, Any]) -> float | None:
 
 
 def pod_problem(pod: Mapping[str, Any]) -> str | None:
-    """The Pod's own reason for not running its runner, when it is one that will not heal."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+    """The Pod's own reason for not running its runner, when it is one that will not heal.
+
+    Init containers first: host mode's ``gro-register`` and the DinD sidecar start before the
+    runner, and while one of them is stuck the runner container only says PodInitializing."""
+    status_of = pod.get("status") or {}
+    statuses = [
+        *(status_of.get("initContainerStatuses") or []),
+        *(status_of.get("containerStatuses") or []),
+    ]
+    for status in statuses:
         waiting = (status.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason")
         if reason in STUCK_WAITING_REASONS:
