@@ -14,6 +14,10 @@ Environment:
   GRO_REQUIRE_TESTBED=1       fail instead of skip when Go is missing
   GRO_TESTBED_KEEP=1          keep the sandbox workdir (logs) after the session
   GRO_TESTBED_CACHE=DIR       binary cache (default ~/.cache/gitea-runner-operator/testbed)
+
+The real node (``real_node`` fixture, tests marked ``real_node``) needs Linux, root and the
+Debian packages of ``realnode.PACKAGES``; without them it skips with a line saying plainly
+that the real-node suite did not run (and fails under CI=true / GRO_REQUIRE_TESTBED=1).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from .sandbox import Sandbox, gitea_component
 
 if TYPE_CHECKING:
     from .kubelet_harness import KubeletHarness
+    from .realnode import RealNode
 
 COLD_BUILD_HINT = (
     "install Go >= 1.26 (and gcc for Gitea's sqlite) to enable it; the first run builds "
@@ -177,3 +182,86 @@ def kubelet_harness(testbed: Sandbox, kube: KubeClient) -> Iterator[KubeletHarne
     finally:
         testbed.use_harness_node(False)
         h.stop()
+
+
+REAL_NODE_SKIPPED = "REAL-NODE SUITE DID NOT RUN"
+
+
+def _real_node_missing(config: pytest.Config) -> list[str]:
+    from .realnode import missing_prerequisites
+
+    missing = missing_prerequisites()
+    if os.environ.get("GRO_TEST_CLUSTER") == "existing":
+        missing.append("the testbed's own control plane (GRO_TEST_CLUSTER=existing is set)")
+    return missing
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say up front whether the real-node suite can run here."""
+    missing = _real_node_missing(config)
+    if not missing:
+        return ["real node: available (kubelet + containerd + runc + CNI bridge, one at a time)"]
+    return [f"real node: NOT available here, lacking {', '.join(missing)}: {REAL_NODE_SKIPPED}"]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A skipped real-node suite is named at the end too, where nobody can miss it."""
+    skipped = [
+        r
+        for r in terminalreporter.stats.get("skipped", [])
+        if "real_node" in getattr(r, "keywords", {})
+    ]
+    if skipped:
+        terminalreporter.write_line(
+            f"{REAL_NODE_SKIPPED}: {len(skipped)} real_node test(s) skipped "
+            f"({', '.join(_real_node_missing(terminalreporter.config)) or 'see skips'})",
+            red=True,
+            bold=True,
+        )
+
+
+@pytest.fixture(scope="session")
+def real_node(testbed: Sandbox, request: pytest.FixtureRequest) -> Iterator[RealNode]:
+    """The testbed's one real node (see realnode.py), with the local images imported.
+
+    Built on first use: the kubelet (about 6 min cold) and the images (1-3 min), each part's
+    time printed. Stopped, and the machine cleaned, at the end of the session.
+    """
+    import time
+
+    from . import images
+    from .realnode import NODE_NAME, RealNode
+
+    missing = _real_node_missing(request.config)
+    if missing:
+        msg = f"{REAL_NODE_SKIPPED}: it needs {', '.join(missing)}"
+        if testbed_required():
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+    with ctx:
+        t0 = time.monotonic()
+        try:
+            build.ensure_built(["kubelet"])
+            built = images.ensure_images()
+        except Exception as e:
+            pytest.fail(f"real node: build failed ({type(e).__name__}): {e}", pytrace=False)
+        print(f"real node: kubelet and images ready in {time.monotonic() - t0:.0f}s")
+        assert testbed.kubeconfig is not None and testbed.kube is not None
+        node = RealNode(
+            testbed.kube,
+            testbed.kubeconfig,
+            testbed.workdir / "real-node",
+            built,
+            pause_image=f"docker.io/{images.PAUSE}",
+        )
+        try:
+            node.start()
+        except Exception as e:
+            pytest.fail(f"real node {NODE_NAME} failed to start: {e}", pytrace=False)
+    try:
+        yield node
+    finally:
+        with ctx:
+            node.stop()
