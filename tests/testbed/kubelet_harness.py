@@ -21,8 +21,10 @@ the exit code (``PATCH pods/<name>/status``). A Pod that gets a deletionTimestam
 has its process group stopped and is then removed with grace period 0, as a
 kubelet does. The container's image/command/args are ignored.
 
-The runner binary is ``$GRO_TESTBED_RUNNER_BIN`` when set (e.g. a real
-act_runner), else the testbed's stand-in ``gro-testbed-runner`` (see README).
+The runner binary is the real Gitea Runner (``gitea-runner`` v1.0.8, built from
+``$GRO_TESTBED_RUNNER_SRC``), or ``$GRO_TESTBED_RUNNER_BIN`` when set; the testbed's
+stand-in ``gro-testbed-runner`` only when neither is available, and never in CI
+(:mod:`tests.testbed.runners`).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import build
+from . import runners
 from .kube import KubeClient, KubeError
 from .sandbox import _die_with_parent
 
@@ -82,13 +84,9 @@ def host_mode_labels(labels: str) -> str:
 
 
 def runner_binary() -> Path:
-    """The runner to execute: ``$GRO_TESTBED_RUNNER_BIN`` or the built stand-in."""
-    env = os.environ.get("GRO_TESTBED_RUNNER_BIN")
-    if env:
-        return Path(env)
-    if not build.is_built("runner"):
-        build.build_component("runner")
-    return build.binary("gro-testbed-runner")
+    """The runner to execute: the real Gitea Runner unless only the stand-in is at hand
+    (see :mod:`tests.testbed.runners`, which also refuses the stand-in in CI)."""
+    return runners.resolve().path
 
 
 def _field_ref(pod: dict[str, Any], path: str) -> str:
