@@ -19,10 +19,14 @@ TOOK_JOB_ANNOTATION: Final = f"{GROUP}/took-job"
 # The labels the Job's runner registered with; lets a reader see what the Pod offers.
 RUNNER_LABELS_ANNOTATION: Final = f"{GROUP}/runner-labels"
 
-DEFAULT_IMAGE: Final = "gitea/act_runner:nightly-dind-rootless"
+# Released, immutable tags: a mutable tag (":nightly", ":latest") would change the runner
+# under a running installation. The runner's release (tested by the e2e suite, which builds
+# this version from source) and the Docker its own "-dind" image is built on.
+RUNNER_VERSION: Final = "1.0.8"
+DEFAULT_IMAGE: Final = f"gitea/runner:{RUNNER_VERSION}-dind-rootless"
 # The plain runner image: no Docker daemon inside (used by the dind and host modes).
-PLAIN_IMAGE: Final = "gitea/act_runner:nightly"
-DIND_IMAGE: Final = "docker:dind"
+PLAIN_IMAGE: Final = f"gitea/runner:{RUNNER_VERSION}"
+DIND_IMAGE: Final = "docker:29.5.2-dind"
 DEFAULT_POLL_INTERVAL: Final = "15s"
 DEFAULT_IDLE_TIMEOUT: Final = "10m"
 # Long enough for a node autoscaler to add a node and pull a DinD image.

@@ -3,14 +3,15 @@
 Gitea matches jobs to runners on the label *name* only; the schema tells the runner how to
 run a job (on the host, in a Docker image, in a Kubernetes pod). The operator counts demand
 by name, so it must split a label where the runner will, or it counts jobs its runners never
-take. The runner (gitea/act_runner, internal/pkg/labels) splits at the *first* colon; if what
-follows is not a schema it knows, the whole string is the name (``app:infra`` is one label
-named ``app:infra``). Which schemas it knows depends on its version: every supported runner
-knows ``host`` and ``docker``; only newer ones know ``kubernetes://image``, and an older one
-registers ``k:kubernetes://img`` under that whole string, so its runners would never take a
-``runs-on: k`` job. A group therefore says which schemas its runner image understands
-(``spec.labelSchemas``, default host and docker), and a label using any other schema is
-refused with the reason instead of being counted under a name the runner will not use.
+take. The runner (gitea/runner v1.0.8, ``internal/pkg/labels``) splits at the *first* colon
+and refuses a schema it does not know: ``gitea-runner register --labels app:infra`` exits 1
+with ``unsupported schema: infra`` (checked against the real runner in the testbed), so a
+label name can never contain a colon, and such a label is refused here with the reason
+instead of starting runners that can never register. Which schemas a runner knows depends
+on its version: every supported runner knows ``host`` and ``docker``; v1.0.8 does not know
+``kubernetes://image`` either. A group therefore says which schemas its runner image
+understands (``spec.labelSchemas``, default host and docker), and a label using any other
+schema is refused.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class RunnerLabel:
 
 
 def _split(raw: str, known: frozenset[Schema]) -> tuple[str, Schema | None, str | None]:
-    """Split at the first colon, as the runner does; an unknown schema means no schema."""
+    """Split at the first colon, as the runner does; an unknown schema is refused, as the
+    runner refuses it."""
     name, colon, rest = raw.partition(":")
     if not colon:
         return raw, None, None
@@ -89,13 +91,16 @@ def _split(raw: str, known: frozenset[Schema]) -> tuple[str, Schema | None, str 
             )
         if Schema.KUBERNETES not in known:
             raise LabelError(
-                f"label {raw!r}: the runner image would read this as one label named "
-                f"{raw!r} (it does not know the schema 'kubernetes'); list 'kubernetes' in "
+                f"label {raw!r}: the default runner does not know the schema 'kubernetes' "
+                "and refuses to register ('unsupported schema'); list 'kubernetes' in "
                 "spec.labelSchemas if the image runs a runner that does"
             )
         return name, Schema.KUBERNETES, arg
-    # Not a schema: the runner keeps the whole string as the name (a host-like label).
-    return raw, None, None
+    raise LabelError(
+        f"label {raw!r}: the runner reads it as name {name!r} with schema {schema_text!r}, "
+        "which it does not know, and refuses to register ('unsupported schema'); a label "
+        "name cannot contain ':' (use e.g. '-' instead)"
+    )
 
 
 def label_names(labels: Iterable[RunnerLabel]) -> frozenset[str]:

@@ -59,12 +59,7 @@ def rendered_labels(spec: RunnerGroupSpec) -> list[str]:
     """The labels the runner registers with. In host mode there is no Docker to run a
     ``docker://`` image in, so every label runs on the host: ``name:host``."""
     if spec.mode is RunnerMode.HOST:
-        # A name with a colon is opaque to the runner (it would read "app:infra:host" as one
-        # label of that whole name); opaque labels already run on the host, so keep it as is.
-        return [
-            label.name if ":" in label.name else f"{label.name}:host"
-            for label in spec.runner_labels
-        ]
+        return [f"{label.name}:host" for label in spec.runner_labels]
     return list(spec.labels)
 
 

@@ -59,10 +59,12 @@ class Controller:
         self.sessions = SessionPool()
         self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
         self.expectations = Expectations(settings.expectation_timeout)
+        configs = ConfigReader(api)
         self.observer = Observer(
             self.secrets,
             self.sessions,
-            trust=GiteaTrust(ConfigReader(api)),
+            trust=GiteaTrust(configs),
+            configs=configs,
             metrics=self.metrics,
             allowed_urls=settings.allowed_gitea_urls,
             deadline=settings.observe_deadline,

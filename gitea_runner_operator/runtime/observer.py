@@ -25,6 +25,7 @@ import structlog
 from gitea_runner_operator.api.credentials import url_problem
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
+from gitea_runner_operator.api.runner_config import runner_config_problem
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.client import GiteaClient, SessionPool
 from gitea_runner_operator.forge.errors import (
@@ -35,7 +36,7 @@ from gitea_runner_operator.forge.errors import (
     GiteaUnauthorized,
 )
 from gitea_runner_operator.forge.scope import ScopeRef
-from gitea_runner_operator.kube.configmaps import ReferenceProblem
+from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.runtime.trust import GiteaTrust
@@ -83,6 +84,7 @@ class Observer:
         sessions: SessionPool,
         *,
         trust: GiteaTrust | None = None,
+        configs: ConfigReader | None = None,
         metrics: Metrics | None = None,
         allowed_urls: Sequence[str] = (),
         deadline: float = 60.0,
@@ -93,6 +95,7 @@ class Observer:
         self._secrets = secrets
         self._sessions = sessions
         self._trust = trust
+        self._configs = configs
         self._metrics = metrics
         self._allowed = tuple(allowed_urls)
         self._deadline = deadline
@@ -164,6 +167,7 @@ class Observer:
                 if self._trust is not None
                 else (None, "")
             )
+            await self._check_runner_config(namespace, spec)
         except ReferenceProblem as exc:
             problem = Problem(exc.problem.reason, exc.problem.message, ProblemKind.SECRET)
             return Snapshot(started, checked, problem=problem), None
@@ -197,6 +201,25 @@ class Observer:
             retry_after=fetched.retry_after,
         )
         return snapshot, fetched.handle
+
+    async def _check_runner_config(self, namespace: str, spec: RunnerGroupSpec) -> None:
+        """Refuse a runner config that would make the real runner ignore what the group says
+        (its labels, host mode's registration file) or refuse to start: a runner Pod with it
+        would start and never take a job, which is worse than a condition saying why."""
+        ref = spec.runner_config
+        if ref is None or self._configs is None:
+            return
+        cm = ref.config_map_key_ref
+        text = await self._configs.read_config_map_key(
+            namespace, cm.name, cm.key, field="spec.runnerConfig", reason_prefix="RunnerConfig"
+        )
+        if (why := runner_config_problem(text, spec.mode)) is not None:
+            raise ReferenceProblem(
+                Problem(
+                    "RunnerConfigInvalid",
+                    f"spec.runnerConfig: key {cm.key!r} of ConfigMap {namespace}/{cm.name} {why}",
+                )
+            )
 
     async def _fetch(self, client: GiteaClient, wanted: ScopeRef, fingerprint: str) -> _Fetched:
         url = client.base_url

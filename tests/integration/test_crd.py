@@ -67,8 +67,9 @@ def test_valid_group_is_accepted_with_defaults(kube, team_namespace):
         ({"pollInterval": "1s"}, "spec.pollInterval must be between 5s and 10m"),
         ({"idleTimeout": "5s"}, "spec.idleTimeout must be between 1m and 24h"),
         ({"authToken": None}, "spec.authToken: Required value"),
-        # The default runner would register this as one label named by the whole string.
+        # The default runner (gitea/runner 1.0.8) refuses to register with these labels.
         ({"labels": ["k8s:kubernetes://busybox"]}, "list kubernetes in spec.labelSchemas"),
+        ({"labels": ["linux", "app:infra"]}, "a label name cannot contain a colon"),
         ({"labelSchemas": ["docker"]}, "spec.labelSchemas must keep host and docker"),
         ({"minIdleRunners": 4}, "spec.minIdleRunners must not exceed spec.maxActiveRunners"),
         ({"drainTimeout": "25h"}, "spec.drainTimeout must be at most 24h"),

@@ -7,22 +7,27 @@ bound to ``e2e-node-0`` (a node no kwok instance runs pods on), resolves the
 runner container's environment (the first with GITEA_* env, else the first)
 the way a kubelet would (``value``, ``valueFrom.secretKeyRef``/``configMapKeyRef``/
 ``fieldRef``, ``envFrom``), and
-does what the act_runner image's entrypoint does, on the host:
+does what the runner image's entrypoint (``scripts/run.sh``) does, on the host:
 
 1. ``<runner> register --no-interactive [--ephemeral] --instance $GITEA_INSTANCE_URL
    --token $GITEA_RUNNER_REGISTRATION_TOKEN --name $GITEA_RUNNER_NAME (default: pod name)
-   --labels <GITEA_RUNNER_LABELS rewritten to host mode, e.g. ubuntu:host>``, with the env of
-   the ``gro-register`` init container when the Pod has one (host mode), else the runner's
-2. ``<runner> daemon --config <config with the cache server disabled>``, with the runner
-   container's env (so in host mode the steps get no registration token, as in a real Pod)
+   --labels <GITEA_RUNNER_LABELS rewritten to host mode, e.g. ubuntu:host>``, with the
+   runner container's env; when the Pod has the ``gro-register`` init container (host
+   mode), its own command instead (the operator's script, with ``gitea-runner`` on PATH),
+   with that container's env
+2. ``<runner> daemon --config <config with the cache server disabled> [--once]``, with the
+   runner container's env (so in host mode the steps get no registration token, as in a
+   real Pod); ``--once`` when ``GITEA_RUNNER_ONCE`` is non-empty, as in run.sh
 
 The Pod's status goes Running when the process starts and Succeeded/Failed from
 the exit code (``PATCH pods/<name>/status``). A Pod that gets a deletionTimestamp
 has its process group stopped and is then removed with grace period 0, as a
 kubelet does. The container's image/command/args are ignored.
 
-The runner binary is ``$GRO_TESTBED_RUNNER_BIN`` when set (e.g. a real
-act_runner), else the testbed's stand-in ``gro-testbed-runner`` (see README).
+The runner binary is the real Gitea Runner (``gitea-runner`` v1.0.8, built from
+``$GRO_TESTBED_RUNNER_SRC``), or ``$GRO_TESTBED_RUNNER_BIN`` when set; the testbed's
+stand-in ``gro-testbed-runner`` only when neither is available, and never in CI
+(:mod:`tests.testbed.runners`).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import build
+from . import runners
 from .kube import KubeClient, KubeError
 from .sandbox import _die_with_parent
 
@@ -82,13 +87,9 @@ def host_mode_labels(labels: str) -> str:
 
 
 def runner_binary() -> Path:
-    """The runner to execute: ``$GRO_TESTBED_RUNNER_BIN`` or the built stand-in."""
-    env = os.environ.get("GRO_TESTBED_RUNNER_BIN")
-    if env:
-        return Path(env)
-    if not build.is_built("runner"):
-        build.build_component("runner")
-    return build.binary("gro-testbed-runner")
+    """The runner to execute: the real Gitea Runner unless only the stand-in is at hand
+    (see :mod:`tests.testbed.runners`, which also refuses the stand-in in CI)."""
+    return runners.resolve().path
 
 
 def _field_ref(pod: dict[str, Any], path: str) -> str:
@@ -472,7 +473,21 @@ class KubeletHarness:
             ]
             if ephemeral:
                 reg.insert(3, "--ephemeral")
+            if registrar is not container and registrar.get("command"):
+                # Host mode: run the operator's own registration command (the init
+                # container's shell script), so it is tested against the real runner.
+                reg = [*registrar["command"], *(registrar.get("args") or [])]
+                register_env.update(
+                    PATH=f"{self._runner_dir()}{os.pathsep}{register_env.get('PATH', '')}",
+                    GITEA_INSTANCE_URL=instance,
+                    GITEA_RUNNER_REGISTRATION_TOKEN=token,
+                    GITEA_RUNNER_NAME=name,
+                    GITEA_RUNNER_LABELS=labels,
+                    CONFIG_FILE="config.yaml",
+                )
             daemon = [str(self.runner), "daemon", "--config", "config.yaml"]
+            if penv.get("GITEA_RUNNER_ONCE"):  # any non-empty value, like run.sh
+                daemon.append("--once")
             for argv, argv_env in ((reg, register_env), (daemon, env)):
                 if rp.stopped.is_set():
                     break
@@ -499,6 +514,16 @@ class KubeletHarness:
         self._status(
             rp, pod, "Succeeded" if rp.exit_code == 0 else "Failed", rp.exit_code, message=tail
         )
+
+    def _runner_dir(self) -> Path:
+        """A PATH directory where the runner answers to its image's name, ``gitea-runner``."""
+        d = self.workdir / "bin"
+        link = d / "gitea-runner"
+        if not link.exists():
+            d.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):  # two pods starting at once
+                link.symlink_to(self.runner.resolve())
+        return d
 
     def cleanup(self) -> None:
         """Remove the harness work directory (if it created it)."""

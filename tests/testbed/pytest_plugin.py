@@ -14,6 +14,11 @@ Environment:
   GRO_REQUIRE_TESTBED=1       fail instead of skip when Go is missing
   GRO_TESTBED_KEEP=1          keep the sandbox workdir (logs) after the session
   GRO_TESTBED_CACHE=DIR       binary cache (default ~/.cache/gitea-runner-operator/testbed)
+  GRO_TESTBED_RUNNER_SRC=TGZ  source archive of the real Gitea Runner v1.0.8 (see runners.py)
+  GRO_TESTBED_RUNNER_BIN=EXE  run this runner binary instead
+
+Every session's header names the runner the e2e tests run (``runner: gitea-runner v1.0.8``);
+the stand-in fallback is announced as such, with a warning, and fails in CI.
 
 The real node (``real_node`` fixture, tests marked ``real_node``) needs Linux, root and the
 Debian packages of ``realnode.PACKAGES``; without them it skips with a line saying plainly
@@ -26,12 +31,13 @@ import contextlib
 import os
 import secrets
 import shutil
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 
-from . import build
+from . import build, runners
 from .gitea_api import GiteaAPI, GiteaError
 from .kube import KubeClient, wait_for
 from .sandbox import Sandbox, gitea_component
@@ -53,6 +59,46 @@ def testbed_required() -> bool:
     return (
         os.environ.get("CI", "").lower() == "true" or os.environ.get("GRO_REQUIRE_TESTBED") == "1"
     )
+
+
+class StandInRunnerWarning(UserWarning):
+    """The e2e tests ran the testbed's stand-in runner, not the real Gitea Runner."""
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Name the runner binary up front, so no log hides which one the e2e tests ran."""
+    return [f"runner: {runners.planned()}", *_real_node_header(config)]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Repeat the runner actually run at the end, where a reader of a CI log looks."""
+    _real_node_summary(terminalreporter)
+    for rb in runners.used():
+        terminalreporter.write_line(f"runner: {rb.describe()}", red=not rb.real, bold=True)
+        if not rb.real:
+            terminalreporter.write_line(f"WARNING: {runners.STANDIN_WARNING}", red=True, bold=True)
+
+
+@pytest.fixture(scope="session")
+def runner_binary(request: pytest.FixtureRequest) -> runners.RunnerBinary:
+    """The runner the e2e tests run (built first when needed): the real Gitea Runner, or the
+    stand-in with a loud warning; in CI (or GRO_REQUIRE_TESTBED=1) the stand-in fails."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+    try:
+        with ctx:  # a cold runner build takes minutes: show its progress lines
+            rb = runners.resolve()
+    except runners.StandInRefused as e:
+        pytest.fail(str(e), pytrace=False)
+    except Exception as e:
+        pytest.fail(f"runner build failed ({type(e).__name__}): {e}", pytrace=False)
+    reporter = request.config.pluginmanager.getplugin("terminalreporter")
+    if reporter is not None:
+        with ctx:
+            reporter.write_line(f"\nrunner: {rb.describe()}", red=not rb.real, bold=True)
+    if not rb.real:
+        warnings.warn(runners.STANDIN_WARNING, StandInRunnerWarning, stacklevel=1)
+    return rb
 
 
 def _needed_components(kube_mode: str) -> list[str]:
@@ -163,7 +209,9 @@ def gitea_repo(gitea: GiteaAPI, gitea_org: str) -> RepoRef:
 
 
 @pytest.fixture
-def kubelet_harness(testbed: Sandbox, kube: KubeClient) -> Iterator[KubeletHarness]:
+def kubelet_harness(
+    testbed: Sandbox, kube: KubeClient, runner_binary: runners.RunnerBinary
+) -> Iterator[KubeletHarness]:
     """Run pods of ``e2e-node-0`` as host runner processes; that node is the only schedulable one.
 
     Afterwards kwok-node-0 is schedulable again and every runner process is stopped.
@@ -174,7 +222,9 @@ def kubelet_harness(testbed: Sandbox, kube: KubeClient) -> Iterator[KubeletHarne
         pytest.skip(
             "the kubelet harness needs the local control plane (not GRO_TEST_CLUSTER=existing)"
         )
-    h = KubeletHarness(kube, workdir=testbed.workdir / "harness" / unique_name("h"))
+    h = KubeletHarness(
+        kube, workdir=testbed.workdir / "harness" / unique_name("h"), runner=runner_binary.path
+    )
     h.start()
     testbed.use_harness_node(True)
     try:
@@ -196,7 +246,7 @@ def _real_node_missing(config: pytest.Config) -> list[str]:
     return missing
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
+def _real_node_header(config: pytest.Config) -> list[str]:
     """Say up front whether the real-node suite can run here."""
     missing = _real_node_missing(config)
     if not missing:
@@ -204,7 +254,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"real node: NOT available here, lacking {', '.join(missing)}: {REAL_NODE_SKIPPED}"]
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def _real_node_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """A skipped real-node suite is named at the end too, where nobody can miss it."""
     skipped = [
         r

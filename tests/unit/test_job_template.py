@@ -58,7 +58,7 @@ def test_job_runs_one_ephemeral_runner_named_after_its_pod():
     assert env["GITEA_INSTANCE_URL"]["value"] == "https://gitea.example.com"
     assert env["GITEA_RUNNER_EPHEMERAL"]["value"] == "true"
     assert (
-        env["GITEA_RUNNER_LABELS"]["value"] == "ubuntu-latest:docker://node:20-bookworm,app:infra"
+        env["GITEA_RUNNER_LABELS"]["value"] == "ubuntu-latest:docker://node:20-bookworm,app-infra"
     )
     assert env["GITEA_RUNNER_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["DOCKER_HOST"]["value"] == "tcp://localhost:2376"
@@ -84,8 +84,8 @@ def test_host_mode_renders_labels_the_runner_reads_back_as_the_same_names():
     from gitea_runner_operator.api.labels import RunnerLabel, Schema
     from gitea_runner_operator.kube.job_template import rendered_labels
 
-    spec = parse_spec({**VALID, "mode": "host", "labels": ["linux:docker://node:20", "app:infra"]})
+    spec = parse_spec({**VALID, "mode": "host", "labels": ["linux:docker://node:20", "app-infra"]})
     rendered = rendered_labels(spec)
-    assert rendered == ["linux:host", "app:infra"]
+    assert rendered == ["linux:host", "app-infra:host"]
     names = [RunnerLabel.parse(raw, set(Schema)).name for raw in rendered]
     assert names == [label.name for label in spec.runner_labels]

@@ -39,7 +39,7 @@ def env(c):
 def test_dind_rootless_is_the_default_privileged_image_with_its_own_daemon():
     pod = pod_of(job_for())
     runner = container(pod)
-    assert runner["image"] == "gitea/act_runner:nightly-dind-rootless"
+    assert runner["image"] == "gitea/runner:1.0.8-dind-rootless"
     assert runner["securityContext"] == {"privileged": True}
     assert env(runner)["DOCKER_HOST"] == "tcp://localhost:2376"
     assert env(runner)["GITEA_RUNNER_REGISTRATION_TOKEN"] == TOKEN_REF
@@ -50,10 +50,10 @@ def test_dind_rootless_is_the_default_privileged_image_with_its_own_daemon():
 def test_dind_runs_docker_in_a_native_sidecar_reached_over_tls():
     pod = pod_of(job_for(mode="dind"))
     runner = container(pod)
-    assert runner["image"] == "gitea/act_runner:nightly"
+    assert runner["image"] == "gitea/runner:1.0.8"
     assert "securityContext" not in runner  # the runner itself needs no privilege
     dind = container(pod, "dind", "initContainers")
-    assert dind["image"] == "docker:dind"
+    assert dind["image"] == "docker:29.5.2-dind"
     assert dind["restartPolicy"] == "Always"  # a native sidecar: the Pod completes with the runner
     assert dind["securityContext"] == {"privileged": True}
     assert "startupProbe" in dind  # the runner starts only once dockerd answers
@@ -73,7 +73,7 @@ def test_host_mode_is_unprivileged_and_its_runner_never_holds_the_token():
     job = job_for(mode="host")
     pod = pod_of(job)
     runner = container(pod)
-    assert runner["image"] == "gitea/act_runner:nightly"
+    assert runner["image"] == "gitea/runner:1.0.8"
     sc = runner["securityContext"]
     assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0
     assert sc["allowPrivilegeEscalation"] is False
@@ -96,10 +96,10 @@ def test_host_mode_is_unprivileged_and_its_runner_never_holds_the_token():
     assert {"name": "data", "mountPath": "/data"} in runner["volumeMounts"]
     assert "register --no-interactive --ephemeral" in register["command"][-1]
     # Every label runs on the host: there is no Docker to run an image in.
-    assert env(runner)["GITEA_RUNNER_LABELS"] == "ubuntu-latest:host,app:infra"
-    assert env(register)["GITEA_RUNNER_LABELS"] == "ubuntu-latest:host,app:infra"
+    assert env(runner)["GITEA_RUNNER_LABELS"] == "ubuntu-latest:host,app-infra:host"
+    assert env(register)["GITEA_RUNNER_LABELS"] == "ubuntu-latest:host,app-infra:host"
     annotations = job["metadata"]["annotations"]
-    assert annotations[constants.RUNNER_LABELS_ANNOTATION] == "ubuntu-latest:host,app:infra"
+    assert annotations[constants.RUNNER_LABELS_ANNOTATION] == "ubuntu-latest:host,app-infra:host"
 
 
 def test_host_mode_registration_gets_the_templates_env_mounts_and_resources_and_runs_last():
@@ -257,7 +257,7 @@ def test_template_settings_beat_the_modes_defaults():
     ]
     dind = container(pod_of(job_for(mode="dind", template=template)), "dind", "initContainers")
     assert dind["resources"] == {"limits": {"memory": "8Gi"}}
-    assert dind["image"] == "docker:dind"
+    assert dind["image"] == "docker:29.5.2-dind"
 
 
 @pytest.mark.parametrize(
@@ -391,3 +391,18 @@ def test_the_example_group_is_valid_and_renders():
     pod = pod_of(job_for(**example["spec"]))
     assert container(pod)["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
     assert container(pod, "dind", "initContainers")["resources"]["limits"]["memory"] == "8Gi"
+
+
+def test_default_images_are_released_tags_of_the_runner_the_e2e_suite_runs():
+    """A mutable tag (":nightly") would change the runner under an installation; the default
+    must be the release whose source the e2e suite builds and runs."""
+    from tests.testbed import build
+
+    images = (constants.DEFAULT_IMAGE, constants.PLAIN_IMAGE, constants.DIND_IMAGE)
+    for image in images:
+        tag = image.rpartition(":")[2]
+        assert tag[0].isdigit() and "nightly" not in tag and "latest" not in tag, image
+    tested = build.COMPONENTS["gitea-runner"].source_version
+    assert tested == f"v{constants.RUNNER_VERSION}"
+    assert f"gitea/runner:{constants.RUNNER_VERSION}" == constants.PLAIN_IMAGE
+    assert f"gitea/runner:{constants.RUNNER_VERSION}-dind-rootless" == constants.DEFAULT_IMAGE

@@ -11,7 +11,7 @@ VALID = {
     "org": "acme",
     "repo": "widgets",
     "gitea": {"url": "https://gitea.example.com/"},
-    "labels": ["ubuntu-latest:docker://node:20-bookworm", "app:infra"],
+    "labels": ["ubuntu-latest:docker://node:20-bookworm", "app-infra"],
     "maxActiveRunners": 3,
     "registrationToken": {"secretRef": {"name": "runner-secrets", "key": "registration"}},
     "authToken": {"secretRef": {"name": "runner-secrets", "key": "api"}},
@@ -39,7 +39,7 @@ def test_valid_spec_gets_defaults_and_normalised_url():
     assert spec.poll_interval_seconds == 15
     assert spec.idle_timeout_seconds == 600
     assert spec.target == "acme/widgets"
-    assert [label.name for label in spec.runner_labels] == ["ubuntu-latest", "app:infra"]
+    assert [label.name for label in spec.runner_labels] == ["ubuntu-latest", "app-infra"]
 
 
 @pytest.mark.parametrize(

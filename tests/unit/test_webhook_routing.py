@@ -153,7 +153,7 @@ def runner_group_object(name="ci", generation=1, **spec):
         "scope": "org",
         "org": "acme",
         "gitea": {"url": URL + "/"},
-        "labels": ["linux:docker://node:20", "app:infra"],
+        "labels": ["linux:docker://node:20", "app-infra"],
         "maxActiveRunners": 2,
         "registrationToken": {"secretRef": {"name": "t", "key": "r"}},
         "authToken": {"secretRef": {"name": "t", "key": "a"}},
@@ -174,7 +174,7 @@ def test_descriptor_carries_label_names_and_the_groups_secret_location():
         scope=Scope.ORG,
         org="acme",
         repo=None,
-        label_names=frozenset({"linux", "app:infra"}),
+        label_names=frozenset({"linux", "app-infra"}),
         webhook_secret=SecretLocation("team-a", "hook", "secret"),
     )
 

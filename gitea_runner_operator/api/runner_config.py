@@ -1,0 +1,71 @@
+"""What a group's runner configuration (``spec.runnerConfig``) must not say.
+
+The file is the user's, and mostly none of the operator's business (network, cache, capacity,
+timeouts). But the real runner (gitea/runner v1.0.8) lets a few of its keys silently override
+what the operator arranged, so runners start that can never do what the group promises:
+
+- ``runner.labels``: ``register`` then ignores ``--labels`` ("Labels from command will be
+  ignored, use labels defined in config file") and ``daemon`` declares these labels instead of
+  the registered ones, so the runners offer other labels than ``spec.labels`` and the jobs the
+  operator counted as demand are never taken;
+- ``runner.file`` in host mode: the ``gro-register`` init container writes the registration
+  to ``/data/.runner`` and the image's entrypoint looks for ``.runner``; another file means
+  the runner container finds no registration;
+- ``cache.external_server`` without ``cache.external_secret``: the runner refuses to start;
+- a file that does not parse: the runner refuses to start.
+
+Checked against the real runner's ``internal/pkg/config`` and ``internal/app/cmd``; the e2e
+suite runs that runner.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from gitea_runner_operator.api.runnergroup import RunnerMode
+
+DEFAULT_STATE_FILE = ".runner"
+
+
+def runner_config_problem(text: str, mode: RunnerMode) -> str | None:
+    """Why runners started with this config would not work as the group says, or None."""
+    try:
+        doc: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return f"does not parse as YAML, so the runner refuses to start ({_first_line(exc)})"
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        return "is not a YAML mapping, so the runner refuses to start"
+    runner = doc.get("runner") or {}
+    cache = doc.get("cache") or {}
+    if not isinstance(runner, dict) or not isinstance(cache, dict):
+        return "'runner' and 'cache' must be mappings, or the runner refuses to start"
+    if runner.get("labels"):
+        return (
+            "sets runner.labels, which the runner registers and runs with instead of "
+            "spec.labels (it ignores the labels it is given): remove runner.labels and set "
+            "spec.labels"
+        )
+    state_file = runner.get("file")
+    if mode is RunnerMode.HOST and state_file not in (None, "", DEFAULT_STATE_FILE):
+        return (
+            f"sets runner.file to {state_file!r}: in host mode the registration is written to "
+            f"{DEFAULT_STATE_FILE!r} by the gro-register init container, so keep the default"
+        )
+    if (
+        cache.get("enabled", True)
+        and cache.get("external_server")
+        and not cache.get("external_secret")
+    ):
+        return (
+            "sets cache.external_server without cache.external_secret, so the runner refuses "
+            "to start"
+        )
+    return None
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

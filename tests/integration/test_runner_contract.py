@@ -1,0 +1,246 @@
+"""What the real Gitea Runner (v1.0.8, built from source by the testbed) does, against the real
+Gitea: the behaviour the operator's Jobs, reaper and README rely on. Each test records one fact
+(README, "Runner Pods: what the real runner does"); if a runner release changes it, this file
+says which assumption broke.
+
+They run the runner as the image's entrypoint would (``register``, then ``daemon``), as host
+processes. With the stand-in runner (no source archive, outside CI) they skip: they describe
+the real runner, which the stand-in only imitates."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import wait_until
+from tests.testbed.gitea_api import GiteaAPI
+from tests.testbed.runners import RunnerBinary
+
+pytestmark = pytest.mark.e2e
+
+# What the harness uses too: no cache server, quick polling. shutdown_timeout is the default.
+CONFIG = """\
+log: {level: info}
+runner: {file: .runner, capacity: 1, timeout: 10m, fetch_interval: 1s, fetch_interval_max: 2s}
+cache: {enabled: false}
+"""
+
+
+class Runner:
+    """One runner in its own directory, driven as the image's entrypoint drives it."""
+
+    def __init__(self, exe: Path, cwd: Path, url: str, token: str, label: str) -> None:
+        self.exe, self.cwd, self.url, self.token = exe, cwd, url, token
+        self.name = f"contract-{uuid.uuid4().hex[:8]}"
+        self.labels = f"{label}:host"
+        self.proc: subprocess.Popen[bytes] | None = None
+        cwd.mkdir(parents=True, exist_ok=True)
+        (cwd / "config.yaml").write_text(CONFIG)
+
+    def register(self, *extra: str, labels: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.exe), "register", "--no-interactive", "--instance", self.url,
+             "--token", self.token, "--name", self.name, "--labels", labels or self.labels,
+             "--config", "config.yaml", *extra],
+            cwd=self.cwd, capture_output=True, text=True, timeout=60,
+            env={**os.environ, "HOME": str(self.cwd)},
+        )  # fmt: skip
+
+    def daemon(self, config: str = CONFIG) -> subprocess.Popen[bytes]:
+        (self.cwd / "config.yaml").write_text(config)
+        with open(self.cwd / "daemon.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [str(self.exe), "daemon", "--config", "config.yaml"],
+                cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, "HOME": str(self.cwd)}, start_new_session=True,
+            )  # fmt: skip
+        return self.proc
+
+    def log(self) -> str:
+        return (self.cwd / "daemon.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def real_runner(runner_binary: RunnerBinary) -> Path:
+    if not runner_binary.real:
+        pytest.skip("records the real Gitea Runner's behaviour; this session runs the stand-in")
+    return runner_binary.path
+
+
+@pytest.fixture
+def org_repo(gitea: GiteaAPI) -> Iterator[tuple[str, str]]:
+    org = f"contract-{uuid.uuid4().hex[:8]}"
+    gitea.create_org(org)
+    gitea.create_repo(org, "app")
+    yield org, "app"
+    with contextlib.suppress(Exception):
+        gitea.delete(f"/repos/{org}/app")
+    with contextlib.suppress(Exception):
+        gitea.delete(f"/orgs/{org}")
+
+
+@pytest.fixture
+def make_runner(
+    real_runner: Path, gitea: GiteaAPI, testbed: Any, org_repo: tuple[str, str], tmp_path: Path
+) -> Iterator[Any]:
+    made: list[Runner] = []
+
+    def make(label: str) -> Runner:
+        token = gitea.registration_token("org", owner=org_repo[0])
+        r = Runner(real_runner, tmp_path / f"r{len(made)}", testbed.gitea_url, token, label)
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.stop()
+
+
+def workflow(label: str, run: str) -> str:
+    return (
+        f"name: c\non: [push]\njobs:\n  j:\n    runs-on: {label}\n    steps:\n      - run: {run}\n"
+    )
+
+
+def runners_of(gitea: GiteaAPI, org: str) -> dict[str, dict[str, Any]]:
+    return {r["name"]: r for r in gitea.list_runners("org", owner=org)}
+
+
+def the_job(gitea: GiteaAPI, org: str, repo: str) -> dict[str, Any]:
+    (job,) = gitea.list_jobs("repo", org, repo, status=None)
+    return job
+
+
+def test_ephemeral_register_writes_runner_file_runs_one_job_exits_0_and_is_removed(
+    gitea, org_repo, make_runner
+):
+    org, repo = org_repo
+    label = f"gro-c-{uuid.uuid4().hex[:6]}"
+    r = make_runner(label)
+    reg = r.register("--ephemeral")
+    assert reg.returncode == 0, reg.stdout + reg.stderr
+    # scripts/run.sh decides success by this line, not by the exit code.
+    assert "Runner registered successfully" in reg.stdout + reg.stderr
+    state = json.loads((r.cwd / ".runner").read_text())
+    assert set(state) == {"WARNING", "id", "uuid", "name", "token", "address", "labels",
+                          "ephemeral"}  # fmt: skip
+    assert (state["name"], state["labels"], state["ephemeral"]) == (r.name, [r.labels], True)
+    seen = runners_of(gitea, org)[r.name]
+    # Gitea gets the label *names* only; the schema stays with the runner.
+    assert [lbl["name"] for lbl in seen["labels"]] == [label]
+    assert seen["ephemeral"] is True
+
+    gitea.push_workflow(org, repo, "c.yml", workflow(label, 'test -n "$GITHUB_SHA" && sleep 6'))
+    proc = r.daemon()
+    busy = wait_until(lambda: runners_of(gitea, org).get(r.name, {}).get("busy"), 60, "busy")
+    assert busy is True
+    assert proc.wait(timeout=120) == 0, r.log()
+    job = the_job(gitea, org, repo)
+    assert (job["status"], job["conclusion"]) == ("completed", "success")
+    assert r.name not in runners_of(gitea, org)  # Gitea removed the ephemeral registration
+    assert "declare successfully" in r.log()
+
+
+def test_sigterm_while_idle_exits_0_at_once_and_leaves_the_registration(
+    gitea, org_repo, make_runner
+):
+    org, _ = org_repo
+    r = make_runner(f"gro-c-{uuid.uuid4().hex[:6]}")
+    assert r.register("--ephemeral").returncode == 0
+    proc = r.daemon()
+    wait_until(lambda: "declare successfully" in r.log(), 30, "daemon up")
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, r.log()
+    assert "shutdown initiated" in r.log()
+    # An idle ephemeral runner that was stopped stays registered: the operator deletes it.
+    assert r.name in runners_of(gitea, org)
+
+
+def test_sigterm_while_busy_cancels_the_job_at_once_by_default(gitea, org_repo, make_runner):
+    """shutdown_timeout defaults to 0s: a busy runner cancels its job on SIGTERM and exits 0."""
+    org, repo = org_repo
+    label = f"gro-c-{uuid.uuid4().hex[:6]}"
+    r = make_runner(label)
+    assert r.register("--ephemeral").returncode == 0
+    gitea.push_workflow(org, repo, "c.yml", workflow(label, "echo started && sleep 120"))
+    proc = r.daemon()
+    wait_until(lambda: runners_of(gitea, org).get(r.name, {}).get("busy"), 60, "busy")
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, r.log()
+    job = wait_until(
+        lambda: (j := the_job(gitea, org, repo))["status"] == "completed" and j, 60, "job ends"
+    )
+    assert job["conclusion"] == "cancelled", job
+    assert "cancelled in progress jobs during shutdown" in r.log()
+
+
+def test_sigterm_while_busy_lets_the_job_finish_within_shutdown_timeout(
+    gitea, org_repo, make_runner
+):
+    org, repo = org_repo
+    label = f"gro-c-{uuid.uuid4().hex[:6]}"
+    r = make_runner(label)
+    assert r.register("--ephemeral").returncode == 0
+    gitea.push_workflow(org, repo, "c.yml", workflow(label, "sleep 8"))
+    proc = r.daemon(
+        CONFIG.replace("fetch_interval: 1s", "fetch_interval: 1s, shutdown_timeout: 60s")
+    )
+    wait_until(lambda: runners_of(gitea, org).get(r.name, {}).get("busy"), 60, "busy")
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=90) == 0, r.log()
+    job = the_job(gitea, org, repo)
+    assert (job["status"], job["conclusion"]) == ("completed", "success")
+
+
+def test_a_runner_whose_registration_is_deleted_keeps_running(gitea, org_repo, make_runner):
+    """Deleting the registration does not stop the process: whoever removes a runner must
+    also delete its Pod (the operator's reaper deletes the Job first, then the registration)."""
+    org, _ = org_repo
+    r = make_runner(f"gro-c-{uuid.uuid4().hex[:6]}")
+    assert r.register("--ephemeral").returncode == 0
+    proc = r.daemon()
+    wait_until(lambda: "declare successfully" in r.log(), 30, "daemon up")
+    gitea.delete_runner(runners_of(gitea, org)[r.name]["id"], "org", owner=org)
+    wait_until(lambda: "failed to fetch task" in r.log(), 30, "fetch errors")
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=8)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize("labels", ["app:infra", "k8s:kubernetes://busybox"])
+def test_register_refuses_a_label_with_an_unknown_schema(gitea, org_repo, make_runner, labels):
+    r = make_runner("unused")
+    reg = r.register("--ephemeral", labels=labels)
+    assert reg.returncode == 1
+    assert "unsupported schema" in reg.stdout + reg.stderr
+    assert r.name not in runners_of(gitea, org_repo[0])
+
+
+def test_register_with_a_wrong_token_exits_1_and_daemon_without_registration_exits_1(
+    make_runner,
+):
+    r = make_runner(f"gro-c-{uuid.uuid4().hex[:6]}")
+    r.token = "0" * 40
+    reg = r.register("--ephemeral")
+    assert reg.returncode == 1, reg.stdout + reg.stderr
+    assert "Runner registered successfully" not in reg.stdout + reg.stderr
+    assert not (r.cwd / ".runner").exists()
+    proc = r.daemon()
+    assert proc.wait(timeout=30) == 1
+    assert "registration file not found" in r.log()
