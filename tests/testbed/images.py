@@ -25,9 +25,9 @@ hash of every input, and imported by :class:`tests.testbed.realnode.RealNode`.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import io
 import json
-import os
 import subprocess
 import tarfile
 import tempfile
@@ -45,7 +45,6 @@ DIND = "local/docker:dind"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RUNNER_PACKAGES = ("bash", "git", "ca-certificates", "tini", "tzdata")
 DIND_PACKAGES = ("docker.io", "iptables", "openssl", "ca-certificates", "procps")
-RECIPE = Path(__file__).read_bytes()  # any change to a recipe rebuilds every image
 
 
 def log(msg: str) -> None:
@@ -117,7 +116,7 @@ def busybox_rootfs(out: Path, extra: dict[str, Path] | None = None) -> None:
 
 def apt_sources() -> list[str]:
     """The machine's own apt source files (never a mirror name written here)."""
-    files = [Path("/etc/apt/sources.list")] + sorted(Path("/etc/apt/sources.list.d").glob("*"))
+    files = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
     return [
         str(f)
         for f in files
@@ -157,9 +156,7 @@ def mmdebstrap(out: Path, packages: tuple[str, ...], hooks: tuple[str, ...] = ()
 # ------------------------------------------------------------------ image formats
 
 
-def oci_image(
-    out: Path, ref: str, layers: list[Path], config: dict[str, list[str] | str]
-) -> None:
+def oci_image(out: Path, ref: str, layers: list[Path], config: dict[str, list[str] | str]) -> None:
     """An OCI layout tarball of ``layers`` with the given umoci ``--config.*`` settings."""
     tag = ref.split(":", 1)[1]
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
@@ -217,8 +214,9 @@ if [ -n "$certs" ]; then
   if [ ! -s server/cert.pem ]; then
     openssl genrsa -out server/key.pem 2048 2>/dev/null
     openssl req -new -key server/key.pem -out server/csr.pem -subj "/CN=docker:dind server"
-    printf 'subjectAltName=DNS:docker,DNS:localhost,IP:127.0.0.1,DNS:%s\nextendedKeyUsage=serverAuth\n' \
-      "$(hostname)" > server/openssl.cnf
+    printf 'subjectAltName=DNS:docker,DNS:localhost,IP:127.0.0.1,DNS:%s\n' "$(hostname)" \
+      > server/openssl.cnf
+    printf 'extendedKeyUsage=serverAuth\n' >> server/openssl.cnf
     openssl x509 -req -in server/csr.pem -CA ca/cert.pem -CAkey ca/key.pem -CAcreateserial \
       -out server/cert.pem -days 825 -extfile server/openssl.cnf 2>/dev/null
     cp ca/cert.pem server/ca.pem
@@ -239,7 +237,8 @@ fi
 # No registry: load the job images shipped in /images first, on a private socket, so they
 # are present before the daemon answers on the sockets the runner and the probe use.
 if ls /images/*.tar >/dev/null 2>&1; then
-  dockerd --host=unix:///run/gro-preload.sock --pidfile=/run/gro-preload.pid >/tmp/preload.log 2>&1 &
+  dockerd --host=unix:///run/gro-preload.sock --pidfile=/run/gro-preload.pid \
+    >/tmp/preload.log 2>&1 &
   i=0
   until docker -H unix:///run/gro-preload.sock info >/dev/null 2>&1; do
     i=$((i + 1)); [ $i -lt 120 ] || { cat /tmp/preload.log; exit 1; }; sleep 0.5
@@ -257,10 +256,10 @@ def _runner_binary() -> Path:
 
 
 def _runner_src() -> Path:
-    src = os.environ.get("GRO_TESTBED_RUNNER_SRC", "")
-    if not src or not Path(src).is_file():
+    src = build.runner_archive()
+    if src is None:
         raise RuntimeError("GRO_TESTBED_RUNNER_SRC does not name the runner's source archive")
-    return Path(src)
+    return src
 
 
 def _run_sh() -> bytes:
@@ -338,9 +337,8 @@ def build_dind(work: Path, out: Path) -> None:
     # busybox plus a Docker CLI: a job image whose steps run `docker build`
     libs = _shared_libs(root / "usr/bin/docker")
     bbd = work / "busybox-docker.tar"
-    busybox_rootfs(
-        bbd, {"usr/bin/docker": root / "usr/bin/docker", **{lib.lstrip("/"): Path(lib) for lib in libs}}
-    )
+    docker_files = {lib.lstrip("/"): Path(lib) for lib in libs}
+    busybox_rootfs(bbd, {"usr/bin/docker": root / "usr/bin/docker", **docker_files})
     top = work / "top.tar"
     with tarfile.open(top, "w") as tar:
         _add_file(tar, "usr/local/bin/dockerd-entrypoint.sh", DIND_ENTRYPOINT.encode(), 0o755)
@@ -384,10 +382,19 @@ RECIPES: dict[str, tuple[Callable[[Path, Path], None], Callable[[], bytes]]] = {
 }
 
 
+# Code every image's bytes depend on (besides its own recipe and inputs).
+_SHARED = (busybox_rootfs, mmdebstrap, oci_image, docker_archive, _shared_libs)
+
+
 def image_path(ref: str) -> Path:
-    """The cached tarball of an image (built or not), keyed by every input."""
-    h = hashlib.sha256(RECIPE)
-    h.update(RECIPES[ref][1]())
+    """The cached tarball of an image (built or not), keyed by every input: the recipe's
+    code and constants, the files it packs, the Debian suite."""
+    builder, inputs = RECIPES[ref]
+    h = hashlib.sha256()
+    for part in (builder, *_SHARED):
+        h.update(inspect.getsource(part).encode())
+    h.update(repr((ref, PATH_ENV, RUNNER_PACKAGES, DIND_PACKAGES, DIND_ENTRYPOINT)).encode())
+    h.update(inputs())
     slug = ref.replace("/", "_").replace(":", "_")
     return images_dir() / f"{slug}-{h.hexdigest()[:12]}.tar"
 

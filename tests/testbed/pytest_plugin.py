@@ -293,7 +293,7 @@ def real_node(testbed: Sandbox, request: pytest.FixtureRequest) -> Iterator[Real
     with ctx:
         t0 = time.monotonic()
         try:
-            build.ensure_built(["kubelet"])
+            build.ensure_built(["kubelet", "gitea-runner"])
             built = images.ensure_images()
         except Exception as e:
             pytest.fail(f"real node: build failed ({type(e).__name__}): {e}", pytrace=False)

@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -148,7 +149,7 @@ def _remove_cgroups() -> list[Path]:
 def _our_processes() -> list[int]:
     """Processes of a node: the kubelet and containerd started with our paths, and shims
     serving our containerd's socket (they outlive containerd by design)."""
-    marks = (str(STATE_DIR), str(ROOT_DIR))
+    marks = (str(STATE_DIR), str(ROOT_DIR), f"bind={GATEWAY}")
     pids: list[int] = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -470,7 +471,7 @@ class RealNode:
             stdout=f,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads started yet in the child
+            preexec_fn=_die_with_parent,
         )
         self.logs[name] = path
         self._procs[name] = p
@@ -512,7 +513,9 @@ class RealNode:
         )
         self.timings["containerd"] = round(time.monotonic() - t0, 1)
 
-    def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def ctr(
+        self, *args: str, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
         """``ctr`` against this node's containerd, namespace k8s.io (the CRI's)."""
         return _run(
             "ctr", "--address", str(STATE_DIR / "containerd.sock"), "-n", "k8s.io", *args,
@@ -524,7 +527,9 @@ class RealNode:
             t0 = time.monotonic()
             # The kubelet normalises local/x:1 to docker.io/local/x:1: import under that name,
             # or the Pod fails with ErrImageNeverPull.
-            self.ctr("images", "import", "--base-name", f"docker.io/{name.split(':')[0]}", str(tarball))
+            self.ctr(
+                "images", "import", "--base-name", f"docker.io/{name.split(':')[0]}", str(tarball)
+            )
             self.timings[f"import {name}"] = round(time.monotonic() - t0, 1)
 
     def _make_bridge(self) -> None:
@@ -572,27 +577,39 @@ class RealNode:
             )
         return False
 
-    def expose(self, port: int) -> str:
-        """Forward ``127.0.0.1:port`` to ``GATEWAY:port`` (socat), so Pods on the node reach
-        a loopback-only host service; returns the host:port Pods use."""
+    def expose(self, port: int, tls_pem: Path | None = None, listen_port: int | None = None) -> str:
+        """Forward ``127.0.0.1:port`` to the node's bridge address (socat), so Pods on the
+        node reach a loopback-only host service; returns the ``host:port`` Pods use.
+
+        ``tls_pem`` (certificate and key in one file): serve TLS there instead, as an
+        HTTPS front of a private CA would; ``listen_port`` then tells it apart.
+        """
+        listen_port = listen_port or port
+        if tls_pem is None:
+            listen = f"TCP-LISTEN:{listen_port},bind={GATEWAY},fork,reuseaddr"
+        else:
+            listen = (
+                f"OPENSSL-LISTEN:{listen_port},bind={GATEWAY},fork,reuseaddr,"
+                f"cert={tls_pem},verify=0"
+            )
         p = subprocess.Popen(
-            ["socat", f"TCP-LISTEN:{port},bind={GATEWAY},fork,reuseaddr", f"TCP:127.0.0.1:{port}"],
+            ["socat", listen, f"TCP:127.0.0.1:{port}"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
+            preexec_fn=_die_with_parent,
         )
         self._forwards.append(p)
 
         def listening() -> bool:
-            import socket
-
+            if p.poll() is not None:
+                raise RuntimeError(f"socat {listen} exited ({p.returncode})")
             with socket.socket() as s:
                 s.settimeout(1)
-                return s.connect_ex((GATEWAY, port)) == 0
+                return s.connect_ex((GATEWAY, listen_port)) == 0
 
-        wait_for(listening, timeout=10, interval=0.1, what=f"forward {GATEWAY}:{port}")
-        return f"{GATEWAY}:{port}"
+        wait_for(listening, timeout=10, interval=0.1, what=f"forward {GATEWAY}:{listen_port}")
+        return f"{GATEWAY}:{listen_port}"
 
 
 def _die_with_parent() -> None:
