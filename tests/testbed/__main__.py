@@ -208,6 +208,23 @@ def cmd_harness(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_images(args: argparse.Namespace) -> int:
+    """Build (or find cached) the real node's images; print each one's time."""
+    from . import images
+
+    images.ensure_images()
+    return 0
+
+
+def cmd_real_node_cleanup(args: argparse.Namespace) -> int:
+    """Undo whatever a killed real node left on this machine (the next start does it too)."""
+    from . import realnode
+
+    left = realnode.cleanup_unless_running()
+    print("real node: clean" if not left else f"real node: could not remove {left}")
+    return 0 if not left else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run one subcommand."""
     ap = argparse.ArgumentParser(prog="python -m tests.testbed", description=__doc__)
@@ -217,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         "components", nargs="*", help=f"any of: {' '.join(build.COMPONENTS)} (default: all)"
     )
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
+    sub.add_parser("images", help="build the real node's images (no registry)")
+    sub.add_parser("real-node-cleanup", help="remove what a killed real node left behind")
     for name in ("up", "down", "env", "harness"):
         p = sub.add_parser(name)
         p.add_argument("--state", default=str(default_state_file()), help="state file path")
@@ -250,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         "down": cmd_down,
         "env": cmd_env,
         "harness": cmd_harness,
+        "images": cmd_images,
+        "real-node-cleanup": cmd_real_node_cleanup,
     }[args.cmd](args)
 
 

@@ -242,6 +242,18 @@ def cleanup(*, quiet: bool = False) -> list[str]:
     return problems
 
 
+def cleanup_unless_running() -> list[str]:
+    """:func:`cleanup`, unless a live real node holds the lock (then refuse: it is not a
+    leftover)."""
+    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK_FILE.open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return [f"a real node is running ({LOCK_FILE} is locked)"]
+        return cleanup()
+
+
 # ---------------------------------------------------------------------- the node
 
 
