@@ -527,7 +527,7 @@ def test_a_runner_that_does_not_register_within_startup_timeout_is_replaced(real
         mode="host",
         labels=["gro-real-slow"],
         image=LOCAL + images.RUNNER,
-        startupTimeout="30s",
+        startupTimeout="60s",  # the shortest allowed
         minIdleRunners=1,
         template=on_real_node(init=[stuck]),
     )
@@ -546,13 +546,13 @@ def test_a_runner_that_does_not_register_within_startup_timeout_is_replaced(real
             first_name
             not in {j["metadata"]["name"] for j in runner_jobs(real.kube, real.ns, "slow")}
         ),
-        timeout=150,
+        timeout=180,
         what="the runner Job reaped after startupTimeout",
     )
     reaped_after = time.monotonic() - t0
     events = real.kube.get(f"/api/v1/namespaces/{real.ns}/events")["items"]
     reasons = [e.get("message", "") for e in events]
     assert any("startupTimeout" in m for m in reasons), reasons
-    print(f"startupTimeout 30s: reaped {reaped_after:.0f}s after its Pod was on the node")
+    print(f"startupTimeout 60s: reaped {reaped_after:.0f}s after its Pod was on the node")
     with contextlib.suppress(Exception):
         real.kube.delete(f"{GROUPS.format(ns=real.ns)}/slow")

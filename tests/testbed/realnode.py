@@ -52,6 +52,7 @@ BRIDGE = "gro-br0"
 SUBNET = "10.213.0.0/16"
 GATEWAY = "10.213.0.1"
 LOCK_FILE = Path("/run/gro-realnode.lock")
+LOCK_WAIT = 900.0  # another session's node: wait for it (a suite takes about 10 min)
 STATE_DIR = Path("/run/gro-realnode")  # containerd state, sockets, netns, CNI conf
 ROOT_DIR = Path("/var/lib/gro-realnode")  # containerd root, kubelet root
 STATE_FILE = Path("/run/gro-realnode.state.json")  # what to put back; removed last
@@ -395,13 +396,20 @@ class RealNode:
         t0 = time.monotonic()
         LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
         lock = LOCK_FILE.open("w")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.close()
-            raise RuntimeError(
-                f"another real node runs on this machine ({LOCK_FILE} is locked)"
-            ) from None
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    lock.close()
+                    raise RuntimeError(
+                        f"another real node ran on this machine for {LOCK_WAIT:.0f}s "
+                        f"({LOCK_FILE} stayed locked)"
+                    ) from None
+                log(f"waiting for the other real node on this machine to stop ({LOCK_FILE})")
+                time.sleep(10)
         self._lock = lock
         self.started = True
         atexit.register(self.stop)
