@@ -23,6 +23,7 @@ from gitea_runner_operator.kube.ratelimit import TokenBucket
 from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.expectations import Expectations
+from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
 from gitea_runner_operator.runtime.hooks import HookKeeper
@@ -85,6 +86,8 @@ class Controller:
             job_ttl_seconds=settings.job_ttl_seconds,
             on_group_gone=self._on_group_gone,
             metrics=self.metrics,
+            # A group whose share of overlapping jobs grew must create: enqueue it.
+            ledger=Ledger(notify=self.queue.add),
         )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
