@@ -310,7 +310,7 @@ async def test_finished_runners_the_snapshot_saw_busy_or_before_it_cover_nothing
     asked for had a job that the answer does not list as queued."""
     busy = ActionRunner(id=9, name="ci-old2-abcde", status="online", busy=True, ephemeral=True)
     cluster = FakeCluster()
-    reconciler, sources, cache = make(cluster, snapshot(queued=3, runners=(busy,), started_at=5.0))
+    reconciler, _, cache = make(cluster, snapshot(queued=3, runners=(busy,), started_at=5.0))
     cache.released = [
         Release(6.0, "ci-old1", took_job=True),
         Release(6.0, "ci-old2", took_job=False),
