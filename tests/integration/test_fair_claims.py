@@ -53,9 +53,11 @@ def test_a_quota_blocked_group_leaves_every_job_to_a_healthy_one(
             },
         )
         wait_until(
-            lambda: kube.get(f"/api/v1/namespaces/{blocked}/resourcequotas/no-jobs")
-            .get("status", {})
-            .get("hard"),
+            lambda: (
+                kube.get(f"/api/v1/namespaces/{blocked}/resourcequotas/no-jobs")
+                .get("status", {})
+                .get("hard")
+            ),
             what="quota status",
         )
         gitea.push_workflow(org, repo, "fair.yml", FOUR)
@@ -70,10 +72,10 @@ def test_a_quota_blocked_group_leaves_every_job_to_a_healthy_one(
             namespace=blocked,
         )  # fmt: skip
         wait_until(
-            lambda: condition(group_status(kube, blocked, "team-x"), "RunnersHealthy").get(
-                "reason"
-            )
-            == "JobCreateRefused",
+            lambda: (
+                condition(group_status(kube, blocked, "team-x"), "RunnersHealthy").get("reason")
+                == "JobCreateRefused"
+            ),
             what="team-x refused by its quota",
         )
         manifests.apply(
