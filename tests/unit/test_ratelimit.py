@@ -7,24 +7,6 @@ import pytest
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 
-async def test_a_burst_passes_then_writes_are_paced_at_qps():
-    bucket = TokenBucket(qps=100, burst=5)
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    for _ in range(5):
-        await bucket.acquire()
-    assert bucket.waited == 0
-    for _ in range(5):
-        await bucket.acquire()
-    assert bucket.waited == pytest.approx(0.05, abs=0.02)  # 5 more at 100/s
-    assert loop.time() - start >= 0.04
-
-
-def test_nonsense_limits_are_refused():
-    with pytest.raises(ValueError):
-        TokenBucket(qps=0, burst=1)
-
-
 class FakeTime:
     """A clock that moves only when the bucket sleeps: pacing without real waiting."""
 
@@ -37,6 +19,23 @@ class FakeTime:
     async def sleep(self, seconds: float) -> None:
         self.now += seconds
         await asyncio.sleep(0)
+
+
+async def test_a_burst_passes_then_writes_are_paced_at_qps():
+    time_ = FakeTime()
+    bucket = TokenBucket(qps=100, burst=5, clock=time_, sleep=time_.sleep)
+    for _ in range(5):
+        await bucket.acquire()
+    assert bucket.waited == 0 and time_.now == 0
+    for _ in range(5):
+        await bucket.acquire()
+    assert bucket.waited == pytest.approx(0.05)  # 5 more at 100/s
+    assert time_.now == pytest.approx(0.05)
+
+
+def test_nonsense_limits_are_refused():
+    with pytest.raises(ValueError):
+        TokenBucket(qps=0, burst=1)
 
 
 async def test_one_namespaces_burst_delays_anothers_first_write_by_about_one_token():
