@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.informer import Informer, Obj, object_key, slim_pod
+from gitea_runner_operator.kube.informer import Informer, Obj, object_key, slim_job, slim_pod
 from gitea_runner_operator.kube.views import job_finished
 
 GroupKey = str  # "namespace/name"
@@ -77,7 +77,12 @@ class ClusterCache:
                     Informer(f"runnergroups/{where}", custom.list_cluster_custom_object, g, v, p)
                 )
                 self.jobs.append(
-                    Informer(f"jobs/{where}", batch.list_job_for_all_namespaces, label_selector=sel)
+                    Informer(
+                        f"jobs/{where}",
+                        batch.list_job_for_all_namespaces,
+                        label_selector=sel,
+                        transform=slim_job,
+                    )
                 )
                 self.pods.append(
                     Informer(
@@ -94,7 +99,13 @@ class ClusterCache:
                     )
                 )
                 self.jobs.append(
-                    Informer(f"jobs/{where}", batch.list_namespaced_job, ns, label_selector=sel)
+                    Informer(
+                        f"jobs/{where}",
+                        batch.list_namespaced_job,
+                        ns,
+                        label_selector=sel,
+                        transform=slim_job,
+                    )
                 )
                 self.pods.append(
                     Informer(
