@@ -63,7 +63,7 @@ class Controller:
         self.observer = Observer(
             self.secrets,
             self.sessions,
-            trust=GiteaTrust(ConfigReader(api)),
+            trust=GiteaTrust(ConfigReader(api, ttl=settings.secret_cache_ttl)),
             metrics=self.metrics,
             allowed_urls=settings.allowed_gitea_urls,
             deadline=settings.observe_deadline,
