@@ -111,7 +111,8 @@ def operator(
     args = [
         sys.executable, "-m", "gitea_runner_operator", "--kubeconfig", str(kubeconfig),
         *([] if leader_elect else ["--no-leader-elect"]),
-        "--health-host", "127.0.0.1", "--health-port", str(health), "--webhook-host", "127.0.0.1", "--webhook-port", str(hook), "--log-format", "json",
+        "--health-host", "127.0.0.1", "--health-port", str(health),
+        "--webhook-host", "127.0.0.1", "--webhook-port", str(hook), "--log-format", "json",
         *[a for ns in namespaces for a in ("--namespace", ns)], *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(
