@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
@@ -82,8 +83,12 @@ class Answer:
 
 def job_repository(job: ActionJob) -> Repository | None:
     """``(owner, repo)`` lower-cased from the job's API URL; Gitea's job payload has no repo
-    field. Plain string search: this runs once per listed job on every assignment."""
-    url = job.url or ""
+    field. Runs for every listed job on every assignment: parsed once per URL (bounded)."""
+    return _repository_of(job.url or "")
+
+
+@lru_cache(maxsize=65_536)
+def _repository_of(url: str) -> Repository | None:
     start = url.find(_REPOS_MARK)
     if start < 0:
         return None

@@ -11,10 +11,17 @@ groups once, instead of every group times every job on every pass.
 
 A peer whose share grew (it must create) is told so through ``notify``; shares that shrink
 need no pass: a group never creates for a share it no longer has.
+
+While a family fills (every member creating runners, so every reconcile changes an input),
+its assignment is recomputed at most once per ``min_interval``; in between, members read
+the last one. That is safe: each group still subtracts its own starting and idle runners
+from its share, and shares move only when a recomputation says so, which every member then
+reads alike. A member served a stale share is told (:meth:`Ledger.stale`) to look again.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -32,6 +39,7 @@ from gitea_runner_operator.reconcile.accounting import (
 # An org-scope token's known-readable repositories, per group: bounded by the org's
 # repositories; a group that lists more than this many is trusted for all of them.
 MAX_SEEN_REPOSITORIES = 20_000
+MIN_INTERVAL = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,15 +114,26 @@ def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
 
 
 class Ledger:
-    """The assignments of every family, kept between reconciles."""
+    """The assignments of every family, kept between reconciles. A family is named by its
+    smallest member key (the union-find root), which stays put as members come and go."""
 
-    def __init__(self, notify: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        notify: Callable[[str], None] | None = None,
+        *,
+        min_interval: float = MIN_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._notify = notify
+        self._min_interval = min_interval
+        self._clock = clock
         self._members: dict[str, Member] = {}
         self._seen: dict[str, set[Repository]] = {}
         self._family_of: dict[str, frozenset[str]] | None = None
-        self._results: dict[frozenset[str], dict[str, list[ActionJob]]] = {}
-        self._sizes: dict[str, int] = {}
+        self._shares: dict[str, list[ActionJob]] = {}  # each member's last computed share
+        self._computed_at: dict[str, float] = {}  # family name -> when
+        self._dirty: set[str] = set()  # families whose inputs changed since
+        self._all_dirty = False  # membership changed: every family is recomputed
         self.computations = 0  # for tests and benchmarks
 
     def __len__(self) -> int:
@@ -140,18 +159,26 @@ class Ledger:
             return
         self._members[key] = new
         if old is None or old.shape != new.shape:
-            self._family_of = None
-            self._results.clear()
-        else:
-            self._invalidate(key)
+            self._family_of, self._all_dirty = None, True
+        elif self._family_of is not None:
+            self._dirty.add(min(self._family_of[key]))
 
     def remove(self, key: str) -> None:
         if self._members.pop(key, None) is None:
             return
         self._seen.pop(key, None)
-        self._sizes.pop(key, None)
-        self._family_of = None
-        self._results.clear()
+        self._shares.pop(key, None)
+        self._computed_at.pop(key, None)
+        self._dirty.discard(key)
+        self._family_of, self._all_dirty = None, True
+
+    def stale(self, key: str) -> bool:
+        """Whether the share last read for ``key`` predates a change of its family's inputs
+        (a pass again after ``min_interval`` reads a fresh one)."""
+        family = (self._family_of or {}).get(key)
+        if family is None or len(family) == 1:
+            return False
+        return min(family) in self._dirty or key not in self._shares
 
     def share(self, key: str) -> list[ActionJob] | None:
         """The group's share of its family's queued jobs; None when it is alone in its
@@ -160,13 +187,21 @@ class Ledger:
             return None
         if self._family_of is None:
             self._family_of = families(self._members)
+            if self._all_dirty:
+                self._dirty = {min(f) for f in self._family_of.values()}
+                self._all_dirty = False
         family = self._family_of[key]
         if len(family) == 1:
             return None
-        result = self._results.get(family)
-        if result is None:
-            result = self._results[family] = self._compute(family)
-            self._announce(key, result)
+        name = min(family)
+        now = self._clock()
+        recent = now - self._computed_at.get(name, float("-inf")) < self._min_interval
+        if name not in self._dirty or recent:
+            return self._shares.get(key, [])  # a new member waits for the next computation
+        result = self._compute(family)
+        self._computed_at[name] = now
+        self._dirty.discard(name)
+        self._announce(key, result)
         return result[key]
 
     def _compute(self, family: frozenset[str]) -> dict[str, list[ActionJob]]:
@@ -178,17 +213,10 @@ class Ledger:
 
     def _announce(self, caller: str, result: Mapping[str, list[ActionJob]]) -> None:
         for key, jobs in result.items():
-            before = self._sizes.get(key, 0)
-            self._sizes[key] = len(jobs)
+            before = len(self._shares.get(key, ()))
+            self._shares[key] = jobs
             if len(jobs) > before and key != caller and self._notify is not None:
                 self._notify(key)
-
-    def _invalidate(self, key: str) -> None:
-        if self._family_of is None:
-            return
-        family = self._family_of.get(key)
-        if family is not None:
-            self._results.pop(family, None)
 
     def _learn(self, key: str, jobs: Iterable[ActionJob]) -> None:
         seen = self._seen.setdefault(key, set())

@@ -32,7 +32,7 @@ from gitea_runner_operator.reconcile import status as st
 from gitea_runner_operator.reconcile.accounting import Answer, Claimant
 from gitea_runner_operator.reconcile.churn import Finished, unsettled
 from gitea_runner_operator.reconcile.expectations import Expectations
-from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.ports import ReapOrder, Sources
 from gitea_runner_operator.reconcile.scaling import (
     Plan,
@@ -196,6 +196,10 @@ class Reconciler:
                 requeue = max(0.0, state.create_retry_at - self._clock())
         if self._clock() < state.blocked_until:
             requeue = min(requeue or STUCK_BACKOFF_MAX, state.blocked_until - self._clock())
+        if self._ledger.stale(key):
+            # Read a share computed before the latest change in its family: look again once
+            # the family's assignment may be recomputed (ledger.MIN_INTERVAL).
+            requeue = min(requeue or MIN_INTERVAL, MIN_INTERVAL)
         if state.create_error is not None and self._clock() < state.create_retry_at:
             # Claiming again (accounting) once the create back-off ends needs a pass then.
             requeue = min(requeue or CREATE_BACKOFF_MAX, state.create_retry_at - self._clock())

@@ -184,7 +184,7 @@ def test_one_org_group_and_many_repo_groups_sharing_a_label():
     """The common shape: a fallback org pool plus per-repo pools, all offering `linux`.
     Each repo group counts its own repository's jobs; the org group the rest; nothing
     twice; and the assignment runs once per change, not once per group."""
-    ledger = Ledger()
+    ledger = Ledger(min_interval=0)
     repos = [group(f"t{i}/r", Scope.REPO, "acme", f"r{i}", spare=2) for i in range(300)]
     org = group("ops/org", Scope.ORG, "acme", spare=1000)
     all_jobs = [job(2 * i + k, f"acme/r{i}") for i in range(300) for k in (0, 1)]
@@ -206,7 +206,7 @@ def test_one_org_group_and_many_repo_groups_sharing_a_label():
 
 
 def test_a_report_that_changes_nothing_costs_no_computation():
-    ledger = Ledger()
+    ledger = Ledger(min_interval=0)
     report(ledger, ORG, [job(1)])
     report(ledger, REPO, [job(1)])
     ledger.share(ORG.key)
@@ -216,7 +216,7 @@ def test_a_report_that_changes_nothing_costs_no_computation():
 
 
 def test_a_group_alone_in_its_family_counts_its_own_answer():
-    ledger = Ledger()
+    ledger = Ledger(min_interval=0)
     report(ledger, ORG, [job(1)])
     report(ledger, group("x/o", Scope.ORG, "other"), [job(2, "other/x")])
     assert ledger.share(ORG.key) is None
@@ -225,7 +225,7 @@ def test_a_group_alone_in_its_family_counts_its_own_answer():
 
 def test_a_peer_whose_share_grew_is_told():
     told: list[str] = []
-    ledger = Ledger(notify=told.append)
+    ledger = Ledger(notify=told.append, min_interval=0)
     full = group("team-b/app", Scope.REPO, "acme", "app", spare=0)
     report(ledger, full, [job(1)])
     report(ledger, group("team-a/org", Scope.ORG, "acme", spare=0), [job(1)])
@@ -238,7 +238,7 @@ def test_a_peer_whose_share_grew_is_told():
 def test_an_org_answer_learns_which_repositories_its_token_reads():
     """A blind org group never hides a job: the ledger marks an org answer as seeing only
     repositories its token has listed jobs of."""
-    ledger = Ledger()
+    ledger = Ledger(min_interval=0)
     blind = group("team-x/org", Scope.ORG, "acme")
     seeing = group("team-y/org", Scope.ORG, "acme", spare=0)
     report(ledger, seeing, [job(1, "acme/secret")], started=1.0)
@@ -246,3 +246,26 @@ def test_an_org_answer_learns_which_repositories_its_token_reads():
     assert [j.id for j in ledger.share("team-x/org")] == [1, 2]
     ledger.remove("team-x/org")
     assert ledger.share("team-y/org") is None
+
+
+def test_a_filling_family_is_recomputed_at_most_once_per_interval_and_says_so():
+    """While every member creates, each reconcile changes an input; the family's assignment
+    is recomputed at most once per interval, and a member reading an older one is told."""
+    now = [0.0]
+    ledger = Ledger(min_interval=0.5, clock=lambda: now[0])
+    report(ledger, ORG, [job(1), job(2, "acme/lib")])
+    report(ledger, REPO, [job(1)])
+    assert [j.id for j in ledger.share(REPO.key)] == [1]
+    for i in range(10):
+        report(ledger, group("team-b/app", Scope.REPO, "acme", "app", not_busy=i), [job(1)])
+        assert [j.id for j in ledger.share(REPO.key)] == [1]
+    assert ledger.computations == 1 and ledger.stale(REPO.key)
+    now[0] += 0.6
+    ledger.share(ORG.key)
+    assert ledger.computations == 2 and not ledger.stale(REPO.key)
+    # A newcomer inside the interval counts nothing yet (never twice), and is told to look
+    # again.
+    report(ledger, group("team-c/lib", Scope.REPO, "acme", "lib"), [job(2, "acme/lib")])
+    assert ledger.share("team-c/lib") == [] and ledger.stale("team-c/lib")
+    now[0] += 0.6
+    assert [j.id for j in ledger.share("team-c/lib")] == [2]
