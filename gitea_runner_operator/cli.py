@@ -264,7 +264,15 @@ async def run(settings: Settings) -> int:
     # namespace can never take every connection the writes and the Lease need.
     watch_config = client.Configuration.get_default_copy()
     watch_config.connection_pool_maxsize = 3 * max(1, len(settings.namespaces)) + 4
-    async with client.ApiClient() as api, client.ApiClient(watch_config) as watch_api:
+    # The Lease has a pool of its own too: a burst of writes queued for connections must
+    # never make the leader miss its renew deadline.
+    lease_config = client.Configuration.get_default_copy()
+    lease_config.connection_pool_maxsize = 2
+    async with (
+        client.ApiClient() as api,
+        client.ApiClient(watch_config) as watch_api,
+        client.ApiClient(lease_config) as lease_api,
+    ):
         metrics = Metrics()
         instrument_writes(api, metrics.kube_write)
         leadership = Leadership()
@@ -317,7 +325,7 @@ async def run(settings: Settings) -> int:
                 await controller.run(stop)
                 return 0
             elector = LeaseElector(
-                api,
+                lease_api,
                 lease_namespace(settings),
                 settings.lease_name,
                 settings.identity,

@@ -14,6 +14,7 @@ Why it looks like this:
 from __future__ import annotations
 
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -45,7 +46,11 @@ DURATION_BUCKETS: Final = (5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 
 REQUEST_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 QUEUE_BUCKETS: Final = (0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
-SEEN_JOBS_PER_GROUP: Final = 10_000
+# Job ids already observed, per group and kind. The lists fed in are one page each (the
+# running jobs, the newest finished), so an id not listed for SEEN_JOBS_TTL has left them
+# for good; the size cap bounds a group whose pages churn faster than that.
+SEEN_JOBS_PER_GROUP: Final = 500
+SEEN_JOBS_TTL: Final = 1800.0
 
 ENDPOINT_CLASSES: Final = ("jobs", "runners", "runner_delete", "scope", "other")
 KUBE_OUTCOMES: Final = {
@@ -143,7 +148,12 @@ class WorkQueueMetrics:
 class Metrics:
     """Every series the operator exports, on a registry of its own."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clock = clock
         # ``*_created`` timestamp series double every counter and no rule here uses them.
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry or CollectorRegistry(auto_describe=True)
@@ -250,7 +260,7 @@ class Metrics:
         self.workqueue = WorkQueueMetrics(r)
         # Job ids already observed per group, so a level-triggered caller that lists the
         # same job on every poll observes it once (bounded: oldest ids are forgotten).
-        self._seen: dict[tuple[str, str, str], OrderedDict[int, None]] = {}
+        self._seen: dict[tuple[str, str, str], OrderedDict[int, float]] = {}
 
     # -- exposition ---------------------------------------------------------------------------
 
@@ -318,6 +328,8 @@ class Metrics:
         (taken by one of the group's runners) is observed once when first seen started and
         once when first seen finished. Safe to call with the same jobs on every poll; after
         a restart, jobs still listed are observed again (once)."""
+        for what in ("started", "finished"):
+            self._prune(self._seen.get((namespace, name, what)))
         for job in jobs:
             if not job.runner_id or not ours(job):
                 continue
@@ -330,12 +342,19 @@ class Metrics:
 
     def _first_time(self, namespace: str, name: str, what: str, job_id: int) -> bool:
         seen = self._seen.setdefault((namespace, name, what), OrderedDict())
-        if job_id in seen:
-            return False
-        seen[job_id] = None
-        while len(seen) > SEEN_JOBS_PER_GROUP:
+        now = self._clock()
+        first = job_id not in seen
+        seen[job_id] = now  # listed again: remembered for another TTL
+        seen.move_to_end(job_id)
+        self._prune(seen)
+        return first
+
+    def _prune(self, seen: OrderedDict[int, float] | None) -> None:
+        now = self._clock()
+        while seen and (
+            len(seen) > SEEN_JOBS_PER_GROUP or now - next(iter(seen.values())) > SEEN_JOBS_TTL
+        ):
             seen.popitem(last=False)
-        return True
 
     def forget_group(self, namespace: str, name: str) -> None:
         """Drop every series of a deleted group, so dashboards do not show it forever."""

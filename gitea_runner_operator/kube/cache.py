@@ -9,15 +9,31 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.informer import Informer, Obj, object_key, slim_pod
+from gitea_runner_operator.kube.informer import Informer, Obj, object_key, slim_job, slim_pod
 from gitea_runner_operator.kube.views import job_finished
 
 GroupKey = str  # "namespace/name"
+# Releases kept per group: far more than finish between two Gitea answers.
+MAX_RELEASES = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A runner Job stopped holding a slot (finished, deleted or being deleted) at ``at``
+    (monotonic). ``took_job``: it was annotated as having taken its job before."""
+
+    at: float
+    job_name: str
+    took_job: bool
+
+
 # (group key, event type, object, object before the event)
 Listener = Callable[[GroupKey, str, Obj, Obj | None], None]
 
@@ -38,6 +54,7 @@ class ClusterCache:
     ) -> None:
         self._clock = clock
         self._changed: dict[GroupKey, float] = {}
+        self._released: dict[GroupKey, deque[Release]] = {}
         self._group_listeners: list[Listener] = []
         self._owned_listeners: list[Listener] = []
         # group key -> object name -> object: reconciles look up a group's Jobs and Pods by
@@ -60,7 +77,12 @@ class ClusterCache:
                     Informer(f"runnergroups/{where}", custom.list_cluster_custom_object, g, v, p)
                 )
                 self.jobs.append(
-                    Informer(f"jobs/{where}", batch.list_job_for_all_namespaces, label_selector=sel)
+                    Informer(
+                        f"jobs/{where}",
+                        batch.list_job_for_all_namespaces,
+                        label_selector=sel,
+                        transform=slim_job,
+                    )
                 )
                 self.pods.append(
                     Informer(
@@ -77,7 +99,13 @@ class ClusterCache:
                     )
                 )
                 self.jobs.append(
-                    Informer(f"jobs/{where}", batch.list_namespaced_job, ns, label_selector=sel)
+                    Informer(
+                        f"jobs/{where}",
+                        batch.list_namespaced_job,
+                        ns,
+                        label_selector=sel,
+                        transform=slim_job,
+                    )
                 )
                 self.pods.append(
                     Informer(
@@ -133,12 +161,27 @@ class ClusterCache:
         snapshot "stale"."""
         return self._changed.get(key, 0.0)
 
+    def released_since(self, key: GroupKey, since: float) -> list[Release]:
+        """The group's runner Jobs that stopped holding a slot after ``since`` (monotonic).
+        Older releases are dropped: callers ask with their newest Gitea answer's request
+        time, which only moves forward."""
+        releases = self._released.get(key)
+        if not releases:
+            return []
+        while releases and releases[0].at <= since:
+            releases.popleft()
+        if not releases:
+            del self._released[key]
+            return []
+        return list(releases)
+
     def _owned(self, informers: list[Informer], key: GroupKey) -> list[Obj]:
         index = self._index_jobs if informers is self.jobs else self._index_pods
         return list(index.get(key, {}).values())
 
     def forget(self, key: GroupKey) -> None:
         self._changed.pop(key, None)
+        self._released.pop(key, None)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -153,7 +196,13 @@ class ClusterCache:
             return
         self._index(self._index_jobs, key, kind, obj)
         if frees_slot(kind, obj, before):
-            self._changed[key] = self._clock()
+            now = self._clock()
+            self._changed[key] = now
+            meta = obj.get("metadata") or {}
+            took = (meta.get("annotations") or {}).get(constants.TOOK_JOB_ANNOTATION) == "true"
+            self._released.setdefault(key, deque(maxlen=MAX_RELEASES)).append(
+                Release(now, meta.get("name", ""), took)
+            )
         self._notify_owned(key, kind, obj, before)
 
     def _on_pod(self, kind: str, obj: Obj, before: Obj | None) -> None:

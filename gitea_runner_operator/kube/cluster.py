@@ -55,8 +55,8 @@ class Cluster:
         self._identity = identity
 
     async def create_job(self, manifest: dict[str, Any]) -> str:
-        await self._limiter.acquire()
         namespace = manifest["metadata"]["namespace"]
+        await self._limiter.acquire(namespace)
         try:
             body = await send(
                 self._batch.create_namespaced_job(
@@ -73,7 +73,7 @@ class Cluster:
 
     async def delete_job(self, namespace: str, name: str) -> bool:
         """Delete a runner Job and its Pods; False if it was already gone."""
-        await self._limiter.acquire()
+        await self._limiter.acquire(namespace)
         try:
             await send(
                 self._batch.delete_namespaced_job(
@@ -100,7 +100,7 @@ class Cluster:
         self, patch: Any, namespace: str, name: str, annotations: dict[str, str]
     ) -> None:
         """Merge annotations into one object; one that is gone already needs none."""
-        await self._limiter.acquire()
+        await self._limiter.acquire(namespace)
         try:
             await send(
                 patch(
@@ -117,7 +117,7 @@ class Cluster:
                 raise
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await self._limiter.acquire()
+        await self._limiter.acquire(namespace)
         try:
             await send(
                 self._custom.patch_namespaced_custom_object_status(
@@ -141,7 +141,7 @@ class Cluster:
     ) -> None:
         """Replace the group's finalizers, only if it has not changed since we read it (the
         resourceVersion makes this a compare-and-swap; a 409 means read again)."""
-        await self._limiter.acquire()
+        await self._limiter.acquire(namespace)
         meta: dict[str, Any] = {"finalizers": finalizers}
         if resource_version:
             meta["resourceVersion"] = resource_version
@@ -167,8 +167,8 @@ class Cluster:
         self, group: dict[str, Any], event_type: str, reason: str, message: str
     ) -> None:
         """Best effort: an Event that cannot be written must not fail a reconcile."""
-        await self._limiter.acquire()
         meta = group["metadata"]
+        await self._limiter.acquire(meta["namespace"])
         now = dt.datetime.now(dt.UTC)
         event = {
             "metadata": {

@@ -5,22 +5,34 @@ Like Secrets, these are read with ``get`` in the group's namespace, where the na
 owner bound the ``gitea-runner-operator-secrets`` ClusterRole; never listed or watched. Each
 failure becomes a :class:`Problem` whose reason says what is wrong and whose message names the
 field and the object, so it can go straight into ``Ready=False``.
+
+A Secret is used only if it opted in (the label ``gitea.bpg.pw/credentials: "true"``), as for
+tokens; and whatever is wrong with one (missing, not opted in, no such key, not PEM) gives
+the same answer, so a RunnerGroup cannot be used to learn which Secrets exist or what they
+hold. Every read has a timeout, and one object is read at most once per ``ttl`` however many
+groups name it: 1,000 groups behind one CA bundle cost one read a minute, not 67 a second.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import time
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.api.runnergroup import CABundleRef
 
 CA_BUNDLE_FIELD = "spec.gitea.caBundle"
 BIND_HINT = "bind the ClusterRole gitea-runner-operator-secrets in this namespace"
+REQUEST_TIMEOUT = 10.0
+CACHE_TTL = 60.0
+MAX_CACHED = 4096
 
 
 class ReferenceProblem(Exception):
@@ -31,12 +43,59 @@ class ReferenceProblem(Exception):
         self.problem = problem
 
 
-class ConfigReader:
-    """One ``get`` per call; callers decide how often (e.g. once per poll)."""
+def unusable_secret(field: str, namespace: str, name: str, key: str) -> ReferenceProblem:
+    """One answer for every way a Secret cannot serve as a CA bundle."""
+    return ReferenceProblem(
+        Problem(
+            "CABundleUnusable",
+            f"{field}: Secret {namespace}/{name} cannot be used: it must exist, carry the label "
+            f'{CREDENTIALS_LABEL}: "true" and hold PEM certificates under key {key!r}',
+        )
+    )
 
-    def __init__(self, api: client.ApiClient) -> None:
+
+class ConfigReader:
+    """``get`` with a timeout, cached for ``ttl`` seconds per object (success only: a fixed
+    object is seen on the next retry)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        ttl: float = CACHE_TTL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         # Any: the generated stubs insist on model objects and omit documented keywords.
         self._core: Any = client.CoreV1Api(api)
+        self._ttl = ttl
+        self._clock = clock
+        self._cache: dict[tuple[str, str, str], tuple[float, Any]] = {}
+        self.reads = 0  # API reads, for tests and benchmarks
+
+    async def _get(self, kind: str, namespace: str, name: str) -> Any:
+        key = (kind, namespace, name)
+        cached = self._cache.get(key)
+        now = self._clock()
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        read = (
+            self._core.read_namespaced_config_map
+            if kind == "ConfigMap"
+            else self._core.read_namespaced_secret
+        )
+        self.reads += 1
+        try:
+            obj = await read(name, namespace, _request_timeout=REQUEST_TIMEOUT)
+        except BaseException:
+            self._cache.pop(key, None)
+            raise
+        if len(self._cache) >= MAX_CACHED:
+            for stale in [k for k, (until, _) in self._cache.items() if until <= now]:
+                del self._cache[stale]
+            if len(self._cache) >= MAX_CACHED:
+                self._cache.clear()
+        self._cache[key] = (now + self._ttl, obj)
+        return obj
 
     async def read_config_map_key(
         self, namespace: str, name: str, key: str, *, field: str, reason_prefix: str
@@ -46,7 +105,7 @@ class ConfigReader:
         Reasons: ``<prefix>NotFound`` (no ConfigMap or no key), ``<prefix>Forbidden``."""
         what = f"ConfigMap {namespace}/{name}"
         try:
-            cm = await self._core.read_namespaced_config_map(name, namespace)
+            cm = await self._get("ConfigMap", namespace, name)
         except ApiException as exc:
             raise _api_problem(exc, field, what, reason_prefix) from None
         data = cm.data or {}
@@ -62,18 +121,23 @@ class ConfigReader:
     async def read_secret_key(
         self, namespace: str, name: str, key: str, *, field: str, reason_prefix: str
     ) -> str:
-        """One Secret value, for references that are not credentials (a CA bundle)."""
+        """One value of a Secret that opted in, for references that are not credentials (a
+        CA bundle). Every failure but a refusal by RBAC gives the same answer."""
         what = f"Secret {namespace}/{name}"
         try:
-            secret = await self._core.read_namespaced_secret(name, namespace)
+            secret = await self._get("Secret", namespace, name)
         except ApiException as exc:
+            if exc.status == 404:
+                raise unusable_secret(field, namespace, name, key) from None
             raise _api_problem(exc, field, what, reason_prefix) from None
+        labels = (getattr(secret.metadata, "labels", None) or {}) if secret.metadata else {}
         data = secret.data or {}
-        if key not in data:
-            raise ReferenceProblem(
-                Problem(f"{reason_prefix}NotFound", f"{field}: {what} has no key {key!r}")
-            )
-        return _decode(data[key], field, what, key, reason_prefix)
+        if labels.get(CREDENTIALS_LABEL) != "true" or key not in data:
+            raise unusable_secret(field, namespace, name, key)
+        try:
+            return base64.b64decode(data[key], validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise unusable_secret(field, namespace, name, key) from None
 
     async def read_ca_bundle(self, namespace: str, bundle: CABundleRef) -> str:
         """The PEM text of ``spec.gitea.caBundle``; CABundleNotFound/CABundleForbidden."""

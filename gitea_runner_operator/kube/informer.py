@@ -22,6 +22,7 @@ import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
+from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.http import send
 
 log = structlog.get_logger(__name__)
@@ -176,6 +177,32 @@ def strip_managed_fields(obj: Obj) -> Obj:
     if isinstance(meta, dict) and "managedFields" in meta:
         obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     return obj
+
+
+_JOB_METADATA = frozenset(
+    {"name", "namespace", "uid", "resourceVersion", "labels", "creationTimestamp",
+     "deletionTimestamp", "generation"}
+)  # fmt: skip
+
+
+def slim_job(obj: Obj) -> Obj:
+    """A runner Job as the operator reads it: its identity, labels, our own annotations and
+    its conditions. Not its spec: that holds the tenant's Pod template, often most of the
+    object, and one copy per runner would make memory grow with what tenants write."""
+    meta = obj.get("metadata") or {}
+    slim_meta = {k: v for k, v in meta.items() if k in _JOB_METADATA}
+    ours = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k.startswith(constants.GROUP + "/")
+    }
+    if ours:
+        slim_meta["annotations"] = ours
+    conditions = [
+        {"type": c.get("type"), "status": c.get("status")}
+        for c in (obj.get("status") or {}).get("conditions") or []
+    ]
+    return {"metadata": slim_meta, "status": {"conditions": conditions}}
 
 
 def slim_pod(obj: Obj) -> Obj:

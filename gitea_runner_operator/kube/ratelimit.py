@@ -1,36 +1,129 @@
 """A client-side rate limit on the operator's Kubernetes writes (a token bucket, as client-go's
 QPS and burst), so a burst of thousands of queued jobs, or a thousand groups writing status,
-cannot flood the API server that every other controller in the cluster shares."""
+cannot flood the API server that every other controller in the cluster shares.
+
+Fair between tenants: writes wait in one queue per key (the namespace), and the bucket's
+tokens go round-robin across the keys that wait. One group creating 1,000 runners then delays
+another namespace's first write by about one token, not by the whole burst.
+
+No background task: the first waiter paces the bucket and hands each token to the next key
+in turn; when its own turn comes, it passes that role to another waiter.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+_GRANTED = "granted"
+_PACE = "pace"  # the waiter becomes the one that paces the bucket
 
 
 class TokenBucket:
-    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         if qps <= 0 or burst < 1:
             raise ValueError("qps must be > 0 and burst >= 1")
         self._qps = qps
         self._burst = float(burst)
         self._tokens = float(burst)
         self._clock = clock
+        self._sleep = sleep
         self._last = clock()
-        self._lock = asyncio.Lock()
-        self.waited = 0.0  # seconds callers spent waiting, for tests and benchmarks
+        self._queues: dict[str, deque[asyncio.Future[str]]] = {}
+        self._turns: deque[str] = deque()  # keys with waiters, in round-robin order
+        self._pacing = False
+        self.waited = 0.0  # seconds the pacer slept for tokens, for tests and benchmarks
 
-    async def acquire(self) -> None:
-        async with self._lock:  # first come, first served
-            now = self._clock()
-            self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
-            self._last = now
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
+        self._last = now
+
+    async def acquire(self, key: str = "") -> None:
+        """Wait for a write token; ``key`` (a namespace) decides whose turn it is."""
+        if not self._queues:
+            self._refill()
+            if self._tokens >= 1:
+                self._tokens -= 1
+                return
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = deque()
+            self._turns.append(key)
+        queue.append(future)
+        pacer = False
+        try:
+            if self._pacing and await future == _GRANTED:
+                return
+            pacer = self._pacing = True
+            await self._pace(future)
+        except BaseException:
+            self._discard(key, future)
+            handed = future.done() and not future.cancelled() and future.result() == _PACE
+            if pacer or handed:
+                self._pacing = False
+                self._hand_over()
+            raise
+        self._pacing = False
+        self._hand_over()
+
+    async def _pace(self, mine: asyncio.Future[str]) -> None:
+        """Hand out tokens in turn until it is this waiter's own."""
+        while True:
+            self._refill()
             if self._tokens < 1:
                 wait = (1 - self._tokens) / self._qps
                 self.waited += wait
-                await asyncio.sleep(wait)
-                self._last = self._clock()
-                self._tokens = 0.0
+                await self._sleep(wait)
+                self._refill()
+                # The wait was for one token: rounding must not make it sleep again.
+                self._tokens = max(self._tokens, 1.0)
+            nxt = self._next(mine)
+            if nxt is None:
+                return
+            self._tokens -= 1
+            if nxt is mine:
+                return
+            nxt.set_result(_GRANTED)
+
+    def _next(self, mine: asyncio.Future[str]) -> asyncio.Future[str] | None:
+        """The first live waiter of the next key in turn (the pacer's own future counts as
+        live: it may hold the hand-over mark)."""
+        while self._turns:
+            key = self._turns.popleft()
+            queue = self._queues[key]
+            future = queue.popleft()
+            if queue:
+                self._turns.append(key)
             else:
-                self._tokens -= 1
+                del self._queues[key]
+            if future is mine or not future.done():
+                return future
+        return None
+
+    def _hand_over(self) -> None:
+        """Make some waiter the pacer, or none if nobody waits."""
+        for key in self._turns:
+            for future in self._queues[key]:
+                if not future.done():
+                    self._pacing = True
+                    future.set_result(_PACE)
+                    return
+
+    def _discard(self, key: str, future: asyncio.Future[str]) -> None:
+        queue = self._queues.get(key)
+        if queue is None or future not in queue:
+            return
+        queue.remove(future)
+        if not queue:
+            del self._queues[key]
+            self._turns.remove(key)

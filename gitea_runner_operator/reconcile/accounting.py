@@ -13,21 +13,29 @@ and whose labels cover its ``runs-on``, one is chosen by a fixed rule:
 Jobs are first covered by the starting and idle runners that exist (each will take one), in
 the order of that rule, then by spare capacity in the same order; a job whose first choice
 is full spills to the next. A job no group has room for is counted for its first choice,
-which then shows ``AtCapacity``. Pure: the
-same inputs give the same assignment everywhere.
+which then shows ``AtCapacity``. A group that cannot create now (backing off, refused by
+quota, not Ready) has no spare capacity here, so it never holds jobs a healthy peer could run.
+
+Pure: the same inputs give the same assignment everywhere. The cost is linear in jobs and
+groups: candidates are looked up once per distinct (labels, repository) pair through an index
+by scope, never by trying every group against every job. :mod:`.ledger` decides when to run
+it and hands each group its share.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
 
-_REPO_IN_URL = re.compile(r"/api/v1/repos/([^/]+)/([^/]+)/actions/")
 _SPECIFICITY = {Scope.REPO: 2, Scope.ORG: 1, Scope.GLOBAL: 0}
+_REPOS_MARK = "/api/v1/repos/"
+_ACTIONS_MARK = "/actions/"
+
+Repository = tuple[str, str]  # (owner, name), lower-cased
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,28 +47,59 @@ class Claimant:
     org: str | None
     repo: str | None
     offered: frozenset[str]
-    not_busy: int  # starting and idle runners: each will take one job
-    spare: int  # maxActiveRunners - alive runners
+    not_busy: int  # starting and idle runners (and recent finishes): each may take one job
+    spare: int  # maxActiveRunners - alive runners; 0 when the group cannot create now
 
-    def covers(self, repository: tuple[str, str] | None) -> bool:
+    def covers(self, repository: Repository | None) -> bool:
         """Whether this group's runners can take jobs of that repository. A job whose
         repository is unknown is taken to be in scope (only the group that listed it sees
         it, and its scope is where it came from)."""
         if self.scope is Scope.GLOBAL or repository is None:
             return True
         owner, name = repository
-        if (self.org or "").lower() != owner.lower():
+        if (self.org or "").lower() != owner:
             return False
-        return self.scope is Scope.ORG or (self.repo or "").lower() == name.lower()
+        return self.scope is Scope.ORG or (self.repo or "").lower() == name
 
     def can_run(self, job: ActionJob) -> bool:
         return set(job.labels) <= self.offered
 
 
-def job_repository(job: ActionJob) -> tuple[str, str] | None:
-    """``(owner, repo)`` from the job's API URL; Gitea's job payload has no repo field."""
-    match = _REPO_IN_URL.search(job.url or "")
-    return (match.group(1), match.group(2)) if match else None
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One group's latest Gitea answer. ``sees`` lists the repositories its token is known to
+    read; None means every repository of its scope (a repo or global scope: the token could
+    not have answered otherwise). On Gitea 1.27 an org-scope token lists only the jobs of
+    repositories it can read, so its silence about any other repository proves nothing."""
+
+    key: str
+    started_at: float
+    jobs: Sequence[ActionJob]
+    sees: frozenset[Repository] | None = None
+
+    def can_see(self, repository: Repository | None) -> bool:
+        return self.sees is None or (repository is not None and repository in self.sees)
+
+
+def job_repository(job: ActionJob) -> Repository | None:
+    """``(owner, repo)`` lower-cased from the job's API URL; Gitea's job payload has no repo
+    field. Runs for every listed job on every assignment: parsed once per URL (bounded)."""
+    return _repository_of(job.url or "")
+
+
+@lru_cache(maxsize=65_536)
+def _repository_of(url: str) -> Repository | None:
+    start = url.find(_REPOS_MARK)
+    if start < 0:
+        return None
+    rest = url[start + len(_REPOS_MARK) :]
+    end = rest.find(_ACTIONS_MARK)
+    if end < 0:
+        return None
+    owner, slash, name = rest[:end].partition("/")
+    if not slash or not owner or not name or "/" in name:
+        return None
+    return owner.lower(), name.lower()
 
 
 def overlaps(a: Claimant, b: Claimant) -> bool:
@@ -80,17 +119,38 @@ def overlaps(a: Claimant, b: Claimant) -> bool:
     )
 
 
-def component(start: str, claimants: Mapping[str, Claimant]) -> list[Claimant]:
-    """The groups whose counts can affect ``start``'s: everything reachable by overlap."""
-    seen = {start}
-    frontier = [start]
-    while frontier:
-        current = claimants[frontier.pop()]
-        for key, other in claimants.items():
-            if key not in seen and overlaps(current, other):
-                seen.add(key)
-                frontier.append(key)
-    return [claimants[k] for k in sorted(seen)]
+def _rank(c: Claimant) -> tuple[int, int, str]:
+    return (-_SPECIFICITY[c.scope], -max(0, c.spare), c.key)
+
+
+class _ScopeIndex:
+    """Claimants by the repositories they cover, so a job's candidates are found by lookup."""
+
+    def __init__(self, claimants: Iterable[Claimant]) -> None:
+        self.by_repo: dict[Repository, list[Claimant]] = {}
+        self.by_org: dict[str, list[Claimant]] = {}
+        self.everywhere: list[Claimant] = []
+        for c in claimants:
+            org = (c.org or "").lower()
+            if c.scope is Scope.REPO:
+                self.by_repo.setdefault((org, (c.repo or "").lower()), []).append(c)
+            elif c.scope is Scope.ORG:
+                self.by_org.setdefault(org, []).append(c)
+            else:
+                self.everywhere.append(c)
+
+    def covering(self, repository: Repository | None) -> list[Claimant]:
+        if repository is None:  # unknown: whoever listed it (see Claimant.covers)
+            return [
+                *(c for cs in self.by_repo.values() for c in cs),
+                *(c for cs in self.by_org.values() for c in cs),
+                *self.everywhere,
+            ]
+        return [
+            *self.by_repo.get(repository, ()),
+            *self.by_org.get(repository[0], ()),
+            *self.everywhere,
+        ]
 
 
 def assign(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str, list[ActionJob]]:
@@ -100,20 +160,27 @@ def assign(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str
     Runners that exist cover jobs first, in whichever group they are (a starting or idle
     runner will take one); only then does spare capacity count, so a group that started
     runners for jobs before another group appeared is not joined by a second set."""
-    ranked = sorted(claimants, key=lambda c: (-_SPECIFICITY[c.scope], -max(0, c.spare), c.key))
+    index = _ScopeIndex(claimants)
     covering = {c.key: max(0, c.not_busy) for c in claimants}
     spare = {c.key: max(0, c.spare) for c in claimants}
     assigned: dict[str, list[ActionJob]] = {c.key: [] for c in claimants}
     unique = {job.id: job for job in jobs if job.status == "queued"}
-    candidates_of = {
-        job_id: [
-            c
-            for c in ranked
-            if c.covers(job_repository(unique[job_id])) and c.can_run(unique[job_id])
-        ]
-        for job_id in unique
-    }
-    waiting = [job_id for job_id in sorted(unique) if candidates_of[job_id]]  # oldest first
+    # Candidates depend only on the job's labels and repository: computed once per pair.
+    ranked_for: dict[tuple[frozenset[str], Repository | None], list[Claimant]] = {}
+    candidates_of: dict[int, list[Claimant]] = {}
+    for job_id, job in unique.items():
+        labels = frozenset(job.labels)
+        repository = job_repository(job)
+        pair = (labels, repository)
+        ranked = ranked_for.get(pair)
+        if ranked is None:
+            ranked = sorted(
+                (c for c in index.covering(repository) if labels <= c.offered), key=_rank
+            )
+            ranked_for[pair] = ranked
+        if ranked:
+            candidates_of[job_id] = ranked
+    waiting = sorted(candidates_of)  # oldest first
     for room in (covering, spare):
         left = []
         for job_id in waiting:
@@ -126,28 +193,47 @@ def assign(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str
         waiting = left
     for job_id in waiting:  # nobody has room: the first choice counts it (AtCapacity)
         assigned[candidates_of[job_id][0].key].append(unique[job_id])
-    for share in assigned.values():
-        share.sort(key=lambda j: j.id)
-    return assigned
+    return assigned  # each list is in id order: ``waiting`` was
 
 
-def freshest_view(
-    observed: Sequence[tuple[Claimant, float, Sequence[ActionJob]]],
-) -> list[ActionJob]:
-    """The queued jobs of several groups' observations, each trusted only as far as the
-    freshest observation that covers its repository still lists it: an org-scope answer from
-    10 s ago must not resurrect a job that a repo-scope answer from 1 s ago shows gone."""
+def current_jobs(answers: Sequence[Answer], claimants: Sequence[Claimant]) -> list[ActionJob]:
+    """The queued jobs of several groups' answers that are still queued as far as anyone can
+    tell. A job leaves demand only on an answer that could have listed it: one newer than
+    every answer listing it, from a group whose scope covers its repository and whose token
+    can read that repository. So an org-scope answer from 10 s ago does not resurrect a job
+    that a repo-scope answer from 1 s ago shows gone, and a peer whose token cannot read a
+    repository (however fresh it keeps its answers) hides none of that repository's jobs."""
+    scope_of = {c.key: c for c in claimants}
+    listed_at: dict[int, float] = {}
     by_id: dict[int, ActionJob] = {}
-    for _, _, jobs in observed:
-        for job in jobs:
+    for answer in answers:
+        for job in answer.jobs:
             by_id.setdefault(job.id, job)
+            if answer.started_at > listed_at.get(job.id, float("-inf")):
+                listed_at[job.id] = answer.started_at
+    index = _ScopeIndex(c for c in claimants)
+    answer_of = {a.key: a for a in answers}
+    authority: dict[Repository | None, float] = {}
     kept = []
-    for job_id, job in sorted(by_id.items()):
+    for job_id in sorted(by_id):
+        job = by_id[job_id]
         repository = job_repository(job)
-        covering = [(started, jobs) for c, started, jobs in observed if c.covers(repository)]
-        if not covering:
+        if repository is None:
+            kept.append(job)  # nobody else can prove it gone; its own lister re-polls
             continue
-        _, freshest = max(covering, key=lambda item: item[0])
-        if any(j.id == job_id for j in freshest):
+        newest = authority.get(repository)
+        if newest is None:
+            newest = max(
+                (
+                    a.started_at
+                    for c in index.covering(repository)
+                    if (a := answer_of.get(c.key)) is not None
+                    and scope_of[c.key].covers(repository)
+                    and a.can_see(repository)
+                ),
+                default=float("-inf"),
+            )
+            authority[repository] = newest
+        if listed_at[job_id] >= newest:
             kept.append(job)
     return kept

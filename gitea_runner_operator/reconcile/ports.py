@@ -47,13 +47,6 @@ class GroupSource(Protocol):
 class Sources(Protocol):
     def get(self, key: str) -> GroupSource | None: ...
 
-    def peers(self, key: str) -> dict[str, tuple[RunnerGroupSpec, Snapshot | None]]:
-        """The polled groups that share a label name with ``key``, directly or through
-        each other (with their specs and latest snapshots): the only ones whose counts
-        can affect its own. Found through an index, so 1,000 groups with their own labels
-        cost nothing here."""
-        ...
-
     async def ensure(self, key: str, spec: RunnerGroupSpec) -> GroupSource: ...
 
     async def stop(self, key: str) -> None: ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -20,7 +20,6 @@ import structlog
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import normalise_url
-from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.naming import new_job_name, runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
@@ -30,13 +29,10 @@ from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, parse_time, pods_by_job
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile import status as st
-from gitea_runner_operator.reconcile.accounting import (
-    Claimant,
-    assign,
-    component,
-    freshest_view,
-)
+from gitea_runner_operator.reconcile.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.churn import Finished, unsettled
 from gitea_runner_operator.reconcile.expectations import Expectations
+from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.ports import ReapOrder, Sources
 from gitea_runner_operator.reconcile.scaling import (
     Plan,
@@ -65,7 +61,7 @@ class ClusterReads(Protocol):
     def group(self, key: str) -> dict[str, Any] | None: ...
     def runner_jobs(self, key: str) -> list[dict[str, Any]]: ...
     def runner_pods(self, key: str) -> list[dict[str, Any]]: ...
-    def changed_at(self, key: str) -> float: ...
+    def released_since(self, key: str, since: float) -> Sequence[Finished]: ...
 
 
 class ClusterWrites(Protocol):
@@ -104,6 +100,7 @@ class GroupState:
     stuck_message: str | None = None
     create_error: str | None = None
     create_failures: int = 0
+    create_retry_at: float = 0.0
     logged: tuple[str, str] | None = None
     logged_at: float = 0.0
     teardown_since: float | None = None
@@ -122,8 +119,10 @@ class Reconciler:
         wall_clock: Callable[[], float] = time.time,
         on_group_gone: Callable[[str], None] | None = None,
         metrics: Metrics | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self._metrics = metrics or Metrics()
+        self._ledger = ledger or Ledger()
         self._cache = cache
         self._cluster = cluster
         self._sources = sources
@@ -149,6 +148,7 @@ class Reconciler:
         try:
             spec = parse_spec(group.get("spec"))
         except InvalidSpec as exc:
+            self._ledger.remove(key)
             await self._sources.stop(key)
             problem = Problem("InvalidSpec", exc.message, ProblemKind.CONFIG)
             await self._write_status(key, group, problem, views=views)
@@ -164,20 +164,21 @@ class Reconciler:
 
         source = await self._sources.ensure(key, spec)
         snapshot = source.latest
+        state = self.state(key)
+        released = self._unsettled(key, snapshot)
+        self._report(key, spec, views, snapshot, state, released)
         if snapshot is None:
             return Result()  # the poll task enqueues the group when it has one
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
             await self._write_status(key, group, problem, views=views, spec=spec)
             return Result()
-        if snapshot.started_at < self._cache.changed_at(key):
-            # A runner finished or went away after Gitea was asked: the queue that snapshot
-            # shows may still list the job that runner did. Ask again; decide then.
+        if released:
+            # Runners finished after Gitea was asked: plan now (churn.py), and ask again so
+            # the next pass counts the real demand.
             source.wake()
-            return Result()
 
-        state = self.state(key)
-        decision = self._plan(key, group, spec, views, snapshot, state)
+        decision = self._plan(key, group, spec, views, snapshot, state, released)
         ours = runner_pattern(meta["name"], meta["uid"])
         self._metrics.observe_jobs(
             meta["namespace"],
@@ -192,11 +193,16 @@ class Reconciler:
         if decision.create > 0:
             created = await self._create(key, group, spec, decision, state)
             if state.create_error is not None:
-                requeue = min(
-                    CREATE_BACKOFF_MAX, CREATE_BACKOFF_BASE * 2.0 ** (state.create_failures - 1)
-                )
+                requeue = max(0.0, state.create_retry_at - self._clock())
         if self._clock() < state.blocked_until:
             requeue = min(requeue or STUCK_BACKOFF_MAX, state.blocked_until - self._clock())
+        if self._ledger.stale(key):
+            # Read a share computed before the latest change in its family: look again once
+            # the family's assignment may be recomputed (ledger.MIN_INTERVAL).
+            requeue = min(requeue or MIN_INTERVAL, MIN_INTERVAL)
+        if state.create_error is not None and self._clock() < state.create_retry_at:
+            # Claiming again (accounting) once the create back-off ends needs a pass then.
+            requeue = min(requeue or CREATE_BACKOFF_MAX, state.create_retry_at - self._clock())
         for job_name in decision.mark_took_job:
             await self._cluster.annotate_job(
                 meta["namespace"], job_name, {constants.TOOK_JOB_ANNOTATION: "true"}
@@ -231,10 +237,11 @@ class Reconciler:
         views: list[RunnerJobView],
         snapshot: Snapshot,
         state: GroupState,
+        released: int = 0,
     ) -> Plan:
         assert snapshot.observation is not None
         present = {v.name for v in views}
-        assigned = self._share(key, spec, snapshot)
+        assigned = self._ledger.share(key)
         return plan(
             group_name=group["metadata"]["name"],
             group_uid=group["metadata"]["uid"],
@@ -250,51 +257,50 @@ class Reconciler:
             assigned=assigned,
             min_idle=spec.min_idle_runners,
             warm_max_age=spec.warm_runner_max_age_seconds,
+            unsettled=released,
         )
 
-    def _share(self, key: str, spec: RunnerGroupSpec, snapshot: Snapshot) -> list[ActionJob] | None:
-        """This group's share of the queued jobs when other groups of the same Gitea could
-        serve some of them (accounting.py); None when no other group overlaps."""
-        url = normalise_url(spec.gitea.url)
-        peers = {
-            k: (s, snap)
-            for k, (s, snap) in self._sources.peers(key).items()
-            if normalise_url(s.gitea.url) == url
-            and snap is not None
-            and snap.observation is not None
-        }
-        peers[key] = (spec, snapshot)
-        if len(peers) == 1:
-            return None
-        sketches = {k: self._claimant(k, s, snap, sketch=True) for k, (s, snap) in peers.items()}
-        members = component(key, sketches)
-        if len(members) == 1:
-            return None
-        claimants = [self._claimant(c.key, *peers[c.key]) for c in members]
-        observed = [
-            (c, peers[c.key][1].started_at, peers[c.key][1].observation.queued)  # type: ignore[union-attr]
-            for c in claimants
-        ]
-        return assign(freshest_view(observed), claimants)[key]
+    def _unsettled(self, key: str, snapshot: Snapshot | None) -> int:
+        """Runners that finished after the snapshot was asked for and may have taken a job it
+        still lists as queued (churn.py)."""
+        if snapshot is None or snapshot.observation is None:
+            return 0
+        finished = self._cache.released_since(key, snapshot.started_at)
+        return unsettled(finished, snapshot.observation.runners) if finished else 0
 
-    def _claimant(
-        self, key: str, spec: RunnerGroupSpec, snapshot: Snapshot, *, sketch: bool = False
-    ) -> Claimant:
-        """A group as the assignment sees it; ``sketch`` skips the capacity (enough to find
-        which groups overlap, and cheap for the many that do not)."""
-        not_busy = spare = 0
-        if not sketch:
-            views = self._job_views(key)
-            observation = snapshot.observation
-            by_name = {r.name: r for r in observation.runners} if observation else {}
-            states = [runner_state(v, by_name) for v in views]
-            pending = self._expectations.pending(key, {v.name for v in views})
-            alive = sum(1 for st_ in states if st_ is not RunnerState.GONE) + pending
-            not_busy = pending + sum(
-                1 for st_ in states if st_ in (RunnerState.STARTING, RunnerState.IDLE)
-            )
-            spare = spec.max_active_runners - alive
-        return Claimant(
+    def _can_create(self, snapshot: Snapshot | None, state: GroupState) -> bool:
+        """Whether the group could start a runner now: only then does it claim jobs by its
+        spare capacity, so a broken group never holds jobs a healthy peer could run."""
+        now = self._clock()
+        if snapshot is not None and snapshot.problem is not None:
+            return False  # not Ready: Gitea, a Secret or the configuration is at fault
+        if now < state.blocked_until:
+            return False  # backing off after runners that could not start
+        return state.create_error is None or now >= state.create_retry_at
+
+    def _report(
+        self,
+        key: str,
+        spec: RunnerGroupSpec,
+        views: list[RunnerJobView],
+        snapshot: Snapshot | None,
+        state: GroupState,
+        released: int,
+    ) -> None:
+        """Tell the ledger what this group knows of itself: its runners, its room, its
+        latest answer. Costs this group's own Jobs only."""
+        observation = snapshot.observation if snapshot is not None else None
+        by_name = {r.name: r for r in observation.runners} if observation else {}
+        states = [runner_state(v, by_name) for v in views]
+        pending = self._expectations.pending(key, {v.name for v in views})
+        alive = sum(1 for st_ in states if st_ is not RunnerState.GONE) + pending
+        not_busy = (
+            pending
+            + released
+            + sum(1 for st_ in states if st_ in (RunnerState.STARTING, RunnerState.IDLE))
+        )
+        spare = spec.max_active_runners - alive if self._can_create(snapshot, state) else 0
+        claimant = Claimant(
             key=key,
             scope=spec.scope,
             org=spec.org,
@@ -302,6 +308,15 @@ class Reconciler:
             offered=spec.label_names,
             not_busy=not_busy,
             spare=spare,
+        )
+        answer = None
+        if snapshot is not None and observation is not None and snapshot.problem is None:
+            answer = Answer(key, snapshot.started_at, observation.queued)
+        self._ledger.report(
+            normalise_url(spec.gitea.url),
+            claimant,
+            answer,
+            (*observation.in_progress, *observation.finished) if observation else (),
         )
 
     def _note_stuck(
@@ -413,6 +428,9 @@ class Reconciler:
             first = state.create_error is None
             state.create_error = f"creating a runner Job was refused: {error}"
             state.create_failures += 1
+            state.create_retry_at = self._clock() + min(
+                CREATE_BACKOFF_MAX, CREATE_BACKOFF_BASE * 2.0 ** (state.create_failures - 1)
+            )
             if first:
                 logger.warning("runner job creation refused", error=str(error))
                 await self._cluster.emit_event(group, "Warning", "JobCreateRefused", str(error))
@@ -436,6 +454,7 @@ class Reconciler:
     ) -> Result:
         meta = group["metadata"]
         finalizers = list(meta.get("finalizers") or [])
+        self._ledger.remove(key)
         if FINALIZER not in finalizers:
             await self._sources.stop(key)
             return Result()  # held by someone else's finalizer: nothing of ours to do
@@ -506,6 +525,7 @@ class Reconciler:
     async def _forget(self, key: str) -> None:
         """The group is gone: drop everything this process kept for it."""
         await self._sources.stop(key)
+        self._ledger.remove(key)
         self._expectations.forget(key)
         self._states.pop(key, None)
         namespace, _, name = key.partition("/")

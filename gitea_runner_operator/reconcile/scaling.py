@@ -151,6 +151,7 @@ def plan(
     assigned: Sequence[ActionJob] | None = None,
     min_idle: int = 0,
     warm_max_age: float = 3600.0,
+    unsettled: int = 0,
 ) -> Plan:
     """Decide one reconcile pass.
 
@@ -161,7 +162,9 @@ def plan(
     groups could serve the same jobs, is this group's share of them (see accounting.py);
     otherwise demand is every matching queued job the group's observation lists.
     ``min_idle`` runners are kept warm beyond demand (within the maximum): they are not
-    reaped for idling, only recycled once older than ``warm_max_age``.
+    reaped for idling, only recycled once older than ``warm_max_age``. ``unsettled``
+    runners finished after the observation was asked for and may have taken a job it lists
+    as queued (see churn.py): they hold no slot but still cover one unit of demand each.
     """
     runners_by_name = {r.name: r for r in observation.runners}
     states = {view.name: runner_state(view, runners_by_name) for view in jobs}
@@ -194,7 +197,10 @@ def plan(
     if not creation_blocked:
         # Reaped runners free their slots only once deleted; the next pass sees that.
         create = desired_new_runners(
-            demand=demand + min_idle, alive=alive, not_busy=not_busy, max_active=max_active
+            demand=demand + min_idle,
+            alive=alive,
+            not_busy=not_busy + max(0, unsettled),
+            max_active=max_active,
         )
     mark = tuple(
         v.name for v in alive_views if states[v.name] is RunnerState.BUSY and not v.took_job

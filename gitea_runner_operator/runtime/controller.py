@@ -23,6 +23,7 @@ from gitea_runner_operator.kube.ratelimit import TokenBucket
 from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.expectations import Expectations
+from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
 from gitea_runner_operator.runtime.hooks import HookKeeper
@@ -59,7 +60,7 @@ class Controller:
         self.sessions = SessionPool()
         self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
         self.expectations = Expectations(settings.expectation_timeout)
-        configs = ConfigReader(api)
+        configs = ConfigReader(api, ttl=settings.secret_cache_ttl)
         self.observer = Observer(
             self.secrets,
             self.sessions,
@@ -87,6 +88,8 @@ class Controller:
             job_ttl_seconds=settings.job_ttl_seconds,
             on_group_gone=self._on_group_gone,
             metrics=self.metrics,
+            # A group whose share of overlapping jobs grew must create: enqueue it.
+            ledger=Ledger(notify=self.queue.add),
         )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)

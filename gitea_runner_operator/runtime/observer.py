@@ -44,6 +44,10 @@ from gitea_runner_operator.runtime.trust import GiteaTrust
 log = structlog.get_logger(__name__)
 
 PROGRESS_EVERY = 60.0
+# What no group asked for in this long goes: resolved scopes, shared answers, metric sample
+# times, TLS contexts and HTTP sessions of old tokens, old CA bundles or deleted groups.
+IDLE_EXPIRY = 600.0
+HOUSEKEEPING_EVERY = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,10 @@ class Observer:
         # (URL, scope, token fingerprint, CA bundle id) -> the latest request for it.
         self._shared: dict[tuple[str, ScopeRef, str, str], _Shared] = {}
         self._progress_at: dict[tuple[str, ScopeRef, str], float] = {}
+        # Last use of each (URL, scope, token fingerprint), the key every cache above starts
+        # with: what no group used for IDLE_EXPIRY goes, so memory follows what is alive.
+        self._used: dict[tuple[str, ScopeRef, str], float] = {}
+        self._housekept = clock()
         self.fetches = 0  # sets of Gitea requests actually sent, for tests and benchmarks
 
     def forget(self, urls_in_use: set[str]) -> None:
@@ -115,6 +123,30 @@ class Observer:
             del self._resolved[key]
         for shared in [k for k in self._shared if k[0] not in urls_in_use]:
             del self._shared[shared]
+        for used in [k for k in self._used if k[0] not in urls_in_use]:
+            del self._used[used]
+            self._progress_at.pop(used, None)
+
+    def __len__(self) -> int:
+        """Entries held in the caches (for tests and benchmarks)."""
+        return len(self._resolved) + len(self._shared) + len(self._progress_at)
+
+    async def housekeep(self) -> None:
+        """Drop what no group used for IDLE_EXPIRY; close sessions of old trust and tokens."""
+        now = self._clock()
+        self._housekept = now
+        idle = [k for k, at in self._used.items() if now - at > IDLE_EXPIRY]
+        for k in idle:
+            del self._used[k]
+            self._resolved.pop(k, None)
+            self._progress_at.pop(k, None)
+        gone = set(idle)
+        for shared, entry in list(self._shared.items()):
+            if shared[:3] in gone or (entry.task.done() and now - entry.started > IDLE_EXPIRY):
+                del self._shared[shared]
+        if self._trust is not None:
+            self._trust.expire(IDLE_EXPIRY)
+        await self._sessions.expire(IDLE_EXPIRY)
 
     async def observe(
         self, namespace: str, spec: RunnerGroupSpec, newer_than: float = float("-inf")
@@ -123,6 +155,8 @@ class Observer:
         (monotonic): groups that watch the same scope of the same Gitea with the same token
         share one in-flight or recent-enough request instead of each sending their own."""
         started, checked = self._clock(), utc_now_iso()
+        if started - self._housekept > HOUSEKEEPING_EVERY:
+            await self.housekeep()
         if (problem := url_problem(spec.gitea.url, self._allowed)) is not None:
             return Snapshot(started, checked, problem=problem), None
         try:
@@ -183,6 +217,7 @@ class Observer:
         wanted = ScopeRef.from_spec(spec)
         fingerprint = hashlib.sha256(token.encode()).hexdigest()
         key = (url, wanted, fingerprint, trust_id)
+        self._used[key[:3]] = started
         shared = self._shared.get(key)
         if shared is None or shared.started < newer_than:
             task = asyncio.create_task(self._fetch(client, wanted, fingerprint))

@@ -232,8 +232,6 @@ class Pollers:
         self._min_refresh = min_refresh
         self._backoff_max = backoff_max
         self._pollers: dict[str, GroupPoller] = {}
-        # label name -> groups offering it: who can possibly compete for the same jobs.
-        self._by_label: dict[str, set[str]] = {}
 
     def get(self, key: str) -> GroupPoller | None:
         return self._pollers.get(key)
@@ -243,27 +241,6 @@ class Pollers:
 
     def specs(self) -> list[RunnerGroupSpec]:
         return [p.spec for p in self._pollers.values()]
-
-    def peers(self, key: str) -> dict[str, tuple[RunnerGroupSpec, Snapshot | None]]:
-        start = self._pollers.get(key)
-        if start is None:
-            return {}
-        seen, frontier = {key}, [start.spec]
-        while frontier:
-            spec = frontier.pop()
-            for name in spec.label_names:
-                for other in self._by_label.get(name, ()):
-                    if other not in seen and other in self._pollers:
-                        seen.add(other)
-                        frontier.append(self._pollers[other].spec)
-        return {k: (self._pollers[k].spec, self._pollers[k].latest) for k in seen}
-
-    def _index(self, key: str, spec: RunnerGroupSpec | None) -> None:
-        for keys in self._by_label.values():
-            keys.discard(key)
-        if spec is not None:
-            for name in spec.label_names:
-                self._by_label.setdefault(name, set()).add(key)
 
     async def ensure(self, key: str, spec: RunnerGroupSpec) -> GroupPoller:
         current = self._pollers.get(key)
@@ -284,13 +261,11 @@ class Pollers:
         if current is not None:  # what the old task knew of the hook still holds
             poller.hook, poller.hook_removed = current.hook, current.hook_removed
         self._pollers[key] = poller
-        self._index(key, spec)
         poller.start()
         return poller
 
     async def stop(self, key: str) -> None:
         poller = self._pollers.pop(key, None)
-        self._index(key, None)
         if poller is not None:
             await poller.stop()
 

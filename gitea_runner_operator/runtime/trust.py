@@ -1,30 +1,47 @@
 """Which certificates the operator trusts for a group's Gitea (``spec.gitea.caBundle``).
 
 Reads the bundle (a ConfigMap or Secret key) and builds the TLS context once per distinct
-bundle, so 1,000 groups behind one internal CA share one context and one HTTP session."""
+bundle, so 1,000 groups behind one internal CA share one context and one HTTP session.
+Contexts are kept by content hash while some group uses them: a bundle's old contents, once
+nobody has asked for them for a while, go (with their session, see SessionPool.expire).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import ssl
+import time
+from collections.abc import Callable
 
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.api.runnergroup import GiteaRef
 from gitea_runner_operator.forge.tls import CABundleError, ssl_context_for
-from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
+from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem, unusable_secret
 
 
 class GiteaTrust:
-    def __init__(self, configs: ConfigReader) -> None:
+    def __init__(self, configs: ConfigReader, clock: Callable[[], float] = time.monotonic) -> None:
         self._configs = configs
+        self._clock = clock
         self._contexts: dict[str, ssl.SSLContext] = {}
+        self._used: dict[str, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._contexts)
+
+    def expire(self, idle: float) -> None:
+        """Drop the contexts nobody asked for in ``idle`` seconds."""
+        cutoff = self._clock() - idle
+        for trust_id in [t for t, at in self._used.items() if at <= cutoff]:
+            self._contexts.pop(trust_id, None)
+            del self._used[trust_id]
 
     async def context_for(
         self, namespace: str, gitea: GiteaRef
     ) -> tuple[ssl.SSLContext | None, str]:
         """The context trusting the bundle on top of the system's CAs (None: no bundle), and
         an id for it, so sessions are shared only by groups that trust the same CAs.
-        Reasons: CABundleNotFound, CABundleForbidden, CABundleInvalid."""
+        Reasons: CABundleNotFound, CABundleForbidden, CABundleInvalid, CABundleUnusable."""
         bundle = gitea.ca_bundle
         if bundle is None:
             return None, ""
@@ -36,6 +53,10 @@ class GiteaTrust:
                 built = ssl_context_for(pem)
             except CABundleError as exc:
                 ref = bundle.ref
+                if bundle.kind == "Secret":  # say nothing of what a Secret holds
+                    raise unusable_secret(
+                        "spec.gitea.caBundle.secretKeyRef", namespace, ref.name, ref.key
+                    ) from None
                 raise ReferenceProblem(
                     Problem(
                         "CABundleInvalid",
@@ -45,4 +66,5 @@ class GiteaTrust:
                 ) from None
             assert isinstance(built, ssl.SSLContext)  # a bundle always gives a context
             context = self._contexts[trust_id] = built
+        self._used[trust_id] = self._clock()
         return context, trust_id

@@ -20,6 +20,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.kube.secrets import REQUEST_TIMEOUT
 from gitea_runner_operator.webhook.routing import SecretLocation
 
 log = structlog.get_logger(__name__)
@@ -70,7 +71,9 @@ async def read_secret(api: client.ApiClient, where: SecretLocation) -> bytes:
     """One Secret GET; every failure becomes a :class:`WebhookSecretError`."""
     core: Any = client.CoreV1Api(api)
     try:
-        obj = await core.read_namespaced_secret(where.name, where.namespace)
+        obj = await core.read_namespaced_secret(
+            where.name, where.namespace, _request_timeout=REQUEST_TIMEOUT
+        )
     except ApiException as exc:
         if exc.status == 404:
             raise WebhookSecretError(f"Secret {where.namespace}/{where.name} not found") from None

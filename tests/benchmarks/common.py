@@ -67,6 +67,13 @@ class Operator:
     proc: subprocess.Popen[bytes]
     health_port: int
     webhook_port: int
+    log_path: Path | None = None
+
+    def log_count(self, text: str) -> int:
+        """Lines of the operator's log that contain ``text``."""
+        if self.log_path is None:
+            return 0
+        return sum(1 for line in self.log_path.read_text().splitlines() if text in line)
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         with urllib.request.urlopen(
@@ -91,16 +98,20 @@ class Operator:
 
 
 @contextlib.contextmanager
-def operator(sandbox: Sandbox, namespaces: list[str], *extra: str) -> Iterator[Operator]:
+def operator(
+    sandbox: Sandbox, namespaces: list[str], *extra: str, leader_elect: bool = False
+) -> Iterator[Operator]:
     kube = sandbox.kube
     assert kube is not None
     token = kube.create_token(*OPERATOR)
     kubeconfig = sandbox.kubeconfig_for_token(token)
     health, hook = free_port(), free_port()
-    log = open(sandbox.workdir / f"operator-{health}.log", "wb")  # noqa: SIM115
+    log_path = sandbox.workdir / f"operator-{health}.log"
+    log = open(log_path, "wb")  # noqa: SIM115
     args = [
         sys.executable, "-m", "gitea_runner_operator", "--kubeconfig", str(kubeconfig),
-        "--no-leader-elect", "--health-host", "127.0.0.1", "--health-port", str(health),
+        *([] if leader_elect else ["--no-leader-elect"]),
+        "--health-host", "127.0.0.1", "--health-port", str(health),
         "--webhook-host", "127.0.0.1", "--webhook-port", str(hook), "--log-format", "json",
         *[a for ns in namespaces for a in ("--namespace", ns)], *extra,
     ]  # fmt: skip
@@ -108,7 +119,7 @@ def operator(sandbox: Sandbox, namespaces: list[str], *extra: str) -> Iterator[O
         args, stdout=log, stderr=subprocess.STDOUT,
         env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
     )  # fmt: skip
-    op = Operator(proc, health, hook)
+    op = Operator(proc, health, hook, log_path)
     try:
         for _ in range(120):
             with contextlib.suppress(Exception):

@@ -67,8 +67,29 @@ async def test_the_operator_reads_a_ca_bundle_where_allowed(
             "CABundleNotFound",
             True,
         )
-        reason, _ = await problem(reader, ns, gitea_with("secretKeyRef", "no-such"))
-        assert reason == "CABundleNotFound"
+        # A Secret: used only if opted in, and every failure reads alike.
+        missing = await problem(reader, ns, gitea_with("secretKeyRef", "no-such"))
+        manifests.apply(
+            kube,
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "unlabelled-ca"},
+             "stringData": {"ca.crt": TEST_CA}},
+            namespace=ns,
+        )  # fmt: skip
+        unlabelled = await problem(reader, ns, gitea_with("secretKeyRef", "unlabelled-ca"))
+        assert missing[0] == unlabelled[0] == "CABundleUnusable"
+        assert missing[1].replace("no-such", "X") == unlabelled[1].replace("unlabelled-ca", "X")
+        manifests.apply(
+            kube,
+            {"apiVersion": "v1", "kind": "Secret",
+             "metadata": {"name": "labelled-ca",
+                          "labels": {"gitea.bpg.pw/credentials": "true"}},
+             "stringData": {"ca.crt": TEST_CA}},
+            namespace=ns,
+        )  # fmt: skip
+        context, _ = await GiteaTrust(reader).context_for(
+            ns, gitea_with("secretKeyRef", "labelled-ca")
+        )
+        assert isinstance(context, ssl.SSLContext)
 
         private = make_namespace(kube, unique("private"), privileged=False)
         try:

@@ -4,13 +4,14 @@ exactly one group, by a fixed rule (most specific scope, then spare capacity, th
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.reconcile.accounting import (
+    Answer,
     Claimant,
     assign,
-    component,
-    freshest_view,
+    current_jobs,
     job_repository,
     overlaps,
 )
+from gitea_runner_operator.reconcile.ledger import Ledger, families
 
 LINUX = frozenset({"linux"})
 
@@ -37,8 +38,9 @@ def counts(assigned):
 
 
 def test_the_repository_is_read_from_the_jobs_url():
-    assert job_repository(job(1, "Acme/App")) == ("Acme", "App")
+    assert job_repository(job(1, "Acme/App")) == ("acme", "app")
     assert job_repository(ActionJob(id=1, status="queued")) is None
+    assert job_repository(ActionJob(id=1, status="queued", url="https://g/api/v1/x")) is None
 
 
 def test_the_most_specific_scope_takes_its_own_jobs_and_the_org_the_rest():
@@ -98,17 +100,31 @@ def test_overlap_needs_shared_labels_and_intersecting_scopes():
     assert not overlaps(ORG, group("x/y", Scope.ORG, "acme", offered=frozenset({"win"})))
     assert overlaps(group("x/g", Scope.GLOBAL), REPO)
     assert not overlaps(REPO, group("x/r", Scope.REPO, "acme", "lib"))
-    other = group("x/o", Scope.ORG, "other")
-    claimants = {c.key: c for c in (ORG, REPO, other)}
-    assert [c.key for c in component("team-b/app", claimants)] == ["team-a/org", "team-b/app"]
 
 
 def test_a_fresher_answer_that_no_longer_lists_a_job_wins():
-    old = (ORG, 1.0, [job(1), job(2)])
-    new = (REPO, 5.0, [job(2)])  # job 1 (acme/app) was taken since the org answer
-    assert [j.id for j in freshest_view([old, new])] == [2]
-    elsewhere = (ORG, 9.0, [job(3, "acme/lib")])
-    assert [j.id for j in freshest_view([old, new, elsewhere])] == [3]
+    old = Answer(ORG.key, 1.0, [job(1), job(2)])
+    new = Answer(REPO.key, 5.0, [job(2)])  # job 1 (acme/app) was taken since the org answer
+    assert [j.id for j in current_jobs([old, new], [ORG, REPO])] == [2]
+    # A newer org answer that lists only another repository's job: it could see acme/app
+    # (sees=None), so job 2 is gone too.
+    elsewhere = Answer(ORG.key, 9.0, [job(3, "acme/lib")])
+    assert [j.id for j in current_jobs([elsewhere, new], [ORG, REPO])] == [3]
+
+
+def test_a_blind_peer_hides_no_job_however_fresh_its_answers():
+    """On Gitea 1.27 an org-scope token lists only repositories it can read: its silence
+    about acme/secret proves nothing, so the job stays demand for the group that sees it."""
+    blind = Answer(
+        "team-x/org", 99.0, [job(2, "acme/public")], sees=frozenset({("acme", "public")})
+    )
+    seeing = Answer("team-y/org", 1.0, [job(1, "acme/secret"), job(2, "acme/public")])
+    x = group("team-x/org", Scope.ORG, "acme")
+    y = group("team-y/org", Scope.ORG, "acme")
+    assert [j.id for j in current_jobs([blind, seeing], [x, y])] == [1, 2]
+    # Once the blind peer's token was seen listing acme/secret, its silence counts.
+    sighted = Answer("team-x/org", 99.0, [], sees=frozenset({("acme", "secret")}))
+    assert [j.id for j in current_jobs([sighted, seeing], [x, y])] == [2]
 
 
 def test_runners_that_exist_in_another_group_cover_jobs_before_new_ones_are_counted():
@@ -119,3 +135,137 @@ def test_runners_that_exist_in_another_group_cover_jobs_before_new_ones_are_coun
         "team-a/org": [1, 2, 3, 4],
         "team-b/app": [],
     }
+
+
+def test_a_group_that_cannot_create_claims_nothing_a_healthy_peer_can_run():
+    """Fair claims: a quota-blocked group reports no spare capacity (the reconciler does),
+    so every job goes to the healthy group beside it, even though the blocked one is
+    larger and would otherwise win the tie on spare capacity."""
+    blocked = group("team-x/org", Scope.ORG, "acme", spare=0)
+    healthy = group("team-y/org", Scope.ORG, "acme", spare=3)
+    assert counts(assign([job(1), job(2), job(3)], [blocked, healthy])) == {
+        "team-x/org": [],
+        "team-y/org": [1, 2, 3],
+    }
+
+
+# -- families and the ledger ------------------------------------------------------------------
+
+
+def report(ledger, c, jobs=(), started=1.0, url="https://g.test"):
+    ledger.report(url, c, Answer(c.key, started, list(jobs)) if jobs is not None else None)
+
+
+def test_families_join_only_groups_whose_scopes_nest_and_labels_meet():
+    from gitea_runner_operator.reconcile.ledger import Member
+
+    lib = group("x/lib", Scope.REPO, "acme", "lib")
+    other = group("x/o", Scope.ORG, "other")
+    win = group("x/win", Scope.ORG, "acme", offered=frozenset({"windows"}))
+    everywhere = group("x/g", Scope.GLOBAL, offered=frozenset({"gpu"}))
+    members = {
+        c.key: Member("https://g.test", c, None) for c in (ORG, REPO, lib, other, win, everywhere)
+    }
+    fam = families(members)
+    assert fam["team-b/app"] == {"team-a/org", "team-b/app", "x/lib"}
+    assert fam["x/o"] == {"x/o"}
+    assert fam["x/win"] == {"x/win"}
+    assert fam["x/g"] == {"x/g"}
+    # A global group with the shared label joins every org's family on its instance.
+    linux_everywhere = group("x/g", Scope.GLOBAL)
+    members["x/g"] = Member("https://g.test", linux_everywhere, None)
+    assert families(members)["x/o"] == {"team-a/org", "team-b/app", "x/lib", "x/o", "x/g"}
+    # Another instance never joins.
+    members["x/g"] = Member("https://other.test", linux_everywhere, None)
+    assert families(members)["x/g"] == {"x/g"}
+
+
+def test_one_org_group_and_many_repo_groups_sharing_a_label():
+    """The common shape: a fallback org pool plus per-repo pools, all offering `linux`.
+    Each repo group counts its own repository's jobs; the org group the rest; nothing
+    twice; and the assignment runs once per change, not once per group."""
+    ledger = Ledger(min_interval=0)
+    repos = [group(f"t{i}/r", Scope.REPO, "acme", f"r{i}", spare=2) for i in range(300)]
+    org = group("ops/org", Scope.ORG, "acme", spare=1000)
+    all_jobs = [job(2 * i + k, f"acme/r{i}") for i in range(300) for k in (0, 1)]
+    all_jobs += [job(10_000 + i, "acme/unowned") for i in range(50)]
+    report(ledger, org, all_jobs, started=1.0)
+    for i, c in enumerate(repos):
+        report(ledger, c, [j for j in all_jobs if j.url.endswith(f"/r{i}/actions/jobs/{j.id}")])
+    shares = {c.key: ledger.share(c.key) for c in [org, *repos]}
+    assert ledger.computations == 1
+    assert [j.id for j in shares["t7/r"]] == [14, 15]
+    assert sorted(j.id for j in shares["ops/org"]) == list(range(10_000, 10_050))
+    counted = sorted(j.id for share in shares.values() for j in share)
+    assert counted == sorted(j.id for j in all_jobs)
+    # One group's capacity changes: one more computation, and only then.
+    report(ledger, group("t7/r", Scope.REPO, "acme", "r7", spare=0, not_busy=2))
+    ledger.share("t8/r")
+    ledger.share("ops/org")
+    assert ledger.computations == 2
+
+
+def test_a_report_that_changes_nothing_costs_no_computation():
+    ledger = Ledger(min_interval=0)
+    report(ledger, ORG, [job(1)])
+    report(ledger, REPO, [job(1)])
+    ledger.share(ORG.key)
+    report(ledger, ORG, [job(1)])
+    ledger.share(REPO.key)
+    assert ledger.computations == 1
+
+
+def test_a_group_alone_in_its_family_counts_its_own_answer():
+    ledger = Ledger(min_interval=0)
+    report(ledger, ORG, [job(1)])
+    report(ledger, group("x/o", Scope.ORG, "other"), [job(2, "other/x")])
+    assert ledger.share(ORG.key) is None
+    assert ledger.share("nobody/reported") is None
+
+
+def test_a_peer_whose_share_grew_is_told():
+    told: list[str] = []
+    ledger = Ledger(notify=told.append, min_interval=0)
+    full = group("team-b/app", Scope.REPO, "acme", "app", spare=0)
+    report(ledger, full, [job(1)])
+    report(ledger, group("team-a/org", Scope.ORG, "acme", spare=0), [job(1)])
+    assert ledger.share("team-b/app") == [job(1)]  # nobody has room: first choice
+    report(ledger, group("team-a/org", Scope.ORG, "acme", spare=3), [job(1)])
+    assert ledger.share("team-b/app") == []
+    assert told == ["team-a/org"]
+
+
+def test_an_org_answer_learns_which_repositories_its_token_reads():
+    """A blind org group never hides a job: the ledger marks an org answer as seeing only
+    repositories its token has listed jobs of."""
+    ledger = Ledger(min_interval=0)
+    blind = group("team-x/org", Scope.ORG, "acme")
+    seeing = group("team-y/org", Scope.ORG, "acme", spare=0)
+    report(ledger, seeing, [job(1, "acme/secret")], started=1.0)
+    report(ledger, blind, [job(2, "acme/public")], started=50.0)
+    assert [j.id for j in ledger.share("team-x/org")] == [1, 2]
+    ledger.remove("team-x/org")
+    assert ledger.share("team-y/org") is None
+
+
+def test_a_filling_family_is_recomputed_at_most_once_per_interval_and_says_so():
+    """While every member creates, each reconcile changes an input; the family's assignment
+    is recomputed at most once per interval, and a member reading an older one is told."""
+    now = [0.0]
+    ledger = Ledger(min_interval=0.5, clock=lambda: now[0])
+    report(ledger, ORG, [job(1), job(2, "acme/lib")])
+    report(ledger, REPO, [job(1)])
+    assert [j.id for j in ledger.share(REPO.key)] == [1]
+    for i in range(10):
+        report(ledger, group("team-b/app", Scope.REPO, "acme", "app", not_busy=i), [job(1)])
+        assert [j.id for j in ledger.share(REPO.key)] == [1]
+    assert ledger.computations == 1 and ledger.stale(REPO.key)
+    now[0] += 0.6
+    ledger.share(ORG.key)
+    assert ledger.computations == 2 and not ledger.stale(REPO.key)
+    # A newcomer inside the interval counts nothing yet (never twice), and is told to look
+    # again.
+    report(ledger, group("team-c/lib", Scope.REPO, "acme", "lib"), [job(2, "acme/lib")])
+    assert ledger.share("team-c/lib") == [] and ledger.stale("team-c/lib")
+    now[0] += 0.6
+    assert [j.id for j in ledger.share("team-c/lib")] == [2]

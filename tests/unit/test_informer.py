@@ -158,3 +158,33 @@ def test_cached_objects_drop_what_the_operator_never_reads():
     assert "managedFields" in pod["metadata"]  # the original is not modified
     job = strip_managed_fields({"metadata": {"name": "j", "managedFields": []}, "spec": {}})
     assert job == {"metadata": {"name": "j"}, "spec": {}}
+
+
+def test_a_runner_job_is_kept_without_its_spec_yet_reads_the_same():
+    """The Job informer keeps identity, labels, our annotations and conditions, never the
+    tenant's Pod template, and the runner's view of it is unchanged."""
+    from gitea_runner_operator.kube.informer import slim_job
+    from gitea_runner_operator.kube.views import job_view
+
+    job = {
+        "metadata": {
+            "name": "ci-abc-1",
+            "namespace": "team-a",
+            "uid": "u",
+            "resourceVersion": "5",
+            "labels": {"gitea.bpg.pw/runnergroup-name": "ci"},
+            "annotations": {"gitea.bpg.pw/took-job": "true", "big": "x" * 10_000},
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "managedFields": [{"manager": "x" * 10_000}],
+        },
+        "spec": {"template": {"spec": {"containers": [{"name": "runner", "env": ["x"] * 500}]}}},
+        "status": {
+            "conditions": [{"type": "Failed", "status": "True", "message": "x" * 1000}],
+            "startTime": "2026-01-01T00:00:01Z",
+        },
+    }
+    slim = slim_job(job)
+    assert "spec" not in slim and "managedFields" not in slim["metadata"]
+    assert slim["metadata"]["annotations"] == {"gitea.bpg.pw/took-job": "true"}
+    assert len(repr(slim)) < 600
+    assert job_view(slim, []) == job_view(job, [])

@@ -367,3 +367,23 @@ def test_job_latency_comes_from_gitea_timestamps_once_per_job_and_never_from_zer
     m.forget_group("team-a", "ci")
     m.observe_jobs("team-a", "ci", jobs[:1], ours)  # a re-created group starts afresh
     assert value(m, "job_startup_latency_seconds_count", **group()) == 1
+
+
+def test_the_memory_of_seen_jobs_is_bounded_by_time_and_size():
+    """A busy group over weeks: ids no longer listed are forgotten after the TTL, and never
+    more than the cap are kept, while a job still listed is never observed twice."""
+    from gitea_runner_operator.metrics import SEEN_JOBS_PER_GROUP, SEEN_JOBS_TTL
+
+    now = [0.0]
+    m = Metrics(clock=lambda: now[0])
+    start, running = "2026-01-01T10:00:00Z", "2026-01-01T10:00:05Z"
+    long_running = gitea_job(1, "ci-abc-1", start, running)
+    for batch in range(40):  # 40 polls, a page of 50 new running jobs each, plus job 1
+        page = [gitea_job(1000 + batch * 50 + i, "ci-abc-x", start, running) for i in range(50)]
+        m.observe_jobs("team-a", "ci", [long_running, *page], lambda job: True)
+        now[0] += 60
+        assert len(m._seen[("team-a", "ci", "started")]) <= SEEN_JOBS_PER_GROUP
+    assert value(m, "job_startup_latency_seconds_count", **group()) == 1 + 40 * 50
+    now[0] += SEEN_JOBS_TTL + 1
+    m.observe_jobs("team-a", "ci", [], lambda job: True)
+    assert len(m._seen[("team-a", "ci", "started")]) == 0

@@ -263,28 +263,3 @@ async def test_orphans_are_removed_only_when_offline_idle_and_podless():
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (), orphans), [])
     assert outcome.deregistered == ["ci-h-aaaaa-bbbbb"]
     assert set(gitea.runners) == {2, 3}
-
-
-async def test_peers_are_found_through_shared_label_names_only():
-    from gitea_runner_operator.api.runnergroup import parse_spec
-    from gitea_runner_operator.runtime.poller import Pollers
-
-    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
-        return _snap(), None
-
-    pollers = Pollers(observe, lambda key: None)
-    specs = {
-        "ns/a": ["x"],
-        "ns/b": ["x", "y"],
-        "ns/c": ["y"],  # reaches a only through b
-        "ns/d": ["z"],
-    }
-    try:
-        for key, labels in specs.items():
-            await pollers.ensure(key, parse_spec({**VALID, "labels": labels}))
-        assert set(pollers.peers("ns/a")) == {"ns/a", "ns/b", "ns/c"}
-        assert set(pollers.peers("ns/d")) == {"ns/d"}
-        await pollers.stop("ns/b")
-        assert set(pollers.peers("ns/a")) == {"ns/a"}
-    finally:
-        await pollers.stop_all()

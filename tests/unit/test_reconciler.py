@@ -15,6 +15,7 @@ import structlog
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Observation, Problem, Snapshot
+from gitea_runner_operator.kube.cache import Release
 from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ports import ReapOrder
@@ -99,7 +100,7 @@ class FakeCache:
     def __init__(self, cluster: FakeCluster, spec: dict[str, Any]) -> None:
         self.cluster = cluster
         self.spec = spec
-        self.changed = 0.0
+        self.released: list[Release] = []
 
     def group(self, key: str) -> dict[str, Any]:
         meta: dict[str, Any] = {
@@ -120,8 +121,8 @@ class FakeCache:
     def runner_pods(self, key: str) -> list[dict[str, Any]]:
         return self.cluster.pods
 
-    def changed_at(self, key: str) -> float:
-        return self.changed
+    def released_since(self, key: str, since: float) -> list[Release]:
+        return [r for r in self.released if r.at > since]
 
 
 class FakeSource:
@@ -146,9 +147,6 @@ class FakeSources:
 
     def get(self, key: str) -> FakeSource:
         return self.source
-
-    def peers(self, key: str) -> dict[str, Any]:
-        return {}
 
     async def ensure(self, key: str, spec: Any) -> FakeSource:
         return self.source
@@ -295,14 +293,47 @@ async def test_a_runner_marked_as_having_taken_its_job_no_longer_covers_demand()
     assert len(cluster.unsynced) == 1  # the busy one no longer covers the new job
 
 
-async def test_a_snapshot_older_than_a_finished_runner_asks_again_and_creates_nothing():
-    """A runner finished after Gitea was asked: that snapshot may still list its job as
-    queued. Acting on it would start a runner for a job already done."""
+async def test_a_runner_that_finished_after_the_snapshot_still_covers_one_job():
+    """Churn: a runner finished after Gitea was asked; that answer may still list the job
+    it took as queued. The pass goes on (no stall) but starts one runner fewer, and asks
+    Gitea again."""
     cluster = FakeCluster()
-    reconciler, sources, cache = make(cluster, snapshot(queued=1, started_at=5.0))
-    cache.changed = 6.0
+    reconciler, sources, cache = make(cluster, snapshot(queued=2, started_at=5.0))
+    cache.released = [Release(6.0, "ci-old1", took_job=False)]
     await reconciler.reconcile(KEY)
-    assert cluster.creates == 0 and sources.source.woken == 1
+    assert cluster.creates == 1 and sources.source.woken == 1
+
+
+async def test_finished_runners_the_snapshot_saw_busy_or_before_it_cover_nothing():
+    """Only a runner that could have taken a listed job covers one: one marked as having
+    taken its job, one the answer saw busy, or one that finished before the answer was
+    asked for had a job that the answer does not list as queued."""
+    busy = ActionRunner(id=9, name="ci-old2-abcde", status="online", busy=True, ephemeral=True)
+    cluster = FakeCluster()
+    reconciler, _, cache = make(cluster, snapshot(queued=3, runners=(busy,), started_at=5.0))
+    cache.released = [
+        Release(6.0, "ci-old1", took_job=True),
+        Release(6.0, "ci-old2", took_job=False),
+        Release(4.0, "ci-old3", took_job=False),
+    ]
+    await reconciler.reconcile(KEY)
+    assert cluster.creates == 3
+
+
+def test_the_churn_rule_never_starts_more_runners_than_jobs_remain():
+    """Whatever the finished runners took (any number up to how many finished, each one of
+    the listed jobs), the runners that will look for a job after this pass (not busy ones
+    plus new ones) never outnumber the jobs still really queued."""
+    from gitea_runner_operator.reconcile.scaling import desired_new_runners
+
+    for queued in range(6):
+        for finished in range(6):
+            for not_busy in range(6):
+                new = desired_new_runners(
+                    demand=queued, alive=not_busy, not_busy=not_busy + finished, max_active=50
+                )
+                for taken in range(min(finished, queued) + 1):
+                    assert new == 0 or not_busy + new <= queued - taken
 
 
 async def test_invalid_spec_becomes_a_condition_and_stops_polling():

@@ -152,3 +152,25 @@ async def test_the_newest_finished_jobs_are_sampled_for_the_duration_metric(
     assert "sort=id" in url and "order=desc" in url
     assert snapshot.observation is not None
     assert [j.id for j in snapshot.observation.finished] == sampled
+
+
+async def test_caches_of_tokens_no_group_uses_any_more_are_dropped(sessions):
+    """Memory follows what is alive: after a token rotation, what the old token resolved and
+    fetched goes once nobody has used it for the idle expiry."""
+    from gitea_runner_operator.runtime.observer import IDLE_EXPIRY
+
+    now = [1000.0]
+    secrets = FakeSecrets({"team-a": "old-token"})
+    observer = Observer(secrets, sessions, clock=lambda: now[0])  # type: ignore[arg-type]
+    spec = parse_spec(ORG_SPEC)
+    with aioresponses() as mock:
+        gitea(mock)
+        await observer.observe("team-a", spec)
+        held = len(observer)
+        secrets.tokens["team-a"] = "new-token"
+        now[0] += 10
+        await observer.observe("team-a", spec)
+        assert len(observer) == 2 * held  # both tokens: scope, answer, metric sample each
+        now[0] += IDLE_EXPIRY - 5  # the old token idle past the expiry; the new one not
+        await observer.observe("team-a", spec)
+        assert len(observer) == held

@@ -63,20 +63,27 @@ class FakeCore:
         self.objects = objects
         self.status = status
 
-    async def read_namespaced_config_map(self, name: str, namespace: str) -> Any:
-        return self._get("ConfigMap", name)
+        self.reads = 0
+        self.timeouts: list[Any] = []
 
-    async def read_namespaced_secret(self, name: str, namespace: str) -> Any:
-        return self._get("Secret", name)
+    async def read_namespaced_config_map(self, name: str, namespace: str, **kw: Any) -> Any:
+        return self._get("ConfigMap", name, **kw)
 
-    def _get(self, kind: str, name: str) -> Any:
+    async def read_namespaced_secret(self, name: str, namespace: str, **kw: Any) -> Any:
+        return self._get("Secret", name, **kw)
+
+    def _get(self, kind: str, name: str, **kw: Any) -> Any:
+        self.reads += 1
+        self.timeouts.append(kw.get("_request_timeout"))
         if (kind, name) not in self.objects:
             raise ApiException(status=self.status)
         return self.objects[(kind, name)]
 
 
-def reader(objects: dict[tuple[str, str], Any], status: int = 404) -> ConfigReader:
-    r = ConfigReader.__new__(ConfigReader)
+def reader(
+    objects: dict[tuple[str, str], Any], status: int = 404, clock: Any = None
+) -> ConfigReader:
+    r = ConfigReader(None, **({"clock": clock} if clock else {}))  # type: ignore[arg-type]
     r._core = FakeCore(objects, status)
     return r
 
@@ -99,7 +106,7 @@ async def ssl_of(configs: ConfigReader, namespace: str, gitea_ref: GiteaRef) -> 
 
 async def test_bundle_from_a_config_map_or_a_secret():
     cm = SimpleNamespace(data={"ca.pem": TEST_CA}, binary_data=None)
-    secret = SimpleNamespace(data={"ca.pem": base64.b64encode(TEST_CA.encode()).decode()})
+    secret = opted_in({"ca.pem": base64.b64encode(TEST_CA.encode()).decode()})
     assert isinstance(
         await ssl_of(reader({CM: cm}), "team", gitea("configMapKeyRef")), ssl.SSLContext
     )
@@ -109,6 +116,12 @@ async def test_bundle_from_a_config_map_or_a_secret():
     assert await ssl_of(reader({}), "team", GiteaRef(url="https://g")) is True
 
 
+def opted_in(data: dict[str, str], labelled: bool = True) -> Any:
+    labels = {"gitea.bpg.pw/credentials": "true"} if labelled else {}
+    return SimpleNamespace(data=data, metadata=SimpleNamespace(labels=labels))
+
+
+B64_CA = base64.b64encode(TEST_CA.encode()).decode()
 NO_KEY = SimpleNamespace(data={"other": "x"}, binary_data=None)
 JUNK = SimpleNamespace(data={"ca.pem": "junk"}, binary_data=None)
 CMR, SKR = "configMapKeyRef", "secretKeyRef"
@@ -118,7 +131,7 @@ CMR, SKR = "configMapKeyRef", "secretKeyRef"
     ("objects", "status", "kind", "reason", "message"),
     [
         ({}, 404, CMR, "CABundleNotFound", f"caBundle.{CMR}: ConfigMap team/corp-ca not found"),
-        ({}, 404, SKR, "CABundleNotFound", f"caBundle.{SKR}: Secret team/corp-ca not found"),
+        ({}, 404, SKR, "CABundleUnusable", f"caBundle.{SKR}: Secret team/corp-ca cannot be used"),
         ({}, 403, CMR, "CABundleForbidden", "may not read ConfigMap team/corp-ca"),
         ({CM: NO_KEY}, 404, CMR, "CABundleNotFound", "has no key 'ca.pem'"),
         ({CM: JUNK}, 404, CMR, "CABundleInvalid", "ConfigMap team/corp-ca holds no PEM"),
@@ -136,3 +149,46 @@ async def test_a_missing_or_bad_bundle_is_a_problem_naming_the_object(
 async def test_other_api_errors_are_not_hidden():
     with pytest.raises(ApiException):
         await ssl_of(reader({}, 500), "team", gitea("configMapKeyRef"))
+
+
+UNUSABLE = "cannot be used: it must exist, carry the label gitea.bpg.pw/credentials"
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        None,  # missing
+        opted_in({"ca.pem": B64_CA}, labelled=False),  # a real bundle, but not opted in
+        opted_in({"other": B64_CA}),  # no such key
+        opted_in({"ca.pem": base64.b64encode(b"a database password").decode()}),  # not PEM
+    ],
+)
+async def test_a_secret_bundle_is_used_only_if_opted_in_and_failures_all_read_alike(secret):
+    """A RunnerGroup must not tell its author whether a Secret exists or holds PEM: every
+    way a Secret cannot serve gives the same reason and message."""
+    objects = {} if secret is None else {SECRET: secret}
+    with pytest.raises(ReferenceProblem) as err:
+        await ssl_of(reader(objects), "team", gitea("secretKeyRef"))
+    problem = err.value.problem
+    assert problem.reason == "CABundleUnusable"
+    assert problem.message == (
+        f'spec.gitea.caBundle.secretKeyRef: Secret team/corp-ca {UNUSABLE}: "true" and hold '
+        "PEM certificates under key 'ca.pem'"
+    )
+
+
+async def test_a_bundle_is_read_once_per_ttl_with_a_timeout_and_contexts_expire():
+    now = [0.0]
+    cm = SimpleNamespace(data={"ca.pem": TEST_CA}, binary_data=None)
+    configs = reader({CM: cm}, clock=lambda: now[0])
+    trust = GiteaTrust(configs, clock=lambda: now[0])
+    for _ in range(100):  # 100 polls of groups naming the same bundle
+        await trust.context_for("team", gitea("configMapKeyRef"))
+    core = configs._core
+    assert core.reads == 1 and core.timeouts == [10.0]
+    now[0] += 61
+    await trust.context_for("team", gitea("configMapKeyRef"))
+    assert core.reads == 2 and len(trust) == 1
+    now[0] += 700
+    trust.expire(600)
+    assert len(trust) == 0

@@ -1,0 +1,228 @@
+"""When to run the accounting, and for whom: one assignment per family of groups that could
+compete for the same jobs, recomputed only when a member's answer or capacity changed.
+
+A family is a connected set of groups on one Gitea instance whose scopes nest (global >
+org > repo) and whose labels intersect: only those can count the same job. A group alone in
+its family counts its own answer (no share). Each group's reconcile reports what it knows
+of itself (its answer, its starting and idle runners, its spare capacity) and reads its share
+back; the assignment of a family is computed at most once per change of its inputs, so a
+reconcile costs its own group's jobs and runners, and a family's assignment its jobs and
+groups once, instead of every group times every job on every pass.
+
+A peer whose share grew (it must create) is told so through ``notify``; shares that shrink
+need no pass: a group never creates for a share it no longer has.
+
+While a family fills (every member creating runners, so every reconcile changes an input),
+its assignment is recomputed at most once per ``min_interval``; in between, members read
+the last one. That is safe: each group still subtracts its own starting and idle runners
+from its share, and shares move only when a recomputation says so, which every member then
+reads alike. A member served a stale share is told (:meth:`Ledger.stale`) to look again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.reconcile.accounting import (
+    Answer,
+    Claimant,
+    Repository,
+    assign,
+    current_jobs,
+    job_repository,
+)
+
+# An org-scope token's known-readable repositories, per group: bounded by the org's
+# repositories; a group that lists more than this many is trusted for all of them.
+MAX_SEEN_REPOSITORIES = 20_000
+MIN_INTERVAL = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One group as its last reconcile reported it."""
+
+    url: str  # normalised Gitea URL
+    claimant: Claimant
+    answer: Answer | None  # None: no answer from Gitea yet, or a problem
+
+    @property
+    def shape(self) -> tuple[object, ...]:
+        """What decides which family the group belongs to."""
+        c = self.claimant
+        return (self.url, c.scope, (c.org or "").lower(), (c.repo or "").lower(), c.offered)
+
+    @property
+    def stamp(self) -> tuple[object, ...]:
+        """What decides the family's assignment (answers compared by when they were asked)."""
+        started = self.answer.started_at if self.answer is not None else None
+        return (self.claimant, started)
+
+
+def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
+    """Each group's family: groups joined when their scopes nest and labels intersect.
+
+    Union-find over one representative per (instance, scope target, label), linking each
+    level to the levels that contain it: linear in groups times labels."""
+    parent = {key: key for key in members}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    repo_rep: dict[tuple[str, str, str, str], str] = {}
+    org_rep: dict[tuple[str, str, str], str] = {}
+    global_rep: dict[tuple[str, str], str] = {}
+    for key in sorted(members):
+        c = members[key].claimant
+        url, org, repo = members[key].url, (c.org or "").lower(), (c.repo or "").lower()
+        for label in c.offered:
+            if c.scope is Scope.REPO:
+                union(key, repo_rep.setdefault((url, org, repo, label), key))
+            elif c.scope is Scope.ORG:
+                union(key, org_rep.setdefault((url, org, label), key))
+            else:
+                union(key, global_rep.setdefault((url, label), key))
+    for (url, org, _repo, label), rep in repo_rep.items():
+        if (above := org_rep.get((url, org, label))) is not None:
+            union(rep, above)
+        if (top := global_rep.get((url, label))) is not None:
+            union(rep, top)
+    for (url, _org, label), rep in org_rep.items():
+        if (top := global_rep.get((url, label))) is not None:
+            union(rep, top)
+    grouped: dict[str, set[str]] = {}
+    for key in members:
+        grouped.setdefault(find(key), set()).add(key)
+    out: dict[str, frozenset[str]] = {}
+    for keys in grouped.values():
+        family = frozenset(keys)
+        for key in keys:
+            out[key] = family
+    return out
+
+
+class Ledger:
+    """The assignments of every family, kept between reconciles. A family is named by its
+    smallest member key (the union-find root), which stays put as members come and go."""
+
+    def __init__(
+        self,
+        notify: Callable[[str], None] | None = None,
+        *,
+        min_interval: float = MIN_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._notify = notify
+        self._min_interval = min_interval
+        self._clock = clock
+        self._members: dict[str, Member] = {}
+        self._seen: dict[str, set[Repository]] = {}
+        self._family_of: dict[str, frozenset[str]] | None = None
+        self._shares: dict[str, list[ActionJob]] = {}  # each member's last computed share
+        self._computed_at: dict[str, float] = {}  # family name -> when
+        self._dirty: set[str] = set()  # families whose inputs changed since
+        self._all_dirty = False  # membership changed: every family is recomputed
+        self.computations = 0  # for tests and benchmarks
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def report(
+        self,
+        url: str,
+        claimant: Claimant,
+        answer: Answer | None,
+        witnessed: Iterable[ActionJob] = (),
+    ) -> None:
+        """What a group's reconcile knows of it now. ``witnessed`` are jobs its token listed
+        in other states (running, finished): they show repositories the token can read."""
+        key = claimant.key
+        old = self._members.get(key)
+        if answer is not None and claimant.scope is Scope.ORG:
+            if old is None or old.answer is None or old.answer.started_at != answer.started_at:
+                self._learn(key, (*answer.jobs, *witnessed))
+            answer = replace(answer, sees=frozenset(self._seen.get(key, ())))
+        new = Member(url, claimant, answer)
+        if old is not None and old.shape == new.shape and old.stamp == new.stamp:
+            return
+        self._members[key] = new
+        if old is None or old.shape != new.shape:
+            self._family_of, self._all_dirty = None, True
+        elif self._family_of is not None:
+            self._dirty.add(min(self._family_of[key]))
+
+    def remove(self, key: str) -> None:
+        if self._members.pop(key, None) is None:
+            return
+        self._seen.pop(key, None)
+        self._shares.pop(key, None)
+        self._computed_at.pop(key, None)
+        self._dirty.discard(key)
+        self._family_of, self._all_dirty = None, True
+
+    def stale(self, key: str) -> bool:
+        """Whether the share last read for ``key`` predates a change of its family's inputs
+        (a pass again after ``min_interval`` reads a fresh one)."""
+        family = (self._family_of or {}).get(key)
+        if family is None or len(family) == 1:
+            return False
+        return min(family) in self._dirty or key not in self._shares
+
+    def share(self, key: str) -> list[ActionJob] | None:
+        """The group's share of its family's queued jobs; None when it is alone in its
+        family (or has not reported), and then counts its own answer."""
+        if key not in self._members:
+            return None
+        if self._family_of is None:
+            self._family_of = families(self._members)
+            if self._all_dirty:
+                self._dirty = {min(f) for f in self._family_of.values()}
+                self._all_dirty = False
+        family = self._family_of[key]
+        if len(family) == 1:
+            return None
+        name = min(family)
+        now = self._clock()
+        recent = now - self._computed_at.get(name, float("-inf")) < self._min_interval
+        if name not in self._dirty or recent:
+            return self._shares.get(key, [])  # a new member waits for the next computation
+        result = self._compute(family)
+        self._computed_at[name] = now
+        self._dirty.discard(name)
+        self._announce(key, result)
+        return result[key]
+
+    def _compute(self, family: frozenset[str]) -> dict[str, list[ActionJob]]:
+        self.computations += 1
+        members = [self._members[k] for k in sorted(family)]
+        claimants = [m.claimant for m in members]
+        answers = [m.answer for m in members if m.answer is not None]
+        return assign(current_jobs(answers, claimants), claimants)
+
+    def _announce(self, caller: str, result: Mapping[str, list[ActionJob]]) -> None:
+        for key, jobs in result.items():
+            before = len(self._shares.get(key, ()))
+            self._shares[key] = jobs
+            if len(jobs) > before and key != caller and self._notify is not None:
+                self._notify(key)
+
+    def _learn(self, key: str, jobs: Iterable[ActionJob]) -> None:
+        seen = self._seen.setdefault(key, set())
+        for job in jobs:
+            if len(seen) >= MAX_SEEN_REPOSITORIES:
+                return
+            repository = job_repository(job)
+            if repository is not None:
+                seen.add(repository)

@@ -1,0 +1,316 @@
+"""Benchmarks of issue 14's scale scenarios, on the testbed's real control plane (etcd,
+kube-apiserver, controller-manager, scheduler, kwok) with a fake Gitea (fake_gitea.py: a real
+Gitea cannot queue thousands of jobs quickly). They print figures and assert nothing.
+
+    python -m tests.benchmarks.scale overlap  [--repos 1000] [--jobs-per-repo 2]
+    python -m tests.benchmarks.scale busy     [--max 150] [--jobs 450] [--job-seconds 60]
+    python -m tests.benchmarks.scale fairness [--burst 1000]
+    python -m tests.benchmarks.scale soak     [--groups 1000] [--minutes 30]
+
+- overlap: 1 org group plus N repo groups, all offering ``ubuntu-latest``, jobs queued in
+  every repository. Runners never register (kwok Pods that run an hour), so the queue stays
+  and the count must stay exact: time until every runner Job exists, the most runner Jobs
+  ever alive (never more than jobs), reconcile p50/p99, leader changes (with leader
+  election on), RSS and CPU.
+- busy: one group, max 150, 450 jobs of ``--job-seconds``; the fake registers a runner 5 s
+  after its Pod runs, which then takes a job at once; the Pod ends (kwok) when its job would:
+  mean busy runners between the first fill and the drain, total time against the ideal.
+- fairness: one group gets ``--burst`` jobs; once its creates are under way a second group
+  (another namespace) gets one: that job's queued-to-Job time.
+- soak: ``--groups`` groups with steady churn (a job of 20 s queued in a random group every
+  ``--every`` seconds); RSS sampled each minute: slope (MB/hour), peak, CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tests.benchmarks import common
+from tests.benchmarks.fake_gitea import FakeGitea, GroupScope, wait
+from tests.integration import manifests
+from tests.testbed.kube import KubeClient
+from tests.testbed.sandbox import Sandbox
+
+SELECTOR = "gitea.bpg.pw/managed-by=gitea-runner-operator"
+RECONCILE = "gitea_runner_operator_reconcile_duration_seconds"
+LABEL = "ubuntu-latest"
+
+
+def kwok_image(seconds: float) -> str:
+    return f"kwok.invalid/act_runner:complete-after-{int(seconds)}s"
+
+
+def group(name: str, url: str, owner: str, repo: str | None, **spec: Any) -> dict[str, Any]:
+    body = common.group(name, owner, url, [LABEL], **spec)
+    if repo is not None:
+        body["spec"] |= {"scope": "repo", "repo": repo}
+    return body
+
+
+@contextmanager
+def bench(
+    namespaces: list[str], fake: FakeGitea, simulate: bool, *extra: str, leader: bool = False
+) -> Iterator[tuple[KubeClient, common.Operator]]:
+    with Sandbox(gitea=False, harness_node=False) as sandbox:
+        kube = common.install(sandbox)
+        fake.start(kube if simulate else None)
+        try:
+            for ns in namespaces:
+                common.team(kube, ns, "registration-token", "api-token")
+            args = [*extra]
+            if leader:
+                args += ["--leader-election-namespace", common.OPERATOR[0]]
+            with common.operator(sandbox, namespaces, *args, leader_elect=leader) as op:
+                yield kube, op
+        finally:
+            fake.stop()
+
+
+def runner_jobs(kube: KubeClient, namespace: str | None = None) -> list[dict[str, Any]]:
+    path = f"/apis/batch/v1/namespaces/{namespace}/jobs" if namespace else "/apis/batch/v1/jobs"
+    return list(kube.get(path, labelSelector=SELECTOR)["items"])
+
+
+def alive(jobs: list[dict[str, Any]]) -> int:
+    def done(job: dict[str, Any]) -> bool:
+        return any(
+            c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            for c in (job.get("status") or {}).get("conditions") or []
+        )
+
+    return sum(1 for j in jobs if not done(j))
+
+
+def reconcile_quantiles(op: common.Operator) -> str:
+    m = op.metrics()
+    p50 = common.histogram_quantile(m, RECONCILE, 0.5)
+    p99 = common.histogram_quantile(m, RECONCILE, 0.99)
+    count = common.total(m, f"{RECONCILE}_count")
+    return f"{_ms(p50)} / {_ms(p99)} over {count:.0f} reconciles"
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+# -- scenarios ------------------------------------------------------------------------------
+
+
+def overlap(args: argparse.Namespace) -> None:
+    owner = f"acme-{uuid.uuid4().hex[:4]}"
+    fake = FakeGitea()
+    namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
+    jobs = args.repos * args.jobs_per_repo
+    with bench(namespaces, fake, False, leader=True) as (kube, op):
+        fake.group(namespaces[0], "fallback", GroupScope(owner, None, (LABEL,)))
+        started = time.monotonic()
+        manifests.apply(
+            kube,
+            group("fallback", fake.url, owner, None, maxActiveRunners=jobs + 100,
+                  image=kwok_image(3600), pollInterval=args.poll_interval),
+            namespace=namespaces[0],
+        )  # fmt: skip
+        for i in range(args.repos):
+            ns = namespaces[i % len(namespaces)]
+            fake.group(ns, f"r{i:04d}", GroupScope(owner, f"r{i:04d}", (LABEL,)))
+            manifests.apply(
+                kube,
+                group(f"r{i:04d}", fake.url, owner, f"r{i:04d}", maxActiveRunners=10,
+                      image=kwok_image(3600), pollInterval=args.poll_interval),
+                namespace=ns,
+            )  # fmt: skip
+        print(
+            f"created 1 org group + {args.repos} repo groups in {time.monotonic() - started:.0f}s"
+        )
+        time.sleep(args.settle)
+        cpu0, t0 = op.cpu_seconds(), time.monotonic()
+        for i in range(args.repos):
+            fake.queue(owner, f"r{i:04d}", (LABEL,), args.jobs_per_repo)
+        most, done_at, rss = 0, None, 0.0
+        while time.monotonic() - t0 < args.timeout:
+            count = alive(runner_jobs(kube))
+            most, rss = max(most, count), max(rss, op.rss_mb())
+            if count >= jobs and done_at is None:
+                done_at = time.monotonic() - t0
+            if done_at is not None and time.monotonic() - t0 > done_at + args.hold:
+                break
+            time.sleep(1)
+        elapsed = time.monotonic() - t0
+        per_group: dict[str, int] = {}
+        for job in runner_jobs(kube):
+            name = job["metadata"]["labels"].get("gitea.bpg.pw/runnergroup-name", "?")
+            per_group[name] = per_group.get(name, 0) + 1
+        spread = sorted(set(v for k, v in per_group.items() if k != "fallback"))
+        print(f"queued jobs: {jobs} over {args.repos} repositories")
+        print(f"every runner Job after: {f'{done_at:.1f}s' if done_at else 'not reached'}")
+        print(f"most runner Jobs alive: {most}; org group's: {per_group.get('fallback', 0)};"
+              f" per repo group: {spread}")  # fmt: skip
+        print(f"reconcile p50 / p99: {reconcile_quantiles(op)}")
+        print(f"leader changes: {op.log_count('became leader') - 1}")
+        print(f"operator peak RSS: {rss:.0f} MB; CPU: {(op.cpu_seconds() - cpu0) / elapsed:.2f}"
+              f" cores over {elapsed:.0f}s")  # fmt: skip
+
+
+def busy(args: argparse.Namespace) -> None:
+    owner = f"busy-{uuid.uuid4().hex[:4]}"
+    fake = FakeGitea(job_seconds=args.job_seconds, start_delay=args.start)
+    ns = f"{owner}-team"
+    with bench([ns], fake, True) as (kube, op):
+        fake.group(ns, "busy", GroupScope(owner, None, (LABEL,)))
+        manifests.apply(
+            kube,
+            group("busy", fake.url, owner, None, maxActiveRunners=args.max,
+                  image=kwok_image(args.start + args.job_seconds + 1), pollInterval="10s"),
+            namespace=ns,
+        )  # fmt: skip
+        time.sleep(10)
+        cpu0 = op.cpu_seconds()
+        fake.queue(owner, "app", (LABEL,), args.jobs)
+        t0 = time.monotonic()
+        samples: list[tuple[float, int]] = []
+        drain: float | None = None  # from when no job is left queued: fewer can be busy
+        while time.monotonic() - t0 < args.timeout:
+            samples.append((time.monotonic() - t0, fake.busy_runners()))
+            if drain is None and fake.count("queued") == 0:
+                drain = samples[-1][0]
+            if fake.count("success") >= args.jobs:
+                break
+            time.sleep(1)
+        total = time.monotonic() - t0
+        drain = drain if drain is not None else total
+        waves = -(-args.jobs // args.max)
+        ideal = waves * (args.job_seconds + args.start)
+        filled = next((t for t, b in samples if b >= args.max * 0.95), None)
+        window = [b for t, b in samples if filled is not None and filled <= t <= drain]
+        mean = statistics.mean(window) if window else 0.0
+        print(f"jobs done: {fake.count('success')}/{args.jobs}")
+        print(f"total time: {total:.0f}s; ideal {ideal:.0f}s ({waves} waves of "
+              f"{args.start:.0f}s start + {args.job_seconds:.0f}s job): "
+              f"{total / ideal:.2f}x")  # fmt: skip
+        print(f"mean busy runners from first fill ({filled}s) to drain ({drain:.0f}s): "
+              f"{mean:.1f} of {args.max} ({100 * mean / args.max:.0f}%)")  # fmt: skip
+        print(f"lowest busy in that window: {min(window) if window else 'n/a'}")
+        print(f"reconcile p50 / p99: {reconcile_quantiles(op)}")
+        print(
+            f"operator CPU: {(op.cpu_seconds() - cpu0) / total:.2f} cores; RSS {op.rss_mb():.0f} MB"
+        )
+
+
+def fairness(args: argparse.Namespace) -> None:
+    owner = f"fair-{uuid.uuid4().hex[:4]}"
+    fake = FakeGitea()
+    big, small = f"{owner}-big", f"{owner}-small"
+    with bench([big, small], fake, False, "--kube-write-qps", str(args.qps)) as (kube, op):
+        for ns, name, repo in ((big, "burst", "a"), (small, "one", "b")):
+            fake.group(ns, name, GroupScope(owner, repo, (LABEL,)))
+            manifests.apply(
+                kube,
+                group(name, fake.url, owner, repo, maxActiveRunners=args.burst + 10,
+                      image=kwok_image(3600), pollInterval="5s"),
+                namespace=ns,
+            )  # fmt: skip
+        time.sleep(15)
+        fake.queue(owner, "a", (LABEL,), args.burst)
+        wait(lambda: len(runner_jobs(kube, big)) >= 50, 60, 0.2)
+        fake.queue(owner, "b", (LABEL,), 1)
+        t0 = time.monotonic()
+        got = wait(lambda: len(runner_jobs(kube, small)) >= 1, 300, 0.2)
+        burst_at = len(runner_jobs(kube, big))
+        print(f"burst group: {args.burst} jobs; second group's job queued once {burst_at}"
+              f" burst Jobs existed")  # fmt: skip
+        print(f"second group's queued-to-Job time: {f'{got:.1f}s' if got else 'over 300s'}"
+              f" (poll interval 5s, write limit {args.qps}/s)")  # fmt: skip
+        all_at = wait(lambda: len(runner_jobs(kube, big)) >= args.burst, 600, 1)
+        print(
+            f"burst complete {t0 and (time.monotonic() - t0):.0f}s after that; "
+            f"{'done' if all_at is not None else 'not done'}"
+        )
+        print(f"reconcile p50 / p99: {reconcile_quantiles(op)}")
+
+
+def soak(args: argparse.Namespace) -> None:
+    owner = f"soak-{uuid.uuid4().hex[:4]}"
+    fake = FakeGitea(job_seconds=20, start_delay=2)
+    namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
+    with bench(namespaces, fake, True) as (kube, op):
+        names = []
+        for i in range(args.groups):
+            ns, name = namespaces[i % len(namespaces)], f"g{i:04d}"
+            fake.group(ns, name, GroupScope(owner, f"r{i:04d}", (LABEL,)))
+            manifests.apply(
+                kube,
+                group(name, fake.url, owner, f"r{i:04d}", maxActiveRunners=3,
+                      image=kwok_image(25), pollInterval="15s"),
+                namespace=ns,
+            )  # fmt: skip
+            names.append(name)
+        time.sleep(30)
+        t0, cpu0 = time.monotonic(), op.cpu_seconds()
+        samples: list[tuple[float, float]] = []
+        next_sample = t0
+        while time.monotonic() - t0 < args.minutes * 60:
+            fake.queue(owner, f"r{random.randrange(args.groups):04d}", (LABEL,), 1)  # noqa: S311
+            if time.monotonic() >= next_sample:
+                samples.append(((time.monotonic() - t0) / 3600, op.rss_mb()))
+                print(f"  t={samples[-1][0] * 60:5.1f} min RSS {samples[-1][1]:.0f} MB", flush=True)
+                next_sample += 60
+            time.sleep(args.every)
+        elapsed = time.monotonic() - t0
+        half = [s for s in samples if s[0] >= samples[-1][0] / 2] or samples
+        slope = _slope(half)
+        print(f"soak: {args.groups} groups, {elapsed / 60:.0f} min, jobs done "
+              f"{fake.count('success')}, still queued {fake.count('queued')}")  # fmt: skip
+        print(f"RSS slope over the second half: {slope:+.1f} MB/hour; peak "
+              f"{max(r for _, r in samples):.0f} MB")  # fmt: skip
+        print(f"operator CPU: {(op.cpu_seconds() - cpu0) / elapsed:.3f} cores")
+        print(f"reconcile p50 / p99: {reconcile_quantiles(op)}")
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    if len(points) < 2:
+        return 0.0
+    mx = statistics.mean(x for x, _ in points)
+    my = statistics.mean(y for _, y in points)
+    den = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / den if den else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="scenario", required=True)
+    p = sub.add_parser("overlap")
+    p.add_argument("--repos", type=int, default=1000)
+    p.add_argument("--jobs-per-repo", type=int, default=2)
+    p.add_argument("--namespaces", type=int, default=50)
+    p.add_argument("--poll-interval", default="15s")
+    p.add_argument("--settle", type=float, default=30.0)
+    p.add_argument("--hold", type=float, default=30.0, help="seconds watched after the fill")
+    p.add_argument("--timeout", type=float, default=600.0)
+    p = sub.add_parser("busy")
+    p.add_argument("--max", type=int, default=150)
+    p.add_argument("--jobs", type=int, default=450)
+    p.add_argument("--job-seconds", type=float, default=60.0)
+    p.add_argument("--start", type=float, default=5.0)
+    p.add_argument("--timeout", type=float, default=900.0)
+    p = sub.add_parser("fairness")
+    p.add_argument("--burst", type=int, default=1000)
+    p.add_argument("--qps", type=float, default=50.0)
+    p = sub.add_parser("soak")
+    p.add_argument("--groups", type=int, default=1000)
+    p.add_argument("--namespaces", type=int, default=50)
+    p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--every", type=float, default=0.5, help="seconds between queued jobs")
+    args = parser.parse_args(argv)
+    {"overlap": overlap, "busy": busy, "fairness": fairness, "soak": soak}[args.scenario](args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
