@@ -3,7 +3,9 @@
 Mode ``proxy`` forwards every request to the real Gitea (also when it is used as a forward
 proxy, with the whole URL in the request line); ``500`` and ``429`` answer with
 that status (429 with ``Retry-After``); ``hang`` accepts the connection and never answers;
-``redirect`` answers 302 to a path of its own (to prove nobody follows it). Every request is
+``redirect`` answers 302 to a path of its own (to prove nobody follows it);
+``forbid-deletes`` forwards everything but answers 403 to every DELETE (Gitea refusing to
+remove a runner or a hook). Every request is
 recorded (method, path, whether it carried an Authorization header), so tests can prove that
 *nothing* was sent. Real Gitea cannot be made to fail like this on demand; the operator
 under test is real, and so is the Gitea behind the proxy."""
@@ -61,13 +63,15 @@ class FaultyGitea:
                 if mode == "hang":
                     owner._release.wait()
                     return
-                if mode == "redirect":
+                if mode == "forbid-deletes" and self.command == "DELETE":
+                    self._reply(403, b'{"message":"forbidden"}')
+                elif mode == "redirect":
                     self._reply(302, b"", {"Location": f"{owner.url}/stolen"})
                 elif mode == "500":
                     self._reply(500, b'{"message":"internal error"}')
                 elif mode == "429":
                     self._reply(429, b"{}", {"Retry-After": str(owner.retry_after)})
-                elif mode == "proxy" and owner.upstream:
+                elif mode in ("proxy", "forbid-deletes") and owner.upstream:
                     self._forward(body)
                 else:
                     self._reply(200, b"{}")
