@@ -121,12 +121,17 @@ class Controller:
         self.cache.forget(key)
         self.hooks.forget(key)
         urls = {spec.gitea.url for spec in self.pollers.specs()}
-        self.observer.forget(urls)
         namespaces = {k.split("/", 1)[0] for k in self.pollers.keys()}  # noqa: SIM118 - a method
         self.secrets.retain(namespaces)
-        task = asyncio.create_task(self.sessions.retain(urls))
+        task = asyncio.create_task(self._drop_urls(urls))
         self._housekeeping.add(task)
         task.add_done_callback(self._housekeeping.discard)
+
+    async def _drop_urls(self, urls: set[str]) -> None:
+        """Fetches of URLs no group uses are cancelled and awaited before their sessions
+        close: a request left running would fail later on a closed session, unobserved."""
+        await self.observer.drop(urls)
+        await self.sessions.retain(urls)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set (graceful) or the task is cancelled (leadership lost)."""
@@ -165,6 +170,9 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.pollers.stop_all()
+            if self._housekeeping:
+                await asyncio.wait(list(self._housekeeping), timeout=5)
+            await self.observer.close()
             await self.sessions.close()
             self.metrics.set_leader(False)
             self.stopped.set()

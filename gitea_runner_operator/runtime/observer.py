@@ -65,11 +65,31 @@ class _Fetched:
     handle: GiteaHandle | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Shared:
+    """One in-flight (or finished) fetch and the observations waiting for it. When the
+    last waiter gives up (its deadline, its poller stopping), the fetch is cancelled: no
+    abandoned request may run on, and later fail on a session closed meanwhile."""
+
     started: float
     checked: str
     task: asyncio.Task[_Fetched]
+    waiters: int = 0
+    abandoned: bool = False
+
+
+SETTLE_TIMEOUT = 5.0
+
+
+async def _settle(tasks: Sequence[asyncio.Task[_Fetched]]) -> None:
+    """Wait (at most ``SETTLE_TIMEOUT``) for cancelled fetches to end, retrieving their
+    outcomes so that none is reported as "never retrieved"."""
+    if not tasks:
+        return
+    await asyncio.wait(tasks, timeout=SETTLE_TIMEOUT)
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()
 
 
 def utc_now_iso() -> str:
@@ -105,13 +125,37 @@ class Observer:
         # (URL, scope, token fingerprint, CA bundle id) -> the latest request for it.
         self._shared: dict[tuple[str, ScopeRef, str, str], _Shared] = {}
         self._progress_at: dict[tuple[str, ScopeRef, str], float] = {}
+        # Every fetch task not yet finished: cancelled and awaited when its URL goes or the
+        # observer closes, never left to fail on its own.
+        self._tasks: set[asyncio.Task[_Fetched]] = set()
         self.fetches = 0  # sets of Gitea requests actually sent, for tests and benchmarks
 
-    def forget(self, urls_in_use: set[str]) -> None:
+    def forget(self, urls_in_use: set[str]) -> list[asyncio.Task[_Fetched]]:
+        """Drop what was learned about URLs no group uses; returns their fetches, cancelled,
+        for the caller to await (:meth:`drop` does both)."""
         for key in [k for k in self._resolved if k[0] not in urls_in_use]:
             del self._resolved[key]
-        for shared in [k for k in self._shared if k[0] not in urls_in_use]:
-            del self._shared[shared]
+        cancelled = []
+        for shared_key in [k for k in self._shared if k[0] not in urls_in_use]:
+            shared = self._shared.pop(shared_key)
+            if not shared.task.done():
+                shared.abandoned = True
+                shared.task.cancel()
+                cancelled.append(shared.task)
+        return cancelled
+
+    async def drop(self, urls_in_use: set[str]) -> None:
+        """:meth:`forget`, then wait until the cancelled fetches have ended (bounded), so
+        that closing their sessions afterwards cannot break a request in flight."""
+        await _settle(self.forget(urls_in_use))
+
+    async def close(self) -> None:
+        """Cancel and await every fetch still running (shutdown, lost leadership)."""
+        self._shared.clear()
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await _settle(tasks)
 
     async def observe(
         self, namespace: str, spec: RunnerGroupSpec, newer_than: float = float("-inf")
@@ -180,13 +224,22 @@ class Observer:
         fingerprint = hashlib.sha256(token.encode()).hexdigest()
         key = (url, wanted, fingerprint, trust_id)
         shared = self._shared.get(key)
-        if shared is None or shared.started < newer_than:
+        if shared is None or shared.started < newer_than or shared.abandoned:
             task = asyncio.create_task(self._fetch(client, wanted, fingerprint))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
             shared = self._shared[key] = _Shared(started, checked, task)
             self.fetches += 1
         # Shielded: one group giving up (its deadline, its poller stopping) must not cancel
-        # the request the other groups are waiting for.
-        fetched = await asyncio.shield(shared.task)
+        # the request the other groups are waiting for; the last one to give up does.
+        shared.waiters += 1
+        try:
+            fetched = await asyncio.shield(shared.task)
+        finally:
+            shared.waiters -= 1
+            if shared.waiters == 0 and not shared.task.done():
+                shared.abandoned = True
+                shared.task.cancel()
         if isinstance(fetched.error, GiteaUnauthorized | GiteaForbidden):
             self._secrets.invalidate(namespace, auth.name)  # rotated? read it again next time
         snapshot = Snapshot(
@@ -215,6 +268,8 @@ class Observer:
                 "GiteaUnreachable", f"{url}: no complete answer within {self._deadline:.0f}s"
             )
             return _Fetched(problem=problem)
+        except asyncio.CancelledError:
+            raise
         except GiteaError as exc:
             if isinstance(exc, GiteaNotFound):
                 self._resolved.pop(cache_key, None)  # the target may have been renamed
@@ -223,6 +278,10 @@ class Observer:
                 log.debug("gitea request failed", gitea=url, detail=exc.detail)
             problem = Problem(exc.reason, f"{url}: {exc}" if url not in str(exc) else str(exc))
             return _Fetched(problem=problem, retry_after=retry_after, error=exc)
+        except Exception as exc:  # a bug or a library fault: a condition, never a lost task
+            log.warning("gitea fetch failed unexpectedly", gitea=url, error=repr(exc))
+            problem = Problem("GiteaError", f"{url}: the request failed; retrying")
+            return _Fetched(problem=problem)
         if not runners.complete:
             log.warning(
                 "runner list longer than the page cap: no runner of this scope is reaped "
