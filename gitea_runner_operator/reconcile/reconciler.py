@@ -25,6 +25,8 @@ from gitea_runner_operator.api.naming import new_job_name, runner_pattern
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, parse_spec
+from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
+from gitea_runner_operator.api.template_policy import check as check_template_policy
 from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, parse_time, pods_by_job
@@ -127,7 +129,11 @@ class Reconciler:
         wall_clock: Callable[[], float] = time.time,
         on_group_gone: Callable[[str], None] | None = None,
         metrics: Metrics | None = None,
+        template_policy: TemplatePolicy = RESTRICTED,
+        own_namespace: str | None = None,
     ) -> None:
+        self._template_policy = template_policy
+        self._own_namespace = own_namespace
         self._metrics = metrics or Metrics()
         self._cache = cache
         self._cluster = cluster
@@ -157,6 +163,10 @@ class Reconciler:
             await self._sources.stop(key)
             problem = Problem("InvalidSpec", exc.message, ProblemKind.CONFIG)
             await self._write_status(key, group, problem, views=views)
+            return Result()
+        if (refused := self._refused(meta, spec)) is not None:
+            await self._sources.stop(key)  # no Gitea calls, no Jobs: nothing to do for it
+            await self._write_status(key, group, refused, views=views)
             return Result()
         if FINALIZER not in (meta.get("finalizers") or []):
             await self._cluster.set_finalizers(
@@ -227,6 +237,21 @@ class Reconciler:
         return Result(requeue_after=requeue)
 
     # -- deciding -------------------------------------------------------------------------------
+
+    def _refused(self, meta: dict[str, Any], spec: RunnerGroupSpec) -> Problem | None:
+        """What the platform does not let this group have (its namespace, its template):
+        checked before any Job exists, named by field."""
+        if self._own_namespace is not None and meta.get("namespace") == self._own_namespace:
+            return Problem(
+                "NamespaceNotAllowed",
+                f"RunnerGroups in the operator's own namespace ({self._own_namespace}) are "
+                "refused: runner Pods there would run beside the operator and its credentials",
+                ProblemKind.CONFIG,
+            )
+        refusal = check_template_policy(spec.template, spec.mode.value, self._template_policy)
+        if refusal is not None:
+            return Problem("TemplateNotAllowed", str(refusal), ProblemKind.CONFIG)
+        return None
 
     def _plan(
         self,

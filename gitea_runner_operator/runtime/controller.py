@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 from kubernetes_asyncio import client
 
+from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
 from gitea_runner_operator.kube.cluster import Cluster
@@ -59,6 +60,9 @@ class Controller:
         self.sessions = SessionPool()
         self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
         self.expectations = Expectations(settings.expectation_timeout)
+        self.template_policy = TemplatePolicy.parse(
+            settings.template_policy, settings.template_service_accounts
+        )
         self.observer = Observer(
             self.secrets,
             self.sessions,
@@ -66,6 +70,7 @@ class Controller:
             metrics=self.metrics,
             allowed_urls=settings.allowed_gitea_urls,
             deadline=settings.observe_deadline,
+            template_policy=self.template_policy,
         )
         self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
         self.hooks = HookKeeper(self.secrets, settings.webhook_url)
@@ -85,6 +90,8 @@ class Controller:
             job_ttl_seconds=settings.job_ttl_seconds,
             on_group_gone=self._on_group_gone,
             metrics=self.metrics,
+            template_policy=self.template_policy,
+            own_namespace=settings.own_namespace,
         )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)

@@ -26,6 +26,7 @@ from gitea_runner_operator.api.credentials import url_problem
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.api.template_policy import TemplatePolicy, secret_refs
 from gitea_runner_operator.forge.client import GiteaClient, SessionPool
 from gitea_runner_operator.forge.errors import (
     GiteaError,
@@ -109,7 +110,9 @@ class Observer:
         clock: Callable[[], float] = time.monotonic,
         page_size: int = 50,
         max_pages: int = 200,
+        template_policy: TemplatePolicy | None = None,
     ) -> None:
+        self._template_policy = template_policy
         self._secrets = secrets
         self._sessions = sessions
         self._trust = trust
@@ -191,6 +194,10 @@ class Observer:
             # Checked, never used here: runner Pods get it by secretKeyRef, and must not be
             # pointed at a Secret that did not opt in.
             await self._secrets.read(namespace, reg.name, reg.key, "spec.registrationToken", url)
+            policy = self._template_policy
+            if policy is not None and not policy.allows("unlabelledSecrets"):
+                for ref in secret_refs(spec.template)[:32]:
+                    await self._secrets.require_opt_in(namespace, ref.name, ref.path)
         except SecretProblem as exc:
             return Snapshot(started, checked, problem=exc.problem), None
         except Exception as exc:  # API server trouble reading the Secret
