@@ -177,6 +177,7 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.pollers.stop_all()
+            await self.reaper.close()
             if self._housekeeping:
                 await asyncio.wait(list(self._housekeeping), timeout=5)
             await self.observer.close()
