@@ -203,6 +203,23 @@ async def load_credentials(settings: Settings) -> str:
     return settings.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
 
 
+def startup_warnings(settings: Settings) -> list[str]:
+    """Settings that leave a door open, said once at start so the platform team sees it."""
+    warnings = []
+    if not settings.allowed_gitea_urls:
+        warnings.append(
+            "--allowed-gitea-url is not set: a RunnerGroup may point the operator at any URL, "
+            "and with it any labelled token whose Secret lacks the gitea.bpg.pw/gitea-url "
+            "annotation (an admin token included); pin your Gitea instances with the flag"
+        )
+    if TemplatePolicy.parse(settings.template_policy).allow:
+        warnings.append(
+            f"--template-policy {settings.template_policy}: RunnerGroups' templates may ask "
+            "for what it allows, in Pods the operator creates with its own identity"
+        )
+    return warnings
+
+
 def own_namespace() -> str | None:
     """The namespace the operator runs in, when it runs in a Pod."""
     if env := os.environ.get("POD_NAMESPACE"):
@@ -292,6 +309,8 @@ async def run(settings: Settings) -> int:
         namespaces=list(settings.namespaces) or "all",
         leader_elect=settings.leader_elect,
     )
+    for warning in startup_warnings(settings):
+        log.warning(warning)
     # Watches get their own connection pool, sized for them, so that three watch streams per
     # namespace can never take every connection the writes and the Lease need.
     watch_config = client.Configuration.get_default_copy()
