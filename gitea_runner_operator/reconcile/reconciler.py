@@ -64,6 +64,11 @@ TEARDOWN_ANSWER_GRACE = 60.0
 # After the drain timeout, the last removals (registrations of runners stopped at the drain
 # timeout, the hook) get this long; then the finalizer goes whatever Gitea says.
 TEARDOWN_FINAL_GRACE = 30.0
+# Secret answers that mean the credentials are gone for good (a deleted namespace takes its
+# Secrets and RoleBindings along), unlike a read that failed this once.
+CREDENTIALS_GONE = frozenset(
+    {"SecretNotFound", "SecretKeyMissing", "SecretForbidden", "SecretNotAllowed"}
+)
 # A problem that persists is logged again this often (not once per poll).
 LOG_REMINDER = 600.0
 
@@ -516,7 +521,7 @@ class Reconciler:
         creds_gone = (
             snapshot is not None
             and snapshot.problem is not None
-            and snapshot.problem.kind is ProblemKind.SECRET
+            and snapshot.problem.reason in CREDENTIALS_GONE
             and not alive
         )
         final = self._wall() >= deleted_at + drain + TEARDOWN_FINAL_GRACE

@@ -189,3 +189,14 @@ async def test_a_deleting_group_never_keeps_its_hook_even_between_orders():
     poller.submit(ReapOrder(GROUP, deleting=True))  # a later plan without the hook flag
     await _poll(poller, 3)
     assert "keep" not in hooks.calls and "remove" in hooks.calls
+
+
+async def test_a_secret_read_that_failed_once_does_not_release_the_group_early():
+    cluster = TalkingCluster()
+    cluster.deletion = "2026-01-01T00:01:00Z"
+    hiccup = snapshot(
+        problem=Problem("SecretReadFailed", "retrying", ProblemKind.SECRET), started_at=200.0
+    )
+    reconciler, _, _ = make(cluster, hiccup, wall=T0 + 61)
+    await reconciler.reconcile(KEY)
+    assert FINALIZER in cluster.finalizers
