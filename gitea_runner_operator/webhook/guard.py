@@ -10,6 +10,10 @@ can reach the Service, and must not let a flood of forged deliveries stall the e
   at most ``MAX_CANDIDATE_SECRETS`` distinct secrets are tried.
 - Verified deliveries are de-duplicated by ``X-Gitea-Delivery`` (a bounded LRU); only after
   verification, so a forger cannot pre-empt a real delivery's id.
+- Signatures over big bodies are computed off the event loop (hashlib releases the GIL), so
+  verifying a flood of 1 MiB bodies against many secrets never stalls the Lease or the polls.
+- Rejections are logged once, then summarised at most every ``QUIET_EVERY`` seconds with a
+  count (:class:`QuietLog`): a flood must not become a flood of log lines.
 - Wake-ups per group are rate-limited (:class:`WakeLimiter`): a tenant's own secret cannot
   make its groups poll Gitea faster than once per ``interval``; a wake-up within the interval
   is deferred to its end (one trailing wake), never lost.
@@ -21,10 +25,15 @@ import asyncio
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar
 
+import structlog
+
+from gitea_runner_operator.webhook import signature
 from gitea_runner_operator.webhook.routing import Repository, parse_repository
+
+T = TypeVar("T")
 
 # A workflow_job payload names its repository after the job (a few KiB with its steps).
 PREFIX_BYTES: Final = 64 * 1024
@@ -34,6 +43,43 @@ DEFAULT_SLOT_WAIT: Final = 2.0
 DELIVERY_MEMORY: Final = 4096
 WAKE_INTERVAL: Final = 2.0
 MAX_DEPTH: Final = 32
+QUIET_EVERY: Final = 10.0
+# Bytes hashed per delivery above which the HMACs run in a thread, off the event loop.
+OFFLOAD_BYTES: Final = 256 * 1024
+
+
+async def signers(candidates: Sequence[tuple[T, bytes]], body: bytes, digest: bytes) -> list[T]:
+    """:func:`signature.matching`, off the event loop when the work is big."""
+    if len(body) * max(1, len(candidates)) < OFFLOAD_BYTES:
+        return signature.matching(candidates, body, digest)
+    return await asyncio.to_thread(signature.matching, candidates, body, digest)
+
+
+class QuietLog:
+    """Logs an event the first time, then at most every ``every`` seconds with the number
+    of occurrences in between (``suppressed``)."""
+
+    def __init__(
+        self,
+        logger: Any = None,
+        every: float = QUIET_EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log = logger or structlog.get_logger(__name__)
+        self._every = every
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._count: dict[str, int] = {}
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        now = self._clock()
+        last = self._last.get(event)
+        if last is not None and now - last < self._every:
+            self._count[event] = self._count.get(event, 0) + 1
+            return
+        self._last[event] = now
+        suppressed = self._count.pop(event, 0)
+        self._log.info(event, suppressed=suppressed, **fields)
 
 
 class Malformed(ValueError):

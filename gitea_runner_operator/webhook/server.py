@@ -34,9 +34,11 @@ from gitea_runner_operator.webhook.guard import (
     MAX_CANDIDATE_SECRETS,
     Deliveries,
     Malformed,
+    QuietLog,
     WakeLimiter,
     parse_body,
     repository_hint,
+    signers,
 )
 from gitea_runner_operator.webhook.routing import (
     WAKE_ACTIONS,
@@ -140,6 +142,7 @@ class WebhookServer:
         self._slots = asyncio.Semaphore(slots)
         self._slot_wait = slot_wait
         self._deliveries = Deliveries()
+        self._quiet = QuietLog(log)
         self._limited_wake = (
             WakeLimiter(wake, wake_interval) if wake_interval is not None else WakeLimiter(wake)
         )
@@ -194,11 +197,11 @@ class WebhookServer:
             # true instead of 401. Polling (on the leader) still finds the job.
             return _STANDBY
         if request.content_length is not None and request.content_length > self._max_body:
-            log.info("webhook delivery too large", remote=request.remote, gitea_event=event)
+            self._quiet("webhook delivery too large", remote=request.remote, gitea_event=event)
             return _TOO_LARGE
         digest = signature.parse_signature(request.headers.get(signature.SIGNATURE_HEADER))
         if digest is None:
-            log.info("webhook delivery unsigned", remote=request.remote, gitea_event=event)
+            self._quiet("webhook delivery unsigned", remote=request.remote, gitea_event=event)
             return _UNAUTHORIZED
         try:
             async with asyncio.timeout(self._slot_wait):
@@ -254,11 +257,11 @@ class WebhookServer:
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            log.info("webhook delivery too large", remote=request.remote, gitea_event=event)
+            self._quiet("webhook delivery too large", remote=request.remote, gitea_event=event)
             return _TOO_LARGE
         groups = list(self._groups())
-        if self._operator_secret is not None and signature.matches(
-            self._operator_secret, body, digest
+        if self._operator_secret is not None and await signers(
+            [(True, self._operator_secret)], body, digest
         ):
             return body, groups
         named = request.query.get("group")
@@ -271,27 +274,27 @@ class WebhookServer:
                 and self._group_secret is not None
                 else None
             )
-            if group is not None and secret and signature.matches(secret, body, digest):
+            if group is not None and secret and await signers([(True, secret)], body, digest):
                 return body, [g for g in groups if g.webhook_secret == group.webhook_secret]
-            log.info("webhook delivery rejected", remote=request.remote, gitea_event=event)
+            self._quiet("webhook delivery rejected", remote=request.remote, gitea_event=event)
             return _UNAUTHORIZED
         if not any(g.webhook_secret is not None for g in groups):
-            log.info("webhook delivery rejected", remote=request.remote, gitea_event=event)
+            self._quiet("webhook delivery rejected", remote=request.remote, gitea_event=event)
             return _UNAUTHORIZED
         repository = repository_hint(body)
         if repository is None:
             return _Answer("bad_request", 400, "repository.full_name: must be 'owner/name'\n")
         candidates = await candidate_secrets(repository, groups, self._group_secret)
-        signers = signature.matching(candidates, body, digest)
-        if not signers:
-            log.info(
+        signed_by = await signers(candidates, body, digest)
+        if not signed_by:
+            self._quiet(
                 "webhook delivery rejected: no configured secret produced its signature",
                 remote=request.remote,
                 gitea_event=event,
                 repository=repository.full_name,
             )
             return _UNAUTHORIZED
-        vouched = {g.key for g in signers}
+        vouched = {g.key for g in signed_by}
         return body, [g for g in groups if g.key in vouched]
 
 
