@@ -11,6 +11,11 @@ codes (a 5xx is a failure of the promise), the Lease's renewals during the flood
 operator's CPU and RSS.
 
     python -m tests.benchmarks.webhook_flood [--flood 2000] [--concurrency 50] [--size 1048000]
+
+``--receiver-only`` needs no testbed: the operator's webhook receiver alone, in this process,
+with GROUPS group secrets covering the flood's organisation, the flood from a separate
+process; it prints the receiver's event-loop lag (what the Lease renewal and the polls would
+wait), sampled every 10 ms, and the status codes.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import secrets
 import threading
@@ -44,7 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, default=20)
     parser.add_argument("--jobs", type=int, default=6)
     parser.add_argument("--poll", default="5s")
+    parser.add_argument("--receiver-only", action="store_true")
+    parser.add_argument("--client", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.client:
+        flood = Flood(args.client, "acme", args.flood, args.concurrency, args.size)
+        flood.run()
+        print(json.dumps({"statuses": dict(flood.statuses), "duration": flood.duration}))
+        return 0
+    if args.receiver_only:
+        asyncio.run(receiver_only(args))
+        return 0
 
     with Sandbox(harness_node=False) as sandbox:
         kube = common.install(sandbox)
@@ -98,6 +114,61 @@ def main(argv: list[str] | None = None) -> int:
         f"flood: {renewals}; operator CPU {cpu:.1f}s, RSS {rss:.0f} MiB"
     )
     return 0
+
+
+async def receiver_only(args: argparse.Namespace) -> None:
+    import logging
+    import sys
+
+    import structlog
+
+    from gitea_runner_operator.api.runnergroup import Scope
+    from gitea_runner_operator.webhook.routing import GroupDescriptor, SecretLocation
+    from gitea_runner_operator.webhook.server import WebhookServer
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    groups = [
+        GroupDescriptor(f"team/g{i}", "http://gitea.invalid", Scope.ORG, "acme", None,
+                        frozenset({"x"}), SecretLocation("team", f"s{i}", "k"))
+        for i in range(args.groups)
+    ]  # fmt: skip
+
+    async def provider(where: SecretLocation) -> bytes:
+        return f"secret-{where.name}".encode()
+
+    server = WebhookServer(
+        "127.0.0.1", 0, groups=lambda: groups, wake=lambda key: None,
+        operator_secret=b"operator", group_secret=provider,
+    )  # fmt: skip
+    await server.start()
+    lags: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            t = time.monotonic()
+            await asyncio.sleep(0.01)
+            lags.append(time.monotonic() - t - 0.01)
+
+    tick = asyncio.create_task(ticker())
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.benchmarks.webhook_flood", "--client", str(server.port),
+        "--flood", str(args.flood), "--concurrency", str(args.concurrency),
+        "--size", str(args.size), stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    tick.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await tick
+    await server.stop()
+    result = json.loads(out)
+    fives = sum(n for s, n in result["statuses"].items() if s.isdigit() and int(s) >= 500)
+    print(
+        f"receiver only, {args.groups} group secrets: {args.flood} deliveries of {args.size} "
+        f"bytes, {args.concurrency} at a time, in {result['duration']:.1f}s; answers "
+        f"{result['statuses']}; 5xx: {fives}; event-loop lag p50 "
+        f"{common.percentile(lags, 0.5) * 1000:.1f} ms, p99 "
+        f"{common.percentile(lags, 0.99) * 1000:.1f} ms, max {max(lags) * 1000:.1f} ms"
+    )
 
 
 def _workflow(name: str) -> str:

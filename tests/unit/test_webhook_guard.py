@@ -10,7 +10,7 @@ import json
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from gitea_runner_operator.webhook.guard import WakeLimiter, repository_hint
+from gitea_runner_operator.webhook.guard import QuietLog, WakeLimiter, repository_hint, signers
 from gitea_runner_operator.webhook.server import PATH
 from gitea_runner_operator.webhook.signature import sign
 from tests.unit.test_webhook_server import OPERATOR, SECRETS, A, Harness, body_for
@@ -105,3 +105,27 @@ async def test_wake_ups_per_group_are_limited_and_the_last_one_is_deferred_not_l
     await asyncio.sleep(0.3)
     assert woken == ["a", "b", "a"]  # one trailing wake for the two within the interval
     limiter.close()
+
+
+def test_a_flood_of_rejections_is_one_log_line_then_a_count():
+    lines: list[tuple[str, dict]] = []
+
+    class Log:
+        def info(self, event: str, **fields: object) -> None:
+            lines.append((event, fields))
+
+    now = [0.0]
+    quiet = QuietLog(Log(), every=10, clock=lambda: now[0])
+    for _ in range(500):
+        quiet("webhook delivery rejected", remote="x")
+    now[0] = 10.0
+    quiet("webhook delivery rejected", remote="x")
+    assert [f["suppressed"] for _, f in lines] == [0, 499]
+
+
+async def test_big_signatures_are_checked_off_the_event_loop_with_the_same_verdict():
+    body = b"x" * (1 << 20)
+    candidates = [(i, f"s{i}".encode()) for i in range(8)]
+    good = sign(b"s5", body)
+    assert await signers(candidates, body, bytes.fromhex(good)) == [5]
+    assert await signers(candidates, body, bytes(32)) == []
