@@ -36,7 +36,7 @@ class Leftovers:
         return [r.name for r in self.registrations or ()]
 
 
-def describe(left: Leftovers, why: str) -> str:
+def describe(left: Leftovers, why: str, *, at_once: bool = False) -> str:
     """One sentence for the Event and the log: why it gave up, then what is left."""
     parts: list[str] = []
     if left.registrations is None:
@@ -61,5 +61,6 @@ def describe(left: Leftovers, why: str) -> str:
         )
     what = "; ".join(parts) if parts else "nothing known"
     return (
-        f"gave up after spec.drainTimeout: {why}. Left behind for a Gitea admin to remove: {what}"
+        f"gave up {'at once' if at_once else 'after spec.drainTimeout'}: {why}. Left behind "
+        f"for a Gitea admin to remove: {what}"
     )

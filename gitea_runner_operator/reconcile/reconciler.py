@@ -537,6 +537,7 @@ class Reconciler:
                     else "Gitea did not answer"
                     if observation is None
                     else "Gitea answered but refused or failed the removals (see the operator log)",
+                    at_once=creds_gone and not drained,
                 )
                 log.warning("teardown incomplete", group=key, reason=message)
                 await self._cluster.emit_event(group, "Warning", "TeardownIncomplete", message)
