@@ -17,6 +17,7 @@ import structlog
 from kubernetes_asyncio import client, config
 
 from gitea_runner_operator import __version__, logsetup, webhook
+from gitea_runner_operator.api.template_policy import PolicyError, TemplatePolicy
 from gitea_runner_operator.health import HealthServer
 from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
@@ -118,6 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kube-write-burst", type=int, default=100, help="burst of that limit (default 100)"
     )
+    p.add_argument(
+        "--template-policy",
+        default="restricted",
+        help="what RunnerGroups' spec.template may ask for: restricted (default), permissive, "
+        "or a comma list of hostNamespaces, hostPath, privileged, nodeName, serviceAccount, "
+        "automountToken, unlabelledSecrets",
+    )
+    p.add_argument(
+        "--template-service-account",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a ServiceAccount runner Pods may use besides 'default' (repeatable)",
+    )
     p.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
     p.add_argument("--log-level", default="info")
     return p
@@ -144,6 +159,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             raise SystemExit(
                 f"--webhook-url {args.webhook_url!r} is not an http(s) URL with a host"
             )
+    try:
+        TemplatePolicy.parse(args.template_policy)
+    except PolicyError as exc:
+        raise SystemExit(str(exc)) from None
     if args.webhook_secret is not None:
         try:
             parse_secret_location(args.webhook_secret)
@@ -169,6 +188,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         webhook_secret=args.webhook_secret,
         webhook_secret_file=args.webhook_secret_file,
         webhook_url=args.webhook_url,
+        template_policy=args.template_policy,
+        template_service_accounts=tuple(args.template_service_account),
+        own_namespace=own_namespace(),
     )
 
 
@@ -179,6 +201,33 @@ async def load_credentials(settings: Settings) -> str:
         return "in-cluster"
     await config.load_kube_config(config_file=settings.kubeconfig, context=settings.context)
     return settings.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+
+
+def startup_warnings(settings: Settings) -> list[str]:
+    """Settings that leave a door open, said once at start so the platform team sees it."""
+    warnings = []
+    if not settings.allowed_gitea_urls:
+        warnings.append(
+            "--allowed-gitea-url is not set: a RunnerGroup may point the operator at any URL, "
+            "and with it any labelled token whose Secret lacks the gitea.bpg.pw/gitea-url "
+            "annotation (an admin token included); pin your Gitea instances with the flag"
+        )
+    if TemplatePolicy.parse(settings.template_policy).allow:
+        warnings.append(
+            f"--template-policy {settings.template_policy}: RunnerGroups' templates may ask "
+            "for what it allows, in Pods the operator creates with its own identity"
+        )
+    return warnings
+
+
+def own_namespace() -> str | None:
+    """The namespace the operator runs in, when it runs in a Pod."""
+    if env := os.environ.get("POD_NAMESPACE"):
+        return env
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        with contextlib.suppress(OSError):
+            return SA_NAMESPACE_FILE.read_text().strip() or None
+    return None
 
 
 def lease_namespace(settings: Settings) -> str:
@@ -260,6 +309,8 @@ async def run(settings: Settings) -> int:
         namespaces=list(settings.namespaces) or "all",
         leader_elect=settings.leader_elect,
     )
+    for warning in startup_warnings(settings):
+        log.warning(warning)
     # Watches get their own connection pool, sized for them, so that three watch streams per
     # namespace can never take every connection the writes and the Lease need.
     watch_config = client.Configuration.get_default_copy()

@@ -46,3 +46,10 @@ class Settings:
     webhook_secret_file: str | None = None  # or a file holding it (a mounted Secret)
     # Where Gitea delivers to /hooks/gitea, for the hooks groups ask the operator to manage.
     webhook_url: str | None = None
+    # What tenants' spec.template may ask for (api/template_policy.py): "restricted",
+    # "permissive" or a comma list of allowances; ServiceAccounts allowed besides "default".
+    template_policy: str = "restricted"
+    template_service_accounts: tuple[str, ...] = ()
+    # The operator's own namespace (POD_NAMESPACE or the in-cluster ServiceAccount's):
+    # RunnerGroups there are refused. None when unknown (run from a workstation).
+    own_namespace: str | None = None

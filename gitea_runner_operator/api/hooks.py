@@ -18,8 +18,9 @@ class HookStatus:
 def hook_url(delivery_url: str, group_key: str) -> str:
     """The group's own delivery URL: the operator's, with the group named in the query.
 
-    Why per group: Gitea finds hooks by target URL, so two groups of one organisation with
-    their own secrets would otherwise keep rewriting one hook, and deleting one group would
-    delete the other's hook. The receiver ignores the query; the signature decides."""
+        Why per group: Gitea finds hooks by target URL, so two groups of one organisation with
+        their own secrets would otherwise keep rewriting one hook, and deleting one group would
+        delete the other's hook. The receiver uses the query only to pick the one secret to
+    verify with (before parsing anything); the signature decides."""
     sep = "&" if "?" in delivery_url else "?"
     return f"{delivery_url}{sep}group={quote(group_key, safe='')}"

@@ -8,7 +8,11 @@ Why each rule is here:
 - 401/403/404 are never retried: they do not heal by themselves and become a condition;
 - pagination follows ``total_count`` (the server clamps ``limit`` silently) with a hard page
   cap, so a huge queue cannot stall a poll;
-- the token only ever travels in the ``Authorization`` header; nothing here logs it.
+- the token only ever travels in the ``Authorization`` header; nothing here logs it;
+- every body is bounded (``max_body``, 16 MiB, read in chunks and never past the cap) and
+  parsed to a bounded depth, and a status that is not Gitea's API answer shows in status as
+  a fixed phrase (never a header or body): a tenant chooses the URL, so what comes back is
+  untrusted input that must cost neither memory nor an internal service's secrets.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from gitea_runner_operator.api.gitea import (
 )
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.errors import (
+    GiteaAnswerTooLarge,
     GiteaError,
     GiteaForbidden,
     GiteaNotFound,
@@ -67,6 +72,18 @@ DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=20, connect=5, sock_read=15)
 MAX_RETRY_AFTER = 300.0
 # Far beyond any real queue, but a bound: 200 pages of 50.
 DEFAULT_MAX_PAGES = 200
+# A page of 50 runners or jobs is tens of KiB; 16 MiB is far beyond any real answer.
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
+# Gitea's answers nest a few levels; anything deeper is not Gitea (and would otherwise
+# reach RecursionError somewhere).
+MAX_JSON_DEPTH = 32
+_CHUNK = 64 * 1024
+# Statuses named in conditions as they are; any other is "an unexpected status", so a
+# condition cannot be used to read an internal service's answers code by code.
+_KNOWN_STATUSES = frozenset(
+    {300, 301, 302, 303, 304, 307, 308, 400, 405, 406, 409, 410, 413, 415, 422}
+    | {500, 501, 502, 503, 504}
+)
 
 
 class _Transient(Exception):
@@ -110,6 +127,7 @@ class GiteaClient:
         backoff_max: float = 8.0,
         max_inline_wait: float = 5.0,
         timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
+        max_body: int = DEFAULT_MAX_BODY,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_request: RequestHook | None = None,
         on_rate_limit_wait: WaitHook | None = None,
@@ -126,6 +144,7 @@ class GiteaClient:
         self._backoff_max = backoff_max
         self._max_inline_wait = max_inline_wait
         self._timeout = timeout
+        self._max_body = max_body
         self._sleep = sleep
 
     @property
@@ -323,7 +342,8 @@ class GiteaClient:
                 allow_redirects=False,
             ) as resp:
                 status = resp.status
-                body = await resp.read()
+                # Only an API answer's body is ever read, and only up to the cap.
+                body = await self._read(method, path, resp) if 200 <= status < 300 else b""
                 return self._interpret(method, path, resp.status, resp.headers, body)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise _Transient(self._unreachable(exc)) from None
@@ -332,6 +352,20 @@ class GiteaClient:
         finally:
             if self._on_request is not None:
                 self._on_request(method, path, status, time.monotonic() - started)
+
+    async def _read(self, method: str, path: str, resp: aiohttp.ClientResponse) -> bytes:
+        too_large = GiteaAnswerTooLarge(
+            f"{method} {path}: the answer is larger than {self._max_body // (1024 * 1024)} MiB; "
+            "not read (this is not a Gitea API answer)"
+        )
+        if resp.content_length is not None and resp.content_length > self._max_body:
+            raise too_large
+        body = bytearray()
+        async for chunk in resp.content.iter_chunked(_CHUNK):
+            body += chunk
+            if len(body) > self._max_body:
+                raise too_large
+        return bytes(body)
 
     def _unreachable(self, exc: BaseException) -> GiteaUnreachable:
         error = GiteaUnreachable(f"{self._base}: no answer (connection failed or timed out)")
@@ -346,13 +380,17 @@ class GiteaClient:
             if status == 204 or not body:
                 return None
             try:
-                return json.loads(body)
-            except ValueError:
+                parsed = json.loads(body)
+            except (ValueError, RecursionError):
                 raise GiteaProtocolError(f"{where}: response is not JSON") from None
+            if _too_deep(parsed, MAX_JSON_DEPTH):
+                raise GiteaProtocolError(f"{where}: response nests deeper than Gitea's API")
+            return parsed
+        shown = f"HTTP {status}" if status in _KNOWN_STATUSES else "an unexpected status"
         if 300 <= status < 400:
-            target = str(headers.get("Location") or "")[:200]
+            # Never the Location: it would tell a tenant what an internal service answers.
             raise GiteaRedirected(
-                f"{where}: HTTP {status} redirect to {target or '(no Location)'} not followed; "
+                f"{where}: Gitea answered a redirect ({shown}); redirects are not followed: "
                 "set spec.gitea.url to the address Gitea really serves"
             )
         if status == 401:
@@ -373,8 +411,26 @@ class GiteaClient:
                 raise limited  # the poll loop waits, not this call
             raise _Transient(limited, retry_after)
         if status >= 500:
-            raise _Transient(GiteaServerError(f"{where}: HTTP {status} from Gitea"))
-        raise GiteaError(f"{where}: unexpected HTTP {status}")
+            raise _Transient(GiteaServerError(f"{where}: {shown} from Gitea"))
+        raise GiteaError(f"{where}: Gitea answered {shown}")
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether parsed JSON nests deeper than ``limit``; iterative, so it cannot itself hit
+    the recursion limit, and linear in the size of what was parsed."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 class SessionPool:

@@ -66,6 +66,14 @@ class GiteaProtocolError(GiteaError):
     reason = "GiteaBadResponse"
 
 
+class GiteaAnswerTooLarge(GiteaError):
+    """A 2xx body beyond the client's cap (16 MiB): read no further, never retried. A tenant
+    chooses the URL, and an unbounded body would take the whole operator (every team) down
+    by memory."""
+
+    reason = "GiteaAnswerTooLarge"
+
+
 class GiteaUnsupported(GiteaError):
     """The endpoint is missing although the target exists: Gitea older than 1.25."""
 

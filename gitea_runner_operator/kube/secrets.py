@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gitea_runner_operator.api.credentials import secret_problem
+from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL, secret_problem
 from gitea_runner_operator.api.observation import Problem, ProblemKind
 
 REQUEST_TIMEOUT = 10.0
@@ -90,6 +90,21 @@ class Secrets:
                 Problem("SecretKeyMissing", f"{where}: key {key!r} is empty", ProblemKind.SECRET)
             )
         return value
+
+    async def require_opt_in(self, namespace: str, name: str, field: str) -> None:
+        """A Secret a group's template hands to runner Pods must have opted in like the
+        tokens: one team's template must not mount another Secret of the namespace that was
+        never lent to the operator. Only the label is looked at; no value is decoded."""
+        entry = await self._entry(namespace, name, field)
+        if entry.labels.get(CREDENTIALS_LABEL) != "true":
+            raise SecretProblem(
+                Problem(
+                    "TemplateNotAllowed",
+                    f"{field}: Secret {namespace}/{name} lacks the label {CREDENTIALS_LABEL}: "
+                    '"true"; runner Pods get only Secrets that opt in',
+                    ProblemKind.SECRET,
+                )
+            )
 
     async def _entry(self, namespace: str, name: str, field: str) -> _Entry:
         cached = self._cache.get((namespace, name))

@@ -21,6 +21,8 @@ class ReapOrder:
     orphans: tuple[Orphan, ...] = ()
     # Teardown of a group with spec.webhook.manageHook: remove its hook from Gitea as well.
     remove_hook: bool = False
+    # The group is being deleted: from now on its task never creates or keeps its hook.
+    deleting: bool = False
 
 
 class GroupSource(Protocol):
@@ -37,6 +39,12 @@ class GroupSource(Protocol):
     @property
     def hook_removed(self) -> bool:
         """A teardown's hook removal is done."""
+        ...
+
+    @property
+    def kept_hook_id(self) -> int | None:
+        """The id of the hook this process made for the group, if any (for the admin who
+        cleans up after a teardown that gave up)."""
         ...
 
     def wake(self) -> None: ...

@@ -21,9 +21,11 @@ import structlog
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.naming import new_job_name, runner_pattern
-from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
+from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, parse_spec
+from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
+from gitea_runner_operator.api.template_policy import check as check_template_policy
 from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, parse_time, pods_by_job
@@ -33,11 +35,13 @@ from gitea_runner_operator.reconcile.accounting import Answer, Claimant
 from gitea_runner_operator.reconcile.churn import Finished, unsettled
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
-from gitea_runner_operator.reconcile.ports import ReapOrder, Sources
+from gitea_runner_operator.reconcile.leftovers import Leftovers, describe
+from gitea_runner_operator.reconcile.ports import GroupSource, ReapOrder, Sources
 from gitea_runner_operator.reconcile.scaling import (
     Plan,
     ReapReason,
     RunnerState,
+    group_registrations,
     plan,
     runner_state,
     teardown,
@@ -53,6 +57,14 @@ CREATE_BACKOFF_BASE = 5.0
 CREATE_BACKOFF_MAX = 300.0
 # A deleting group waits this long for a fresh answer from Gitea before giving up on it.
 TEARDOWN_ANSWER_GRACE = 60.0
+# After the drain timeout, the last removals (registrations of runners stopped at the drain
+# timeout, the hook) get this long; then the finalizer goes whatever Gitea says.
+TEARDOWN_FINAL_GRACE = 30.0
+# Secret answers that mean the credentials are gone for good (a deleted namespace takes its
+# Secrets and RoleBindings along), unlike a read that failed this once.
+CREDENTIALS_GONE = frozenset(
+    {"SecretNotFound", "SecretKeyMissing", "SecretForbidden", "SecretNotAllowed"}
+)
 # A problem that persists is logged again this often (not once per poll).
 LOG_REMINDER = 600.0
 
@@ -120,7 +132,11 @@ class Reconciler:
         on_group_gone: Callable[[str], None] | None = None,
         metrics: Metrics | None = None,
         ledger: Ledger | None = None,
+        template_policy: TemplatePolicy = RESTRICTED,
+        own_namespace: str | None = None,
     ) -> None:
+        self._template_policy = template_policy
+        self._own_namespace = own_namespace
         self._metrics = metrics or Metrics()
         self._ledger = ledger or Ledger()
         self._cache = cache
@@ -152,6 +168,10 @@ class Reconciler:
             await self._sources.stop(key)
             problem = Problem("InvalidSpec", exc.message, ProblemKind.CONFIG)
             await self._write_status(key, group, problem, views=views)
+            return Result()
+        if (refused := self._refused(meta, spec)) is not None:
+            await self._sources.stop(key)  # no Gitea calls, no Jobs: nothing to do for it
+            await self._write_status(key, group, refused, views=views)
             return Result()
         if FINALIZER not in (meta.get("finalizers") or []):
             await self._cluster.set_finalizers(
@@ -228,6 +248,21 @@ class Reconciler:
         return Result(requeue_after=requeue)
 
     # -- deciding -------------------------------------------------------------------------------
+
+    def _refused(self, meta: dict[str, Any], spec: RunnerGroupSpec) -> Problem | None:
+        """What the platform does not let this group have (its namespace, its template):
+        checked before any Job exists, named by field."""
+        if self._own_namespace is not None and meta.get("namespace") == self._own_namespace:
+            return Problem(
+                "NamespaceNotAllowed",
+                f"RunnerGroups in the operator's own namespace ({self._own_namespace}) are "
+                "refused: runner Pods there would run beside the operator and its credentials",
+                ProblemKind.CONFIG,
+            )
+        refusal = check_template_policy(spec.template, spec.mode.value, self._template_policy)
+        if refusal is not None:
+            return Problem("TemplateNotAllowed", str(refusal), ProblemKind.CONFIG)
+        return None
 
     def _plan(
         self,
@@ -484,7 +519,9 @@ class Reconciler:
         )
         hooked = spec is not None and spec.manages_hook
         if source is not None:
-            source.submit(ReapOrder(group, plan_.reap, plan_.orphans, remove_hook=hooked))
+            source.submit(
+                ReapOrder(group, plan_.reap, plan_.orphans, remove_hook=hooked, deleting=True)
+            )
             source.wake()
         for job_name in plan_.force_delete:
             await self._cluster.delete_job(meta["namespace"], job_name)
@@ -493,24 +530,33 @@ class Reconciler:
             for view in views:
                 if view.alive:
                     await self._cluster.delete_job(meta["namespace"], view.name)
-        # Give up only when Gitea really cannot be asked: a fresh answer that is a failure,
-        # or no fresh answer for a minute, once the drain timeout has passed.
+        # Never wedge: after the drain timeout (plus a short grace for the last removals)
+        # the finalizer goes whatever Gitea says, refusal and silence alike; at once when
+        # Gitea answered with a failure, or when no runner is left and the credentials are
+        # gone (nothing could be removed anyway).
         failed = snapshot is not None and snapshot.problem is not None
         silent = self._clock() - state.teardown_since > TEARDOWN_ANSWER_GRACE
-        give_up = drained and observation is None and (failed or silent)
+        alive = tuple(v.name for v in views if v.alive)
+        creds_gone = (
+            snapshot is not None
+            and snapshot.problem is not None
+            and snapshot.problem.reason in CREDENTIALS_GONE
+            and not alive
+        )
+        final = self._wall() >= deleted_at + drain + TEARDOWN_FINAL_GRACE
+        unanswered = observation is None and (failed or silent)
+        give_up = creds_gone or (drained and (final or unanswered))
         done = plan_.done and (not hooked or (source is not None and source.hook_removed))
         if done or spec is None or give_up:
             if not done and spec is not None:
-                what = "runner registrations" if not plan_.done else "webhook"
-                message = (
-                    f"gave up removing this group's {what} after "
-                    "spec.drainTimeout: "
-                    + (
-                        snapshot.problem.message
-                        if snapshot is not None and snapshot.problem is not None
-                        else "Gitea did not answer"
-                    )
-                    + "; a Gitea admin may remove leftover offline runners"
+                message = describe(
+                    self._leftovers(meta, source, observation, alive, hooked),
+                    snapshot.problem.message
+                    if snapshot is not None and snapshot.problem is not None
+                    else "Gitea did not answer"
+                    if observation is None
+                    else "Gitea answered but refused or failed the removals (see the operator log)",
+                    at_once=creds_gone and not drained,
                 )
                 log.warning("teardown incomplete", group=key, reason=message)
                 await self._cluster.emit_event(group, "Warning", "TeardownIncomplete", message)
@@ -521,6 +567,30 @@ class Reconciler:
             log.info("teardown complete, finalizer released", group=key)
             return Result()
         return Result(requeue_after=2.0 if drained else 5.0)
+
+    @staticmethod
+    def _leftovers(
+        meta: dict[str, Any],
+        source: GroupSource | None,
+        observation: Observation | None,
+        alive: tuple[str, ...],
+        hooked: bool,
+    ) -> Leftovers:
+        """What a giving-up teardown leaves behind: by the freshest runner list there is
+        (one from before the deletion still names every runner that existed then)."""
+        if observation is None and source is not None and source.latest is not None:
+            observation = source.latest.observation
+        registrations = (
+            tuple(group_registrations(meta["name"], meta["uid"], observation.runners))
+            if observation is not None
+            else None
+        )
+        return Leftovers(
+            registrations=registrations,
+            alive_jobs=alive,
+            hook_left=hooked and not (source is not None and source.hook_removed),
+            hook_id=source.kept_hook_id if source is not None else None,
+        )
 
     async def _forget(self, key: str) -> None:
         """The group is gone: drop everything this process kept for it."""

@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 from kubernetes_asyncio import client
 
+from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
 from gitea_runner_operator.kube.cluster import Cluster
@@ -61,6 +62,9 @@ class Controller:
         self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
         self.expectations = Expectations(settings.expectation_timeout)
         configs = ConfigReader(api, ttl=settings.secret_cache_ttl)
+        self.template_policy = TemplatePolicy.parse(
+            settings.template_policy, settings.template_service_accounts
+        )
         self.observer = Observer(
             self.secrets,
             self.sessions,
@@ -69,6 +73,7 @@ class Controller:
             metrics=self.metrics,
             allowed_urls=settings.allowed_gitea_urls,
             deadline=settings.observe_deadline,
+            template_policy=self.template_policy,
         )
         self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
         self.hooks = HookKeeper(self.secrets, settings.webhook_url)
@@ -90,6 +95,8 @@ class Controller:
             metrics=self.metrics,
             # A group whose share of overlapping jobs grew must create: enqueue it.
             ledger=Ledger(notify=self.queue.add),
+            template_policy=self.template_policy,
+            own_namespace=settings.own_namespace,
         )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
@@ -126,12 +133,17 @@ class Controller:
         self.cache.forget(key)
         self.hooks.forget(key)
         urls = {spec.gitea.url for spec in self.pollers.specs()}
-        self.observer.forget(urls)
         namespaces = {k.split("/", 1)[0] for k in self.pollers.keys()}  # noqa: SIM118 - a method
         self.secrets.retain(namespaces)
-        task = asyncio.create_task(self.sessions.retain(urls))
+        task = asyncio.create_task(self._drop_urls(urls))
         self._housekeeping.add(task)
         task.add_done_callback(self._housekeeping.discard)
+
+    async def _drop_urls(self, urls: set[str]) -> None:
+        """Fetches of URLs no group uses are cancelled and awaited before their sessions
+        close: a request left running would fail later on a closed session, unobserved."""
+        await self.observer.drop(urls)
+        await self.sessions.retain(urls)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set (graceful) or the task is cancelled (leadership lost)."""
@@ -170,6 +182,10 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.pollers.stop_all()
+            await self.reaper.close()
+            if self._housekeeping:
+                await asyncio.wait(list(self._housekeeping), timeout=5)
+            await self.observer.close()
             await self.sessions.close()
             self.metrics.set_leader(False)
             self.stopped.set()

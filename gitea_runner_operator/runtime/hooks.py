@@ -140,6 +140,10 @@ class HookKeeper:
             log.info("webhook removed from gitea", group=key, scope=_where(scope))
         return True
 
+    def kept_id(self, key: str) -> int | None:
+        kept = self._kept.get(key)
+        return kept.hook_id if kept is not None else None
+
     def forget(self, key: str) -> None:
         self._kept.pop(key, None)
 

@@ -27,6 +27,7 @@ from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runner_config import runner_config_problem
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.api.template_policy import TemplatePolicy, secret_refs
 from gitea_runner_operator.forge.client import GiteaClient, SessionPool
 from gitea_runner_operator.forge.errors import (
     GiteaError,
@@ -70,11 +71,31 @@ class _Fetched:
     handle: GiteaHandle | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Shared:
+    """One in-flight (or finished) fetch and the observations waiting for it. When the
+    last waiter gives up (its deadline, its poller stopping), the fetch is cancelled: no
+    abandoned request may run on, and later fail on a session closed meanwhile."""
+
     started: float
     checked: str
     task: asyncio.Task[_Fetched]
+    waiters: int = 0
+    abandoned: bool = False
+
+
+SETTLE_TIMEOUT = 5.0
+
+
+async def _settle(tasks: Sequence[asyncio.Task[_Fetched]]) -> None:
+    """Wait (at most ``SETTLE_TIMEOUT``) for cancelled fetches to end, retrieving their
+    outcomes so that none is reported as "never retrieved"."""
+    if not tasks:
+        return
+    await asyncio.wait(tasks, timeout=SETTLE_TIMEOUT)
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()
 
 
 def utc_now_iso() -> str:
@@ -95,7 +116,9 @@ class Observer:
         clock: Callable[[], float] = time.monotonic,
         page_size: int = 50,
         max_pages: int = 200,
+        template_policy: TemplatePolicy | None = None,
     ) -> None:
+        self._template_policy = template_policy
         self._secrets = secrets
         self._sessions = sessions
         self._trust = trust
@@ -116,23 +139,43 @@ class Observer:
         # with: what no group used for IDLE_EXPIRY goes, so memory follows what is alive.
         self._used: dict[tuple[str, ScopeRef, str], float] = {}
         self._housekept = clock()
+        # Every fetch task not yet finished: cancelled and awaited when its URL goes or the
+        # observer closes, never left to fail on its own.
+        self._tasks: set[asyncio.Task[_Fetched]] = set()
         self.fetches = 0  # sets of Gitea requests actually sent, for tests and benchmarks
 
-    def forget(self, urls_in_use: set[str]) -> None:
+    def forget(self, urls_in_use: set[str]) -> list[asyncio.Task[_Fetched]]:
+        """Drop what was learned about URLs no group uses; returns their fetches, cancelled,
+        for the caller to await (:meth:`drop` does both)."""
         for key in [k for k in self._resolved if k[0] not in urls_in_use]:
             del self._resolved[key]
-        for shared in [k for k in self._shared if k[0] not in urls_in_use]:
-            del self._shared[shared]
+        cancelled = []
+        for shared_key in [k for k in self._shared if k[0] not in urls_in_use]:
+            cancelled += self._pop_shared(shared_key)
         for used in [k for k in self._used if k[0] not in urls_in_use]:
             del self._used[used]
             self._progress_at.pop(used, None)
+        return cancelled
+
+    def _pop_shared(
+        self, shared_key: tuple[str, ScopeRef, str, str]
+    ) -> list[asyncio.Task[_Fetched]]:
+        """Forget one shared request; its fetch, if still running, is cancelled and returned
+        for the caller to await."""
+        shared = self._shared.pop(shared_key)
+        if shared.task.done():
+            return []
+        shared.abandoned = True
+        shared.task.cancel()
+        return [shared.task]
 
     def __len__(self) -> int:
         """Entries held in the caches (for tests and benchmarks)."""
         return len(self._resolved) + len(self._shared) + len(self._progress_at)
 
     async def housekeep(self) -> None:
-        """Drop what no group used for IDLE_EXPIRY; close sessions of old trust and tokens."""
+        """Drop what no group used for IDLE_EXPIRY; close sessions of old trust and tokens,
+        after the fetches dropped with them have ended."""
         now = self._clock()
         self._housekept = now
         idle = [k for k, at in self._used.items() if now - at > IDLE_EXPIRY]
@@ -141,12 +184,27 @@ class Observer:
             self._resolved.pop(k, None)
             self._progress_at.pop(k, None)
         gone = set(idle)
-        for shared, entry in list(self._shared.items()):
-            if shared[:3] in gone or (entry.task.done() and now - entry.started > IDLE_EXPIRY):
-                del self._shared[shared]
+        cancelled = []
+        for shared_key, entry in list(self._shared.items()):
+            if shared_key[:3] in gone or (entry.task.done() and now - entry.started > IDLE_EXPIRY):
+                cancelled += self._pop_shared(shared_key)
+        await _settle(cancelled)
         if self._trust is not None:
             self._trust.expire(IDLE_EXPIRY)
         await self._sessions.expire(IDLE_EXPIRY)
+
+    async def drop(self, urls_in_use: set[str]) -> None:
+        """:meth:`forget`, then wait until the cancelled fetches have ended (bounded), so
+        that closing their sessions afterwards cannot break a request in flight."""
+        await _settle(self.forget(urls_in_use))
+
+    async def close(self) -> None:
+        """Cancel and await every fetch still running (shutdown, lost leadership)."""
+        self._shared.clear()
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await _settle(tasks)
 
     async def observe(
         self, namespace: str, spec: RunnerGroupSpec, newer_than: float = float("-inf")
@@ -184,6 +242,10 @@ class Observer:
             # Checked, never used here: runner Pods get it by secretKeyRef, and must not be
             # pointed at a Secret that did not opt in.
             await self._secrets.read(namespace, reg.name, reg.key, "spec.registrationToken", url)
+            policy = self._template_policy
+            if policy is not None and not policy.allows("unlabelledSecrets"):
+                for ref in secret_refs(spec.template)[:32]:
+                    await self._secrets.require_opt_in(namespace, ref.name, ref.path)
         except SecretProblem as exc:
             return Snapshot(started, checked, problem=exc.problem), None
         except Exception as exc:  # API server trouble reading the Secret
@@ -219,13 +281,22 @@ class Observer:
         key = (url, wanted, fingerprint, trust_id)
         self._used[key[:3]] = started
         shared = self._shared.get(key)
-        if shared is None or shared.started < newer_than:
+        if shared is None or shared.started < newer_than or shared.abandoned:
             task = asyncio.create_task(self._fetch(client, wanted, fingerprint))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
             shared = self._shared[key] = _Shared(started, checked, task)
             self.fetches += 1
         # Shielded: one group giving up (its deadline, its poller stopping) must not cancel
-        # the request the other groups are waiting for.
-        fetched = await asyncio.shield(shared.task)
+        # the request the other groups are waiting for; the last one to give up does.
+        shared.waiters += 1
+        try:
+            fetched = await asyncio.shield(shared.task)
+        finally:
+            shared.waiters -= 1
+            if shared.waiters == 0 and not shared.task.done():
+                shared.abandoned = True
+                shared.task.cancel()
         if isinstance(fetched.error, GiteaUnauthorized | GiteaForbidden):
             self._secrets.invalidate(namespace, auth.name)  # rotated? read it again next time
         snapshot = Snapshot(
@@ -273,6 +344,8 @@ class Observer:
                 "GiteaUnreachable", f"{url}: no complete answer within {self._deadline:.0f}s"
             )
             return _Fetched(problem=problem)
+        except asyncio.CancelledError:
+            raise
         except GiteaError as exc:
             if isinstance(exc, GiteaNotFound):
                 self._resolved.pop(cache_key, None)  # the target may have been renamed
@@ -281,6 +354,10 @@ class Observer:
                 log.debug("gitea request failed", gitea=url, detail=exc.detail)
             problem = Problem(exc.reason, f"{url}: {exc}" if url not in str(exc) else str(exc))
             return _Fetched(problem=problem, retry_after=retry_after, error=exc)
+        except Exception as exc:  # a bug or a library fault: a condition, never a lost task
+            log.warning("gitea fetch failed unexpectedly", gitea=url, error=repr(exc))
+            problem = Problem("GiteaError", f"{url}: the request failed; retrying")
+            return _Fetched(problem=problem)
         if not runners.complete:
             log.warning(
                 "runner list longer than the page cap: no runner of this scope is reaped "

@@ -82,6 +82,9 @@ class GroupPoller:
         self.latest: Snapshot | None = None
         self.hook: HookStatus | None = None
         self.hook_removed = False
+        # Set by the first teardown order and never cleared: a deleting group's hook is
+        # only ever removed, never created or kept again.
+        self.deleting = False
         self._hooks = hooks
         self._namespace = key.split("/", 1)[0]
         self._observe = observe
@@ -111,9 +114,18 @@ class GroupPoller:
         self._wanted_after = max(self._wanted_after, self._clock())
         self._wake.set()
 
+    @property
+    def kept_hook_id(self) -> int | None:
+        return self._hooks.kept_id(self.key) if self._hooks is not None else None
+
     def submit(self, order: ReapOrder) -> None:
-        """Reaps to carry out after the next observation (replacing any not yet started)."""
-        self._order = order if (order.candidates or order.orphans) else None
+        """Reaps to carry out after the next observation (replacing any not yet started;
+        each order is a full plan). An order that removes the hook is kept even with no
+        runner to reap: dropping it wedged the teardown of a group without runners."""
+        if order.deleting:
+            self.deleting = True
+        wanted = order.candidates or order.orphans or order.remove_hook
+        self._order = order if wanted else None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name=f"poll:{self.key}")
@@ -149,6 +161,8 @@ class GroupPoller:
                 self.latest = snapshot
             self._notify(self.key)
             order, self._order = self._order, None
+            if order is not None and handle is None and self._order is None:
+                self._order = order  # Gitea could not be asked: keep it for the next pass
             if order is not None and handle is not None and snapshot is not None:
                 try:
                     await self._reaper_run(handle, snapshot, order)
@@ -175,10 +189,16 @@ class GroupPoller:
         the observation, so a slow hook call never delays a runner."""
         if self._hooks is None:
             return
-        removing = order is not None and order.remove_hook
+        removing = (order is not None and order.remove_hook) or (
+            self.deleting and (self.spec.manages_hook or self._hooks.holds(self.key))
+        )
+        if self.deleting and not removing:
+            return  # never create or keep a hook for a group being deleted
         try:
             async with asyncio.timeout(60):
                 if removing:
+                    if self.hook_removed:
+                        return
                     self.hook_removed = await self._hooks.remove(self.key, handle)
                     if self.hook_removed:
                         self._notify(self.key)
@@ -258,8 +278,9 @@ class Pollers:
             min_refresh=self._min_refresh,
             backoff_max=self._backoff_max,
         )
-        if current is not None:  # what the old task knew of the hook still holds
+        if current is not None:  # what the old task knew still holds
             poller.hook, poller.hook_removed = current.hook, current.hook_removed
+            poller.deleting, poller._order = current.deleting, current._order
         self._pollers[key] = poller
         poller.start()
         return poller

@@ -7,6 +7,11 @@ disabled runner takes no new task), then ask Gitea what is running now, and skip
 and the registration after that, so a runner is never left without its registration while
 its Pod still runs.
 
+Every candidate is checked, whatever its kind: one that never registered (startup timeout,
+teardown) may have registered since the plan, under the Pod the plan saw or a replacement
+Pod the Job started meanwhile (read again from the cache), and taken a job. A pass cut short
+(its deadline, the poll task stopping) still re-enables every registration it disabled.
+
 Two signals, because neither suffices alone: Gitea's ``busy`` means "reported task progress
 within the last 10 s", which is false between a runner fetching a task and its first report,
 and during any pause of its reports; a job ``in_progress`` names its runner from the moment
@@ -17,6 +22,8 @@ outside a teardown, offline).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +41,9 @@ from gitea_runner_operator.reconcile.scaling import Orphan, ReapCandidate, ReapR
 from gitea_runner_operator.runtime.observer import GiteaHandle
 
 log = structlog.get_logger(__name__)
+
+# How long re-enabling what a cut-short pass disabled may take (it runs shielded).
+HAND_BACK_TIMEOUT = 15.0
 
 REASON_TEXT = {
     ReapReason.IDLE: "took no job within spec.idleTimeout",
@@ -62,23 +72,57 @@ class Reaper:
         self._cluster = cluster
         self._cache = cache
         self._on_reaped = on_reaped
+        self._handing_back: set[asyncio.Task[None]] = set()
 
     async def run(
         self, key: str, handle: GiteaHandle, snapshot: Snapshot, order: ReapOrder
     ) -> ReapOutcome:
+        prepared: list[_Prepared] = []
+        try:
+            return await self._run(key, handle, snapshot, order, prepared)
+        finally:
+            # Cut short (the pass's deadline, the poll task stopping) or not: nothing this
+            # pass disabled stays disabled. Shielded, so a second cancellation cannot stop
+            # it, and bounded by its own timeout.
+            left = [p for p in prepared if p.disabled]
+            if left:
+                task = asyncio.create_task(self._hand_back_bounded(handle, left))
+                self._handing_back.add(task)
+                task.add_done_callback(self._handing_back.discard)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(task)
+
+    async def _hand_back_bounded(self, handle: GiteaHandle, prepared: list[_Prepared]) -> None:
+        try:
+            async with asyncio.timeout(HAND_BACK_TIMEOUT):
+                await self._hand_back(handle, prepared)
+        except TimeoutError:
+            ids = [i for p in prepared for i in p.disabled]
+            log.warning("re-enabling runners timed out; they stay disabled", runner_ids=ids)
+
+    async def close(self) -> None:
+        """Wait (bounded) for re-enables still running after a cut-short pass."""
+        if self._handing_back:
+            await asyncio.wait(list(self._handing_back), timeout=HAND_BACK_TIMEOUT)
+
+    async def _run(
+        self,
+        key: str,
+        handle: GiteaHandle,
+        snapshot: Snapshot,
+        order: ReapOrder,
+        prepared: list[_Prepared],
+    ) -> ReapOutcome:
         outcome = ReapOutcome()
         fresh = {r.name: r for r in (snapshot.observation.runners if snapshot.observation else ())}
-        prepared: list[_Prepared] = []
         for candidate in order.candidates:
             try:
-                ready = await self._prepare(key, handle, fresh, candidate)
+                ready = await self._prepare(key, handle, fresh, candidate, prepared)
             except GiteaError as exc:
                 log.warning("reap postponed", group=key, job=candidate.job_name, error=str(exc))
                 ready = None
             if ready is None:
                 outcome.skipped.append(candidate.job_name)
-            else:
-                prepared.append(ready)
         if not prepared and not order.orphans:
             return outcome
         try:
@@ -106,6 +150,13 @@ class Reaper:
                 log.warning("orphan removal postponed", group=key, error=str(exc))
         return outcome
 
+    def _pod_names(self, key: str, candidate: ReapCandidate) -> tuple[str, ...]:
+        """The candidate's Pods as the plan saw them and as the cache shows them now (a Job
+        may have replaced its Pod since: the new one registers under its own name)."""
+        now = pods_by_job(self._cache.runner_pods(key)).get(candidate.job_name, [])
+        names = [p["metadata"]["name"] for p in now]
+        return tuple(dict.fromkeys([*candidate.pod_names, *names]))
+
     def _job_still_reapable(self, key: str, job_name: str) -> bool:
         """The cluster's view now: the Job exists, is alive and has not taken a job."""
         jobs = [j for j in self._cache.runner_jobs(key) if j["metadata"]["name"] == job_name]
@@ -121,21 +172,27 @@ class Reaper:
         handle: GiteaHandle,
         fresh: dict[str, ActionRunner],
         candidate: ReapCandidate,
+        prepared: list[_Prepared],
     ) -> _Prepared | None:
         """Disable the candidate's registrations, so that none takes a task from now on."""
         if not self._job_still_reapable(key, candidate.job_name):
             return None
-        registered = [fresh[p] for p in candidate.pod_names if p in fresh]
+        pod_names = self._pod_names(key, candidate)
+        registered = [fresh[p] for p in pod_names if p in fresh]
         if candidate.reason is ReapReason.STARTUP_TIMEOUT and registered:
             return None  # it registered since: it gets its own idle time now
         ready = _Prepared(
-            candidate, tuple(sorted({r.id for r in registered} | set(candidate.runner_ids)))
+            candidate,
+            tuple(sorted({r.id for r in registered} | set(candidate.runner_ids))),
+            pod_names=pod_names,
         )
+        prepared.append(ready)  # before the first disable: a cut-short pass hands it back
         for runner_id in ready.runner_ids:
             try:
                 after = await handle.client.set_runner_disabled(handle.scope, runner_id, True)
             except GiteaError:
                 await self._hand_back(handle, [ready])
+                prepared.remove(ready)
                 raise
             if after is not None:
                 ready.disabled.append(runner_id)
@@ -172,6 +229,19 @@ class Reaper:
         if not self._job_still_reapable(key, candidate.job_name):
             await self._hand_back(handle, [ready])
             return False
+        # Every kind of candidate, registered or not: a job in progress that names one of
+        # its Pods (or a listing that may have missed one) means it is working.
+        pod_names = tuple(dict.fromkeys([*ready.pod_names, *self._pod_names(key, candidate)]))
+        running = next((p for p in pod_names if p in working.names), None)
+        if running is not None or not working.complete:
+            await self._hand_back(handle, [ready])
+            log.info(
+                "reap skipped: the runner may be running a job",
+                group=key,
+                job=candidate.job_name,
+                state="running a job" if running else "jobs in progress not fully listed",
+            )
+            return False
         for runner_id in ready.runner_ids:
             try:
                 current = await handle.client.get_runner(handle.scope, runner_id)
@@ -194,6 +264,7 @@ class Reaper:
         deleted = await self._cluster.delete_job(namespace, candidate.job_name)
         for runner_id in ready.runner_ids:
             await handle.client.delete_runner(handle.scope, runner_id)
+        ready.disabled.clear()  # deleted, not to be re-enabled
         if not deleted:
             return False
         text = REASON_TEXT[candidate.reason]
@@ -232,6 +303,7 @@ class _Prepared:
     candidate: ReapCandidate
     runner_ids: tuple[int, ...]
     disabled: list[int] = field(default_factory=list)
+    pod_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

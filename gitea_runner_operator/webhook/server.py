@@ -13,13 +13,13 @@ payload with it):
   changes nothing. The body is never logged.
 
 The answer tells a verified sender (Gitea's "Recent deliveries") what happened; an unverified
-one learns only "401".
+one learns only "401". What keeps a flood of forged deliveries cheap (verification before
+parsing, bounded concurrent work, de-duplication, rate-limited wake-ups): ``guard.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -28,6 +28,18 @@ import structlog
 from aiohttp import web
 
 from gitea_runner_operator.webhook import signature
+from gitea_runner_operator.webhook.guard import (
+    DEFAULT_SLOT_WAIT,
+    DEFAULT_SLOTS,
+    MAX_CANDIDATE_SECRETS,
+    Deliveries,
+    Malformed,
+    QuietLog,
+    WakeLimiter,
+    parse_body,
+    repository_hint,
+    signers,
+)
 from gitea_runner_operator.webhook.routing import (
     WAKE_ACTIONS,
     BadDelivery,
@@ -35,7 +47,6 @@ from gitea_runner_operator.webhook.routing import (
     Repository,
     SecretLocation,
     parse_job_delivery,
-    parse_repository,
     route,
     same_instance,
     scope_covers,
@@ -46,10 +57,20 @@ log = structlog.get_logger(__name__)
 
 PATH: Final = "/hooks/gitea"
 EVENT_HEADER: Final = "X-Gitea-Event"
+DELIVERY_HEADER: Final = "X-Gitea-Delivery"
 DEFAULT_PORT: Final = 8082
 DEFAULT_MAX_BODY: Final = 1 << 20  # workflow_job payloads are a few KiB
 
-Outcome = Literal["accepted", "ignored", "unauthorized", "too_large", "bad_request", "standby"]
+Outcome = Literal[
+    "accepted",
+    "ignored",
+    "unauthorized",
+    "too_large",
+    "bad_request",
+    "standby",
+    "busy",
+    "duplicate",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +83,9 @@ class _Answer:
 _UNAUTHORIZED: Final = _Answer("unauthorized", 401, "signature missing or not valid\n")
 _TOO_LARGE: Final = _Answer("too_large", 413, "body too large\n")
 _STANDBY: Final = _Answer("standby", 503, "a standby replica: the leader acts on deliveries\n")
-_OPERATOR: Final = object()  # the tag of the operator-wide secret among the candidates
+_BUSY: Final = _Answer("busy", 429, "too many deliveries at once; retry later\n")
+_DUPLICATE: Final = _Answer("duplicate", 202, "delivery already seen\n")
+_SPECIFIC = {"repo": 0, "org": 1, "global": 2}
 
 
 async def candidate_secrets(
@@ -75,7 +98,11 @@ async def candidate_secrets(
     if repository is None or provider is None:
         return []
     eligible = [g for g in groups if g.webhook_secret is not None and scope_covers(g, repository)]
+    # The most specific scopes first, and a bounded number of distinct secrets: a tenant
+    # cannot make every forged delivery cost hundreds of HMACs by creating groups.
+    eligible.sort(key=lambda g: (_SPECIFIC.get(g.scope.value, 3), g.key))
     locations = list(dict.fromkeys(g.webhook_secret for g in eligible if g.webhook_secret))
+    locations = locations[:MAX_CANDIDATE_SECRETS]
     values = await asyncio.gather(*(provider(where) for where in locations))
     by_location: dict[SecretLocation, bytes | None] = dict(zip(locations, values, strict=True))
     out: list[tuple[GroupDescriptor, bytes]] = []
@@ -107,8 +134,18 @@ class WebhookServer:
         on_delivery: Callable[[str], None] | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         active: Callable[[], bool] | None = None,
+        slots: int = DEFAULT_SLOTS,
+        slot_wait: float = DEFAULT_SLOT_WAIT,
+        wake_interval: float | None = None,
     ) -> None:
         self._active = active
+        self._slots = asyncio.Semaphore(slots)
+        self._slot_wait = slot_wait
+        self._deliveries = Deliveries()
+        self._quiet = QuietLog(log)
+        self._limited_wake = (
+            WakeLimiter(wake, wake_interval) if wake_interval is not None else WakeLimiter(wake)
+        )
         self._host = host
         self._port = port
         self._groups = groups
@@ -139,6 +176,7 @@ class WebhookServer:
         return int(sockets[0].getsockname()[1]) if sockets else self._port
 
     async def stop(self) -> None:
+        self._limited_wake.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -159,42 +197,30 @@ class WebhookServer:
             # true instead of 401. Polling (on the leader) still finds the job.
             return _STANDBY
         if request.content_length is not None and request.content_length > self._max_body:
-            log.info("webhook delivery too large", remote=request.remote, gitea_event=event)
+            self._quiet("webhook delivery too large", remote=request.remote, gitea_event=event)
             return _TOO_LARGE
         digest = signature.parse_signature(request.headers.get(signature.SIGNATURE_HEADER))
         if digest is None:
-            log.info("webhook delivery unsigned", remote=request.remote, gitea_event=event)
+            self._quiet("webhook delivery unsigned", remote=request.remote, gitea_event=event)
             return _UNAUTHORIZED
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            log.info("webhook delivery too large", remote=request.remote, gitea_event=event)
-            return _TOO_LARGE
+            async with asyncio.timeout(self._slot_wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            return _BUSY
         try:
-            payload = json.loads(body)
-        except ValueError:
-            payload = None
-        repository = parse_repository(payload)
-
-        groups = list(self._groups())
-        candidates: list[tuple[object, bytes]] = []
-        if self._operator_secret is not None:
-            candidates.append((_OPERATOR, self._operator_secret))
-        candidates += await candidate_secrets(repository, groups, self._group_secret)
-        signers = signature.matching(candidates, body, digest)
-        if not signers:
-            log.info(
-                "webhook delivery rejected: no configured secret produced its signature",
-                remote=request.remote,
-                gitea_event=event,
-                repository=repository.full_name if repository else None,
-            )
-            return _UNAUTHORIZED
-        if _OPERATOR in signers:
-            authorised = groups
-        else:
-            vouched = {g.key for g in signers if isinstance(g, GroupDescriptor)}
-            authorised = [g for g in groups if g.key in vouched]
+            verified = await self._verify(request, digest, event)
+        finally:
+            self._slots.release()
+        if isinstance(verified, _Answer):
+            return verified
+        body, authorised = verified
+        if not self._deliveries.first_time(request.headers.get(DELIVERY_HEADER)):
+            return _DUPLICATE  # Gitea's redelivery, or a replay: woken already
+        try:
+            payload = parse_body(body)
+        except Malformed as exc:
+            return _Answer("bad_request", 400, f"{exc}\n")
 
         if event != "workflow_job":
             return _Answer("ignored", 204)
@@ -209,7 +235,7 @@ class WebhookServer:
         keys = route(delivery, authorised)
         for key in keys:
             try:
-                self._wake(key)
+                self._limited_wake(key)
             except Exception:
                 log.exception("waking a RunnerGroup failed", group=key)
         log.debug(
@@ -220,6 +246,56 @@ class WebhookServer:
             woken=keys,
         )
         return _Answer("accepted", 202, _explain(len(keys), delivery.repository, authorised))
+
+    async def _verify(
+        self, request: web.Request, digest: bytes, event: str
+    ) -> _Answer | tuple[bytes, list[GroupDescriptor]]:
+        """Read the body and find who signed it, cheapest first: the operator-wide secret
+        (one HMAC, nothing parsed), then the group a managed hook's URL names (one more),
+        and only then the groups whose scope covers the repository the body's first 64 KiB
+        name. Returns the body and the groups the signer may wake."""
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            self._quiet("webhook delivery too large", remote=request.remote, gitea_event=event)
+            return _TOO_LARGE
+        groups = list(self._groups())
+        if self._operator_secret is not None and await signers(
+            [(True, self._operator_secret)], body, digest
+        ):
+            return body, groups
+        named = request.query.get("group")
+        if named is not None:
+            group = next((g for g in groups if g.key == named), None)
+            secret = (
+                await self._group_secret(group.webhook_secret)
+                if group is not None
+                and group.webhook_secret is not None
+                and self._group_secret is not None
+                else None
+            )
+            if group is not None and secret and await signers([(True, secret)], body, digest):
+                return body, [g for g in groups if g.webhook_secret == group.webhook_secret]
+            self._quiet("webhook delivery rejected", remote=request.remote, gitea_event=event)
+            return _UNAUTHORIZED
+        if not any(g.webhook_secret is not None for g in groups):
+            self._quiet("webhook delivery rejected", remote=request.remote, gitea_event=event)
+            return _UNAUTHORIZED
+        repository = repository_hint(body)
+        if repository is None:
+            return _Answer("bad_request", 400, "repository.full_name: must be 'owner/name'\n")
+        candidates = await candidate_secrets(repository, groups, self._group_secret)
+        signed_by = await signers(candidates, body, digest)
+        if not signed_by:
+            self._quiet(
+                "webhook delivery rejected: no configured secret produced its signature",
+                remote=request.remote,
+                gitea_event=event,
+                repository=repository.full_name,
+            )
+            return _UNAUTHORIZED
+        vouched = {g.key for g in signed_by}
+        return body, [g for g in groups if g.key in vouched]
 
 
 def _explain(woken: int, repository: Repository, authorised: list[GroupDescriptor]) -> str:

@@ -3,7 +3,11 @@
 Mode ``proxy`` forwards every request to the real Gitea (also when it is used as a forward
 proxy, with the whole URL in the request line); ``500`` and ``429`` answer with
 that status (429 with ``Retry-After``); ``hang`` accepts the connection and never answers;
-``redirect`` answers 302 to a path of its own (to prove nobody follows it). Every request is
+``redirect`` answers 302 to a path of its own (to prove nobody follows it);
+``huge`` answers 200 with a body of ``huge_mib`` MiB (200 by default), streamed without a
+Content-Length in 1 MiB writes, and stops by itself at that size or when the client hangs
+up; ``forbid-deletes`` forwards everything but answers 403 to every DELETE (Gitea refusing to
+remove a runner or a hook). Every request is
 recorded (method, path, whether it carried an Authorization header), so tests can prove that
 *nothing* was sent. Real Gitea cannot be made to fail like this on demand; the operator
 under test is real, and so is the Gitea behind the proxy."""
@@ -41,6 +45,8 @@ class FaultyGitea:
         self.upstream = upstream.rstrip("/") if upstream else None
         self.mode = mode
         self.retry_after = 30
+        self.huge_mib = 200
+        self.huge_sent = 0  # bytes of huge bodies actually written (the client hung up early)
         self.requests: list[Seen] = []
         self._release = threading.Event()
         owner = self
@@ -61,13 +67,18 @@ class FaultyGitea:
                 if mode == "hang":
                     owner._release.wait()
                     return
-                if mode == "redirect":
+                if mode == "huge":
+                    self._huge()
+                    return
+                if mode == "forbid-deletes" and self.command == "DELETE":
+                    self._reply(403, b'{"message":"forbidden"}')
+                elif mode == "redirect":
                     self._reply(302, b"", {"Location": f"{owner.url}/stolen"})
                 elif mode == "500":
                     self._reply(500, b'{"message":"internal error"}')
                 elif mode == "429":
                     self._reply(429, b"{}", {"Retry-After": str(owner.retry_after)})
-                elif mode == "proxy" and owner.upstream:
+                elif mode in ("proxy", "forbid-deletes") and owner.upstream:
                     self._forward(body)
                 else:
                     self._reply(200, b"{}")
@@ -93,6 +104,20 @@ class FaultyGitea:
                 except urllib.error.HTTPError as err:
                     status, payload, extra = err.code, err.read(), {}
                 self._reply(status, payload, extra)
+
+            def _huge(self) -> None:
+                self.close_connection = True
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                chunk = b"[" + b"0," * (512 * 1024 - 1) + b"0"  # ~1 MiB, never closed
+                for _ in range(owner.huge_mib):  # bounded: stops by itself
+                    try:
+                        self.wfile.write(chunk)
+                    except OSError:
+                        return  # the client stopped reading: what a bounded reader does
+                    owner.huge_sent += len(chunk)
 
             def _reply(
                 self, status: int, body: bytes, headers: dict[str, str] | None = None

@@ -35,3 +35,17 @@ def test_unusable_kubeconfig_is_a_clear_error(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "cannot load Kubernetes credentials" in err
     assert str(empty) in err
+
+
+def test_an_open_door_is_said_at_start():
+    from gitea_runner_operator.cli import startup_warnings
+    from gitea_runner_operator.settings import Settings
+
+    (warning,) = startup_warnings(Settings())
+    assert "--allowed-gitea-url is not set" in warning and "gitea.bpg.pw/gitea-url" in warning
+    pinned = Settings(allowed_gitea_urls=("https://gitea.example.com/",))
+    assert startup_warnings(pinned) == []
+    (loose,) = startup_warnings(
+        Settings(allowed_gitea_urls=("https://g/",), template_policy="hostPath")
+    )
+    assert "--template-policy hostPath" in loose

@@ -178,10 +178,13 @@ async def test_redirects_are_not_followed_with_the_token(make_client):
     client = make_client()
     with aioresponses() as mock:
         mock.get(JOBS, status=302, headers={"Location": "http://evil.test/steal"})
-        with pytest.raises(GiteaRedirected, match=r"evil\.test/steal") as err:
+        with pytest.raises(GiteaRedirected) as err:
             await client.list_jobs(REPO)
         assert len(mock.requests) == 1  # nothing sent to the Location
     assert err.value.reason == "GiteaRedirected"
+    # The Location is never echoed: it would tell a tenant what an internal service says.
+    assert "evil" not in str(err.value) and "steal" not in str(err.value)
+    assert "redirect (HTTP 302)" in str(err.value)
 
 
 async def test_connection_errors_say_no_answer_never_the_socket_error(make_client):

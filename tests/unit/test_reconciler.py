@@ -132,6 +132,7 @@ class FakeSource:
         self.orders: list[ReapOrder] = []
         self.hook: HookStatus | None = None
         self.hook_removed = False
+        self.kept_hook_id: int | None = None
 
     def wake(self) -> None:
         self.woken += 1

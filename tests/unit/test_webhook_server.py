@@ -44,7 +44,13 @@ def body_for(full_name="acme/widgets", action="queued", labels=("linux",), marke
 
 class Harness:
     def __init__(
-        self, operator_secret=OPERATOR, groups=GROUPS, secrets=SECRETS, max_body=4096, active=None
+        self,
+        operator_secret=OPERATOR,
+        groups=GROUPS,
+        secrets=SECRETS,
+        max_body=4096,
+        active=None,
+        wake_interval=0.0,
     ):
         self.woken = []
         self.outcomes = []
@@ -64,16 +70,20 @@ class Harness:
             on_delivery=self.outcomes.append,
             max_body=max_body,
             active=active,
+            wake_interval=wake_interval,
         )
 
-    async def post(self, body, secret=None, event="workflow_job", signature=None, **headers):
+    async def post(
+        self, body, secret=None, event="workflow_job", signature=None, params_group=None, **headers
+    ):
         hdrs = {"X-Gitea-Event": event, "Content-Type": "application/json", **headers}
         if signature is None and secret is not None:
             signature = sign(secret, body)
         if signature is not None:
             hdrs["X-Gitea-Signature"] = signature
         async with TestClient(TestServer(self.server.app())) as client:
-            resp = await client.post(PATH, data=body, headers=hdrs)
+            params = {"group": params_group} if params_group is not None else None
+            resp = await client.post(PATH, data=body, headers=hdrs, params=params)
             return resp.status, await resp.text()
 
 
@@ -189,9 +199,12 @@ async def test_signed_but_malformed_is_400_naming_the_field(body, field):
     assert h.outcomes == ["bad_request"]
 
 
-async def test_malformed_and_unsigned_is_401_not_400():
+async def test_malformed_and_wrongly_signed_is_400_and_unsigned_is_401():
     h = Harness()
     status, _ = await h.post(b"not json", b"wrong")
+    assert status == 400  # malformed: read no further, try no group secret
+    assert h.lookups == []
+    status, _ = await h.post(b"not json")
     assert status == 401
 
 

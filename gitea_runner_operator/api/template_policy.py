@@ -1,0 +1,206 @@
+"""What tenants' ``spec.template`` may ask for: a policy the platform owns.
+
+Runner Pods are created by the operator, with the operator's identity, in namespaces whose
+Pod Security level must admit privileged Pods (the default modes run Docker-in-Docker). So
+neither Pod Security nor an admission policy that looks at the requester stops a template
+from asking for the node: ``hostPath: /``, host namespaces, a privileged sidecar, another
+ServiceAccount's token, another team's Secret. This check does, before any Job exists.
+
+The platform chooses with ``--template-policy``: ``restricted`` (the default: everything
+below refused), ``permissive`` (all allowed, the behaviour before this policy), or a comma
+list of what to allow (``hostPath,nodeName``). ServiceAccounts other than ``default`` are
+allowed by name with ``--template-service-account``. What each allowance covers:
+
+- ``hostNamespaces``: ``hostNetwork``, ``hostPID``, ``hostIPC``;
+- ``hostPath``: ``hostPath`` volumes;
+- ``privileged``: ``privileged: true`` or added capabilities on any container other than the
+  mode's own Docker-in-Docker container (``runner`` in ``dind-rootless``, the ``dind``
+  sidecar in ``dind``; ``host`` mode has none);
+- ``nodeName``: pinning the Pod to a node, past the scheduler;
+- ``automountToken``: ``automountServiceAccountToken: true`` (the operator sets false);
+- ``unlabelledSecrets``: Secrets without the opt-in label ``gitea.bpg.pw/credentials``
+  through ``env``, ``envFrom`` or volumes (the label is checked where the Secret is read:
+  :func:`secret_refs` lists them).
+
+This module only reads the template (a pure function, unit-tested field by field).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+ALLOWANCES: Final = frozenset(
+    {
+        "hostNamespaces",
+        "hostPath",
+        "privileged",
+        "nodeName",
+        "serviceAccount",
+        "automountToken",
+        "unlabelledSecrets",
+    }
+)
+DEFAULT_SERVICE_ACCOUNT: Final = "default"
+
+
+class PolicyError(ValueError):
+    """A ``--template-policy`` value that names no known allowance."""
+
+
+@dataclass(frozen=True, slots=True)
+class TemplatePolicy:
+    allow: frozenset[str] = frozenset()
+    service_accounts: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def parse(cls, value: str, service_accounts: Iterable[str] = ()) -> TemplatePolicy:
+        value = value.strip()
+        if value == "restricted":
+            allow: frozenset[str] = frozenset()
+        elif value == "permissive":
+            allow = ALLOWANCES
+        else:
+            allow = frozenset(p.strip() for p in value.split(",") if p.strip())
+            unknown = sorted(allow - ALLOWANCES)
+            if unknown:
+                raise PolicyError(
+                    f"--template-policy: unknown {', '.join(unknown)}; use restricted, "
+                    f"permissive or a comma list of {', '.join(sorted(ALLOWANCES))}"
+                )
+        return cls(allow, frozenset(service_accounts))
+
+    def allows(self, what: str) -> bool:
+        return what in self.allow
+
+
+RESTRICTED: Final = TemplatePolicy()
+PERMISSIVE: Final = TemplatePolicy(ALLOWANCES)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """``path`` names the field (``spec.template.spec.volumes[0].hostPath``)."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRef:
+    path: str
+    name: str
+
+
+ROOT = "spec.template.spec"
+
+
+def check(template: Any, mode: str, policy: TemplatePolicy) -> Refusal | None:
+    """The first thing ``template`` asks for that ``policy`` does not allow, else None.
+    ``mode`` is the group's ``spec.mode`` value: it decides which container's privilege is
+    the mode's own."""
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return None
+    for refusal in _refusals(spec, mode, policy):
+        return refusal
+    return None
+
+
+def _refusals(spec: Mapping[str, Any], mode: str, policy: TemplatePolicy) -> Iterable[Refusal]:
+    if not policy.allows("hostNamespaces"):
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            if spec.get(key) is True:
+                yield Refusal(f"{ROOT}.{key}", _refused("hostNamespaces"))
+    if not policy.allows("nodeName") and spec.get("nodeName"):
+        yield Refusal(f"{ROOT}.nodeName", _refused("nodeName"))
+    if not policy.allows("serviceAccount"):
+        for key in ("serviceAccountName", "serviceAccount"):
+            name = spec.get(key)
+            if name and name != DEFAULT_SERVICE_ACCOUNT and name not in policy.service_accounts:
+                yield Refusal(
+                    f"{ROOT}.{key}",
+                    f"ServiceAccount {name!r} is not allowed for runner Pods; the platform "
+                    "allows 'default' and those named with --template-service-account",
+                )
+    if not policy.allows("automountToken") and spec.get("automountServiceAccountToken") is True:
+        yield Refusal(f"{ROOT}.automountServiceAccountToken", _refused("automountToken"))
+    volumes = spec.get("volumes")
+    if not policy.allows("hostPath") and isinstance(volumes, list):
+        for i, volume in enumerate(volumes):
+            if isinstance(volume, Mapping) and volume.get("hostPath") is not None:
+                yield Refusal(f"{ROOT}.volumes[{i}].hostPath", _refused("hostPath"))
+    if not policy.allows("privileged"):
+        own = {"dind-rootless": ("containers", "runner"), "dind": ("initContainers", "dind")}
+        mine = own.get(mode)
+        for kind in ("containers", "initContainers", "ephemeralContainers"):
+            containers = spec.get(kind)
+            if not isinstance(containers, list):
+                continue
+            for i, container in enumerate(containers):
+                if not isinstance(container, Mapping) or (kind, container.get("name")) == mine:
+                    continue
+                security = container.get("securityContext")
+                if not isinstance(security, Mapping):
+                    continue
+                path = f"{ROOT}.{kind}[{i}].securityContext"
+                if security.get("privileged") is True:
+                    yield Refusal(f"{path}.privileged", _refused("privileged"))
+                caps = security.get("capabilities")
+                if isinstance(caps, Mapping) and caps.get("add"):
+                    yield Refusal(f"{path}.capabilities.add", _refused("privileged"))
+
+
+def secret_refs(template: Any) -> list[SecretRef]:
+    """Every Secret the template hands to a container (env, envFrom, volumes, projected
+    volumes), by field path: each must carry the opt-in label unless the policy allows
+    ``unlabelledSecrets``."""
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return []
+    refs: list[SecretRef] = []
+    for kind in ("containers", "initContainers"):
+        containers = spec.get(kind)
+        if not isinstance(containers, list):
+            continue
+        for i, container in enumerate(containers):
+            if not isinstance(container, Mapping):
+                continue
+            base = f"{ROOT}.{kind}[{i}]"
+            for j, entry in enumerate(_list(container.get("env"))):
+                ref = _get(entry, "valueFrom", "secretKeyRef", "name")
+                if isinstance(ref, str):
+                    refs.append(SecretRef(f"{base}.env[{j}].valueFrom.secretKeyRef", ref))
+            for j, entry in enumerate(_list(container.get("envFrom"))):
+                ref = _get(entry, "secretRef", "name")
+                if isinstance(ref, str):
+                    refs.append(SecretRef(f"{base}.envFrom[{j}].secretRef", ref))
+    for i, volume in enumerate(_list(spec.get("volumes"))):
+        ref = _get(volume, "secret", "secretName")
+        if isinstance(ref, str):
+            refs.append(SecretRef(f"{ROOT}.volumes[{i}].secret", ref))
+        for j, source in enumerate(_list(_get(volume, "projected", "sources"))):
+            ref = _get(source, "secret", "name")
+            if isinstance(ref, str):
+                refs.append(SecretRef(f"{ROOT}.volumes[{i}].projected.sources[{j}].secret", ref))
+    return refs
+
+
+def _refused(what: str) -> str:
+    return f"not allowed by the operator's --template-policy (the platform team may allow {what!r})"
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _get(value: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value

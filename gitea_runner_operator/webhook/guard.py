@@ -1,0 +1,212 @@
+"""What keeps the webhook receiver cheap to attack: the receiver is reachable by anyone who
+can reach the Service, and must not let a flood of forged deliveries stall the event loop
+(and with it the Lease and every group's polling).
+
+- Unauthenticated work is bounded: at most ``slots`` deliveries are read and verified at
+  once; a request that cannot get a slot within ``wait`` gets 429 (with Retry-After), never a
+  5xx and never unbounded queueing.
+- Verification comes before parsing wherever the secret can be chosen without the body; else
+  only a bounded prefix is parsed to pick the candidate secrets (:func:`repository_hint`), and
+  at most ``MAX_CANDIDATE_SECRETS`` distinct secrets are tried.
+- Verified deliveries are de-duplicated by ``X-Gitea-Delivery`` (a bounded LRU); only after
+  verification, so a forger cannot pre-empt a real delivery's id.
+- Signatures over big bodies are computed off the event loop (hashlib releases the GIL), so
+  verifying a flood of 1 MiB bodies against many secrets never stalls the Lease or the polls.
+- Rejections are logged once, then summarised at most every ``QUIET_EVERY`` seconds with a
+  count (:class:`QuietLog`): a flood must not become a flood of log lines.
+- Wake-ups per group are rate-limited (:class:`WakeLimiter`): a tenant's own secret cannot
+  make its groups poll Gitea faster than once per ``interval``; a wake-up within the interval
+  is deferred to its end (one trailing wake), never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar
+
+import structlog
+
+from gitea_runner_operator.webhook import signature
+from gitea_runner_operator.webhook.routing import Repository, parse_repository
+
+T = TypeVar("T")
+
+# A workflow_job payload names its repository after the job (a few KiB with its steps).
+PREFIX_BYTES: Final = 64 * 1024
+MAX_CANDIDATE_SECRETS: Final = 32
+DEFAULT_SLOTS: Final = 16
+DEFAULT_SLOT_WAIT: Final = 2.0
+DELIVERY_MEMORY: Final = 4096
+WAKE_INTERVAL: Final = 2.0
+MAX_DEPTH: Final = 32
+QUIET_EVERY: Final = 10.0
+# Bytes hashed per delivery above which the HMACs run in a thread, off the event loop.
+OFFLOAD_BYTES: Final = 256 * 1024
+
+
+async def signers(candidates: Sequence[tuple[T, bytes]], body: bytes, digest: bytes) -> list[T]:
+    """:func:`signature.matching`, off the event loop when the work is big."""
+    if len(body) * max(1, len(candidates)) < OFFLOAD_BYTES:
+        return signature.matching(candidates, body, digest)
+    return await asyncio.to_thread(signature.matching, candidates, body, digest)
+
+
+class QuietLog:
+    """Logs an event the first time, then at most every ``every`` seconds with the number
+    of occurrences in between (``suppressed``)."""
+
+    def __init__(
+        self,
+        logger: Any = None,
+        every: float = QUIET_EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log = logger or structlog.get_logger(__name__)
+        self._every = every
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._count: dict[str, int] = {}
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        now = self._clock()
+        last = self._last.get(event)
+        if last is not None and now - last < self._every:
+            self._count[event] = self._count.get(event, 0) + 1
+            return
+        self._last[event] = now
+        suppressed = self._count.pop(event, 0)
+        self._log.info(event, suppressed=suppressed, **fields)
+
+
+class Malformed(ValueError):
+    """The body is not a JSON object we can read (or nests absurdly deep)."""
+
+
+def parse_body(body: bytes) -> Any:
+    """The whole body, after verification; a malformed or deeply nested body is
+    :class:`Malformed` (answered 400), never a RecursionError."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        raise Malformed("body: not JSON") from None
+    if _depth_over(payload, MAX_DEPTH):
+        raise Malformed("body: nested too deeply")
+    return payload
+
+
+def repository_hint(body: bytes) -> Repository | None:
+    """The repository a delivery names, read from its first ``PREFIX_BYTES`` only: enough
+    to pick which groups' secrets may have signed it. Never trusted beyond that: routing
+    reads the verified whole body again."""
+    prefix = body[:PREFIX_BYTES]
+    decoder = json.JSONDecoder()
+    text = prefix.decode("utf-8", errors="ignore")
+    at = text.find('"repository"')
+    while at != -1:
+        colon = text.find(":", at + len('"repository"'))
+        if colon == -1:
+            return None
+        start = colon + 1
+        while start < len(text) and text[start] in " \t\r\n":
+            start += 1
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, dict) and not _depth_over(value, MAX_DEPTH):
+            repository = parse_repository({"repository": value})
+            if repository is not None:
+                return repository
+        at = text.find('"repository"', at + 1)
+    return None
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children: Any
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+class Deliveries:
+    """Verified delivery ids seen lately (bounded LRU)."""
+
+    def __init__(self, size: int = DELIVERY_MEMORY) -> None:
+        self._size = size
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def first_time(self, delivery_id: str | None) -> bool:
+        """True the first time an id is seen (and for deliveries without one)."""
+        if not delivery_id:
+            return True
+        delivery_id = delivery_id[:128]
+        if delivery_id in self._seen:
+            self._seen.move_to_end(delivery_id)
+            return False
+        self._seen[delivery_id] = None
+        if len(self._seen) > self._size:
+            self._seen.popitem(last=False)
+        return True
+
+
+class WakeLimiter:
+    """At most one wake-up per group per ``interval``; one arriving sooner is deferred to
+    the end of the interval (coalesced), so the latest news still arrives."""
+
+    def __init__(
+        self,
+        wake: Callable[[str], None],
+        interval: float = WAKE_INTERVAL,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_groups: int = 100_000,
+    ) -> None:
+        self._wake = wake
+        self._interval = interval
+        self._clock = clock
+        self._max = max_groups
+        self._last: OrderedDict[str, float] = OrderedDict()
+        self._deferred: dict[str, asyncio.TimerHandle] = {}
+        self.deferred = 0  # for tests and benchmarks
+
+    def __call__(self, key: str) -> None:
+        now = self._clock()
+        last = self._last.get(key)
+        if last is None or now - last >= self._interval:
+            self._fire(key, now)
+            return
+        if key in self._deferred:
+            return  # a trailing wake is already due
+        self.deferred += 1
+        delay = last + self._interval - now
+        self._deferred[key] = asyncio.get_running_loop().call_later(delay, self._trailing, key)
+
+    def _trailing(self, key: str) -> None:
+        self._deferred.pop(key, None)
+        self._fire(key, self._clock())
+
+    def _fire(self, key: str, now: float) -> None:
+        self._last[key] = now
+        self._last.move_to_end(key)
+        while len(self._last) > self._max:
+            self._last.popitem(last=False)
+        self._wake(key)
+
+    def close(self) -> None:
+        for handle in self._deferred.values():
+            handle.cancel()
+        self._deferred.clear()

@@ -1,0 +1,25 @@
+"""The operator can never enumerate Secrets: no Role or ClusterRole in manifests/ grants it
+more than ``get`` on them (a read names the Secret; list and watch would show them all)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_no_manifest_grants_more_than_get_on_secrets():
+    checked = 0
+    for path in sorted((ROOT / "manifests").rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not isinstance(doc, dict) or doc.get("kind") not in ("Role", "ClusterRole"):
+                continue
+            for rule in doc.get("rules") or []:
+                if "secrets" in (rule.get("resources") or []) or "*" in (
+                    rule.get("resources") or []
+                ):
+                    checked += 1
+                    assert set(rule.get("verbs") or []) <= {"get"}, (path, rule)
+    assert checked >= 1  # the -secrets ClusterRole is there and was looked at
