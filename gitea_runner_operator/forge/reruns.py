@@ -88,7 +88,11 @@ async def rerun_job(client: GiteaClient, repo: str, run_id: int, job_id: int) ->
             f"POST {path}: 404: re-running a job through the API needs Gitea >= 1.27"
         ) from None
     except GiteaError as exc:
-        if type(exc) is GiteaError:  # 400/409/422: a definite no
-            raise RerunRefused(str(exc)) from None
-        raise
+        if type(exc) is not GiteaError:
+            raise
+        if "HTTP 405" in str(exc):  # a route of that path, but not for POST: still too old
+            raise RerunUnsupported(
+                f"POST {path}: 405: re-running a job through the API needs Gitea >= 1.27"
+            ) from None
+        raise RerunRefused(str(exc)) from None  # 400/409/422: a definite no
     return _item(body, f"re-run of job {job_id}")

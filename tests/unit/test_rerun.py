@@ -78,7 +78,7 @@ class FakeGitea:
             if self.rerun_status == 404:
                 raise GiteaNotFound("404")
             if self.rerun_status != 201:
-                raise GiteaError("unexpected HTTP 400")
+                raise GiteaError(f"POST {path}: unexpected HTTP {self.rerun_status}")
             old = int(parts[-2])
             self.reruns.append(old)
             new = max(self.jobs) + 1
@@ -285,3 +285,16 @@ async def test_a_runner_that_held_no_job_is_settled_and_kept_no_registration_ali
     await step(gitea, cluster, cache, metrics)
     assert record(cluster, "j1").state is LossState.NO_JOB
     assert cluster.deleted_jobs == [] and gitea.reruns == []
+
+
+async def test_a_405_is_an_old_gitea_and_a_400_a_refusal():
+    for status, state in ((405, LossState.UNSUPPORTED), (400, LossState.REFUSED)):
+        gitea, cluster, cache, metrics = setup()
+        gitea.rerun_status = status
+        gitea.add_job(10, "p1", rid=7)
+        lose(cluster, "j1", "p1")
+        await step(gitea, cluster, cache, metrics)
+        gitea.fail(10)
+        await step(gitea, cluster, cache, metrics)
+        assert record(cluster, "j1").state is state
+        assert cluster.events[-1][:2] == ("Warning", "JobNotRerun")
