@@ -53,7 +53,8 @@ def find_losses(
     by_name = {r.name: r for r in runners}
     out: list[LostRunner] = []
     for view in views:
-        if view.name in done:
+        if view.name in done or (view.deleting and not view.took_job):
+            # A runner Job being deleted (reaped, or its TTL) stops its Pods on purpose.
             continue
         for pod in sorted(pods.get(view.name, ()), key=lambda p: p["metadata"]["name"]):
             name = pod["metadata"]["name"]

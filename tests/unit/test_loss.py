@@ -113,6 +113,12 @@ def test_an_evicted_registered_runner_counts_even_before_it_was_seen_busy():
     assert [x.job_name for x in lost] == ["a"]
 
 
+def test_a_runner_job_being_deleted_stops_its_idle_runner_on_purpose():
+    reaped = RunnerJobView(name="a", created_at=0, finished=False, deleting=True, took_job=False)
+    pods = {"a": [pod("a-p", phase="Failed", terminated={"exitCode": 143}, deleting=True)]}
+    assert find_losses([reaped], pods, [], [registered("a-p")]) == []
+
+
 def test_a_recorded_loss_is_not_found_again():
     pods = {"a": [pod("a-p", phase="Failed", terminated={"exitCode": 137})]}
     assert find_losses([view("a", True)], pods, ["a"], []) == []
