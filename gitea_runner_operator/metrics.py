@@ -201,6 +201,11 @@ class Metrics:
             PREFIX + "runners_reaped", "Runner Jobs deleted by the operator, by reason.",
             [*g, "reason"], registry=r,
         )  # fmt: skip
+        self._reruns = Counter(
+            PREFIX + "jobs_rerun",
+            "Gitea jobs re-run because their runner was lost, by cause (README, Lost runners).",
+            [*g, "reason"], registry=r,
+        )  # fmt: skip
         self._failed = Counter(
             PREFIX + "runner_jobs_failed", "Runner Jobs seen Failed for the first time.",
             g, registry=r,
@@ -302,6 +307,9 @@ class Metrics:
         if n > 0:
             self._created.labels(namespace, name).inc(n)
 
+    def job_rerun(self, namespace: str, name: str, reason: str) -> None:
+        self._reruns.labels(namespace, name, reason).inc()
+
     def runner_reaped(self, namespace: str, name: str, reason: str, n: int = 1) -> None:
         """``reason`` is a short fixed word (``idle_timeout``, ``teardown`` ...), never a name."""
         if n > 0:
@@ -364,9 +372,10 @@ class Metrics:
             _remove(metric, (namespace, name))
         for state in RUNNER_STATES:
             _remove(self._runners, (namespace, name, state))
-        for labels in _label_sets(self._reaped):
-            if labels[:2] == (namespace, name):
-                _remove(self._reaped, labels)
+        for counter in (self._reaped, self._reruns):
+            for labels in _label_sets(counter):
+                if labels[:2] == (namespace, name):
+                    _remove(counter, labels)
 
     # -- Gitea --------------------------------------------------------------------------------
 

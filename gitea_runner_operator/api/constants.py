@@ -33,6 +33,8 @@ DEFAULT_IDLE_TIMEOUT: Final = "10m"
 DEFAULT_STARTUP_TIMEOUT: Final = "10m"
 DEFAULT_DRAIN_TIMEOUT: Final = "5m"
 DEFAULT_WARM_MAX_AGE: Final = "1h"
+# A busy runner that is asked to stop (node drain) gets this long to finish its job.
+DEFAULT_TERMINATION_GRACE_PERIOD: Final = "1h"
 MIN_POLL_INTERVAL_SECONDS: Final = 5.0
 MAX_POLL_INTERVAL_SECONDS: Final = 600.0
 MIN_IDLE_TIMEOUT_SECONDS: Final = 60.0

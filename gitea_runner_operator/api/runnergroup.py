@@ -77,6 +77,12 @@ class WebhookSpec(_CamelModel):
     manage_hook: bool = False
 
 
+class RetrySpec(_CamelModel):
+    """Re-running jobs whose runner was lost (README, "Lost runners")."""
+
+    on_runner_loss: int = Field(default=1, ge=0, le=10)
+
+
 class RunnerMode(StrEnum):
     """How a runner Pod gives workflow jobs a place to run (see README, "Runner Pods")."""
 
@@ -178,6 +184,9 @@ class RunnerGroupSpec(_CamelModel):
     template: dict[str, Any] | None = None
     runner_config: RunnerConfigRef | None = None
     max_runner_lifetime: str | None = None
+    retry: RetrySpec = Field(default_factory=RetrySpec)
+    # How long a stopping runner Pod may take to finish its job (drain, eviction).
+    termination_grace_period: str = constants.DEFAULT_TERMINATION_GRACE_PERIOD
 
     @field_validator("org", "repo")
     @classmethod
@@ -250,6 +259,11 @@ class RunnerGroupSpec(_CamelModel):
             value, constants.MIN_RUNNER_LIFETIME_SECONDS, constants.MAX_RUNNER_LIFETIME_SECONDS
         )
 
+    @field_validator("termination_grace_period")
+    @classmethod
+    def _grace_bounds(cls, value: str) -> str:
+        return _bounded_duration(value, 0.0, constants.MAX_RUNNER_LIFETIME_SECONDS)
+
     @field_validator("template")
     @classmethod
     def _owned_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -318,6 +332,11 @@ class RunnerGroupSpec(_CamelModel):
         if self.max_runner_lifetime is None:
             return None
         return math.ceil(parse_duration(self.max_runner_lifetime))
+
+    @property
+    def termination_grace_period_seconds(self) -> int:
+        """Whole seconds, rounded up, as terminationGracePeriodSeconds needs."""
+        return math.ceil(parse_duration(self.termination_grace_period))
 
     @property
     def poll_interval_seconds(self) -> float:

@@ -34,6 +34,10 @@ class Release:
     took_job: bool
 
 
+# Deleted runner Pods kept (last state) so a reconcile that runs after the deletion can
+# still read why it happened (kube/disruption.py); per group, for this long, at most this many.
+DELETED_POD_MEMORY = 600.0
+DELETED_PODS_PER_GROUP = 50
 # (group key, event type, object, object before the event)
 Listener = Callable[[GroupKey, str, Obj, Obj | None], None]
 
@@ -61,6 +65,7 @@ class ClusterCache:
         # index, not by scanning every object the operator owns.
         self._index_jobs: dict[GroupKey, dict[str, Obj]] = {}
         self._index_pods: dict[GroupKey, dict[str, Obj]] = {}
+        self._deleted_pods: dict[GroupKey, dict[str, tuple[float, Obj]]] = {}
         custom = client.CustomObjectsApi(api)
         batch = client.BatchV1Api(api)
         core = client.CoreV1Api(api)
@@ -153,6 +158,13 @@ class ClusterCache:
     def runner_pods(self, key: GroupKey) -> list[Obj]:
         return self._owned(self.pods, key)
 
+    def deleted_pods(self, key: GroupKey) -> list[Obj]:
+        """The group's runner Pods deleted in the last ``DELETED_POD_MEMORY`` seconds, as
+        last seen. In memory only: a restarted operator cannot know why a Pod went."""
+        now = self._clock()
+        kept = self._deleted_pods.get(key, {})
+        return [obj for at, obj in kept.values() if now - at <= DELETED_POD_MEMORY]
+
     def changed_at(self, key: GroupKey) -> float:
         """When a runner Job of this group last stopped holding a slot (finished, deleted or
         being deleted), monotonic; 0 if never. Only such changes can make an older Gitea
@@ -182,6 +194,7 @@ class ClusterCache:
     def forget(self, key: GroupKey) -> None:
         self._changed.pop(key, None)
         self._released.pop(key, None)
+        self._deleted_pods.pop(key, None)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -210,6 +223,11 @@ class ClusterCache:
         if key is None:
             return
         self._index(self._index_pods, key, kind, obj)
+        if kind == "DELETED":
+            kept = self._deleted_pods.setdefault(key, {})
+            kept[obj["metadata"]["name"]] = (self._clock(), obj)
+            while len(kept) > DELETED_PODS_PER_GROUP:
+                del kept[next(iter(kept))]
         self._notify_owned(key, kind, obj, before)
 
     @staticmethod

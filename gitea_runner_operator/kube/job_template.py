@@ -315,6 +315,9 @@ def render_pod_template(spec: RunnerGroupSpec, labels: dict[str, str]) -> dict[s
     lifetime = spec.max_runner_lifetime_seconds
     if lifetime is not None:
         pod["activeDeadlineSeconds"] = lifetime
+    # A drained or evicted busy runner gets this long to finish its job (the template's
+    # own value, if it sets one, wins).
+    pod.setdefault("terminationGracePeriodSeconds", spec.termination_grace_period_seconds)
 
     metadata: dict[str, Any] = {"labels": {**(user_meta.get("labels") or {}), **labels}}
     if user_meta.get("annotations"):

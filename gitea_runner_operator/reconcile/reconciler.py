@@ -20,6 +20,7 @@ import structlog
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import normalise_url
+from gitea_runner_operator.api.loss import LossRecord, loss_key, loss_records
 from gitea_runner_operator.api.naming import new_job_name, runner_pattern
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
@@ -27,6 +28,7 @@ from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, 
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.api.template_policy import check as check_template_policy
 from gitea_runner_operator.kube.cluster import CreateRefused
+from gitea_runner_operator.kube.disruption import ended_by_deadline
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, parse_time, pods_by_job
 from gitea_runner_operator.metrics import Metrics
@@ -36,6 +38,7 @@ from gitea_runner_operator.reconcile.churn import Finished, unsettled
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.leftovers import Leftovers, describe
+from gitea_runner_operator.reconcile.loss import find_losses
 from gitea_runner_operator.reconcile.ports import GroupSource, ReapOrder, Sources
 from gitea_runner_operator.reconcile.scaling import (
     Plan,
@@ -74,6 +77,7 @@ class ClusterReads(Protocol):
     def runner_jobs(self, key: str) -> list[dict[str, Any]]: ...
     def runner_pods(self, key: str) -> list[dict[str, Any]]: ...
     def released_since(self, key: str, since: float) -> Sequence[Finished]: ...
+    def deleted_pods(self, key: str) -> list[dict[str, Any]]: ...
 
 
 class ClusterWrites(Protocol):
@@ -87,6 +91,9 @@ class ClusterWrites(Protocol):
     ) -> None: ...
     async def patch_group_status(
         self, namespace: str, name: str, status: dict[str, Any]
+    ) -> None: ...
+    async def annotate_group(
+        self, namespace: str, name: str, annotations: dict[str, str | None]
     ) -> None: ...
     async def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str
@@ -207,6 +214,8 @@ class Reconciler:
             lambda job: bool(ours.match(job.runner_name)),
         )
         source.submit(ReapOrder(group, decision.reap, decision.orphans))
+        if await self._record_losses(key, group, views, snapshot):
+            source.wake()  # the poll task follows the loss up in Gitea
         self._note_stuck(key, group, decision, spec, state)
         requeue: float | None = None
         created = 0
@@ -399,6 +408,30 @@ class Reconciler:
             )
 
     # -- acting ---------------------------------------------------------------------------------
+
+    async def _record_losses(
+        self, key: str, group: dict[str, Any], views: list[RunnerJobView], snapshot: Snapshot
+    ) -> bool:
+        """Write down, in the cluster, each runner newly lost while it held a job
+        (reconcile/loss.py); the group's poll task does the rest in Gitea."""
+        assert snapshot.observation is not None
+        jobs = self._cache.runner_jobs(key)
+        own_deadline = {j["metadata"]["name"] for j in jobs if ended_by_deadline(j)}
+        pods = pods_by_job([*self._cache.runner_pods(key), *self._cache.deleted_pods(key)])
+        lost = find_losses(
+            [v for v in views if v.name not in own_deadline],
+            pods,
+            loss_records(group),
+            snapshot.observation.runners,
+        )
+        meta = group["metadata"]
+        for loss in lost:
+            record = LossRecord(pod=loss.pod, cause=loss.cause, at=self._wall())
+            await self._cluster.annotate_group(
+                meta["namespace"], meta["name"], {loss_key(loss.job_name): record.encode()}
+            )
+            log.warning("runner lost", group=key, job=loss.job_name, pod=loss.pod, cause=loss.cause)
+        return bool(lost)
 
     async def _create(
         self,

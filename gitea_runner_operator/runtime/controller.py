@@ -31,6 +31,7 @@ from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.observer import Observer
 from gitea_runner_operator.runtime.poller import Pollers
 from gitea_runner_operator.runtime.reaper import Reaper
+from gitea_runner_operator.runtime.rerun import LossFollowUp
 from gitea_runner_operator.runtime.trust import GiteaTrust
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
@@ -76,12 +77,14 @@ class Controller:
             template_policy=self.template_policy,
         )
         self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
+        self.losses = LossFollowUp(self.cluster, self.cache, self.metrics)
         self.hooks = HookKeeper(self.secrets, settings.webhook_url)
         self.pollers = Pollers(
             self.observer.observe,
             self.queue.add,
             self.reaper,
             hooks=self.hooks,
+            losses=self.losses,
             min_refresh=settings.min_refresh_interval,
             backoff_max=settings.gitea_backoff_max,
         )

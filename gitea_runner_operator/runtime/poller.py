@@ -31,6 +31,7 @@ from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.observer import GiteaHandle
 from gitea_runner_operator.runtime.reaper import Reaper
+from gitea_runner_operator.runtime.rerun import LossFollowUp
 
 log = structlog.get_logger(__name__)
 
@@ -72,12 +73,14 @@ class GroupPoller:
         reaper: Reaper | None = None,
         *,
         hooks: HookKeeper | None = None,
+        losses: LossFollowUp | None = None,
         min_refresh: float = 0.5,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
         secret_retry: float = SECRET_RETRY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.key = key
+        self._losses = losses
         self.spec = spec
         self.latest: Snapshot | None = None
         self.hook: HookStatus | None = None
@@ -170,6 +173,10 @@ class GroupPoller:
                     log.exception("reaping failed unexpectedly", group=self.key)
             if handle is not None and snapshot is not None and snapshot.problem is None:
                 try:
+                    await self._loss_step(handle, snapshot)
+                except Exception:
+                    log.exception("following up lost runners failed", group=self.key)
+                try:
                     await self._hook_step(handle, order)
                 except Exception:
                     log.exception("keeping the webhook failed unexpectedly", group=self.key)
@@ -214,6 +221,12 @@ class GroupPoller:
                 self.hook = HookStatus(False, "HookFailed", "Gitea did not answer within 60s")
                 self._notify(self.key)
 
+    async def _loss_step(self, handle: GiteaHandle, snapshot: Snapshot) -> None:
+        """Lost runners: find their jobs, re-run them (runtime/rerun.py)."""
+        if self._losses is not None:
+            async with asyncio.timeout(60):
+                await self._losses.run(self.key, self.spec, handle, snapshot)
+
     async def _reaper_run(self, handle: GiteaHandle, snapshot: Snapshot, order: ReapOrder) -> None:
         if self._reaper is None:
             return
@@ -242,9 +255,11 @@ class Pollers:
         reaper: Reaper | None = None,
         *,
         hooks: HookKeeper | None = None,
+        losses: LossFollowUp | None = None,
         min_refresh: float = 0.5,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
     ) -> None:
+        self._losses = losses
         self._observe = observe
         self._notify = notify
         self._reaper = reaper
@@ -275,6 +290,7 @@ class Pollers:
             self._notify,
             self._reaper,
             hooks=self._hooks,
+            losses=self._losses,
             min_refresh=self._min_refresh,
             backoff_max=self._backoff_max,
         )

@@ -23,6 +23,7 @@ import pytest
 from gitea_runner_operator.api.gitea import OwnerKind
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.client import GiteaClient
+from gitea_runner_operator.forge.reruns import RerunRefused, RerunUnsupported, get_job, rerun_job
 from gitea_runner_operator.forge.scope import ScopeRef
 from tests.testbed import build
 from tests.testbed.gitea_api import GiteaAPI, GiteaError
@@ -186,3 +187,27 @@ def test_runner_list_get_disable_delete(
     assert _with_client(old_gitea, lambda c: c.get_runner(ref, rid)) is None
     assert _with_client(old_gitea, lambda c: c.delete_runner(ref, rid)) is False
     assert runner_name not in {r["name"] for r in api.list_runners("org", org)}
+
+
+def test_job_rerun_endpoint(
+    old_gitea: Sandbox, api: GiteaAPI, repo: tuple[str, str, int], release: str
+) -> None:
+    """Re-running a job after a lost runner (README, "Lost runners") needs Gitea 1.27's
+    endpoint: 1.25 has none (the operator records "unsupported"); 1.27 refuses a run that is
+    not done yet (400), which the operator never asks for (it waits for the run to end)."""
+    org, name, job_id = repo
+    full = f"{org}/{name}"
+    job = _with_client(old_gitea, lambda c: get_job(c, full, job_id))
+    assert job is not None and job.id == job_id and job.status == "queued"
+
+    async def attempt(client: GiteaClient) -> str:
+        try:
+            await rerun_job(client, full, job.run_id, job_id)
+        except RerunUnsupported:
+            return "unsupported"
+        except RerunRefused:
+            return "refused"
+        return "re-run"
+
+    expected = {"oldest": "unsupported", "default": "refused"}[release]
+    assert _with_client(old_gitea, attempt) == expected

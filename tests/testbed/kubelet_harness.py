@@ -246,6 +246,8 @@ class RunnerProcess:
     exit_code: int | None = None
     thread: threading.Thread | None = None
     stopped: threading.Event = field(default_factory=threading.Event)
+    # Set by kill(oom=True): the final status says OOMKilled, as a kubelet would.
+    oom: bool = False
 
 
 class KubeletHarness:
@@ -317,6 +319,7 @@ class KubeletHarness:
                 pods = self.kube.request("GET", f"/api/v1/pods?fieldSelector={selector}")["items"]
                 for pod in pods:
                     self._sync(pod)
+                self._stop_unlisted({p["metadata"]["uid"] for p in pods})
             except Exception as e:
                 self.errors.append(repr(e))
             self._stop.wait(self.poll)
@@ -353,6 +356,29 @@ class KubeletHarness:
         )
         rp.thread.start()
 
+    def _stop_unlisted(self, listed: set[str]) -> None:
+        """A Pod gone from the API server (force-deleted, e.g. by the Pod garbage collector
+        after its node vanished) has its processes stopped, as a kubelet stops Pods no longer
+        bound to it."""
+        with self._lock:
+            gone = [rp for uid, rp in self.pods.items() if uid not in listed]
+        for rp in gone:
+            if rp.proc is not None and rp.proc.poll() is None and not rp.stopped.is_set():
+                self._kill(rp)
+
+    def kill(self, name: str, *, oom: bool = False) -> None:
+        """SIGKILL a Pod's runner process, as the OOM killer (``oom``) or a crash would; the
+        Pod then fails with exit code 137 (reason ``OOMKilled`` or ``Error``).
+
+        Why a stand-in: without a container runtime there is no cgroup memory limit to hit,
+        so the OOM case is the kubelet's report of it, not a real OOM kill."""
+        with self._lock:
+            (rp,) = [p for p in self.pods.values() if p.name == name]
+        rp.oom = oom
+        if rp.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(rp.proc.pid, signal.SIGKILL)
+
     def _kill(self, rp: RunnerProcess) -> None:
         rp.stopped.set()
         p = rp.proc
@@ -384,7 +410,9 @@ class KubeletHarness:
             state = {
                 "terminated": {
                     "exitCode": exit_code if exit_code is not None else 1,
-                    "reason": "Completed" if phase == "Succeeded" else "Error",
+                    "reason": "Completed"
+                    if phase == "Succeeded"
+                    else ("OOMKilled" if rp.oom else "Error"),
                     "message": message[:1000],
                     "startedAt": now,
                     "finishedAt": now,
@@ -506,6 +534,8 @@ class KubeletHarness:
                     preexec_fn=_die_with_parent,  # runner dies with this test process
                 )
                 rp.exit_code = rp.proc.wait()
+                if rp.exit_code < 0:  # killed by a signal: 128 + n, as a container runtime says
+                    rp.exit_code = 128 - rp.exit_code
                 if rp.exit_code != 0:
                     break
         if rp.stopped.is_set():

@@ -749,7 +749,15 @@ class Sandbox:
             "queue": {"TYPE": "channel"},
             "indexer": {"ISSUE_INDEXER_TYPE": "db", "REPO_INDEXER_ENABLED": "false"},
             "cron.update_checker": {"ENABLED": "false"},
-            "actions": {"ENABLED": "true"},
+            # Lost runners (README, "Lost runners"): Gitea fails a task without updates after
+            # ZOMBIE_TASK_TIMEOUT, checked by its cron; short here so a test sees it in seconds.
+            # Runners update a running task every few seconds (the stand-in: every 10 s).
+            "actions": {"ENABLED": "true", "ZOMBIE_TASK_TIMEOUT": "30s"},
+            "cron.stop_zombie_tasks": {
+                "ENABLED": "true",
+                "RUN_AT_START": "true",
+                "SCHEDULE": "@every 5s",
+            },
             "webhook": {"ALLOWED_HOST_LIST": "loopback", "DELIVER_TIMEOUT": "5"},
             "api": {"ENABLE_SWAGGER": "false"},
             "log": {"MODE": "console", "LEVEL": "Info", "ROOT_PATH": str(gdir / "log")},

@@ -37,6 +37,8 @@ class FakeCluster:
         self.watch = watch
         self.jobs: dict[str, dict[str, Any]] = {}
         self.pods: list[dict[str, Any]] = []
+        self.gone_pods: list[dict[str, Any]] = []
+        self.annotations: dict[str, str] = {}
         self.unsynced: list[dict[str, Any]] = []
         self.status: dict[str, Any] | None = None
         self.events: list[tuple[str, str]] = []
@@ -87,6 +89,13 @@ class FakeCluster:
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.status = status
 
+    async def annotate_group(self, namespace: str, name: str, annotations: dict[str, Any]) -> None:
+        for k, v in annotations.items():
+            if v is None:
+                self.annotations.pop(k, None)
+            else:
+                self.annotations[k] = v
+
     async def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str
     ) -> None:
@@ -110,6 +119,7 @@ class FakeCache:
             "generation": 1,
             "resourceVersion": "7",
             "finalizers": list(self.cluster.finalizers),
+            "annotations": dict(self.cluster.annotations),
         }
         if self.cluster.deletion:
             meta["deletionTimestamp"] = self.cluster.deletion
@@ -123,6 +133,9 @@ class FakeCache:
 
     def released_since(self, key: str, since: float) -> list[Release]:
         return [r for r in self.released if r.at > since]
+
+    def deleted_pods(self, key: str) -> list[dict[str, Any]]:
+        return self.cluster.gone_pods
 
 
 class FakeSource:
