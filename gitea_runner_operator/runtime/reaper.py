@@ -42,6 +42,7 @@ REASON_TEXT = {
     ReapReason.STARTUP_TIMEOUT: "did not register within spec.startupTimeout",
     ReapReason.GROUP_DELETED: "was not busy and its RunnerGroup is being deleted",
     ReapReason.WARM_RECYCLED: "was a warm runner older than spec.warmRunnerMaxAge (replaced)",
+    ReapReason.HANDLE_GONE: "was bound to a Forgejo job that is no longer queued",
 }
 
 
@@ -106,6 +107,10 @@ class Reaper:
                 log.warning("orphan removal postponed", group=key, error=str(exc))
         return outcome
 
+    def _job_alive(self, key: str, job_name: str) -> bool:
+        jobs = [j for j in self._cache.runner_jobs(key) if j["metadata"]["name"] == job_name]
+        return bool(jobs) and job_view(jobs[0], []).alive
+
     def _job_still_reapable(self, key: str, job_name: str) -> bool:
         """The cluster's view now: the Job exists, is alive and has not taken a job."""
         jobs = [j for j in self._cache.runner_jobs(key) if j["metadata"]["name"] == job_name]
@@ -125,7 +130,8 @@ class Reaper:
         """Disable the candidate's registrations, so that none takes a task from now on."""
         if not self._job_still_reapable(key, candidate.job_name):
             return None
-        registered = [fresh[p] for p in candidate.pod_names if p in fresh]
+        names = (*candidate.pod_names, candidate.job_name)  # Forgejo: registered as the Job
+        registered = [fresh[p] for p in names if p in fresh]
         if candidate.reason is ReapReason.STARTUP_TIMEOUT and registered:
             return None  # it registered since: it gets its own idle time now
         ready = _Prepared(
@@ -209,8 +215,8 @@ class Reaper:
         self, key: str, handle: GiteaHandle, orphan: Orphan, working: _Working
     ) -> bool:
         pods = {p["metadata"]["name"] for p in self._cache.runner_pods(key)}
-        if orphan.name in pods:
-            return False  # its Pod exists: not an orphan
+        if orphan.name in pods or self._job_alive(key, orphan.name):
+            return False  # its Pod (or, for Forgejo, its runner Job) exists: not an orphan
         current = await handle.client.get_runner(handle.scope, orphan.runner_id)
         if current is None or current.name != orphan.name:
             return False
