@@ -89,3 +89,22 @@ def stale_bindings(
             )
         )
     return out
+
+
+def surplus_suspended(
+    views: Sequence[RunnerJobView],
+    states: Mapping[str, RunnerState],
+    *,
+    demand: int,
+    not_busy: int,
+    min_idle: int,
+) -> list[ReapCandidate]:
+    """Suspended runner Jobs beyond what the queue needs (their job went before they were
+    enrolled): deleted at once, youngest first. They have no Pod and no registration, so
+    nothing is lost, and they are not "stuck" runners to back off for."""
+    extra = not_busy - demand - min_idle
+    if extra <= 0:
+        return []
+    idle = [v for v in views if v.suspended and states.get(v.name) is RunnerState.STARTING]
+    idle.sort(key=lambda v: v.created_at, reverse=True)
+    return [ReapCandidate(v.name, ReapReason.HANDLE_GONE, (), ()) for v in idle[:extra]]

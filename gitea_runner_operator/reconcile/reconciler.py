@@ -183,7 +183,7 @@ class Reconciler:
         decision = self._plan(key, group, spec, views, snapshot, state)
         on_forgejo = forgejo.is_forgejo(snapshot)
         if on_forgejo:
-            decision = self._forgejo_reaps(key, views, snapshot, decision)
+            decision = self._forgejo_reaps(key, spec, views, snapshot, decision)
         ours = runner_pattern(meta["name"], meta["uid"])
         self._metrics.observe_jobs(
             meta["namespace"],
@@ -311,7 +311,12 @@ class Reconciler:
         )
 
     def _forgejo_reaps(
-        self, key: str, views: list[RunnerJobView], snapshot: Snapshot, decision: Plan
+        self,
+        key: str,
+        spec: RunnerGroupSpec,
+        views: list[RunnerJobView],
+        snapshot: Snapshot,
+        decision: Plan,
     ) -> Plan:
         """Add the runners bound to a Forgejo job that is gone (reconcile/forgejo.py)."""
         assert snapshot.observation is not None
@@ -319,9 +324,17 @@ class Reconciler:
         ids = {v.name: tuple(by_name[n] for n in (*v.pod_names, v.name) if n in by_name)
                for v in views}  # fmt: skip
         proposed = {c.job_name for c in decision.reap}
+        surplus = forgejo.surplus_suspended(
+            views,
+            decision.states,
+            demand=decision.demand,
+            not_busy=decision.not_busy,
+            min_idle=spec.min_idle_runners,
+        )
         stale = [
             c
-            for c in forgejo.stale_bindings(
+            for c in surplus
+            + forgejo.stale_bindings(
                 views,
                 forgejo.job_handles(self._cache.runner_jobs(key)),
                 decision.states,

@@ -127,6 +127,8 @@ class Plan:
 
 def start_failure(view: RunnerJobView, now: float) -> str | None:
     """Why this starting runner's Pod cannot start, if the cluster says so."""
+    if view.suspended:
+        return None  # no Pod on purpose (Forgejo: waiting for its credentials)
     if view.pod_problem:
         return view.pod_problem
     if (

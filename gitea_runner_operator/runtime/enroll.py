@@ -48,7 +48,7 @@ from gitea_runner_operator.kube.runner_credentials import (
     SecretExists,
     credentials_secret,
 )
-from gitea_runner_operator.kube.views import job_finished
+from gitea_runner_operator.kube.views import job_finished, job_suspended
 from gitea_runner_operator.reconcile.scaling import matching_demand
 from gitea_runner_operator.runtime.observer import GiteaHandle
 
@@ -68,7 +68,7 @@ def waiting_for_enrollment(job: dict[str, Any]) -> bool:
     meta = job["metadata"]
     return (
         (meta.get("annotations") or {}).get(FORGE_ANNOTATION) == "forgejo"
-        and bool((job.get("spec") or {}).get("suspend"))
+        and job_suspended(job)
         and not meta.get("deletionTimestamp")
         and not job_finished(job)
     )

@@ -42,7 +42,8 @@ REASON_TEXT = {
     ReapReason.STARTUP_TIMEOUT: "did not register within spec.startupTimeout",
     ReapReason.GROUP_DELETED: "was not busy and its RunnerGroup is being deleted",
     ReapReason.WARM_RECYCLED: "was a warm runner older than spec.warmRunnerMaxAge (replaced)",
-    ReapReason.HANDLE_GONE: "was bound to a Forgejo job that is no longer queued",
+    ReapReason.HANDLE_GONE: "had no queued Forgejo job left to run (its job was cancelled, "
+    "re-run or taken)",
 }
 
 

@@ -458,3 +458,27 @@ async def test_the_observer_refuses_forgejo_14(fake_forgejo):
     assert handle is None and snapshot.problem is not None
     assert snapshot.problem.reason == "ForgejoUnsupported"
     assert not any("/actions/" in path for _, path in fake_forgejo.requests)
+
+
+def test_suspended_jobs_beyond_the_queue_are_dropped_youngest_first_and_never_reported_stuck():
+    from gitea_runner_operator.reconcile.scaling import start_failure
+
+    def suspended_view(name: str, created: str) -> Any:
+        raw = {"metadata": {"name": name, "creationTimestamp": created}, "spec": {"suspend": True}}
+        return job_view(raw, [])
+
+    old, young = (
+        suspended_view("a", "2026-01-01T00:00:00Z"),
+        suspended_view("b", "2026-01-01T00:01:00Z"),
+    )
+    assert old.suspended and start_failure(old, now=old.created_at + 3600) is None
+    states = {"a": RunnerState.STARTING, "b": RunnerState.STARTING}
+    (drop,) = forgejo.surplus_suspended([old, young], states, demand=1, not_busy=2, min_idle=0)
+    assert drop.job_name == "b" and drop.reason is ReapReason.HANDLE_GONE
+    assert forgejo.surplus_suspended([old, young], states, demand=1, not_busy=2, min_idle=1) == []
+    # The Job controller's condition stands in when a cache keeps no spec.
+    raw = {
+        "metadata": {"name": "c"},
+        "status": {"conditions": [{"type": "Suspended", "status": "True"}]},
+    }
+    assert job_view(raw, []).suspended
