@@ -87,12 +87,35 @@ def to_action_runner(runner: ForgejoRunner) -> ActionRunner:
     )
 
 
+class RepoNames:
+    """Repository names by id, least recently used dropped first. Keep one per instance and
+    token (what one token may see must never answer for another) across observations."""
+
+    def __init__(self, size: int = REPO_NAME_CACHE) -> None:
+        self._size = size
+        self._names: OrderedDict[int, str] = OrderedDict()
+
+    def get(self, repo_id: int) -> str | None:
+        name = self._names.get(repo_id)
+        if name is not None:
+            self._names.move_to_end(repo_id)
+        return name
+
+    def put(self, repo_id: int, name: str) -> None:
+        self._names[repo_id] = name
+        while len(self._names) > self._size:
+            self._names.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 class ForgejoClient(GiteaClient):
     """Calls one Forgejo >= 15 instance with one token (see the module docstring)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, repo_names: RepoNames | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._repo_names: OrderedDict[int, str] = OrderedDict()
+        self._repo_names = repo_names if repo_names is not None else RepoNames()
 
     def __repr__(self) -> str:  # never show the token
         return f"ForgejoClient({self.base_url!r})"
@@ -168,7 +191,6 @@ class ForgejoClient(GiteaClient):
         if repo_id <= 0:
             return ""
         if (known := self._repo_names.get(repo_id)) is not None:
-            self._repo_names.move_to_end(repo_id)
             return known
         try:
             body = await self.call("GET", f"/api/v1/repositories/{repo_id}")
@@ -177,9 +199,7 @@ class ForgejoClient(GiteaClient):
         full = body.get("full_name") if isinstance(body, dict) else None
         if not isinstance(full, str) or full.count("/") != 1:
             return ""
-        self._repo_names[repo_id] = full
-        while len(self._repo_names) > REPO_NAME_CACHE:
-            self._repo_names.popitem(last=False)
+        self._repo_names.put(repo_id, full)
         return full
 
     # -- runners --------------------------------------------------------------------------------

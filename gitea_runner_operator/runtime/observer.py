@@ -37,7 +37,7 @@ from gitea_runner_operator.forge.errors import (
     GiteaUnauthorized,
 )
 from gitea_runner_operator.forge.flavor import FlavorCache, client_for, forge_problem
-from gitea_runner_operator.forge.forgejo import ForgejoClient
+from gitea_runner_operator.forge.forgejo import ForgejoClient, RepoNames
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kube.configmaps import ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
@@ -114,6 +114,8 @@ class Observer:
         self._shared: dict[tuple[str, ScopeRef, str, str], _Shared] = {}
         self._progress_at: dict[tuple[str, ScopeRef, str], float] = {}
         self._flavors = FlavorCache()
+        # Forgejo repository names by id, per URL and token fingerprint (forge/forgejo.py).
+        self._repo_names: dict[tuple[str, str], RepoNames] = {}
         self.fetches = 0  # sets of Gitea requests actually sent, for tests and benchmarks
 
     def forget(self, urls_in_use: set[str]) -> None:
@@ -122,6 +124,8 @@ class Observer:
         for shared in [k for k in self._shared if k[0] not in urls_in_use]:
             del self._shared[shared]
         self._flavors.forget(urls_in_use)
+        for names in [k for k in self._repo_names if k[0] not in urls_in_use]:
+            del self._repo_names[names]
 
     async def observe(
         self, namespace: str, spec: RunnerGroupSpec, newer_than: float = float("-inf")
@@ -201,6 +205,8 @@ class Observer:
             return Snapshot(started, checked, problem=problem, retry_after=retry_after), None
         if (bad := forge_problem(forge, has_registration_token=reg is not None)) is not None:
             return Snapshot(started, checked, problem=bad), None
+        if forge.is_forgejo:
+            options["repo_names"] = self._repo_names.setdefault((url, fingerprint), RepoNames())
         client = client_for(forge.flavor, session, url, token, **options)
         wanted = ScopeRef.from_spec(spec)
         key = (url, wanted, fingerprint, trust_id + "|" + forge.flavor.value)

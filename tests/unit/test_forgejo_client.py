@@ -15,7 +15,7 @@ from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.errors import GiteaForbidden, GiteaNotFound
 from gitea_runner_operator.forge.flavor import client_for, detect
-from gitea_runner_operator.forge.forgejo import ForgejoClient
+from gitea_runner_operator.forge.forgejo import ForgejoClient, RepoNames
 from gitea_runner_operator.forge.scope import ScopeRef
 from tests.fakes.forgejo import FakeForgejo
 
@@ -274,3 +274,28 @@ async def test_narrower_scopes_cannot_delete_wider_runners(forgejo, session):
     assert (await alice.get_runner(ORG, glob.id)) is not None  # visible
     assert await alice.delete_runner(ORG, glob.id) is False  # not editable -> 404
     assert glob.id in forgejo.runners
+
+
+async def test_mapped_jobs_name_their_repository_for_exact_accounting(forgejo, session):
+    from gitea_runner_operator.reconcile.accounting import Claimant, assign, job_repository
+
+    app = forgejo.add_job("acme", "app", ["docker"])
+    lib = forgejo.add_job("acme", "lib", ["docker"])
+    queued = (await client(session, forgejo).list_jobs(ADMIN)).items
+    assert {j.id: job_repository(j) for j in queued} == {
+        app.id: ("acme", "app"),
+        lib.id: ("acme", "lib"),
+    }
+    org = Claimant("ns/org", Scope.ORG, "acme", None, frozenset({"docker"}), 0, 5)
+    repo = Claimant("ns/repo", Scope.REPO, "acme", "app", frozenset({"docker"}), 0, 5)
+    shares = assign(queued, [org, repo])
+    assert [j.id for j in shares["ns/repo"]] == [app.id]  # the most specific group
+    assert [j.id for j in shares["ns/org"]] == [lib.id]
+    # One lookup per repository, across clients that share the cache (as the observer's do).
+    names = RepoNames()
+    for _ in range(3):
+        await ForgejoClient(session, forgejo.url, forgejo.admin_token, repo_names=names).list_jobs(
+            ADMIN
+        )
+    lookups = [p for _, p in forgejo.requests if p.startswith("/api/v1/repositories/")]
+    assert len(lookups) == 2 + 2 and len(names) == 2  # the first client had its own cache
