@@ -23,7 +23,7 @@ from typing import Any
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.forge import FORGEJO_RUNNER_IMAGE
-from gitea_runner_operator.api.pod_template import RUNNER_CONTAINER
+from gitea_runner_operator.api.pod_template import REGISTER_CONTAINER, RUNNER_CONTAINER
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
 from gitea_runner_operator.kube.job_template import OPERATOR_DIR, render_runner_job
 
@@ -108,6 +108,13 @@ def render_forgejo_job(
     labels = meta["annotations"][constants.RUNNER_LABELS_ANNOTATION]
     manifest["spec"]["suspend"] = True  # until its credentials exist (runtime/enroll.py)
     pod = manifest["spec"]["template"]["spec"]
+    # A Forgejo group that still names a registration token must not get Gitea's host-mode
+    # registration step: its runner is registered through the API.
+    init = [c for c in pod.get("initContainers", []) if c["name"] != REGISTER_CONTAINER]
+    if init:
+        pod["initContainers"] = init
+    else:
+        pod.pop("initContainers", None)
     runner = next(c for c in pod["containers"] if c["name"] == RUNNER_CONTAINER)
     if spec.image is None:
         runner["image"] = FORGEJO_RUNNER_IMAGE

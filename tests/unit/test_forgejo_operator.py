@@ -142,6 +142,10 @@ def test_rootless_without_an_image_runs_the_dind_sidecar_and_host_mode_has_no_re
     assert [c["name"] for c in pod.get("initContainers", [])] == ["dind"]
     host = render(mode="host")["spec"]["template"]["spec"]
     assert "gro-register" not in [c["name"] for c in host.get("initContainers", [])]
+    token = {"secretRef": {"name": "legacy", "key": "registration"}}
+    legacy = render(mode="host", registrationToken=token)
+    assert "initContainers" not in legacy["spec"]["template"]["spec"]
+    assert "legacy" not in json.dumps(legacy)  # a Forgejo runner never gets that token
     assert runner_of(render(image="example.invalid/runner:1"))["image"] == (
         "example.invalid/runner:1"
     )
