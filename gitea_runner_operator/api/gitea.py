@@ -33,6 +33,8 @@ class ActionJob(_Payload):
     created_at: datetime | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    # Forgejo >= 15 only: the attempt's handle, which ``one-job --handle`` binds a runner to.
+    handle: str = ""
 
 
 class JobList(_Payload):

@@ -39,3 +39,9 @@ def new_job_name(group_name: str, uid: str) -> str:
 def runner_pattern(group_name: str, uid: str) -> re.Pattern[str]:
     """Pod (= registration) names of this group: ``{prefix}{job5}-{pod5}``."""
     return re.compile(rf"^{re.escape(runner_prefix(group_name, uid))}{_SUFFIX}-{_SUFFIX}$")
+
+
+def job_name_pattern(group_name: str, uid: str) -> re.Pattern[str]:
+    """Runner Job names of this group: ``{prefix}{job5}``. A Forgejo runner is registered
+    through the API before its Pod exists, so its registration carries the Job's name."""
+    return re.compile(rf"^{re.escape(runner_prefix(group_name, uid))}{_SUFFIX}$")

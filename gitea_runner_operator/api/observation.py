@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gitea_runner_operator.api.forge import ForgeInfo
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 
 
@@ -46,6 +47,8 @@ class Observation:
     # most once a minute): only for the latency and duration metrics, never for decisions.
     in_progress: tuple[ActionJob, ...] = ()
     finished: tuple[ActionJob, ...] = ()
+    # Which forge answered (Gitea or Forgejo, and its version); None only in old tests.
+    forge: ForgeInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)

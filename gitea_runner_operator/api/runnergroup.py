@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_camel
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.duration import parse_duration
+from gitea_runner_operator.api.forge import Flavor
 from gitea_runner_operator.api.labels import DEFAULT_SCHEMAS, LabelError, RunnerLabel, Schema
 from gitea_runner_operator.api.pod_template import FieldError, check_template
 
@@ -141,6 +142,8 @@ class RunnerConfigRef(_CamelModel):
 class GiteaRef(_CamelModel):
     url: str
     ca_bundle: CABundleRef | None = None
+    # Gitea or Forgejo; ``auto`` asks ``GET /api/forgejo/v1/version`` (see api/forge.py).
+    flavor: Flavor = Flavor.AUTO
 
     @field_validator("url")
     @classmethod
@@ -167,7 +170,8 @@ class RunnerGroupSpec(_CamelModel):
     labels: list[str] = Field(min_length=1)
     label_schemas: list[Schema] = Field(default_factory=lambda: sorted(DEFAULT_SCHEMAS))
     max_active_runners: int = Field(ge=1)
-    registration_token: SecretSource
+    # Required for Gitea; a Forgejo group registers each runner through the API instead.
+    registration_token: SecretSource | None = None
     auth_token: SecretSource
     # None: the mode's own image (see ``runner_image``).
     image: str | None = Field(default=None, min_length=1)
@@ -278,6 +282,15 @@ class RunnerGroupSpec(_CamelModel):
             raise ValueError(
                 "set either spec.maxRunnerLifetime or "
                 "spec.template.spec.activeDeadlineSeconds, not both"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _token_for_gitea(self) -> Self:
+        if self.registration_token is None and self.gitea.flavor is not Flavor.FORGEJO:
+            raise ValueError(
+                "registrationToken: required unless spec.gitea.flavor is 'forgejo' "
+                "(only Forgejo >= 15 registers each runner through its API)"
             )
         return self
 

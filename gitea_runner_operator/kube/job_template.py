@@ -70,9 +70,10 @@ def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
     which a template's env entry of the same name replaces.
     """
     env: list[dict[str, Any]] = [{"name": "GITEA_INSTANCE_URL", "value": spec.gitea.url}]
-    if spec.mode is not RunnerMode.HOST:
+    if spec.mode is not RunnerMode.HOST and spec.registration_token is not None:
         # Job containers do not inherit it. In host mode steps run in this very container, so
         # the token stays out of it altogether: the ``gro-register`` init container registers.
+        # (A Forgejo group may have none: kube/forgejo_job.py gives each runner its own.)
         env.append(_token_env(spec))
     env += [
         # Any non-empty value turns ephemeral mode on; "true" says what we mean.
@@ -102,6 +103,8 @@ def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
 
 
 def _token_env(spec: RunnerGroupSpec) -> dict[str, Any]:
+    if spec.registration_token is None:  # the observer refuses such a Gitea group first
+        raise ValueError("spec.registrationToken is required for a Gitea runner")
     token = spec.registration_token.secret_ref
     return {
         "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
@@ -305,7 +308,7 @@ def render_pod_template(spec: RunnerGroupSpec, labels: dict[str, str]) -> dict[s
     pod["containers"] = _merge_containers([_runner_container(spec)], user_spec.get("containers"))
     init = [_dind_sidecar()] if spec.mode is RunnerMode.DIND else []
     init_containers = _merge_containers(init, user_spec.get("initContainers"))
-    if spec.mode is RunnerMode.HOST:
+    if spec.mode is RunnerMode.HOST and spec.registration_token is not None:
         # Last, so the user's init containers (and native sidecars such as a proxy) run first.
         runner = next(c for c in pod["containers"] if c["name"] == RUNNER_CONTAINER)
         init_containers.append(_register_container(runner, spec))

@@ -52,6 +52,8 @@ class RunnerJobView:
     all_pod_names: tuple[str, ...] = ()
     # Live Pods that do not yet carry the node scale-down guards (set once busy).
     unguarded_pods: tuple[str, ...] = ()
+    # Suspended (a Forgejo runner Job waiting for its credentials): no Pod on purpose.
+    suspended: bool = False
 
     @property
     def alive(self) -> bool:
@@ -152,7 +154,17 @@ def job_view(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Runne
                 if (p["metadata"].get("annotations") or {}).get(SAFE_TO_EVICT) != "false"
             )
         ),
+        suspended=job_suspended(job),
     )
+
+
+def job_suspended(job: Mapping[str, Any]) -> bool:
+    """``spec.suspend``, or the Job controller's ``Suspended`` condition when the spec is
+    not at hand."""
+    spec = job.get("spec")
+    if isinstance(spec, Mapping) and "suspend" in spec:
+        return bool(spec["suspend"])
+    return job_finished(job, ("Suspended",))
 
 
 def pods_by_job(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:

@@ -11,6 +11,7 @@ task owns every Gitea call, including the reaps proposed here.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,9 +30,11 @@ from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.api.template_policy import check as check_template_policy
 from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.kube.disruption import ended_by_deadline
+from gitea_runner_operator.kube.forgejo_job import render_forgejo_job
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, parse_time, pods_by_job
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile import status as st
 from gitea_runner_operator.reconcile.accounting import Answer, Claimant
 from gitea_runner_operator.reconcile.churn import Finished, unsettled
@@ -206,6 +209,9 @@ class Reconciler:
             source.wake()
 
         decision = self._plan(key, group, spec, views, snapshot, state, released)
+        on_forgejo = forgejo.is_forgejo(snapshot)
+        if on_forgejo:
+            decision = self._forgejo_reaps(key, spec, views, snapshot, decision)
         ours = runner_pattern(meta["name"], meta["uid"])
         self._metrics.observe_jobs(
             meta["namespace"],
@@ -220,7 +226,7 @@ class Reconciler:
         requeue: float | None = None
         created = 0
         if decision.create > 0:
-            created = await self._create(key, group, spec, decision, state)
+            created = await self._create(key, group, spec, decision, state, on_forgejo)
             if state.create_error is not None:
                 requeue = max(0.0, state.create_retry_at - self._clock())
         if self._clock() < state.blocked_until:
@@ -363,6 +369,41 @@ class Reconciler:
             (*observation.in_progress, *observation.finished) if observation else (),
         )
 
+    def _forgejo_reaps(
+        self,
+        key: str,
+        spec: RunnerGroupSpec,
+        views: list[RunnerJobView],
+        snapshot: Snapshot,
+        decision: Plan,
+    ) -> Plan:
+        """Add the runners bound to a Forgejo job that is gone (reconcile/forgejo.py)."""
+        assert snapshot.observation is not None
+        by_name = {r.name: r.id for r in snapshot.observation.runners}
+        ids = {v.name: tuple(by_name[n] for n in (*v.pod_names, v.name) if n in by_name)
+               for v in views}  # fmt: skip
+        proposed = {c.job_name for c in decision.reap}
+        surplus = forgejo.surplus_suspended(
+            views,
+            decision.states,
+            demand=decision.demand,
+            not_busy=decision.not_busy,
+            min_idle=spec.min_idle_runners,
+        )
+        stale = [
+            c
+            for c in surplus
+            + forgejo.stale_bindings(
+                views,
+                forgejo.job_handles(self._cache.runner_jobs(key)),
+                decision.states,
+                snapshot.observation,
+                ids,
+            )
+            if c.job_name not in proposed
+        ]
+        return dataclasses.replace(decision, reap=(*decision.reap, *stale)) if stale else decision
+
     def _note_stuck(
         self,
         key: str,
@@ -440,6 +481,7 @@ class Reconciler:
         spec: RunnerGroupSpec,
         decision: Plan,
         state: GroupState,
+        on_forgejo: bool = False,
     ) -> int:
         """Create in doubling batches (1, 2, 4, ...) like the Job controller's slow start, so
         a quota or admission refusal costs one failed request, not hundreds."""
@@ -453,7 +495,10 @@ class Reconciler:
             for name in names:  # before the create: the watch may beat the response
                 self._expectations.expect(key, name)
             results = await asyncio.gather(
-                *(self._cluster.create_job(self._render(group, spec, name)) for name in names),
+                *(
+                    self._cluster.create_job(self._render(group, spec, name, on_forgejo))
+                    for name in names
+                ),
                 return_exceptions=True,
             )
             unsure: BaseException | None = None
@@ -506,9 +551,11 @@ class Reconciler:
             state.create_error, state.create_failures = None, 0
         return len(created)
 
-    def _render(self, group: dict[str, Any], spec: RunnerGroupSpec, name: str) -> dict[str, Any]:
+    def _render(
+        self, group: dict[str, Any], spec: RunnerGroupSpec, name: str, on_forgejo: bool = False
+    ) -> dict[str, Any]:
         meta = group["metadata"]
-        return render_runner_job(
+        return (render_forgejo_job if on_forgejo else render_runner_job)(
             group_name=meta["name"],
             namespace=meta["namespace"],
             group_uid=meta["uid"],
@@ -705,6 +752,9 @@ class Reconciler:
             target=spec.target if spec is not None else None,
             extra_conditions=extra,
         )
+        forge = forgejo.forge_status(forgejo.forge_of(snapshot), previous)
+        if forge is not None:
+            wanted["forge"] = forge
         self._log_transitions(key, ready, healthy, state)
         if counts is not None and spec is not None:
             self._metrics.group_observed(

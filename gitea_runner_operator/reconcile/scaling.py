@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
-from gitea_runner_operator.api.naming import runner_pattern
+from gitea_runner_operator.api.naming import job_name_pattern, runner_pattern
 from gitea_runner_operator.api.observation import Observation
 from gitea_runner_operator.kube.views import RunnerJobView
 
@@ -48,6 +48,7 @@ class ReapReason(StrEnum):
     STARTUP_TIMEOUT = "startup_timeout"  # never registered within startupTimeout
     GROUP_DELETED = "group_deleted"  # not busy, and the group is being torn down
     WARM_RECYCLED = "warm_recycled"  # a warm runner past spec.warmRunnerMaxAge: replaced
+    HANDLE_GONE = "handle_gone"  # Forgejo: the job its runner is bound to is no longer queued
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +83,19 @@ def matching_demand(jobs: Iterable[ActionJob], offered: frozenset[str]) -> list[
     return [job for job in jobs if job.status == "queued" and matches(job.labels, offered)]
 
 
+def registration_names(view: RunnerJobView) -> tuple[str, ...]:
+    """Names a registration of this runner Job can have: a Gitea runner registers under
+    its Pod's name; a Forgejo runner is registered (by the operator) under the Job's."""
+    return (*view.pod_names, view.name)
+
+
 def runner_state(view: RunnerJobView, runners_by_name: Mapping[str, ActionRunner]) -> RunnerState:
     if not view.alive:
         return RunnerState.GONE
     if view.took_job:
         # An ephemeral runner takes one job; once it has, it never covers demand again.
         return RunnerState.BUSY
-    registered = [runners_by_name[p] for p in view.pod_names if p in runners_by_name]
+    registered = [runners_by_name[p] for p in registration_names(view) if p in runners_by_name]
     if any(r.busy for r in registered):
         return RunnerState.BUSY
     if registered:
@@ -120,6 +127,8 @@ class Plan:
 
 def start_failure(view: RunnerJobView, now: float) -> str | None:
     """Why this starting runner's Pod cannot start, if the cluster says so."""
+    if view.suspended:
+        return None  # no Pod on purpose (Forgejo: waiting for its credentials)
     if view.pod_problem:
         return view.pod_problem
     if (
@@ -189,7 +198,9 @@ def plan(
                     view, states[view.name], demand, idle_timeout, startup_timeout, now
                 )
             if reason is not None:
-                ids = tuple(runners_by_name[p].id for p in view.pod_names if p in runners_by_name)
+                ids = tuple(
+                    runners_by_name[p].id for p in registration_names(view) if p in runners_by_name
+                )
                 reap.append(ReapCandidate(view.name, reason, view.pod_names, ids))
         orphans = find_orphans(group_name, group_uid, jobs, observation.runners)
 
@@ -257,8 +268,8 @@ def group_registrations(
     group_name: str, group_uid: str, runners: Iterable[ActionRunner]
 ) -> list[ActionRunner]:
     """Ephemeral registrations provably of this group: named by its UID-hashed pattern."""
-    pattern = runner_pattern(group_name, group_uid)
-    return [r for r in runners if r.ephemeral and pattern.match(r.name)]
+    pattern, jobs = runner_pattern(group_name, group_uid), job_name_pattern(group_name, group_uid)
+    return [r for r in runners if r.ephemeral and (pattern.match(r.name) or jobs.match(r.name))]
 
 
 def find_orphans(
@@ -273,6 +284,7 @@ def find_orphans(
     whose Pod no longer exists at all: a runner that died before taking a job leaves one
     behind, and Gitea never removes it."""
     pods = {p for v in jobs for p in (*v.all_pod_names, *v.pod_names)}
+    pods |= {v.name for v in jobs if v.alive}  # a Forgejo registration of a Job still running
     return [
         Orphan(r.id, r.name, require_offline)
         for r in group_registrations(group_name, group_uid, runners)
@@ -313,7 +325,7 @@ def teardown(
             v.name,
             ReapReason.GROUP_DELETED,
             v.pod_names,
-            tuple(by_name[p].id for p in v.pod_names if p in by_name),
+            tuple(by_name[p].id for p in registration_names(v) if p in by_name),
         )
         for v in alive
         if states[v.name] is not RunnerState.BUSY

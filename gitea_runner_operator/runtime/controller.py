@@ -21,12 +21,14 @@ from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.configmaps import ConfigReader
 from gitea_runner_operator.kube.ratelimit import TokenBucket
+from gitea_runner_operator.kube.runner_credentials import RunnerCredentials
 from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
+from gitea_runner_operator.runtime.enroll import Enroller
 from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.observer import Observer
 from gitea_runner_operator.runtime.poller import Pollers
@@ -53,11 +55,8 @@ class Controller:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.cache = ClusterCache(watch_api or api, settings.namespaces)
-        self.cluster = Cluster(
-            api,
-            settings.identity or "gitea-runner-operator",
-            TokenBucket(settings.kube_write_qps, settings.kube_write_burst),
-        )
+        writes = TokenBucket(settings.kube_write_qps, settings.kube_write_burst)
+        self.cluster = Cluster(api, settings.identity or "gitea-runner-operator", writes)
         self.secrets = Secrets(api, ttl=settings.secret_cache_ttl)
         self.sessions = SessionPool()
         self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
@@ -79,6 +78,7 @@ class Controller:
         self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
         self.losses = LossFollowUp(self.cluster, self.cache, self.metrics)
         self.hooks = HookKeeper(self.secrets, settings.webhook_url)
+        self.enroller = Enroller(self.cluster, self.cache, RunnerCredentials(api, writes))
         self.pollers = Pollers(
             self.observer.observe,
             self.queue.add,
@@ -87,6 +87,7 @@ class Controller:
             losses=self.losses,
             min_refresh=settings.min_refresh_interval,
             backoff_max=settings.gitea_backoff_max,
+            enroller=self.enroller,
         )
         self.reconciler = Reconciler(
             self.cache,
@@ -135,6 +136,7 @@ class Controller:
         Secrets of namespaces without groups, and HTTP sessions no group uses any more."""
         self.cache.forget(key)
         self.hooks.forget(key)
+        self.enroller.forget(key)
         urls = {spec.gitea.url for spec in self.pollers.specs()}
         namespaces = {k.split("/", 1)[0] for k in self.pollers.keys()}  # noqa: SIM118 - a method
         self.secrets.retain(namespaces)

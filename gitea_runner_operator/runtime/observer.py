@@ -19,10 +19,12 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
 from gitea_runner_operator.api.credentials import url_problem
+from gitea_runner_operator.api.forge import ForgeInfo
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runner_config import runner_config_problem
@@ -36,6 +38,8 @@ from gitea_runner_operator.forge.errors import (
     GiteaRateLimited,
     GiteaUnauthorized,
 )
+from gitea_runner_operator.forge.flavor import FlavorCache, client_for, forge_problem
+from gitea_runner_operator.forge.forgejo import ForgejoClient, RepoNames
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
@@ -56,8 +60,12 @@ class GiteaHandle:
     """What the group's poll task needs to act in Gitea (reaping). It holds the token, so it
     stays inside the poll task: never in a snapshot, a log line or the status."""
 
-    client: GiteaClient
+    client: GiteaClient  # a ForgejoClient when the forge is Forgejo
     scope: ScopeRef
+
+    @property
+    def forgejo(self) -> ForgejoClient | None:
+        return self.client if isinstance(self.client, ForgejoClient) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +150,9 @@ class Observer:
         # Every fetch task not yet finished: cancelled and awaited when its URL goes or the
         # observer closes, never left to fail on its own.
         self._tasks: set[asyncio.Task[_Fetched]] = set()
+        self._flavors = FlavorCache()
+        # Forgejo repository names by id, per URL and token fingerprint (forge/forgejo.py).
+        self._repo_names: dict[tuple[str, str], RepoNames] = {}
         self.fetches = 0  # sets of Gitea requests actually sent, for tests and benchmarks
 
     def forget(self, urls_in_use: set[str]) -> list[asyncio.Task[_Fetched]]:
@@ -155,6 +166,9 @@ class Observer:
         for used in [k for k in self._used if k[0] not in urls_in_use]:
             del self._used[used]
             self._progress_at.pop(used, None)
+        self._flavors.forget(urls_in_use)
+        for names in [k for k in self._repo_names if k[0] not in urls_in_use]:
+            del self._repo_names[names]
         return cancelled
 
     def _pop_shared(
@@ -236,12 +250,16 @@ class Observer:
         newer_than: float,
     ) -> tuple[Snapshot, GiteaHandle | None]:
         url = spec.gitea.url
-        auth, reg = spec.auth_token.secret_ref, spec.registration_token.secret_ref
+        auth = spec.auth_token.secret_ref
+        reg = spec.registration_token.secret_ref if spec.registration_token else None
         try:
             token = await self._secrets.read(namespace, auth.name, auth.key, "spec.authToken", url)
             # Checked, never used here: runner Pods get it by secretKeyRef, and must not be
-            # pointed at a Secret that did not opt in.
-            await self._secrets.read(namespace, reg.name, reg.key, "spec.registrationToken", url)
+            # pointed at a Secret that did not opt in. (Forgejo groups may have none.)
+            if reg is not None:
+                await self._secrets.read(
+                    namespace, reg.name, reg.key, "spec.registrationToken", url
+                )
             policy = self._template_policy
             if policy is not None and not policy.allows("unlabelledSecrets"):
                 for ref in secret_refs(spec.template)[:32]:
@@ -267,22 +285,35 @@ class Observer:
         except ReferenceProblem as exc:
             problem = Problem(exc.problem.reason, exc.problem.message, ProblemKind.SECRET)
             return Snapshot(started, checked, problem=problem), None
-        client = GiteaClient(
-            self._sessions.session_for(url, tls, trust_id),
-            url,
-            token,
-            page_size=self._page_size,
-            max_pages=self._max_pages,
-            on_request=self._metrics.observe_gitea if self._metrics else None,
-            on_rate_limit_wait=self._metrics.gitea_rate_limit_wait if self._metrics else None,
-        )
-        wanted = ScopeRef.from_spec(spec)
+        options: dict[str, Any] = {
+            "page_size": self._page_size,
+            "max_pages": self._max_pages,
+            "on_request": self._metrics.observe_gitea if self._metrics else None,
+            "on_rate_limit_wait": self._metrics.gitea_rate_limit_wait if self._metrics else None,
+        }
+        session = self._sessions.session_for(url, tls, trust_id)
         fingerprint = hashlib.sha256(token.encode()).hexdigest()
-        key = (url, wanted, fingerprint, trust_id)
+        try:
+            forge = await self._flavors.info(
+                GiteaClient(session, url, token, **options),
+                spec.gitea.flavor,
+                (url, fingerprint, trust_id),
+            )
+        except GiteaError as exc:
+            problem = Problem(exc.reason, f"{url}: {exc}" if url not in str(exc) else str(exc))
+            retry_after = exc.retry_after if isinstance(exc, GiteaRateLimited) else None
+            return Snapshot(started, checked, problem=problem, retry_after=retry_after), None
+        if (bad := forge_problem(forge, has_registration_token=reg is not None)) is not None:
+            return Snapshot(started, checked, problem=bad), None
+        if forge.is_forgejo:
+            options["repo_names"] = self._repo_names.setdefault((url, fingerprint), RepoNames())
+        client = client_for(forge.flavor, session, url, token, **options)
+        wanted = ScopeRef.from_spec(spec)
+        key = (url, wanted, fingerprint, trust_id + "|" + forge.flavor.value)
         self._used[key[:3]] = started
         shared = self._shared.get(key)
         if shared is None or shared.started < newer_than or shared.abandoned:
-            task = asyncio.create_task(self._fetch(client, wanted, fingerprint))
+            task = asyncio.create_task(self._fetch(client, wanted, fingerprint, forge))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             shared = self._shared[key] = _Shared(started, checked, task)
@@ -327,7 +358,9 @@ class Observer:
                 )
             )
 
-    async def _fetch(self, client: GiteaClient, wanted: ScopeRef, fingerprint: str) -> _Fetched:
+    async def _fetch(
+        self, client: GiteaClient, wanted: ScopeRef, fingerprint: str, forge: ForgeInfo
+    ) -> _Fetched:
         url = client.base_url
         cache_key = (url, wanted, fingerprint)
         try:
@@ -337,8 +370,16 @@ class Observer:
                     scope = await client.resolve_scope(wanted)
                     self._resolved[cache_key] = scope
                 runners = await client.list_runners(scope)
-                queued = await client.list_jobs(scope, "queued")
-                in_progress, finished = await self._progress(client, scope, cache_key)
+                in_progress: tuple[ActionJob, ...]
+                finished: tuple[ActionJob, ...]
+                if isinstance(client, ForgejoClient):
+                    # One unpaged answer holds both; running jobs carry the handles that
+                    # tell which bound runner took its job. Nothing final is listed.
+                    queued, running = await client.list_active_jobs(scope)
+                    in_progress, finished = running.items, ()
+                else:
+                    queued = await client.list_jobs(scope, "queued")
+                    in_progress, finished = await self._progress(client, scope, cache_key)
         except TimeoutError:
             problem = Problem(
                 "GiteaUnreachable", f"{url}: no complete answer within {self._deadline:.0f}s"
@@ -372,6 +413,7 @@ class Observer:
             queued_complete=queued.complete,
             in_progress=in_progress,
             finished=finished,
+            forge=forge,
         )
         return _Fetched(observation=observation, handle=GiteaHandle(client, scope))
 

@@ -27,7 +27,9 @@ import structlog
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.reconcile.forgejo import NO_JOB_EVENTS
 from gitea_runner_operator.reconcile.ports import ReapOrder
+from gitea_runner_operator.runtime.enroll import Enroller
 from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.observer import GiteaHandle
 from gitea_runner_operator.runtime.reaper import Reaper
@@ -78,7 +80,9 @@ class GroupPoller:
         backoff_max: float = DEFAULT_BACKOFF_MAX,
         secret_retry: float = SECRET_RETRY,
         clock: Callable[[], float] = time.monotonic,
+        enroller: Enroller | None = None,
     ) -> None:
+        self._enroller = enroller
         self.key = key
         self._losses = losses
         self.spec = spec
@@ -172,6 +176,8 @@ class GroupPoller:
                 except Exception:
                     log.exception("reaping failed unexpectedly", group=self.key)
             if handle is not None and snapshot is not None and snapshot.problem is None:
+                await self._enroll(handle, snapshot)
+            if handle is not None and snapshot is not None and snapshot.problem is None:
                 try:
                     await self._loss_step(handle, snapshot)
                 except Exception:
@@ -191,9 +197,28 @@ class GroupPoller:
             )
             await self._sleep(started, delay * random.uniform(0.95, 1.05))  # noqa: S311
 
+    async def _enroll(self, handle: GiteaHandle, snapshot: Snapshot) -> None:
+        """Forgejo: register the runners of the group's suspended runner Jobs."""
+        if self._enroller is None or handle.forgejo is None:
+            return
+        try:
+            async with asyncio.timeout(60):
+                await self._enroller.run(self.key, handle, snapshot, self.spec)
+        except Exception:
+            log.exception("registering runners failed unexpectedly", group=self.key)
+
     async def _hook_step(self, handle: GiteaHandle, order: ReapOrder | None) -> None:
         """Keep, or remove, the group's own hook in Gitea; after the reconcile was told about
         the observation, so a slow hook call never delays a runner."""
+        if handle.forgejo is not None:
+            # No workflow_job event in Forgejo: never a hook there, so none to remove.
+            if order is not None and order.remove_hook and not self.hook_removed:
+                self.hook_removed = True
+                self._notify(self.key)
+            elif self.spec.manages_hook and self.hook != NO_JOB_EVENTS:
+                self.hook = NO_JOB_EVENTS
+                self._notify(self.key)
+            return
         if self._hooks is None:
             return
         removing = (order is not None and order.remove_hook) or (
@@ -258,8 +283,10 @@ class Pollers:
         losses: LossFollowUp | None = None,
         min_refresh: float = 0.5,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
+        enroller: Enroller | None = None,
     ) -> None:
         self._losses = losses
+        self._enroller = enroller
         self._observe = observe
         self._notify = notify
         self._reaper = reaper
@@ -293,6 +320,7 @@ class Pollers:
             losses=self._losses,
             min_refresh=self._min_refresh,
             backoff_max=self._backoff_max,
+            enroller=self._enroller,
         )
         if current is not None:  # what the old task knew still holds
             poller.hook, poller.hook_removed = current.hook, current.hook_removed

@@ -52,6 +52,8 @@ REASON_TEXT = {
     ReapReason.STARTUP_TIMEOUT: "did not register within spec.startupTimeout",
     ReapReason.GROUP_DELETED: "was not busy and its RunnerGroup is being deleted",
     ReapReason.WARM_RECYCLED: "was a warm runner older than spec.warmRunnerMaxAge (replaced)",
+    ReapReason.HANDLE_GONE: "had no queued Forgejo job left to run (its job was cancelled, "
+    "re-run or taken)",
 }
 
 
@@ -157,6 +159,10 @@ class Reaper:
         names = [p["metadata"]["name"] for p in now]
         return tuple(dict.fromkeys([*candidate.pod_names, *names]))
 
+    def _job_alive(self, key: str, job_name: str) -> bool:
+        jobs = [j for j in self._cache.runner_jobs(key) if j["metadata"]["name"] == job_name]
+        return bool(jobs) and job_view(jobs[0], []).alive
+
     def _job_still_reapable(self, key: str, job_name: str) -> bool:
         """The cluster's view now: the Job exists, is alive and has not taken a job."""
         jobs = [j for j in self._cache.runner_jobs(key) if j["metadata"]["name"] == job_name]
@@ -177,7 +183,8 @@ class Reaper:
         """Disable the candidate's registrations, so that none takes a task from now on."""
         if not self._job_still_reapable(key, candidate.job_name):
             return None
-        pod_names = self._pod_names(key, candidate)
+        # Forgejo: a runner registers under its Job's name.
+        pod_names = (*self._pod_names(key, candidate), candidate.job_name)
         registered = [fresh[p] for p in pod_names if p in fresh]
         if candidate.reason is ReapReason.STARTUP_TIMEOUT and registered:
             return None  # it registered since: it gets its own idle time now
@@ -280,8 +287,8 @@ class Reaper:
         self, key: str, handle: GiteaHandle, orphan: Orphan, working: _Working
     ) -> bool:
         pods = {p["metadata"]["name"] for p in self._cache.runner_pods(key)}
-        if orphan.name in pods:
-            return False  # its Pod exists: not an orphan
+        if orphan.name in pods or self._job_alive(key, orphan.name):
+            return False  # its Pod (or, for Forgejo, its runner Job) exists: not an orphan
         current = await handle.client.get_runner(handle.scope, orphan.runner_id)
         if current is None or current.name != orphan.name:
             return False

@@ -131,3 +131,18 @@ def test_a_kubernetes_label_is_accepted_for_a_runner_that_understands_it(kube, t
     )
     created = kube.post(GROUPS.format(ns=team_namespace), obj)
     assert created["spec"]["labelSchemas"] == ["host", "docker", "kubernetes"]
+
+
+def test_registration_token_is_required_unless_the_forge_is_forgejo(kube, team_namespace):
+    message = rejection(kube, team_namespace, group("no-token", registrationToken=None))
+    assert "spec.registrationToken is required unless spec.gitea.flavor is forgejo" in message
+    forgejo = {"url": "https://forgejo.example.com", "flavor": "forgejo"}
+    created = kube.post(
+        GROUPS.format(ns=team_namespace),
+        group("forgejo", registrationToken=None, gitea=forgejo),
+    )
+    assert created["spec"]["gitea"]["flavor"] == "forgejo"
+    defaulted = kube.post(GROUPS.format(ns=team_namespace), group("auto"))
+    assert defaulted["spec"]["gitea"]["flavor"] == "auto"
+    bad = {"url": "https://forgejo.example.com", "flavor": "gogs"}
+    assert 'Unsupported value: "gogs"' in rejection(kube, team_namespace, group("gogs", gitea=bad))

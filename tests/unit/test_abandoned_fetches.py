@@ -24,10 +24,26 @@ from tests.unit.test_shared_observation import FakeSecrets
 
 @pytest.fixture
 async def tarpit() -> AsyncIterator[str]:
-    """Accepts connections and never answers."""
+    """Answers the forge detection (Gitea's version; 404 for Forgejo's), then accepts every
+    other request and never answers it."""
     held: list[asyncio.StreamWriter] = []
 
     async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await reader.readline()
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        path = request.split()[1] if len(request.split()) > 1 else b""
+        if path.startswith(b"/api/v1/version") or path.startswith(b"/api/forgejo/v1/version"):
+            found = path.startswith(b"/api/v1/version")
+            body = b'{"version": "1.27.3"}' if found else b"{}"
+            status = b"200 OK" if found else b"404 Not Found"
+            writer.write(
+                b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+            await writer.drain()
+            writer.close()
+            return
         held.append(writer)
 
     server = await asyncio.start_server(hold, "127.0.0.1", 0)

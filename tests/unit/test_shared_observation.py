@@ -34,7 +34,14 @@ class FakeSecrets:
         pass
 
 
+def is_gitea(mock: aioresponses) -> None:
+    """What a Gitea answers to the forge detection: Forgejo's own endpoint is not routed."""
+    mock.get("http://g.test/api/forgejo/v1/version", status=404, repeat=True)
+    mock.get("http://g.test/api/v1/version", payload={"version": "1.27.3"}, repeat=True)
+
+
 def gitea(mock: aioresponses, delay: float = 0.0) -> None:
+    is_gitea(mock)
     mock.get("http://g.test/api/v1/orgs/acme", payload={"id": 1}, repeat=True)
 
     async def slow(*_: Any, **__: Any) -> None:
@@ -140,6 +147,7 @@ async def test_the_newest_finished_jobs_are_sampled_for_the_duration_metric(
     observer = Observer(FakeSecrets({"a": "t1"}), sessions)  # type: ignore[arg-type]
     spec = parse_spec(ORG_SPEC)
     with aioresponses() as mock:
+        is_gitea(mock)
         mock.get("http://g.test/api/v1/orgs/acme", payload={"id": 1}, repeat=True)
         mock.get(RUNNERS, payload={"runners": [], "total_count": 0}, repeat=True)
         mock.get(QUEUED, payload={"jobs": [], "total_count": 0}, repeat=True)

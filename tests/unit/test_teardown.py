@@ -6,6 +6,7 @@ hook is never dropped, and nothing re-creates the hook while the group is delete
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 from gitea_runner_operator.api.gitea import ActionRunner
@@ -152,7 +153,7 @@ def _poller(hooks: Hooks, answers: list[bool]) -> GroupPoller:
             problem = Problem("SecretReadFailed", "retrying", ProblemKind.SECRET)
             return Snapshot(0.0, "x", problem=problem), None
         snap = Snapshot(0.0, "x", observation=Observation(queued=(), runners=()))
-        return snap, object()
+        return snap, SimpleNamespace(forgejo=None)  # a Gitea handle
 
     return GroupPoller(
         "team-a/ci",

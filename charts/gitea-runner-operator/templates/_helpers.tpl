@@ -58,4 +58,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+# Forgejo groups: each runner's own credentials, in a Secret owned by its runner Job.
+# create only: the operator never reads, lists or updates these.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
 {{- end }}
