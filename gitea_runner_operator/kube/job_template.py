@@ -64,7 +64,7 @@ def rendered_labels(spec: RunnerGroupSpec) -> list[str]:
 
 
 def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
-    """Environment read by the act_runner image's entrypoint (scripts/run.sh).
+    """Environment read by the runner image's entrypoint (gitea/runner scripts/run.sh).
 
     The Gitea part is owned (a template may not set it); the rest are the mode's defaults,
     which a template's env entry of the same name replaces.
@@ -112,7 +112,7 @@ def _token_env(spec: RunnerGroupSpec) -> dict[str, Any]:
     }
 
 
-# What the act_runner image's entrypoint does before ``act_runner daemon``, on its own: it
+# What the runner image's entrypoint does before ``gitea-runner daemon``, on its own: it
 # writes /data/.runner, after which the entrypoint skips registration and needs no token.
 # The binary was renamed gitea-runner in the runner's 1.x images.
 REGISTER_SCRIPT = """\

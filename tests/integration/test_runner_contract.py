@@ -156,6 +156,20 @@ def test_ephemeral_register_writes_runner_file_runs_one_job_exits_0_and_is_remov
     assert "declare successfully" in r.log()
 
 
+def test_a_failed_job_is_reported_as_failure_and_the_runner_still_exits_0(
+    gitea, org_repo, make_runner
+):
+    """The Pod succeeds whatever the job's result: the Job's status says nothing about CI."""
+    org, repo = org_repo
+    label = f"gro-c-{uuid.uuid4().hex[:6]}"
+    r = make_runner(label)
+    assert r.register("--ephemeral").returncode == 0
+    gitea.push_workflow(org, repo, "c.yml", workflow(label, "exit 3"))
+    assert r.daemon().wait(timeout=120) == 0, r.log()
+    job = the_job(gitea, org, repo)
+    assert (job["status"], job["conclusion"]) == ("completed", "failure")
+
+
 def test_sigterm_while_idle_exits_0_at_once_and_leaves_the_registration(
     gitea, org_repo, make_runner
 ):
