@@ -96,6 +96,10 @@ def reconcile_quantiles(op: common.Operator) -> str:
     return f"{_ms(p50)} / {_ms(p99)} over {count:.0f} reconciles"
 
 
+def _writes(op: common.Operator) -> float:
+    return common.total(op.metrics(), "gitea_runner_operator_kube_writes_total")
+
+
 def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
 
@@ -108,7 +112,8 @@ def overlap(args: argparse.Namespace) -> None:
     fake = FakeGitea()
     namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
     jobs = args.repos * args.jobs_per_repo
-    with bench(namespaces, fake, False, leader=True) as (kube, op):
+    extra = ("--kube-write-qps", str(args.qps), "--kube-write-burst", str(int(args.qps * 2)))
+    with bench(namespaces, fake, False, *extra, leader=True) as (kube, op):
         fake.group(namespaces[0], "fallback", GroupScope(owner, None, (LABEL,)))
         started = time.monotonic()
         manifests.apply(
@@ -130,7 +135,7 @@ def overlap(args: argparse.Namespace) -> None:
             f"created 1 org group + {args.repos} repo groups in {time.monotonic() - started:.0f}s"
         )
         time.sleep(args.settle)
-        cpu0, t0 = op.cpu_seconds(), time.monotonic()
+        cpu0, t0, writes0 = op.cpu_seconds(), time.monotonic(), _writes(op)
         for i in range(args.repos):
             fake.queue(owner, f"r{i:04d}", (LABEL,), args.jobs_per_repo)
         most, done_at, rss = 0, None, 0.0
@@ -154,6 +159,8 @@ def overlap(args: argparse.Namespace) -> None:
               f" per repo group: {spread}")  # fmt: skip
         print(f"reconcile p50 / p99: {reconcile_quantiles(op)}")
         print(f"leader changes: {op.log_count('became leader') - 1}")
+        print(f"Kubernetes writes: {_writes(op) - writes0:.0f} in {elapsed:.0f}s "
+              f"(limit {args.qps}/s)")  # fmt: skip
         print(f"operator peak RSS: {rss:.0f} MB; CPU: {(op.cpu_seconds() - cpu0) / elapsed:.2f}"
               f" cores over {elapsed:.0f}s")  # fmt: skip
 
@@ -293,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", type=float, default=30.0)
     p.add_argument("--hold", type=float, default=30.0, help="seconds watched after the fill")
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--qps", type=float, default=50.0, help="--kube-write-qps (default 50)")
     p = sub.add_parser("busy")
     p.add_argument("--max", type=int, default=150)
     p.add_argument("--jobs", type=int, default=450)
