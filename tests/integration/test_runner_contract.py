@@ -212,6 +212,7 @@ def test_sigterm_while_busy_does_not_stop_the_running_step_even_with_no_shutdown
 def test_sigterm_while_busy_lets_the_job_finish_within_shutdown_timeout(
     gitea, org_repo, make_runner
 ):
+    """The documented way to let a job finish (shutdown_timeout plus a longer grace period)."""
     org, repo = org_repo
     label = f"gro-c-{uuid.uuid4().hex[:6]}"
     r = make_runner(label)
@@ -264,3 +265,15 @@ def test_register_with_a_wrong_token_exits_1_and_daemon_without_registration_exi
     proc = r.daemon()
     assert proc.wait(timeout=30) == 1
     assert "registration file not found" in r.log()
+
+
+def test_runner_labels_in_the_config_file_win_over_the_labels_given(gitea, org_repo, make_runner):
+    """Why the operator refuses a runnerConfig with runner.labels (RunnerConfigInvalid)."""
+    r = make_runner(f"gro-c-{uuid.uuid4().hex[:6]}")
+    config = CONFIG.replace("runner: {", "runner: {labels: ['from-config:host'], ")
+    (r.cwd / "config.yaml").write_text(config)
+    reg = r.register("--ephemeral")
+    assert reg.returncode == 0, reg.stdout + reg.stderr
+    assert "Labels from command will be ignored" in reg.stdout + reg.stderr
+    seen = runners_of(gitea, org_repo[0])[r.name]
+    assert [lbl["name"] for lbl in seen["labels"]] == ["from-config"]
