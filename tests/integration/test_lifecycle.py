@@ -237,9 +237,10 @@ def test_teardown_removes_idle_runners_at_once_and_lets_a_busy_one_finish(
         wait_until(lambda: registered(gitea, org).get(busy, {}).get("busy"), what="busy runner")
         kube.delete(f"{GROUPS.format(ns=ns)}/drain")
         wait_until(lambda: idle not in registered(gitea, org), what="idle removed at once")
-        # The stand-in runner reports progress every 10 s, so Gitea's ``busy`` (a report within
-        # the last 10 s) flickers to false during the silent step: the job in progress, which
-        # names the runner, is what keeps its registration alive.
+        # Gitea's ``busy`` means a report within the last 10 s: the real runner heartbeats
+        # every 5 s, but a runner that reports less often (the stand-in: 10 s; a config with a
+        # longer state_report_interval) flickers to false during a silent step, so the job in
+        # progress, which names the runner, is what keeps its registration alive.
         assert busy in registered(gitea, org), "the busy runner's registration was removed"
         assert kube.get(f"{GROUPS.format(ns=ns)}/drain")["metadata"]["deletionTimestamp"]
         run = gitea.wait_for(

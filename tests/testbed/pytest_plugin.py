@@ -84,9 +84,12 @@ def runner_binary(request: pytest.FixtureRequest) -> runners.RunnerBinary:
     """The runner the e2e tests run (built first when needed): the real Gitea Runner, or the
     stand-in with a loud warning; in CI (or GRO_REQUIRE_TESTBED=1) the stand-in fails."""
     capman = request.config.pluginmanager.getplugin("capturemanager")
-    ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+
+    def uncaptured() -> contextlib.AbstractContextManager[None]:
+        return capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+
     try:
-        with ctx:  # a cold runner build takes minutes: show its progress lines
+        with uncaptured():  # a cold runner build takes minutes: show its progress lines
             rb = runners.resolve()
     except runners.StandInRefused as e:
         pytest.fail(str(e), pytrace=False)
@@ -94,7 +97,7 @@ def runner_binary(request: pytest.FixtureRequest) -> runners.RunnerBinary:
         pytest.fail(f"runner build failed ({type(e).__name__}): {e}", pytrace=False)
     reporter = request.config.pluginmanager.getplugin("terminalreporter")
     if reporter is not None:
-        with ctx:
+        with uncaptured():
             reporter.write_line(f"\nrunner: {rb.describe()}", red=not rb.real, bold=True)
     if not rb.real:
         warnings.warn(runners.STANDIN_WARNING, StandInRunnerWarning, stacklevel=1)
