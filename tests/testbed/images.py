@@ -54,6 +54,7 @@ ROOTLESS_PACKAGES = (
     "uidmap",
     "passwd",
     "iproute2",
+    "mount",
 )
 
 
