@@ -436,7 +436,7 @@ jobs:
       - run: |
           echo "allocating past the runner container's memory limit"
           x=$(head -c 400000000 /dev/zero | tr '\\0' a)
-          echo "still alive with ${#x} bytes"
+          echo "survived: $((20 + 22))"
 """
 
 
@@ -452,7 +452,7 @@ def test_a_memory_limit_oom_kills_the_job_mid_step(real):
     done = real.wait_done({"hungry"}, timeout=240)
     assert done == {"hungry": "failure"}, real.job_log("hungry")
     log = real.job_log("hungry")
-    assert "still alive" not in log
+    assert "survived: 42" not in log
     print(f"OOM: job conclusion {done}; job log tail:\n{log[-1500:]}\n{real.pods_report()}")
 
 
@@ -465,7 +465,6 @@ jobs:
     steps:
       - run: |
           echo "long step started"
-          trap 'echo "step got SIGTERM"' TERM
           sleep 600
 """
 
@@ -498,19 +497,27 @@ def test_a_busy_runner_pod_deleted_with_a_grace_period_gets_sigterm(real):
         f"/api/v1/namespaces/{real.ns}/pods/{name}",
         body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 30},
     )
-    wait_until(
-        lambda: not real.kube.exists(f"/api/v1/namespaces/{real.ns}/pods/{name}"),
-        timeout=90,
-        what="the deleted Pod gone",
-    )
+    runner_log = ""
+    while real.kube.exists(f"/api/v1/namespaces/{real.ns}/pods/{name}"):
+        assert time.monotonic() - t0 < 90, "the deleted Pod is still there after 90 s"
+        text = real.container_log(pod, "runner")
+        if not text.startswith("("):  # the log while the Pod terminates
+            runner_log = text
+        time.sleep(1)
     gone_after = time.monotonic() - t0
-    done = real.wait_done({"long"}, timeout=120)
-    log = real.job_log("long")
-    print(f"SIGTERM: Pod gone {gone_after:.1f}s after the delete (grace 30s); job {done}")
-    # The runner cancels the running job at once on SIGTERM (shutdown_timeout 0s, its
-    # default), reports it, and exits well within the grace period.
-    assert gone_after < 30, gone_after
-    assert done["long"] in ("cancelled", "failure"), (done, log)
+    time.sleep(5)
+    job = real.jobs()["long"]
+    print(
+        f"SIGTERM: Pod gone {gone_after:.1f}s after the delete (grace 30s); Gitea job "
+        f"{job['status']}/{job.get('conclusion')}; runner log:\n{runner_log}"
+    )
+    # The runner got SIGTERM (tini passes it on) and began its shutdown at once...
+    assert "shutdown initiated" in runner_log, runner_log
+    # ...but cannot end a host-mode step's child processes: the kubelet kills them at the
+    # end of the grace period, and Gitea still shows the job running (until its zombie
+    # task timeout) - what README, "Lifetime", tells users to plan for.
+    assert 25 < gone_after < 45, gone_after
+    assert job["status"] == "in_progress", job
 
 
 def test_a_runner_that_does_not_register_within_startup_timeout_is_replaced(real):

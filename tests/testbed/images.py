@@ -54,6 +54,7 @@ ROOTLESS_PACKAGES = (
     "uidmap",
     "passwd",
     "iproute2",
+    "mount",
 )
 
 
@@ -277,7 +278,9 @@ ROOTLESS_ENTRYPOINT = (
 set -eu
 """
     + CERTS_SH
-    + r"""
+    + r"""  tls="--host=tcp://0.0.0.0:2376 --tlsverify --tlscacert $certs/server/ca.pem
+       --tlscert $certs/server/cert.pem --tlskey $certs/server/key.pem"
+fi
 export XDG_RUNTIME_DIR="/run/user/$(id -u)"
 mkdir -p "$XDG_RUNTIME_DIR"
 export DOCKERD_ROOTLESS_ROOTLESSKIT_FLAGS="-p 0.0.0.0:2376:2376/tcp"

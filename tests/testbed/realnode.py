@@ -57,6 +57,9 @@ STATE_DIR = Path("/run/gro-realnode")  # containerd state, sockets, netns, CNI c
 ROOT_DIR = Path("/var/lib/gro-realnode")  # containerd root, kubelet root
 STATE_FILE = Path("/run/gro-realnode.state.json")  # what to put back; removed last
 CNI_BIN = Path("/usr/lib/cni")
+# Rootless Docker (slirp4netns) opens /dev/net/tun as its own user; without udev (as here)
+# the device is root-only (0600). Opened up while the node runs, put back afterwards.
+TUN = Path("/dev/net/tun")
 CGROUP_NAMES = ("kubepods", "k8s.io")
 HOST_PATHS = (Path("/var/lib/kubelet"), Path("/var/lib/cni"))
 SHIM_DIR = Path("/run/containerd")
@@ -232,6 +235,9 @@ def cleanup(*, quiet: bool = False) -> list[str]:
         shutil.rmtree(path, ignore_errors=True)
         if path.exists():
             problems.append(f"directory {path}")
+    if "tun_mode" in state and TUN.exists():
+        with contextlib.suppress(OSError):
+            TUN.chmod(int(state["tun_mode"]))
     if "ip_forward" in state:
         with contextlib.suppress(OSError):
             Path("/proc/sys/net/ipv4/ip_forward").write_text(str(state["ip_forward"]))
@@ -478,7 +484,11 @@ class RealNode:
             else [],
             "pid": os.getpid(),
         }
+        if TUN.exists():
+            state["tun_mode"] = TUN.stat().st_mode & 0o7777
         STATE_FILE.write_text(json.dumps(state))
+        if TUN.exists():
+            TUN.chmod(0o666)
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         path = self.workdir / f"{name}.log"
