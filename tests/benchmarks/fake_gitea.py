@@ -10,8 +10,9 @@ The runners are simulated too, from what the cluster shows: a runner Pod that kw
 registered (in its group's scope, with its group's labels) ``start_delay`` seconds after it is
 first seen Running; an idle registered runner takes the oldest queued job it can run (labels
 and scope, as Gitea matches them), which runs ``job_seconds`` and then completes; the
-ephemeral registration goes when its job is done or its Pod is gone. kwok ends the Pod at the
-time its image tag says. Everything here is a stand-in, said so in the README.
+ephemeral registration goes when its job is done or its Pod is gone. When its job is done,
+the runner process would exit: the fake sets its Pod's phase to Succeeded (the Job controller
+then completes the runner Job), so a Pod lives exactly as long as its runner would. Everything here is a stand-in, said so in the README.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Runner:
     owner: str
     repo: str | None  # None: an org runner
     labels: tuple[str, ...]
+    namespace: str = ""
     job: int | None = None
     disabled: bool = False
 
@@ -133,6 +135,7 @@ class FakeGitea:
                     "deletionTimestamp"
                 ):
                     running[meta["name"]] = (meta["namespace"], meta["labels"].get(GROUP_LABEL))
+            finished: list[tuple[str, str]] = []
             with self.lock:
                 for name, (ns, group) in running.items():
                     first = self._pods_seen.setdefault(name, now)
@@ -142,7 +145,7 @@ class FakeGitea:
                     if not any(r.name == name for r in self.runners.values()):
                         self._ids += 1
                         self.runners[self._ids] = Runner(
-                            self._ids, name, scope.owner, scope.repo, scope.labels
+                            self._ids, name, scope.owner, scope.repo, scope.labels, ns
                         )
                 for name in [n for n in self._pods_seen if n not in running]:
                     del self._pods_seen[name]
@@ -151,9 +154,18 @@ class FakeGitea:
                     if job is not None and now - (job.started_at or now) >= self.job_seconds:
                         job.status, job.done_at = "success", now
                         del self.runners[rid]  # ephemeral: gone with its one job
+                        finished.append((runner.namespace, runner.name))
                     elif runner.name not in running and job is None:
                         del self.runners[rid]
                 self._dispatch(now)
+            for ns, name in finished:  # the runner exits: its Pod succeeds
+                try:
+                    kube.patch(
+                        f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                        {"status": {"phase": "Succeeded"}},
+                    )
+                except Exception:  # noqa: BLE001, S110 - already gone
+                    pass
             time.sleep(0.5)
 
     def _dispatch(self, now: float) -> None:
