@@ -12,11 +12,13 @@ first seen Running; an idle registered runner takes the oldest queued job it can
 and scope, as Gitea matches them), which runs ``job_seconds`` and then completes; the
 ephemeral registration goes when its job is done or its Pod is gone. When its job is done,
 the runner process would exit: the fake sets its Pod's phase to Succeeded (the Job controller
-then completes the runner Job), so a Pod lives exactly as long as its runner would. Everything here is a stand-in, said so in the README.
+then completes the runner Job), so a Pod lives exactly as long as its runner would.
+Everything here is a stand-in, said so in the README.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -159,13 +161,11 @@ class FakeGitea:
                         del self.runners[rid]
                 self._dispatch(now)
             for ns, name in finished:  # the runner exits: its Pod succeeds
-                try:
+                with contextlib.suppress(Exception):  # gone already
                     kube.patch(
                         f"/api/v1/namespaces/{ns}/pods/{name}/status",
                         {"status": {"phase": "Succeeded"}},
                     )
-                except Exception:  # noqa: BLE001, S110 - already gone
-                    pass
             time.sleep(0.5)
 
     def _dispatch(self, now: float) -> None:
