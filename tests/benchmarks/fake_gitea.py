@@ -23,6 +23,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -83,6 +84,7 @@ class FakeGitea:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=16)
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -99,6 +101,7 @@ class FakeGitea:
         self._stop.set()
         self._server.shutdown()
         self._server.server_close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def group(self, namespace: str, name: str, scope: GroupScope) -> None:
         self.groups[(namespace, name)] = scope
@@ -160,13 +163,18 @@ class FakeGitea:
                     elif runner.name not in running and job is None:
                         del self.runners[rid]
                 self._dispatch(now)
-            for ns, name in finished:  # the runner exits: its Pod succeeds
-                with contextlib.suppress(Exception):  # gone already
-                    kube.patch(
-                        f"/api/v1/namespaces/{ns}/pods/{name}/status",
-                        {"status": {"phase": "Succeeded"}},
-                    )
+            # The runners exit: their Pods succeed (in parallel: one at a time, the fake
+            # itself would be what spreads a wave's ends over a minute).
+            list(self._pool.map(lambda pod: self._succeed(kube, *pod), finished))
             time.sleep(0.5)
+
+    @staticmethod
+    def _succeed(kube: KubeClient, namespace: str, name: str) -> None:
+        with contextlib.suppress(Exception):  # gone already
+            kube.patch(
+                f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                {"status": {"phase": "Succeeded"}},
+            )
 
     def _dispatch(self, now: float) -> None:
         queued = sorted((j for j in self.jobs.values() if j.status == "queued"), key=lambda j: j.id)
