@@ -10,16 +10,20 @@ The runners are simulated too, from what the cluster shows: a runner Pod that kw
 registered (in its group's scope, with its group's labels) ``start_delay`` seconds after it is
 first seen Running; an idle registered runner takes the oldest queued job it can run (labels
 and scope, as Gitea matches them), which runs ``job_seconds`` and then completes; the
-ephemeral registration goes when its job is done or its Pod is gone. kwok ends the Pod at the
-time its image tag says. Everything here is a stand-in, said so in the README.
+ephemeral registration goes when its job is done or its Pod is gone. When its job is done,
+the runner process would exit: the fake sets its Pod's phase to Succeeded (the Job controller
+then completes the runner Job), so a Pod lives exactly as long as its runner would.
+Everything here is a stand-in, said so in the README.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -52,6 +56,7 @@ class Runner:
     owner: str
     repo: str | None  # None: an org runner
     labels: tuple[str, ...]
+    namespace: str = ""
     job: int | None = None
     disabled: bool = False
 
@@ -79,6 +84,7 @@ class FakeGitea:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=16)
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -95,6 +101,7 @@ class FakeGitea:
         self._stop.set()
         self._server.shutdown()
         self._server.server_close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def group(self, namespace: str, name: str, scope: GroupScope) -> None:
         self.groups[(namespace, name)] = scope
@@ -133,6 +140,7 @@ class FakeGitea:
                     "deletionTimestamp"
                 ):
                     running[meta["name"]] = (meta["namespace"], meta["labels"].get(GROUP_LABEL))
+            finished: list[tuple[str, str]] = []
             with self.lock:
                 for name, (ns, group) in running.items():
                     first = self._pods_seen.setdefault(name, now)
@@ -142,7 +150,7 @@ class FakeGitea:
                     if not any(r.name == name for r in self.runners.values()):
                         self._ids += 1
                         self.runners[self._ids] = Runner(
-                            self._ids, name, scope.owner, scope.repo, scope.labels
+                            self._ids, name, scope.owner, scope.repo, scope.labels, ns
                         )
                 for name in [n for n in self._pods_seen if n not in running]:
                     del self._pods_seen[name]
@@ -151,10 +159,22 @@ class FakeGitea:
                     if job is not None and now - (job.started_at or now) >= self.job_seconds:
                         job.status, job.done_at = "success", now
                         del self.runners[rid]  # ephemeral: gone with its one job
+                        finished.append((runner.namespace, runner.name))
                     elif runner.name not in running and job is None:
                         del self.runners[rid]
                 self._dispatch(now)
+            # The runners exit: their Pods succeed (in parallel: one at a time, the fake
+            # itself would be what spreads a wave's ends over a minute).
+            list(self._pool.map(lambda pod: self._succeed(kube, *pod), finished))
             time.sleep(0.5)
+
+    @staticmethod
+    def _succeed(kube: KubeClient, namespace: str, name: str) -> None:
+        with contextlib.suppress(Exception):  # gone already
+            kube.patch(
+                f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                {"status": {"phase": "Succeeded"}},
+            )
 
     def _dispatch(self, now: float) -> None:
         queued = sorted((j for j in self.jobs.values() if j.status == "queued"), key=lambda j: j.id)

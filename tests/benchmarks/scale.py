@@ -13,7 +13,7 @@ Gitea cannot queue thousands of jobs quickly). They print figures and assert not
   ever alive (never more than jobs), reconcile p50/p99, leader changes (with leader
   election on), RSS and CPU.
 - busy: one group, max 150, 450 jobs of ``--job-seconds``; the fake registers a runner 5 s
-  after its Pod runs, which then takes a job at once; the Pod ends (kwok) when its job would:
+  after its Pod runs, which then takes a job at once; the Pod ends when its job does:
   mean busy runners between the first fill and the drain, total time against the ideal.
 - fairness: one group gets ``--burst`` jobs; once its creates are under way a second group
   (another namespace) gets one: that job's queued-to-Job time.
@@ -174,7 +174,7 @@ def busy(args: argparse.Namespace) -> None:
         manifests.apply(
             kube,
             group("busy", fake.url, owner, None, maxActiveRunners=args.max,
-                  image=kwok_image(args.start + args.job_seconds + 1), pollInterval="10s"),
+                  image=kwok_image(3600), pollInterval="10s"),
             namespace=ns,
         )  # fmt: skip
         time.sleep(10)
@@ -254,7 +254,7 @@ def soak(args: argparse.Namespace) -> None:
             manifests.apply(
                 kube,
                 group(name, fake.url, owner, f"r{i:04d}", maxActiveRunners=3,
-                      image=kwok_image(25), pollInterval="15s"),
+                      image=kwok_image(3600), pollInterval="15s"),
                 namespace=ns,
             )  # fmt: skip
             names.append(name)
