@@ -10,8 +10,9 @@ can reach the Service, and must not let a flood of forged deliveries stall the e
   at most ``MAX_CANDIDATE_SECRETS`` distinct secrets are tried.
 - Verified deliveries are de-duplicated by ``X-Gitea-Delivery`` (a bounded LRU); only after
   verification, so a forger cannot pre-empt a real delivery's id.
-- Signatures over big bodies are computed off the event loop (hashlib releases the GIL), so
-  verifying a flood of 1 MiB bodies against many secrets never stalls the Lease or the polls.
+- Signatures over big bodies are computed off the event loop (hashlib releases the GIL), in
+  one thread of their own: a flood then costs at most one core of hashing, and the event
+  loop (the Lease, the polls) competes with one busy thread, not a pool of them.
 - Rejections are logged once, then summarised at most every ``QUIET_EVERY`` seconds with a
   count (:class:`QuietLog`): a flood must not become a flood of log lines.
 - Wake-ups per group are rate-limited (:class:`WakeLimiter`): a tenant's own secret cannot
@@ -22,6 +23,7 @@ can reach the Service, and must not let a flood of forged deliveries stall the e
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import time
 from collections import OrderedDict
@@ -37,8 +39,8 @@ T = TypeVar("T")
 
 # A workflow_job payload names its repository after the job (a few KiB with its steps).
 PREFIX_BYTES: Final = 64 * 1024
-MAX_CANDIDATE_SECRETS: Final = 32
-DEFAULT_SLOTS: Final = 16
+MAX_CANDIDATE_SECRETS: Final = 16
+DEFAULT_SLOTS: Final = 8
 DEFAULT_SLOT_WAIT: Final = 2.0
 DELIVERY_MEMORY: Final = 4096
 WAKE_INTERVAL: Final = 2.0
@@ -48,11 +50,16 @@ QUIET_EVERY: Final = 10.0
 OFFLOAD_BYTES: Final = 256 * 1024
 
 
+_HASHING = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="webhook-hmac")
+
+
 async def signers(candidates: Sequence[tuple[T, bytes]], body: bytes, digest: bytes) -> list[T]:
-    """:func:`signature.matching`, off the event loop when the work is big."""
+    """:func:`signature.matching`, off the event loop (in the one hashing thread) when the
+    work is big."""
     if len(body) * max(1, len(candidates)) < OFFLOAD_BYTES:
         return signature.matching(candidates, body, digest)
-    return await asyncio.to_thread(signature.matching, candidates, body, digest)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_HASHING, signature.matching, candidates, body, digest)
 
 
 class QuietLog:

@@ -70,20 +70,26 @@ def main(argv: list[str] | None = None) -> int:
         gitea.create_org(org)
         gitea.create_repo(org, "app")
         common.team(kube, ns, gitea.registration_token("org", owner=org), sandbox.gitea_token)
-        make_secret(kube, ns, "hook", {"secret": uuid.uuid4().hex})
+        for i in range(args.groups + 1):  # a secret per group: the expensive path
+            make_secret(kube, ns, f"hook-{i}", {"secret": uuid.uuid4().hex})
         extra = ("--leader-elect", "--leader-election-namespace", LEASE_NS)
         with common.operator(sandbox, [ns], *extra) as op:
-            spec: dict[str, Any] = {
-                "pollInterval": args.poll,
-                "maxActiveRunners": 50,
-                "webhook": {"secretRef": {"name": "hook", "key": "secret"}},
-            }
+
+            def spec(i: int) -> dict[str, Any]:
+                return {
+                    "pollInterval": args.poll,
+                    "maxActiveRunners": 50,
+                    "webhook": {"secretRef": {"name": f"hook-{i}", "key": "secret"}},
+                }
+
             for i in range(args.groups):
                 manifests.apply(
-                    kube, common.group(f"g{i}", org, sandbox.gitea_url, [f"fl{i}"], **spec), ns
+                    kube, common.group(f"g{i}", org, sandbox.gitea_url, [f"fl{i}"], **spec(i)), ns
                 )
             manifests.apply(
-                kube, common.group("work", org, sandbox.gitea_url, ["flood"], **spec), ns
+                kube,
+                common.group("work", org, sandbox.gitea_url, ["flood"], **spec(args.groups)),
+                ns,
             )
             gitea.push_workflow(org, "app", "seed.yml", _workflow("seed"))
             time.sleep(10)
