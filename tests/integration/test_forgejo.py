@@ -194,7 +194,7 @@ def test_a_gone_handle_ends_the_runner_and_its_registration(
     wait_until(lambda: runner_id not in forgejo.runners, what="its registration deleted")
     assert (runner_id, name, "offline") in forgejo.deleted_runners
     events = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
-    assert any(e["reason"] == "RunnerReaped" and "no longer queued" in e["message"]
+    assert any(e["reason"] == "RunnerReaped" and "no queued Forgejo job left" in e["message"]
                for e in events)  # fmt: skip
 
 
