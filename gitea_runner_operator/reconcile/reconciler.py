@@ -36,6 +36,7 @@ from gitea_runner_operator.reconcile.accounting import (
     component,
     freshest_view,
 )
+from gitea_runner_operator.reconcile.cache import STATUS_EVERY, CacheServers
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ports import ReapOrder, Sources
 from gitea_runner_operator.reconcile.scaling import (
@@ -122,8 +123,10 @@ class Reconciler:
         wall_clock: Callable[[], float] = time.time,
         on_group_gone: Callable[[str], None] | None = None,
         metrics: Metrics | None = None,
+        cache_servers: CacheServers | None = None,
     ) -> None:
         self._metrics = metrics or Metrics()
+        self._caches = cache_servers
         self._cache = cache
         self._cluster = cluster
         self._sources = sources
@@ -161,6 +164,8 @@ class Reconciler:
                 str(meta.get("resourceVersion") or ""),
             )
             return Result()  # the update's watch event brings us back with the new object
+        # spec.cache: runners mount its config Secret, so none start before it is written.
+        cache_ok = self._caches is None or await self._caches.ensure(group, spec)
 
         source = await self._sources.ensure(key, spec)
         snapshot = source.latest
@@ -189,7 +194,9 @@ class Reconciler:
         self._note_stuck(key, group, decision, spec, state)
         requeue: float | None = None
         created = 0
-        if decision.create > 0:
+        if not cache_ok:
+            requeue = STATUS_EVERY
+        elif decision.create > 0:
             created = await self._create(key, group, spec, decision, state)
             if state.create_error is not None:
                 requeue = min(

@@ -17,11 +17,13 @@ from kubernetes_asyncio import client
 
 from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
+from gitea_runner_operator.kube.cache_objects import CacheObjects
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.configmaps import ConfigReader
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.reconcile.cache import CacheServers
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
@@ -87,6 +89,9 @@ class Controller:
             job_ttl_seconds=settings.job_ttl_seconds,
             on_group_gone=self._on_group_gone,
             metrics=self.metrics,
+            cache_servers=CacheServers(
+                CacheObjects(api, self.cluster.limiter), configs, self.secrets, self.cluster
+            ),
         )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
