@@ -38,13 +38,21 @@ CONTAINER: Final = "cache-server"
 UID: Final = 1000
 DATA_DIR: Final = "/data"
 CONFIG_DIR: Final = "/etc/gitea-runner-cache"
-# The runner images ship the binary as gitea-runner (1.x) or act_runner (older).
-COMMAND: Final = [
-    "/bin/sh",
-    "-c",
-    'exec "$(command -v gitea-runner || command -v act_runner)" cache-server "$@"',
-    "cache-server",
-]
+# The runner images ship the binary as gitea-runner (1.x) or act_runner (older). The cache
+# server stops on SIGINT only (v1.0.8's main swallows SIGTERM into a context that
+# ``cache-server`` never reads), so the kubelet's SIGTERM is passed on as SIGINT; otherwise
+# every rollout and eviction would wait out the grace period and end in a SIGKILL.
+SCRIPT: Final = """\
+bin=$(command -v gitea-runner || command -v act_runner)
+"$bin" cache-server "$@" &
+pid=$!
+trap 'kill -INT "$pid"' TERM INT
+wait "$pid"
+rc=$?
+if kill -0 "$pid" 2>/dev/null; then wait "$pid"; rc=$?; fi
+exit "$rc"
+"""
+COMMAND: Final = ["/bin/sh", "-c", SCRIPT, "cache-server"]
 # Where the team's runner Pods go, the cache server goes too.
 _PLACEMENT: Final = (
     "nodeSelector",
