@@ -164,8 +164,15 @@ def test_a_cached_entry_is_restored_by_the_next_runner_and_not_by_another_group(
             template=on_real_node(hostAliases=aliases),
             cache=cache,
         )
-        status = real.kube.get(f"{GROUPS.format(ns=real.ns)}/{group}")["status"]["cache"]
-        assert status["ready"] is True, status
+        wait_until(
+            lambda group=group: (
+                (real.kube.get(f"{GROUPS.format(ns=real.ns)}/{group}").get("status") or {})
+                .get("cache", {})
+                .get("ready")
+            ),
+            timeout=60,
+            what=f"group {group}'s status.cache.ready",
+        )
 
     a_url = f"http://{service_host('a', real.ns)}:8088/"
     real.push("cache.yml", workflow(a_url))
