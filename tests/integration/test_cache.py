@@ -33,6 +33,8 @@ from tests.integration.conftest import (
     unique,
     wait_until,
 )
+from tests.integration.test_crd import group as crd_group
+from tests.integration.test_crd import rejection
 from tests.integration.test_runner_pods import ONE_JOB, namespace_with_access
 from tests.testbed.kube import KubeClient
 
@@ -238,3 +240,27 @@ def test_a_team_that_did_not_allow_cache_secrets_is_told_so(
         assert max(sample(6, lambda: len(runner_jobs(kube, ns, "ci")))) == 0
     finally:
         delete_namespace(kube, ns)
+
+
+EXTERNAL = {"url": "http://cache.example:8088", "secretRef": {"name": "cache", "key": "secret"}}
+
+
+@pytest.mark.parametrize(
+    ("cache", "message"),
+    [
+        ({"enabled": True, "size": "ten"}, "spec.cache.size"),
+        (
+            {"enabled": True, "externalServer": EXTERNAL, "storageClassName": "fast"},
+            "with externalServer the operator runs no cache server",
+        ),
+        ({"enabled": True, "externalServer": {**EXTERNAL, "url": "http://u:p@c"}}, "url"),
+        ({"enabled": True, "resources": {"limits": {"memory": "lots"}}}, "spec.cache.resources"),
+    ],
+)
+def test_the_crd_refuses_a_cache_the_operator_could_not_run(kube, team_namespace, cache, message):
+    assert message in rejection(kube, team_namespace, crd_group("bad", cache=cache))
+
+
+def test_the_crd_fills_in_the_cache_defaults(kube, team_namespace):
+    created = kube.post(GROUPS.format(ns=team_namespace), crd_group("ok", cache={"enabled": True}))
+    assert created["spec"]["cache"] == {"enabled": True, "size": "10Gi", "persistent": True}
