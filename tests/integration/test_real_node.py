@@ -556,3 +556,42 @@ def test_a_runner_that_does_not_register_within_startup_timeout_is_replaced(real
     print(f"startupTimeout 60s: reaped {reaped_after:.0f}s after its Pod was on the node")
     with contextlib.suppress(Exception):
         real.kube.delete(f"{GROUPS.format(ns=real.ns)}/slow")
+
+
+# ------------------------------------------------------------------------ dind-rootless
+
+ROOTLESS_CONFIG = """\
+runner:
+  capacity: 1
+container:
+  force_pull: false
+  valid_volumes:
+    - /run/user/1000/docker.sock
+"""
+
+
+def test_dind_rootless_mode_runs_a_container_job_and_a_docker_build(real):
+    # the same workflow, with the rootless daemon's socket given to the docker-build job
+    workflow = DIND_WORKFLOW.replace("gro-real-dind", "gro-real-rootless").replace(
+        "- /var/run/docker.sock:/var/run/docker.sock",
+        "- /run/user/1000/docker.sock:/var/run/docker.sock",
+    )
+    real.group(
+        "rootless",
+        mode="dind-rootless",
+        labels=[f"gro-real-rootless:docker://{LOCAL}{images.BUSYBOX}"],
+        image=LOCAL + images.ROOTLESS,
+        runnerConfig=runner_config(real, "rootless-config", ROOTLESS_CONFIG),
+        template=on_real_node(),
+    )
+    real.push("rootless.yml", workflow)
+    done = real.wait_done({"in-container", "docker-build"}, timeout=420)
+    assert done == {"in-container": "success", "docker-build": "success"}, (
+        real.job_log("in-container"),
+        real.job_log("docker-build"),
+        real.pods_report(),
+    )
+    assert "docker build and run in DinD: ok" in real.job_log("docker-build")
+    pods = _real_pods_ran_here(real, "rootless")
+    runner = next(c for c in pods[0]["spec"]["containers"] if c["name"] == "runner")
+    assert runner["securityContext"] == {"privileged": True}  # the mode's: no sidecar

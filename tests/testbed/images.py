@@ -42,9 +42,19 @@ BUSYBOX = "local/busybox:1.35"
 BUSYBOX_DOCKER = "local/busybox-docker:1.35"
 RUNNER = "local/gitea-runner:v1.0.8"
 DIND = "local/docker:dind"
+ROOTLESS = "local/gitea-runner:v1.0.8-dind-rootless"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RUNNER_PACKAGES = ("bash", "git", "ca-certificates", "tini", "tzdata")
 DIND_PACKAGES = ("docker.io", "iptables", "openssl", "ca-certificates", "procps")
+ROOTLESS_PACKAGES = (
+    *RUNNER_PACKAGES,
+    *DIND_PACKAGES,
+    "rootlesskit",
+    "slirp4netns",
+    "uidmap",
+    "passwd",
+    "iproute2",
+)
 
 
 def log(msg: str) -> None:
@@ -198,11 +208,9 @@ def docker_archive(out: Path, ref: str, layer: Path, cmd: list[str]) -> None:
 
 # ------------------------------------------------------------------ recipes
 
-DIND_ENTRYPOINT = r"""#!/bin/sh
-# docker:dind's behaviour on Debian's docker.io: with DOCKER_TLS_CERTDIR set, write a CA,
-# a server and a client certificate there and serve TLS on 2376 beside the unix socket.
-set -eu
-certs="${DOCKER_TLS_CERTDIR:-}"
+# With DOCKER_TLS_CERTDIR set, write a CA, a server and a client certificate there, as
+# docker:dind's entrypoint does (shared by both Docker images below).
+CERTS_SH = r"""certs="${DOCKER_TLS_CERTDIR:-}"
 tls=""
 if [ -n "$certs" ]; then
   mkdir -p "$certs/ca" "$certs/server" "$certs/client"
@@ -231,7 +239,16 @@ if [ -n "$certs" ]; then
     chmod 0644 client/key.pem
   fi
   cd /
-  tls="--host=tcp://0.0.0.0:2376 --tlsverify --tlscacert $certs/server/ca.pem
+"""
+
+DIND_ENTRYPOINT = (
+    r"""#!/bin/sh
+# docker:dind's behaviour on Debian's docker.io: with DOCKER_TLS_CERTDIR set, write a CA,
+# a server and a client certificate there and serve TLS on 2376 beside the unix socket.
+set -eu
+"""
+    + CERTS_SH
+    + r"""  tls="--host=tcp://0.0.0.0:2376 --tlsverify --tlscacert $certs/server/ca.pem
        --tlscert $certs/server/cert.pem --tlskey $certs/server/key.pem"
 fi
 # No registry: load the job images shipped in /images first, on a private socket, so they
@@ -249,6 +266,34 @@ fi
 # shellcheck disable=SC2086
 exec dockerd --host=unix:///var/run/docker.sock $tls "$@"
 """
+)
+
+
+ROOTLESS_ENTRYPOINT = (
+    r"""#!/bin/sh
+# The official runner dind-rootless image's behaviour (docker:dind-rootless + the runner,
+# under s6 there) on Debian: a rootless dockerd (rootlesskit, slirp4netns) serving TLS on
+# 2376, published into the Pod's network namespace, then the runner's own run.sh.
+set -eu
+"""
+    + CERTS_SH
+    + r"""  tls="--host=tcp://0.0.0.0:2376 --tlsverify --tlscacert $certs/server/ca.pem
+       --tlscert $certs/server/cert.pem --tlskey $certs/server/key.pem"
+fi
+export XDG_RUNTIME_DIR="/run/user/$(id -u)"
+mkdir -p "$XDG_RUNTIME_DIR"
+export DOCKERD_ROOTLESS_ROOTLESSKIT_FLAGS="-p 0.0.0.0:2376:2376/tcp"
+sock="unix://$XDG_RUNTIME_DIR/docker.sock"
+# shellcheck disable=SC2086
+dockerd-rootless.sh --host="$sock" $tls >/tmp/dockerd.log 2>&1 &
+i=0
+until docker -H "$sock" info >/dev/null 2>&1; do
+  i=$((i + 1)); [ $i -lt 240 ] || { cat /tmp/dockerd.log; exit 1; }; sleep 0.5
+done
+for t in /images/*.tar; do docker -H "$sock" load -i "$t"; done
+exec run.sh
+"""
+)
 
 
 def _runner_binary() -> Path:
@@ -360,6 +405,66 @@ def build_dind(work: Path, out: Path) -> None:
     )
 
 
+def build_rootless(work: Path, out: Path) -> None:
+    """The runner with its own rootless Docker daemon (mode ``dind-rootless``)."""
+    base = work / "debian.tar"
+    mmdebstrap(
+        base,
+        ROOTLESS_PACKAGES,
+        (
+            'ln -sf /usr/bin/tini "$1/usr/sbin/tini"',
+            'chroot "$1" update-alternatives --set iptables /usr/sbin/iptables-legacy',
+            'chroot "$1" useradd --uid 1000 --create-home --shell /bin/bash rootless',
+            'echo rootless:100000:65536 > "$1/etc/subuid"',
+            'echo rootless:100000:65536 > "$1/etc/subgid"',
+            'install -m 0755 "$1/usr/share/docker.io/contrib/dockerd-rootless.sh"'
+            ' "$1/usr/local/bin/dockerd-rootless.sh"',
+        ),
+    )
+    archives = _job_image_archives(work, base)
+    top = work / "top.tar"
+    with tarfile.open(top, "w") as tar:
+        _add_file(tar, "usr/local/bin/gitea-runner", _runner_binary().read_bytes(), 0o755)
+        _add_file(tar, "usr/local/bin/run.sh", _run_sh(), 0o755)
+        _add_file(tar, "usr/local/bin/rootless-entrypoint.sh", ROOTLESS_ENTRYPOINT.encode(), 0o755)
+        _add_dir(tar, "data", 0o777)
+        _add_dir(tar, "certs", 0o777)
+        _add_dir(tar, "run/user", 0o1777)
+        _add_dir(tar, "images")
+        for name, archive in archives.items():
+            tar.add(archive, f"images/{name}.tar")
+    oci_image(
+        out,
+        ROOTLESS,
+        [base, top],
+        {
+            "entrypoint": ["/sbin/tini", "--", "/usr/local/bin/rootless-entrypoint.sh"],
+            "env": [PATH_ENV, "DOCKER_TLS_CERTDIR=/certs"],
+            "user": "1000:1000",
+            "volume": "/data",
+        },
+    )
+
+
+def _job_image_archives(work: Path, base: Path) -> dict[str, Path]:
+    """``docker load`` tarballs of the job images: busybox, and busybox with the Docker CLI
+    of the root filesystem ``base`` (a job image whose steps run ``docker build``)."""
+    root = work / "root"
+    root.mkdir()
+    _run("tar", "-C", str(root), "-xf", str(base), "./usr/bin/docker")
+    layers = {"busybox": work / "busybox.tar", "busybox-docker": work / "busybox-docker.tar"}
+    busybox_rootfs(layers["busybox"])
+    docker_files = {lib.lstrip("/"): Path(lib) for lib in _shared_libs(root / "usr/bin/docker")}
+    busybox_rootfs(
+        layers["busybox-docker"], {"usr/bin/docker": root / "usr/bin/docker", **docker_files}
+    )
+    archives = {}
+    for name, ref in (("busybox", BUSYBOX), ("busybox-docker", BUSYBOX_DOCKER)):
+        archives[name] = work / f"{name}.docker.tar"
+        docker_archive(archives[name], ref, layers[name], ["sh"])
+    return archives
+
+
 def _shared_libs(binary: Path) -> list[str]:
     """The host's copies of what a dynamically linked binary loads (same Debian release)."""
     libs = []
@@ -379,6 +484,15 @@ RECIPES: dict[str, tuple[Callable[[Path, Path], None], Callable[[], bytes]]] = {
         lambda: _runner_binary().read_bytes() + _run_sh() + debian_suite().encode(),
     ),
     DIND: (build_dind, lambda: Path("/bin/busybox").read_bytes() + debian_suite().encode()),
+    ROOTLESS: (
+        build_rootless,
+        lambda: (
+            _runner_binary().read_bytes()
+            + _run_sh()
+            + Path("/bin/busybox").read_bytes()
+            + debian_suite().encode()
+        ),
+    ),
 }
 
 
@@ -394,6 +508,9 @@ def image_path(ref: str) -> Path:
     for part in (builder, *_SHARED):
         h.update(inspect.getsource(part).encode())
     h.update(repr((ref, PATH_ENV, RUNNER_PACKAGES, DIND_PACKAGES, DIND_ENTRYPOINT)).encode())
+    if ref == ROOTLESS:
+        h.update(repr((ROOTLESS_PACKAGES, ROOTLESS_ENTRYPOINT)).encode())
+        h.update(inspect.getsource(_job_image_archives).encode())
     h.update(inputs())
     slug = ref.replace("/", "_").replace(":", "_")
     return images_dir() / f"{slug}-{h.hexdigest()[:12]}.tar"

@@ -313,5 +313,5 @@ def real_node(testbed: Sandbox, request: pytest.FixtureRequest) -> Iterator[Real
     try:
         yield node
     finally:
-        with ctx:
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
             node.stop()
