@@ -19,6 +19,7 @@ has no storage provisioner (the PVC path is covered by tests/integration/test_ca
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -182,8 +183,9 @@ def test_a_cached_entry_is_restored_by_the_next_runner_and_not_by_another_group(
     assert done == dict.fromkeys(names, "success"), logs
     jobs = real.jobs()
     assert jobs["save"]["runner_name"] != jobs["restore"]["runner_name"]
-    restored = next(line for line in logs["restore"].splitlines() if "RESTORED" in line)
-    print(f"\nsecond job's restore (lookup + download through the cache server): {restored}")
+    # the step's output line, not the echoed script
+    (restored,) = re.findall(r"RESTORED warm-\d+ in (\d+) ms", logs["restore"])
+    print(f"\nsecond job's restore (lookup + download via the cache server): {restored} ms")
     assert "group A's cache: 401" in logs["other-group"]
     secret = real.kube.get(f"/api/v1/namespaces/{real.ns}/secrets/a-cache")["data"]
     assert all(secret["external-secret"] not in log for log in logs.values())
