@@ -15,17 +15,19 @@ from functools import cached_property
 from typing import Any, Self
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.api.cache import CacheSpec
 from gitea_runner_operator.api.duration import parse_duration
 from gitea_runner_operator.api.forge import Flavor
 from gitea_runner_operator.api.labels import DEFAULT_SCHEMAS, LabelError, RunnerLabel, Schema
 from gitea_runner_operator.api.pod_template import FieldError, check_template
+from gitea_runner_operator.api.refs import DNS_SUBDOMAIN as _DNS_SUBDOMAIN
+from gitea_runner_operator.api.refs import SECRET_KEY as _SECRET_KEY
+from gitea_runner_operator.api.refs import CamelModel as _CamelModel
+from gitea_runner_operator.api.refs import SecretKeyRef
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 # Gitea owner and repository names: alphanumerics, dash, underscore and dot.
 _GITEA_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
@@ -36,33 +38,6 @@ class Scope(StrEnum):
     GLOBAL = "global"
     ORG = "org"
     REPO = "repo"
-
-
-class _CamelModel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
-    )
-
-
-class SecretKeyRef(_CamelModel):
-    """A key of a Secret in the RunnerGroup's own namespace."""
-
-    name: str
-    key: str
-
-    @field_validator("name")
-    @classmethod
-    def _dns_name(cls, value: str) -> str:
-        if not _DNS_SUBDOMAIN.match(value):
-            raise ValueError(f"{value!r} is not a valid Secret name")
-        return value
-
-    @field_validator("key")
-    @classmethod
-    def _key_chars(cls, value: str) -> str:
-        if not _SECRET_KEY.match(value):
-            raise ValueError(f"{value!r} is not a valid Secret key")
-        return value
 
 
 class SecretSource(_CamelModel):
@@ -191,6 +166,7 @@ class RunnerGroupSpec(_CamelModel):
     retry: RetrySpec = Field(default_factory=RetrySpec)
     # How long a stopping runner Pod may take to finish its job (drain, eviction).
     termination_grace_period: str = constants.DEFAULT_TERMINATION_GRACE_PERIOD
+    cache: CacheSpec | None = None
 
     @field_validator("org", "repo")
     @classmethod

@@ -54,6 +54,11 @@ class Cluster:
         self._custom: Any = client.CustomObjectsApi(api)
         self._identity = identity
 
+    @property
+    def limiter(self) -> TokenBucket:
+        """The one write budget; other writers of the operator's objects share it."""
+        return self._limiter
+
     async def create_job(self, manifest: dict[str, Any]) -> str:
         namespace = manifest["metadata"]["namespace"]
         await self._limiter.acquire(namespace)

@@ -16,8 +16,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.api.cache import uses_cache
 from gitea_runner_operator.api.pod_template import REGISTER_CONTAINER, RUNNER_CONTAINER
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
+from gitea_runner_operator.kube.cache_server import runner_config_volume
 
 TTL_SECONDS_AFTER_FINISHED = 600
 BACKOFF_LIMIT = 2
@@ -97,7 +99,7 @@ def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
         ]
     if spec.gitea.ca_bundle is not None:
         env.append({"name": "SSL_CERT_FILE", "value": CA_FILE})
-    if spec.runner_config is not None:
+    if spec.runner_config is not None or uses_cache(spec.cache):
         env.append({"name": "CONFIG_FILE", "value": CONFIG_FILE})
     return env
 
@@ -159,7 +161,7 @@ def _runner_container(spec: RunnerGroupSpec) -> dict[str, Any]:
         security = _restricted_container_security()
     if spec.gitea.ca_bundle is not None:
         mounts.append({"name": "gro-ca-bundle", "mountPath": CA_DIR, "readOnly": True})
-    if spec.runner_config is not None:
+    if spec.runner_config is not None or uses_cache(spec.cache):
         mounts.append({"name": "gro-runner-config", "mountPath": CONFIG_DIR, "readOnly": True})
     container: dict[str, Any] = {
         "name": RUNNER_CONTAINER,
@@ -207,7 +209,7 @@ def _dind_sidecar() -> dict[str, Any]:
     }
 
 
-def _operator_volumes(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
+def _operator_volumes(spec: RunnerGroupSpec, group_name: str) -> list[dict[str, Any]]:
     # Each runner has its own registration file (/data/.runner); a shared volume would make
     # parallel ephemeral runners overwrite each other.
     volumes: list[dict[str, Any]] = [{"name": "data", "emptyDir": {}}]
@@ -226,7 +228,10 @@ def _operator_volumes(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
             else {"secret": {"secretName": ref.name, "items": items}}
         )
         volumes.append({"name": "gro-ca-bundle", **source})
-    if spec.runner_config is not None:
+    if uses_cache(spec.cache):
+        # The merged config carries the cache's secret: a Secret of the operator's, mounted.
+        volumes.append(runner_config_volume(group_name))
+    elif spec.runner_config is not None:
         cfg = spec.runner_config.config_map_key_ref
         volumes.append(
             {
@@ -314,7 +319,11 @@ def render_pod_template(spec: RunnerGroupSpec, labels: dict[str, str]) -> dict[s
         init_containers.append(_register_container(runner, spec))
     if init_containers:
         pod["initContainers"] = init_containers
-    pod["volumes"] = _merge_named(_operator_volumes(spec), user_spec.get("volumes"), "name")
+    pod["volumes"] = _merge_named(
+        _operator_volumes(spec, labels[constants.GROUP_NAME_LABEL]),
+        user_spec.get("volumes"),
+        "name",
+    )
     lifetime = spec.max_runner_lifetime_seconds
     if lifetime is not None:
         pod["activeDeadlineSeconds"] = lifetime

@@ -37,6 +37,7 @@ from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile import status as st
 from gitea_runner_operator.reconcile.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.cache import STATUS_EVERY, CacheServers
 from gitea_runner_operator.reconcile.churn import Finished, unsettled
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
@@ -144,11 +145,13 @@ class Reconciler:
         ledger: Ledger | None = None,
         template_policy: TemplatePolicy = RESTRICTED,
         own_namespace: str | None = None,
+        cache_servers: CacheServers | None = None,
     ) -> None:
         self._template_policy = template_policy
         self._own_namespace = own_namespace
         self._metrics = metrics or Metrics()
         self._ledger = ledger or Ledger()
+        self._caches = cache_servers
         self._cache = cache
         self._cluster = cluster
         self._sources = sources
@@ -191,6 +194,8 @@ class Reconciler:
                 str(meta.get("resourceVersion") or ""),
             )
             return Result()  # the update's watch event brings us back with the new object
+        # spec.cache: runners mount its config Secret, so none start before it is written.
+        cache_ok = self._caches is None or await self._caches.ensure(group, spec)
 
         source = await self._sources.ensure(key, spec)
         snapshot = source.latest
@@ -225,7 +230,9 @@ class Reconciler:
         self._note_stuck(key, group, decision, spec, state)
         requeue: float | None = None
         created = 0
-        if decision.create > 0:
+        if not cache_ok:
+            requeue = STATUS_EVERY
+        elif decision.create > 0:
             created = await self._create(key, group, spec, decision, state, on_forgejo)
             if state.create_error is not None:
                 requeue = max(0.0, state.create_retry_at - self._clock())

@@ -18,12 +18,14 @@ from kubernetes_asyncio import client
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
+from gitea_runner_operator.kube.cache_objects import CacheObjects
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.configmaps import ConfigReader
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 from gitea_runner_operator.kube.runner_credentials import RunnerCredentials
 from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.reconcile.cache import CacheServers
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
@@ -101,6 +103,9 @@ class Controller:
             ledger=Ledger(notify=self.queue.add),
             template_policy=self.template_policy,
             own_namespace=settings.own_namespace,
+            cache_servers=CacheServers(
+                CacheObjects(api, self.cluster.limiter), configs, self.secrets, self.cluster
+            ),
         )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)

@@ -63,4 +63,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create]
+# spec.cache: the group's cache server. Its Secret is written only where a team binds the
+# -cache ClusterRole.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, create, patch, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [create, patch, delete]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, create, delete]
 {{- end }}

@@ -1,0 +1,124 @@
+"""Reads and writes of a group's cache server objects (see ``kube/cache_server.py``).
+
+Server-side apply for what the operator owns outright (Secret, Service, Deployment): one
+idempotent call creates or corrects the object, and leaves fields other controllers set
+(a Service's clusterIP, a Deployment's status) alone. The PVC is only ever created: its
+spec is immutable once bound, and resizing it is a decision for its owner (see README).
+Every call has a timeout and takes a token from the operator's write rate limiter.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gitea_runner_operator.kube.cluster import COMPONENT, TIMEOUT
+from gitea_runner_operator.kube.http import send
+from gitea_runner_operator.kube.ratelimit import TokenBucket
+
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+class CacheObjects:
+    def __init__(self, api: client.ApiClient, limiter: TokenBucket | None = None) -> None:
+        self._limiter = limiter or TokenBucket(qps=50, burst=100)
+        # Any: the generated stubs omit the documented keywords (_content_type, ...).
+        self._core: Any = client.CoreV1Api(api)
+        self._apps: Any = client.AppsV1Api(api)
+
+    def _api(self, kind: str) -> tuple[Any, str]:
+        """The API object and the method suffix of a kind."""
+        return {
+            "Secret": (self._core, "secret"),
+            "Service": (self._core, "service"),
+            "PersistentVolumeClaim": (self._core, "persistent_volume_claim"),
+            "Deployment": (self._apps, "deployment"),
+        }[kind]
+
+    async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One object, or None when there is none."""
+        api, suffix = self._api(kind)
+        try:
+            return await send(
+                getattr(api, f"read_namespaced_{suffix}")(
+                    name, namespace, _preload_content=False, _request_timeout=TIMEOUT
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def read_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A Secret's values, decoded; None when there is no such Secret. Values that are
+        not UTF-8 text are left out (no key of ours is ever such a value)."""
+        secret = await self.read("Secret", namespace, name)
+        if secret is None:
+            return None
+        out: dict[str, str] = {}
+        for key, raw in (secret.get("data") or {}).items():
+            try:
+                out[key] = base64.b64decode(raw, validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                continue
+        return out
+
+    async def apply(self, manifest: dict[str, Any]) -> None:
+        """Server-side apply as the operator's field manager, taking over conflicting fields
+        (the operator owns these objects; a hand edit is put back)."""
+        await self._limiter.acquire()
+        meta = manifest["metadata"]
+        api, suffix = self._api(manifest["kind"])
+        await send(
+            getattr(api, f"patch_namespaced_{suffix}")(
+                meta["name"],
+                meta["namespace"],
+                manifest,
+                field_manager=COMPONENT,
+                force=True,
+                _content_type=APPLY_PATCH,
+                _preload_content=False,
+                _request_timeout=TIMEOUT,
+            )
+        )
+
+    async def create_if_absent(self, manifest: dict[str, Any]) -> bool:
+        """Create the object unless it exists; True if this call created it."""
+        await self._limiter.acquire()
+        meta = manifest["metadata"]
+        api, suffix = self._api(manifest["kind"])
+        try:
+            await send(
+                getattr(api, f"create_namespaced_{suffix}")(
+                    meta["namespace"], manifest, _preload_content=False, _request_timeout=TIMEOUT
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete(self, kind: str, namespace: str, name: str) -> bool:
+        """Delete one object (its dependents in the background); False if it was gone."""
+        await self._limiter.acquire()
+        api, suffix = self._api(kind)
+        try:
+            await send(
+                getattr(api, f"delete_namespaced_{suffix}")(
+                    name,
+                    namespace,
+                    propagation_policy="Background",
+                    _preload_content=False,
+                    _request_timeout=TIMEOUT,
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
