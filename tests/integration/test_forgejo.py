@@ -193,9 +193,15 @@ def test_a_gone_handle_ends_the_runner_and_its_registration(
     wait_until(lambda: not started(kube, ns, "ci"), timeout=60, what="the runner Job reaped")
     wait_until(lambda: runner_id not in forgejo.runners, what="its registration deleted")
     assert (runner_id, name, "offline") in forgejo.deleted_runners
-    events = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
-    assert any(e["reason"] == "RunnerReaped" and "no queued Forgejo job left" in e["message"]
-               for e in events)  # fmt: skip
+    # The Event follows the deletions (the reaper writes it last).
+    wait_until(
+        lambda: any(
+            e["reason"] == "RunnerReaped" and "no queued Forgejo job left" in e["message"]
+            for e in kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+        ),
+        timeout=20,
+        what="a RunnerReaped Event saying why",
+    )
 
 
 SCOPES: dict[str, dict[str, str]] = {
