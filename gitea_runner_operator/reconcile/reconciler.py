@@ -234,8 +234,6 @@ class Reconciler:
             requeue = STATUS_EVERY
         elif decision.create > 0:
             created = await self._create(key, group, spec, decision, state, on_forgejo)
-            if state.create_error is not None:
-                requeue = max(0.0, state.create_retry_at - self._clock())
         if self._clock() < state.blocked_until:
             requeue = min(requeue or STUCK_BACKOFF_MAX, state.blocked_until - self._clock())
         if self._ledger.stale(key):
@@ -243,7 +241,7 @@ class Reconciler:
             # the family's assignment may be recomputed (ledger.MIN_INTERVAL).
             requeue = min(requeue or MIN_INTERVAL, MIN_INTERVAL)
         if state.create_error is not None and self._clock() < state.create_retry_at:
-            # Claiming again (accounting) once the create back-off ends needs a pass then.
+            # Try again, and claim jobs again (accounting), once the create back-off ends.
             requeue = min(requeue or CREATE_BACKOFF_MAX, state.create_retry_at - self._clock())
         for job_name in decision.mark_took_job:
             await self._cluster.annotate_job(
