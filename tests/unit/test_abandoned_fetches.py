@@ -84,8 +84,10 @@ async def test_a_fetch_nobody_waits_for_is_cancelled_then_sessions_close_cleanly
     assert all(s.problem is not None and s.problem.reason == "GiteaUnreachable" for s, _ in results)
     # Pollers stopping mid-request: the waiters are cancelled, and so is the fetch.
     waiting = [asyncio.create_task(observer.observe(f"ns{i}", spec)) for i in range(8)]
-    await asyncio.sleep(0.05)
-    fetches = _fetch_tasks()
+    for _ in range(200):  # the shared fetch starts after the forge detection (loaded machine)
+        await asyncio.sleep(0.025)
+        if fetches := _fetch_tasks():
+            break
     assert fetches
     for task in waiting:
         task.cancel()
@@ -114,7 +116,10 @@ async def test_closing_cancels_and_awaits_a_fetch_still_in_flight(tarpit):
     sessions = SessionPool()
     observer = Observer(FakeSecrets({"a": "t"}), sessions, deadline=30)  # type: ignore[arg-type]
     waiter = asyncio.create_task(observer.observe("a", _spec(tarpit)))
-    await asyncio.sleep(0.1)
+    for _ in range(200):  # the fetch starts after the forge detection (loaded machine)
+        await asyncio.sleep(0.025)
+        if observer._tasks:
+            break
     (fetch,) = observer._tasks
     await observer.close()  # shutdown: the fetch is cancelled and awaited
     assert fetch.done()
