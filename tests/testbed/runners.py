@@ -72,6 +72,8 @@ def _resolve(bin_env: str, src_env: str, required: bool) -> RunnerBinary:
     if bin_env:
         path = Path(bin_env)
         version = binary_version(path)
+        if "gro-testbed" in version and required:
+            raise StandInRefused(f"GRO_TESTBED_RUNNER_BIN={path} is the stand-in runner")
         return RunnerBinary(path, version, "gro-testbed" not in version, "GRO_TESTBED_RUNNER_BIN")
     if build.real_runner_available():
         origin = "cached build" if build.is_built("gitea-runner") else "built now"

@@ -20,6 +20,7 @@ def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     for name in ("CI", "GRO_REQUIRE_TESTBED", "GRO_TESTBED_RUNNER_SRC", "GRO_TESTBED_RUNNER_BIN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("GRO_TESTBED_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(runners, "_USED", [])  # keep this session's runner report clean
     runners._resolve.cache_clear()
     yield tmp_path
     runners._resolve.cache_clear()
@@ -89,3 +90,18 @@ def test_a_stand_in_describes_itself_loudly(tmp_path: Path) -> None:
     assert rb.describe().startswith("STAND-IN gro-testbed-runner")
     real = runners.RunnerBinary(tmp_path / "gitea-runner", "v1.0.8", True, "cached build")
     assert real.describe().startswith("gitea-runner v1.0.8 (")
+
+
+def test_ci_refuses_the_stand_in_given_as_the_runner_binary(
+    clean: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = clean / "gro-testbed-runner"
+    fake.write_text("#!/bin/sh\necho gro-testbed-runner-0.1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("GRO_TESTBED_RUNNER_BIN", str(fake))
+    rb = runners.resolve()
+    assert not rb.real and rb.version == "gro-testbed-runner-0.1"
+    runners._resolve.cache_clear()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(runners.StandInRefused, match="stand-in"):
+        runners.resolve()
