@@ -288,7 +288,7 @@ sock="unix://$XDG_RUNTIME_DIR/docker.sock"
 # shellcheck disable=SC2086
 dockerd-rootless.sh --host="$sock" $tls >/tmp/dockerd.log 2>&1 &
 i=0
-until docker -H "$sock" info >/dev/null 2>&1; do
+until docker -H "$sock" version >/dev/null 2>&1; do
   i=$((i + 1)); [ $i -lt 240 ] || { cat /tmp/dockerd.log; exit 1; }; sleep 0.5
 done
 for t in /images/*.tar; do docker -H "$sock" load -i "$t"; done
