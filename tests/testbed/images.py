@@ -285,10 +285,12 @@ export XDG_RUNTIME_DIR="/run/user/$(id -u)"
 mkdir -p "$XDG_RUNTIME_DIR"
 export DOCKERD_ROOTLESS_ROOTLESSKIT_FLAGS="-p 0.0.0.0:2376:2376/tcp"
 sock="unix://$XDG_RUNTIME_DIR/docker.sock"
+# the operator's DOCKER_TLS_VERIFY is for tcp://localhost:2376, not for the local socket
+docker() { env -u DOCKER_TLS_VERIFY -u DOCKER_HOST -u DOCKER_CERT_PATH docker "$@"; }
 # shellcheck disable=SC2086
 dockerd-rootless.sh --host="$sock" $tls >/tmp/dockerd.log 2>&1 &
 i=0
-until docker -H "$sock" info >/dev/null 2>&1; do
+until docker -H "$sock" version >/dev/null 2>&1; do
   i=$((i + 1)); [ $i -lt 240 ] || { cat /tmp/dockerd.log; exit 1; }; sleep 0.5
 done
 for t in /images/*.tar; do docker -H "$sock" load -i "$t"; done

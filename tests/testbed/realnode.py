@@ -61,7 +61,8 @@ CNI_BIN = Path("/usr/lib/cni")
 # the device is root-only (0600). Opened up while the node runs, put back afterwards.
 TUN = Path("/dev/net/tun")
 CGROUP_NAMES = ("kubepods", "k8s.io")
-HOST_PATHS = (Path("/var/lib/kubelet"), Path("/var/lib/cni"))
+# Host paths the kubelet and CNI hard-code (device plugins, CNI cache, container log links).
+HOST_PATHS = (Path("/var/lib/kubelet"), Path("/var/lib/cni"), Path("/var/log/containers"))
 SHIM_DIR = Path("/run/containerd")
 PACKAGES = (
     "containerd",
@@ -348,6 +349,7 @@ def _kubelet_config(port: int, healthz_port: int) -> str:
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "evictionHard": {},
+            "podLogsDir": f"{ROOT_DIR}/pod-logs",  # not /var/log/pods
             "serializeImagePulls": False,
             "nodeStatusUpdateFrequency": "5s",
             "syncFrequency": "10s",
