@@ -127,6 +127,9 @@ class GroupState:
     logged: tuple[str, str] | None = None
     logged_at: float = 0.0
     teardown_since: float | None = None
+    # The UID whose finalizer this process released: a pass on the cache's stale copy (the
+    # watch has not shown the object gone yet) must not give up and warn a second time.
+    released_uid: str | None = None
 
 
 class Reconciler:
@@ -578,6 +581,8 @@ class Reconciler:
         if FINALIZER not in finalizers:
             await self._sources.stop(key)
             return Result()  # held by someone else's finalizer: nothing of ours to do
+        if self.state(key).released_uid == meta.get("uid"):
+            return Result()  # released already; the watch will show it gone
         try:
             spec: RunnerGroupSpec | None = parse_spec(group.get("spec"))
         except InvalidSpec:
@@ -649,6 +654,7 @@ class Reconciler:
             await self._cluster.set_finalizers(
                 meta["namespace"], meta["name"], finalizers, str(meta.get("resourceVersion"))
             )
+            state.released_uid = meta.get("uid")
             log.info("teardown complete, finalizer released", group=key)
             return Result()
         return Result(requeue_after=2.0 if drained else 5.0)

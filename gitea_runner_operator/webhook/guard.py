@@ -43,7 +43,7 @@ MAX_CANDIDATE_SECRETS: Final = 16
 DEFAULT_SLOTS: Final = 8
 DEFAULT_SLOT_WAIT: Final = 2.0
 DELIVERY_MEMORY: Final = 4096
-WAKE_INTERVAL: Final = 2.0
+WAKE_INTERVAL: Final = 1.0
 MAX_DEPTH: Final = 32
 QUIET_EVERY: Final = 10.0
 # Bytes hashed per delivery above which the HMACs run in a thread, off the event loop.

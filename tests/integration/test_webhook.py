@@ -172,8 +172,8 @@ async def test_real_deliveries_wake_exactly_the_groups_their_secret_speaks_for(
                 await asyncio.wait_for(all_delivered.wait(), 60)
             except TimeoutError:
                 pytest.fail(f"Gitea delivered only {outcomes} within 60 s")
-            # Nothing more arrives; a group woken twice within 2 s gets its second wake-up at
-            # the end of the 2 s (the per-group limit defers it, never drops it).
+            # Nothing more arrives; a group woken twice within 1 s gets its second wake-up at
+            # the end of that second (the per-group limit defers it, never drops it).
             await asyncio.sleep(2.5)
         finally:
             await server.stop()

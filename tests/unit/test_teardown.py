@@ -201,3 +201,18 @@ async def test_a_secret_read_that_failed_once_does_not_release_the_group_early()
     reconciler, _, _ = make(cluster, hiccup, wall=T0 + 61)
     await reconciler.reconcile(KEY)
     assert FINALIZER in cluster.finalizers
+
+
+async def test_a_pass_on_the_stale_copy_after_the_release_warns_no_second_time():
+    """Seen on the testbed: the finalizer's own update queued one more pass before the watch
+    showed the object gone, and that pass gave up (and warned) again."""
+    cluster = TalkingCluster()
+    cluster.deletion = "2026-01-01T00:01:00Z"
+    down = snapshot(problem=Problem("GiteaUnreachable", "no answer"), started_at=200.0)
+    reconciler, _, _ = make(cluster, down, wall=T0 + 60 + 301)
+    await reconciler.reconcile(KEY)
+    assert FINALIZER not in cluster.finalizers
+    cluster.finalizers = [FINALIZER]  # the cache's copy from before the release
+    await reconciler.reconcile(KEY)
+    assert cluster.events.count(("Warning", "TeardownIncomplete")) == 1
+    assert FINALIZER in cluster.finalizers  # not patched again
