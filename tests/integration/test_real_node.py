@@ -19,6 +19,7 @@ import contextlib
 import json
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -118,8 +119,13 @@ class Real:
             f"/actions/jobs/{job['id']}/logs",
             headers={"Authorization": f"token {self.cluster.gitea_token}"},
         )
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return str(resp.read().decode(errors="replace"))
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return str(resp.read().decode(errors="replace"))
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
+            return f"(no log: Gitea answered 404; job {job['status']}/{job.get('conclusion')})"
 
     def pods(self, group: str) -> list[dict[str, Any]]:
         selector = f"gitea.bpg.pw/runnergroup-name={group}"
@@ -514,10 +520,11 @@ def test_a_busy_runner_pod_deleted_with_a_grace_period_gets_sigterm(real):
     # The runner got SIGTERM (tini passes it on) and began its shutdown at once...
     assert "shutdown initiated" in runner_log, runner_log
     # ...but cannot end a host-mode step's child processes: the kubelet kills them at the
-    # end of the grace period, and Gitea still shows the job running (until its zombie
-    # task timeout) - what README, "Lifetime", tells users to plan for.
+    # end of the grace period, and Gitea shows the job running until its zombie-task
+    # clean-up (30 s on the testbed) fails it; then the operator re-runs it (README, "Lost
+    # runners"), so the newest job of that name is queued again. Never a success.
     assert 25 < gone_after < 45, gone_after
-    assert job["status"] == "in_progress", job
+    assert job["status"] in ("in_progress", "queued", "waiting"), job
 
 
 def test_a_runner_that_does_not_register_within_startup_timeout_is_replaced(real):
