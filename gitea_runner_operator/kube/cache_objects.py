@@ -70,8 +70,8 @@ class CacheObjects:
     async def apply(self, manifest: dict[str, Any]) -> None:
         """Server-side apply as the operator's field manager, taking over conflicting fields
         (the operator owns these objects; a hand edit is put back)."""
-        await self._limiter.acquire()
         meta = manifest["metadata"]
+        await self._limiter.acquire(meta["namespace"])
         api, suffix = self._api(manifest["kind"])
         await send(
             getattr(api, f"patch_namespaced_{suffix}")(
@@ -88,8 +88,8 @@ class CacheObjects:
 
     async def create_if_absent(self, manifest: dict[str, Any]) -> bool:
         """Create the object unless it exists; True if this call created it."""
-        await self._limiter.acquire()
         meta = manifest["metadata"]
+        await self._limiter.acquire(meta["namespace"])
         api, suffix = self._api(manifest["kind"])
         try:
             await send(
@@ -105,7 +105,7 @@ class CacheObjects:
 
     async def delete(self, kind: str, namespace: str, name: str) -> bool:
         """Delete one object (its dependents in the background); False if it was gone."""
-        await self._limiter.acquire()
+        await self._limiter.acquire(namespace)
         api, suffix = self._api(kind)
         try:
             await send(

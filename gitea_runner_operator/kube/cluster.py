@@ -126,7 +126,7 @@ class Cluster:
     ) -> None:
         """Merge annotations into a RunnerGroup (None removes a key); the lost-runner
         records live there (api/loss.py)."""
-        await self._limiter.acquire()
+        await self._limiter.acquire(namespace)
         try:
             await send(
                 self._custom.patch_namespaced_custom_object(

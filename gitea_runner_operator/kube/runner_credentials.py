@@ -63,8 +63,8 @@ class RunnerCredentials:
         self._limiter = limiter or TokenBucket(qps=50, burst=100)
 
     async def create_secret(self, manifest: dict[str, Any]) -> None:
-        await self._limiter.acquire()
         namespace = manifest["metadata"]["namespace"]
+        await self._limiter.acquire(namespace)
         try:
             await send(
                 self._core.create_namespaced_secret(
@@ -78,7 +78,7 @@ class RunnerCredentials:
 
     async def resume_job(self, namespace: str, name: str) -> bool:
         """Let a suspended runner Job start its Pod; False when the Job is gone."""
-        await self._limiter.acquire()
+        await self._limiter.acquire(namespace)
         try:
             await send(
                 self._batch.patch_namespaced_job(
