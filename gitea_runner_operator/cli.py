@@ -123,8 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--template-policy",
         default="restricted",
         help="what RunnerGroups' spec.template may ask for: restricted (default), permissive, "
-        "or a comma list of hostNamespaces, hostPath, privileged, nodeName, serviceAccount, "
-        "automountToken, unlabelledSecrets",
+        "or a comma list of hostNamespaces, hostPath, privileged, nodeName, tolerateAll, "
+        "serviceAccount, automountToken, unlabelledSecrets",
     )
     p.add_argument(
         "--template-service-account",

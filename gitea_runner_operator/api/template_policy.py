@@ -17,6 +17,9 @@ allowed by name with ``--template-service-account``. What each allowance covers:
   mode's own Docker-in-Docker container (``runner`` in ``dind-rootless``, the ``dind``
   sidecar in ``dind``; ``host`` mode has none);
 - ``nodeName``: pinning the Pod to a node, past the scheduler;
+- ``tolerateAll``: a toleration without a ``key`` and with ``operator: Exists``, which
+  tolerates every taint (control-plane nodes, nodes reserved for another team); tolerations
+  of named taints stay allowed;
 - ``automountToken``: ``automountServiceAccountToken: true`` (the operator sets false);
 - ``unlabelledSecrets``: Secrets without the opt-in label ``gitea.bpg.pw/credentials``
   through ``env``, ``envFrom`` or volumes (the label is checked where the Secret is read:
@@ -37,6 +40,7 @@ ALLOWANCES: Final = frozenset(
         "hostPath",
         "privileged",
         "nodeName",
+        "tolerateAll",
         "serviceAccount",
         "automountToken",
         "unlabelledSecrets",
@@ -118,6 +122,14 @@ def _refusals(spec: Mapping[str, Any], mode: str, policy: TemplatePolicy) -> Ite
                 yield Refusal(f"{ROOT}.{key}", _refused("hostNamespaces"))
     if not policy.allows("nodeName") and spec.get("nodeName"):
         yield Refusal(f"{ROOT}.nodeName", _refused("nodeName"))
+    if not policy.allows("tolerateAll"):
+        for i, toleration in enumerate(_list(spec.get("tolerations"))):
+            if (
+                isinstance(toleration, Mapping)
+                and not toleration.get("key")
+                and toleration.get("operator") == "Exists"
+            ):
+                yield Refusal(f"{ROOT}.tolerations[{i}]", _refused("tolerateAll"))
     if not policy.allows("serviceAccount"):
         for key in ("serviceAccountName", "serviceAccount"):
             name = spec.get(key)

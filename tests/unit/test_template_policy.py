@@ -42,6 +42,16 @@ CASES = [
         "hostPath",
     ),
     (pod(nodeName="node-1"), "spec.template.spec.nodeName", "nodeName"),
+    (
+        pod(tolerations=[{"key": "gpu", "operator": "Exists"}, {"operator": "Exists"}]),
+        "spec.template.spec.tolerations[1]",
+        "tolerateAll",
+    ),
+    (
+        pod(tolerations=[{"operator": "Exists", "effect": "NoSchedule"}]),
+        "spec.template.spec.tolerations[0]",
+        "tolerateAll",
+    ),
     (pod(serviceAccountName="admin"), "spec.template.spec.serviceAccountName", "serviceAccount"),
     (pod(serviceAccount="admin"), "spec.template.spec.serviceAccount", "serviceAccount"),
     (
@@ -99,6 +109,7 @@ def test_service_accounts_are_allowed_by_name_and_default_always():
 def test_harmless_templates_pass_the_restricted_policy():
     fine = pod(
         nodeSelector={"pool": "ci"},
+        tolerations=[{"key": "ci-only", "operator": "Exists", "effect": "NoSchedule"}],
         automountServiceAccountToken=False,
         hostNetwork=False,
         volumes=[{"name": "cache", "emptyDir": {}}],
