@@ -19,6 +19,7 @@ from kubernetes_asyncio import client, config
 from gitea_runner_operator import __version__, logsetup, webhook
 from gitea_runner_operator.api.template_policy import PolicyError, TemplatePolicy
 from gitea_runner_operator.health import HealthServer
+from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.runtime.controller import Controller
@@ -240,19 +241,19 @@ def lease_namespace(settings: Settings) -> str:
     return "default"
 
 
-async def operator_webhook_secret(settings: Settings, api: client.ApiClient) -> bytes | None:
+async def operator_webhook_secret(settings: Settings, secrets: SecretStore) -> bytes | None:
     """The operator-wide secret (system hooks), if one is configured. Read once: restart the
     operator after rotating it."""
     if settings.webhook_secret_file:
         return read_secret_file(settings.webhook_secret_file)
     if settings.webhook_secret:
-        return await read_secret(api, parse_secret_location(settings.webhook_secret))
+        return await read_secret(secrets, parse_secret_location(settings.webhook_secret))
     return None
 
 
 def webhook_server(
     settings: Settings,
-    api: client.ApiClient,
+    secrets: SecretStore,
     leadership: Leadership,
     secret: bytes | None,
     metrics: Metrics,
@@ -280,7 +281,7 @@ def webhook_server(
         groups=groups,
         wake=wake,
         operator_secret=secret,
-        group_secret=CachedSecretReader(api),
+        group_secret=CachedSecretReader(secrets),
         on_delivery=metrics.webhook_delivery,
         active=lambda: leadership.controller is not None,
     )
@@ -327,9 +328,12 @@ async def run(settings: Settings) -> int:
         metrics = Metrics()
         instrument_writes(api, metrics.kube_write)
         leadership = Leadership()
+        # One Secret reader for the process: the webhook receiver and every leadership term
+        # share its cache, so a Secret costs one GET per TTL whoever asks.
+        secrets = SecretStore(api, ttl=settings.secret_cache_ttl)
 
         def make_controller() -> Controller:
-            return Controller(api, settings, watch_api, metrics)
+            return Controller(api, settings, watch_api, metrics, secret_store=secrets)
 
         def ready() -> bool:
             current = leadership.controller
@@ -351,8 +355,8 @@ async def run(settings: Settings) -> int:
         receiver: WebhookServer | None = None
         if settings.webhook_port:
             try:
-                secret = await operator_webhook_secret(settings, api)
-                receiver = webhook_server(settings, api, leadership, secret, metrics)
+                secret = await operator_webhook_secret(settings, secrets)
+                receiver = webhook_server(settings, secrets, leadership, secret, metrics)
                 await receiver.start()
             except (WebhookSecretError, OSError) as exc:
                 log.error(

@@ -20,6 +20,11 @@ CREDENTIALS_LABEL = f"{constants.GROUP}/credentials"
 GITEA_URL_ANNOTATION = f"{constants.GROUP}/gitea-url"
 
 
+def opted_in(labels: Mapping[str, str]) -> bool:
+    """Whether a Secret was lent to the operator: the one place this label is checked."""
+    return labels.get(CREDENTIALS_LABEL) == "true"
+
+
 def normalise_url(url: str) -> str:
     """Scheme and host lower-cased, default ports dropped, no trailing slash."""
     parts = urlsplit(url.strip())
@@ -60,6 +65,36 @@ def url_problem(url: str, prefixes: Iterable[str]) -> Problem | None:
     )
 
 
+def not_lent_problem(*, field: str, namespace: str, name: str) -> Problem:
+    """The answer for a Secret without the opt-in label."""
+    return Problem(
+        "SecretNotAllowed",
+        f"{field}.secretRef: Secret {namespace}/{name} lacks the label "
+        f'{CREDENTIALS_LABEL}: "true"; the operator uses only Secrets that opt in '
+        "(ask whoever manages the Secret to add it)",
+        ProblemKind.SECRET,
+    )
+
+
+def gitea_url_problem(
+    *, field: str, namespace: str, name: str, annotations: Mapping[str, str], gitea_url: str
+) -> Problem | None:
+    """Why a lent Secret's tokens may not go to ``gitea_url`` (its annotation names other
+    Gitea URLs), or None."""
+    allowed = annotations.get(GITEA_URL_ANNOTATION)
+    if not allowed:
+        return None
+    urls = [u for u in (p.strip() for p in allowed.split(",")) if u]
+    if normalise_url(gitea_url) in {normalise_url(u) for u in urls}:
+        return None
+    return Problem(
+        "SecretNotAllowed",
+        f"{field}.secretRef: Secret {namespace}/{name} may be used only for {', '.join(urls)} "
+        f"(annotation {GITEA_URL_ANNOTATION}), not for spec.gitea.url {gitea_url}",
+        ProblemKind.SECRET,
+    )
+
+
 def secret_problem(
     *,
     field: str,
@@ -70,22 +105,8 @@ def secret_problem(
     gitea_url: str,
 ) -> Problem | None:
     """Why this Secret may not be used for a group of ``gitea_url``, or None."""
-    where = f"{field}.secretRef: Secret {namespace}/{name}"
-    if labels.get(CREDENTIALS_LABEL) != "true":
-        return Problem(
-            "SecretNotAllowed",
-            f'{where} lacks the label {CREDENTIALS_LABEL}: "true"; the operator uses only '
-            "Secrets that opt in (ask whoever manages the Secret to add it)",
-            ProblemKind.SECRET,
-        )
-    allowed = annotations.get(GITEA_URL_ANNOTATION)
-    if allowed:
-        urls = [u for u in (p.strip() for p in allowed.split(",")) if u]
-        if normalise_url(gitea_url) not in {normalise_url(u) for u in urls}:
-            return Problem(
-                "SecretNotAllowed",
-                f"{where} may be used only for {', '.join(urls)} "
-                f"(annotation {GITEA_URL_ANNOTATION}), not for spec.gitea.url {gitea_url}",
-                ProblemKind.SECRET,
-            )
-    return None
+    if not opted_in(labels):
+        return not_lent_problem(field=field, namespace=namespace, name=name)
+    return gitea_url_problem(
+        field=field, namespace=namespace, name=name, annotations=annotations, gitea_url=gitea_url
+    )

@@ -6,8 +6,8 @@ owner bound the ``gitea-runner-operator-secrets`` ClusterRole; never listed or w
 failure becomes a :class:`Problem` whose reason says what is wrong and whose message names the
 field and the object, so it can go straight into ``Ready=False``.
 
-A Secret is used only if it opted in (the label ``gitea.bpg.pw/credentials: "true"``), as for
-tokens; and whatever is wrong with one (missing, not opted in, no such key, not PEM) gives
+A Secret is read through the operator's one :class:`SecretStore` (opt-in label, timeout,
+cache), and whatever is wrong with one (missing, not opted in, no such key, not PEM) gives
 the same answer, so a RunnerGroup cannot be used to learn which Secrets exist or what they
 hold. Every read has a timeout, and one object is read at most once per ``ttl`` however many
 groups name it: 1,000 groups behind one CA bundle cost one read a minute, not 67 a second.
@@ -27,6 +27,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.api.runnergroup import CABundleRef
+from gitea_runner_operator.kube.secret_store import SecretStore, SecretUnavailable
 
 CA_BUNDLE_FIELD = "spec.gitea.caBundle"
 BIND_HINT = "bind the ClusterRole gitea-runner-operator-secrets in this namespace"
@@ -55,37 +56,37 @@ def unusable_secret(field: str, namespace: str, name: str, key: str) -> Referenc
 
 
 class ConfigReader:
-    """``get`` with a timeout, cached for ``ttl`` seconds per object (success only: a fixed
-    object is seen on the next retry)."""
+    """ConfigMaps: ``get`` with a timeout, cached for ``ttl`` seconds per object (success
+    only: a fixed object is seen on the next retry). Secret keys come from the store."""
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: client.ApiClient | None,
+        secrets: SecretStore,
         *,
         ttl: float = CACHE_TTL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         # Any: the generated stubs insist on model objects and omit documented keywords.
-        self._core: Any = client.CoreV1Api(api)
+        self._core: Any = client.CoreV1Api(api) if api is not None else None
+        self._secrets = secrets
         self._ttl = ttl
         self._clock = clock
         self._cache: dict[tuple[str, str, str], tuple[float, Any]] = {}
         self.reads = 0  # API reads, for tests and benchmarks
 
     async def _get(self, kind: str, namespace: str, name: str) -> Any:
+        """A ConfigMap (Secrets go through the :class:`SecretStore`)."""
         key = (kind, namespace, name)
         cached = self._cache.get(key)
         now = self._clock()
         if cached is not None and cached[0] > now:
             return cached[1]
-        read = (
-            self._core.read_namespaced_config_map
-            if kind == "ConfigMap"
-            else self._core.read_namespaced_secret
-        )
         self.reads += 1
         try:
-            obj = await read(name, namespace, _request_timeout=REQUEST_TIMEOUT)
+            obj = await self._core.read_namespaced_config_map(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            )
         except BaseException:
             self._cache.pop(key, None)
             raise
@@ -122,21 +123,24 @@ class ConfigReader:
         self, namespace: str, name: str, key: str, *, field: str, reason_prefix: str
     ) -> str:
         """One value of a Secret that opted in, for references that are not credentials (a
-        CA bundle). Every failure but a refusal by RBAC gives the same answer."""
-        what = f"Secret {namespace}/{name}"
+        CA bundle), read through the operator's one Secret reader. Every failure but a
+        refusal by RBAC gives the same answer."""
         try:
-            secret = await self._get("Secret", namespace, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                raise unusable_secret(field, namespace, name, key) from None
-            raise _api_problem(exc, field, what, reason_prefix) from None
-        labels = (getattr(secret.metadata, "labels", None) or {}) if secret.metadata else {}
-        data = secret.data or {}
-        if labels.get(CREDENTIALS_LABEL) != "true" or key not in data:
-            raise unusable_secret(field, namespace, name, key)
+            lent = await self._secrets.get(namespace, name)
+        except SecretUnavailable as exc:
+            if exc.reason == "Forbidden":
+                raise ReferenceProblem(
+                    Problem(
+                        f"{reason_prefix}Forbidden",
+                        f"{field}: the operator may not read Secret {namespace}/{name}; "
+                        f"{BIND_HINT}",
+                    )
+                ) from None
+            raise unusable_secret(field, namespace, name, key) from None
+        raw = lent.decoded(key)
         try:
-            return base64.b64decode(data[key], validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError):
+            return _text(raw)
+        except ValueError:
             raise unusable_secret(field, namespace, name, key) from None
 
     async def read_ca_bundle(self, namespace: str, bundle: CABundleRef) -> str:
@@ -160,6 +164,12 @@ def _api_problem(exc: ApiException, field: str, what: str, prefix: str) -> Excep
             Problem(f"{prefix}Forbidden", f"{field}: the operator may not read {what}; {BIND_HINT}")
         )
     return exc
+
+
+def _text(raw: bytes | None) -> str:
+    if raw is None:
+        raise ValueError("no such key")
+    return raw.decode()  # UnicodeDecodeError is a ValueError
 
 
 def _decode(raw: str, field: str, what: str, key: str, prefix: str) -> str:

@@ -1,28 +1,25 @@
-"""Reading the tokens a RunnerGroup names, with the opt-in rules and a small cache.
+"""The tokens a RunnerGroup names, read through the operator's one :class:`SecretStore`, with
+the messages that tell a user which reference to fix.
 
-Secrets may only be read one by one (`get`, never `list`/`watch`: the operator must not be
-able to enumerate a namespace's Secrets), so there is no informer for them. A cache entry
-lives ``ttl`` seconds so that 1,000 groups polling every 15 s do not cost 130 Secret reads a
-second; the poller drops an entry at once when Gitea rejects the token (401/403), and a
-missing or refused Secret is never cached, so fixing one takes effect on the next retry.
+The store applies the opt-in label, the timeout and the cache; here the token rules are added
+(the Secret's ``gitea-url`` annotation, a non-empty key). The poller drops an entry at once
+when Gitea rejects the token (401/403), so a rotated token is used on the next poll.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL, secret_problem
+from gitea_runner_operator.api.credentials import (
+    CREDENTIALS_LABEL,
+    gitea_url_problem,
+    not_lent_problem,
+)
 from gitea_runner_operator.api.observation import Problem, ProblemKind
+from gitea_runner_operator.kube.secret_store import LentSecret, SecretStore, SecretUnavailable
 
-REQUEST_TIMEOUT = 10.0
+BIND_HINT = (
+    "grant it `get` on this Secret (bind the ClusterRole gitea-runner-operator-secrets here, "
+    "or a Role like manifests/examples/secret-access.yaml)"
+)
 
 
 class SecretProblem(Exception):
@@ -31,59 +28,38 @@ class SecretProblem(Exception):
         self.problem = problem
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    data: dict[str, str]
-    expires: float
-
-
 class Secrets:
-    def __init__(
-        self,
-        api: client.ApiClient,
-        *,
-        ttl: float = 60.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._core: Any = client.CoreV1Api(api)
-        self._ttl = ttl
-        self._clock = clock
-        self._cache: dict[tuple[str, str], _Entry] = {}
-        self.reads = 0  # API reads, for tests and benchmarks
+    def __init__(self, store: SecretStore) -> None:
+        self.store = store
 
     def invalidate(self, namespace: str, name: str) -> None:
-        self._cache.pop((namespace, name), None)
+        self.store.invalidate(namespace, name)
 
     def retain(self, namespaces: set[str]) -> None:
-        """Drop cached Secrets of namespaces that have no group any more."""
-        for key in [k for k in self._cache if k[0] not in namespaces]:
-            del self._cache[key]
+        self.store.retain(namespaces)
 
     async def read(self, namespace: str, name: str, key: str, field: str, gitea_url: str) -> str:
         """One decoded value of a Secret that opted in for ``gitea_url``. ``field`` (e.g.
         ``spec.authToken``) goes into errors so a user knows which reference to fix. The
         value itself is never logged."""
-        entry = await self._entry(namespace, name, field)
-        problem = secret_problem(
+        lent = await self._lent(namespace, name, field)
+        problem = gitea_url_problem(
             field=field,
             namespace=namespace,
             name=name,
-            labels=entry.labels,
-            annotations=entry.annotations,
+            annotations=lent.annotations,
             gitea_url=gitea_url,
         )
         if problem is not None:
             raise SecretProblem(problem)
         where = f"{field}.secretRef: Secret {namespace}/{name}"
-        if key not in entry.data:
+        if key not in lent.data:
             raise SecretProblem(
                 Problem("SecretKeyMissing", f"{where} has no key {key!r}", ProblemKind.SECRET)
             )
         try:
-            value = base64.b64decode(entry.data[key], validate=True).decode().strip()
-        except (binascii.Error, UnicodeDecodeError):
+            value = (lent.decoded(key) or b"").decode().strip()
+        except UnicodeDecodeError:
             value = ""
         if not value:
             raise SecretProblem(
@@ -94,9 +70,12 @@ class Secrets:
     async def require_opt_in(self, namespace: str, name: str, field: str) -> None:
         """A Secret a group's template hands to runner Pods must have opted in like the
         tokens: one team's template must not mount another Secret of the namespace that was
-        never lent to the operator. Only the label is looked at; no value is decoded."""
-        entry = await self._entry(namespace, name, field)
-        if entry.labels.get(CREDENTIALS_LABEL) != "true":
+        never lent to the operator. No value is decoded."""
+        try:
+            await self.store.get(namespace, name)
+        except SecretUnavailable as exc:
+            if exc.reason != "NotOptedIn":
+                raise SecretProblem(_unavailable(exc, field)) from None
             raise SecretProblem(
                 Problem(
                     "TemplateNotAllowed",
@@ -104,41 +83,23 @@ class Secrets:
                     '"true"; runner Pods get only Secrets that opt in',
                     ProblemKind.SECRET,
                 )
-            )
+            ) from None
 
-    async def _entry(self, namespace: str, name: str, field: str) -> _Entry:
-        cached = self._cache.get((namespace, name))
-        if cached is not None and cached.expires > self._clock():
-            return cached
-        where = f"{field}.secretRef: Secret {namespace}/{name}"
+    async def _lent(self, namespace: str, name: str, field: str) -> LentSecret:
         try:
-            self.reads += 1
-            secret = await self._core.read_namespaced_secret(
-                name, namespace, _request_timeout=REQUEST_TIMEOUT
-            )
-        except ApiException as exc:
-            self._cache.pop((namespace, name), None)
-            if exc.status == 404:
-                raise SecretProblem(
-                    Problem("SecretNotFound", f"{where} not found", ProblemKind.SECRET)
-                ) from None
-            if exc.status == 403:
-                raise SecretProblem(
-                    Problem(
-                        "SecretForbidden",
-                        f"{where}: the operator may not read it; grant it `get` on this Secret "
-                        "(bind the ClusterRole gitea-runner-operator-secrets here, or a Role like "
-                        "manifests/examples/secret-access.yaml)",
-                        ProblemKind.SECRET,
-                    )
-                ) from None
-            raise
-        meta = secret.metadata
-        entry = _Entry(
-            labels=dict(meta.labels or {}),
-            annotations=dict(meta.annotations or {}),
-            data=dict(secret.data or {}),
-            expires=self._clock() + self._ttl,
+            return await self.store.get(namespace, name)
+        except SecretUnavailable as exc:
+            raise SecretProblem(_unavailable(exc, field)) from None
+
+
+def _unavailable(exc: SecretUnavailable, field: str) -> Problem:
+    where = f"{field}.secretRef: Secret {exc.namespace}/{exc.name}"
+    if exc.reason == "NotOptedIn":
+        return not_lent_problem(field=field, namespace=exc.namespace, name=exc.name)
+    if exc.reason == "Forbidden":
+        return Problem(
+            "SecretForbidden",
+            f"{where}: the operator may not read it; {BIND_HINT}",
+            ProblemKind.SECRET,
         )
-        self._cache[(namespace, name)] = entry
-        return entry
+    return Problem("SecretNotFound", f"{where} not found", ProblemKind.SECRET)

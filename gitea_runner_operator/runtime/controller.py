@@ -23,6 +23,7 @@ from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.configmaps import ConfigReader
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 from gitea_runner_operator.kube.runner_credentials import RunnerCredentials
+from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.cache import CacheServers
@@ -53,17 +54,19 @@ class Controller:
         settings: Settings,
         watch_api: client.ApiClient | None = None,
         metrics: Metrics | None = None,
+        secret_store: SecretStore | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.cache = ClusterCache(watch_api or api, settings.namespaces)
         writes = TokenBucket(settings.kube_write_qps, settings.kube_write_burst)
         self.cluster = Cluster(api, settings.identity or "gitea-runner-operator", writes)
-        self.secrets = Secrets(api, ttl=settings.secret_cache_ttl)
+        store = secret_store or SecretStore(api, ttl=settings.secret_cache_ttl)
+        self.secrets = Secrets(store)
         self.sessions = SessionPool()
         self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
         self.expectations = Expectations(settings.expectation_timeout)
-        configs = ConfigReader(api, ttl=settings.secret_cache_ttl)
+        configs = ConfigReader(api, store, ttl=settings.secret_cache_ttl)
         self.template_policy = TemplatePolicy.parse(
             settings.template_policy, settings.template_service_accounts
         )

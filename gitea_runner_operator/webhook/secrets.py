@@ -8,24 +8,20 @@ RunnerGroup cannot name some other Secret of its namespace and have the operator
 
 from __future__ import annotations
 
-import base64
-import binascii
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import structlog
-from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.secrets import REQUEST_TIMEOUT
+from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL
+from gitea_runner_operator.kube.secret_store import LentSecret, SecretStore, SecretUnavailable
 from gitea_runner_operator.webhook.routing import SecretLocation
 
 log = structlog.get_logger(__name__)
 
-CREDENTIALS_LABEL: Final = f"{constants.GROUP}/credentials"
 DEFAULT_KEY: Final = "webhook-secret"
 
 # Given where a group's hook secret lives, its value (None: unusable; the reason is logged).
@@ -45,47 +41,36 @@ def parse_secret_location(value: str, flag: str = "--webhook-secret") -> SecretL
     return SecretLocation(namespace, name, key or DEFAULT_KEY)
 
 
-def decode_secret(obj: Any, where: SecretLocation) -> bytes:
-    """The value of ``where.key`` in a Secret (a kubernetes_asyncio ``V1Secret``), checked for
-    the credentials label. Raises :class:`WebhookSecretError` naming what is wrong."""
-    labels = (getattr(obj.metadata, "labels", None) or {}) if obj.metadata else {}
-    if labels.get(CREDENTIALS_LABEL) != "true":
-        raise WebhookSecretError(
-            f"Secret {where.namespace}/{where.name} lacks the label {CREDENTIALS_LABEL}=true"
-        )
-    data = obj.data or {}
-    if where.key not in data:
-        raise WebhookSecretError(f"Secret {where.namespace}/{where.name} has no key {where.key!r}")
-    try:
-        value = base64.b64decode(data[where.key], validate=True).strip()
-    except binascii.Error:
-        value = b""
+def decode_secret(lent: LentSecret, where: SecretLocation) -> bytes:
+    """The value of ``where.key`` in a Secret that opted in, white space trimmed. Raises
+    :class:`WebhookSecretError` naming what is wrong."""
+    what = f"Secret {where.namespace}/{where.name}"
+    if where.key not in lent.data:
+        raise WebhookSecretError(f"{what} has no key {where.key!r}")
+    value = (lent.decoded(where.key) or b"").strip()
     if not value:
-        raise WebhookSecretError(
-            f"key {where.key!r} of Secret {where.namespace}/{where.name} is empty"
-        )
+        raise WebhookSecretError(f"key {where.key!r} of {what} is empty")
     return value
 
 
-async def read_secret(api: client.ApiClient, where: SecretLocation) -> bytes:
-    """One Secret GET; every failure becomes a :class:`WebhookSecretError`."""
-    core: Any = client.CoreV1Api(api)
+async def read_secret(store: SecretStore, where: SecretLocation) -> bytes:
+    """The secret through the operator's one Secret reader; every failure becomes a
+    :class:`WebhookSecretError`."""
+    what = f"Secret {where.namespace}/{where.name}"
     try:
-        obj = await core.read_namespaced_secret(
-            where.name, where.namespace, _request_timeout=REQUEST_TIMEOUT
-        )
-    except ApiException as exc:
-        if exc.status == 404:
-            raise WebhookSecretError(f"Secret {where.namespace}/{where.name} not found") from None
-        if exc.status == 403:
+        lent = await store.get(where.namespace, where.name)
+    except SecretUnavailable as exc:
+        if exc.reason == "NotFound":
+            raise WebhookSecretError(f"{what} not found") from None
+        if exc.reason == "Forbidden":
             raise WebhookSecretError(
-                f"the operator may not read Secret {where.namespace}/{where.name}; bind the"
+                f"the operator may not read {what}; bind the"
                 " ClusterRole gitea-runner-operator-secrets in that namespace"
             ) from None
-        raise WebhookSecretError(
-            f"reading Secret {where.namespace}/{where.name} failed: HTTP {exc.status}"
-        ) from None
-    return decode_secret(obj, where)
+        raise WebhookSecretError(f"{what} lacks the label {CREDENTIALS_LABEL}=true") from None
+    except ApiException as exc:
+        raise WebhookSecretError(f"reading {what} failed: HTTP {exc.status}") from None
+    return decode_secret(lent, where)
 
 
 def read_secret_file(path: str | Path) -> bytes:
@@ -99,6 +84,13 @@ def read_secret_file(path: str | Path) -> bytes:
     return value
 
 
+def _reader(store: SecretStore) -> Callable[[SecretLocation], Awaitable[bytes]]:
+    async def read(where: SecretLocation) -> bytes:
+        return await read_secret(store, where)
+
+    return read
+
+
 class CachedSecretReader:
     """A :data:`SecretProvider` over the Kubernetes API that remembers each answer (a value or
     "unusable") for ``ttl`` seconds, so a burst of deliveries costs one Secret GET per secret.
@@ -107,12 +99,16 @@ class CachedSecretReader:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        store: SecretStore | None,
         ttl: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         read: Callable[[SecretLocation], Awaitable[bytes]] | None = None,
     ) -> None:
-        self._read = read or (lambda where: read_secret(api, where))
+        if read is None:
+            if store is None:
+                raise TypeError("CachedSecretReader needs a store or a read function")
+            read = _reader(store)
+        self._read = read
         self._ttl = ttl
         self._clock = clock
         self._cache: dict[SecretLocation, tuple[float, bytes | None]] = {}

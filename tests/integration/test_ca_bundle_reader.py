@@ -13,6 +13,7 @@ from kubernetes_asyncio import client, config
 
 from gitea_runner_operator.api.runnergroup import GiteaRef
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
+from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.runtime.trust import GiteaTrust
 from tests.integration import manifests
 from tests.integration.conftest import OPERATOR_NS, OPERATOR_SA, make_namespace, unique
@@ -53,7 +54,7 @@ async def test_the_operator_reads_a_ca_bundle_where_allowed(
             namespace=ns,
         )
     api = await operator_api(cluster, tmp_path)
-    reader = ConfigReader(api)
+    reader = ConfigReader(api, SecretStore(api))
     try:
         assert isinstance(
             (await GiteaTrust(reader).context_for(ns, gitea_with("configMapKeyRef", "good-ca")))[0],

@@ -19,6 +19,7 @@ from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.hooks import HookClient
 from gitea_runner_operator.forge.scope import ScopeRef
+from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.webhook import (
     CachedSecretReader,
     Descriptors,
@@ -141,7 +142,7 @@ async def test_real_deliveries_wake_exactly_the_groups_their_secret_speaks_for(
             groups=lambda: descriptors.of(objects),
             wake=woken.append,
             operator_secret=operator_secret.encode(),
-            group_secret=CachedSecretReader(api),
+            group_secret=CachedSecretReader(SecretStore(api)),
             on_delivery=on_delivery,
         )
         await server.start()

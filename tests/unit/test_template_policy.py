@@ -17,6 +17,7 @@ from gitea_runner_operator.api.template_policy import (
     check,
     secret_refs,
 )
+from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.reconciler import Reconciler
@@ -163,14 +164,14 @@ class FakeCore:
 
 
 async def test_a_template_secret_without_the_opt_in_label_is_refused_by_name():
-    secrets = Secrets.__new__(Secrets)
-    Secrets.__init__(secrets, None)  # type: ignore[arg-type]
-    secrets._core = FakeCore({})
+    store = SecretStore(None)
+    secrets = Secrets(store)
+    store._core = FakeCore({})
     with pytest.raises(SecretProblem) as err:
         await secrets.require_opt_in("team-a", "other-team", "spec.template.spec.volumes[0].secret")
     assert err.value.problem.reason == "TemplateNotAllowed"
     assert "spec.template.spec.volumes[0].secret" in err.value.problem.message
-    secrets._core = FakeCore({"gitea.bpg.pw/credentials": "true"})
+    store._core = FakeCore({"gitea.bpg.pw/credentials": "true"})
     secrets.invalidate("team-a", "lent")
     await secrets.require_opt_in("team-a", "lent", "spec.template.spec.volumes[0].secret")
 

@@ -14,6 +14,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gitea_runner_operator.api.runnergroup import GiteaRef
 from gitea_runner_operator.forge.tls import CABundleError, ssl_context_for
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
+from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.runtime.trust import GiteaTrust
 
 # A throwaway self-signed test CA (its key was discarded when it was made).
@@ -83,8 +84,11 @@ class FakeCore:
 def reader(
     objects: dict[tuple[str, str], Any], status: int = 404, clock: Any = None
 ) -> ConfigReader:
-    r = ConfigReader(None, **({"clock": clock} if clock else {}))  # type: ignore[arg-type]
-    r._core = FakeCore(objects, status)
+    fake = FakeCore(objects, status)
+    store = SecretStore(None, **({"clock": clock} if clock else {}))
+    store._core = fake
+    r = ConfigReader(None, store, **({"clock": clock} if clock else {}))
+    r._core = fake
     return r
 
 

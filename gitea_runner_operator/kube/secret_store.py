@@ -1,0 +1,179 @@
+"""The one place the operator reads a tenant's Secret.
+
+Tokens, webhook secrets, a CA bundle's ``secretKeyRef`` and the Secrets a template mounts are
+all read here, so every read gets the same three things:
+
+- **the opt-in rule**: a Secret without the label ``gitea.bpg.pw/credentials: "true"`` is
+  answered as :class:`SecretUnavailable` and its data is dropped at once, never cached or
+  handed on; a RunnerGroup cannot make the operator use, or tell apart, a Secret its namespace
+  never lent;
+- **a timeout** on the GET (an API server that stalls costs one poll, not a wedged task);
+- **a cache**: one GET per Secret per ``ttl`` however many groups and deliveries name it, and
+  concurrent readers of one Secret share one GET. Answers that a user fixes by hand (missing,
+  refused by RBAC, not opted in) are remembered only ``negative_ttl`` seconds, so a fix shows
+  on the next retry while a group naming a missing Secret cannot turn each poll into a GET.
+
+Why not an informer: the operator must not be able to list or watch Secrets (it holds ``get``
+only, granted per namespace), so the cache is by time, not by resourceVersion. 1,000 groups
+behind one Secret cost one read a minute.
+
+The operator's own Secrets (runner registrations, cache-server secrets) are written and read
+by the modules that own them; they are not tenants' input and do not pass through here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gitea_runner_operator.api.credentials import opted_in
+
+REQUEST_TIMEOUT = 10.0
+CACHE_TTL = 60.0
+NEGATIVE_TTL = 5.0
+MAX_ENTRIES = 4096
+
+Unavailability = Literal["NotFound", "Forbidden", "NotOptedIn"]
+
+
+class SecretUnavailable(Exception):
+    """The Secret cannot be used, for a reason the user must fix. Callers turn ``reason``
+    into their own message, naming the field that points at the Secret."""
+
+    def __init__(self, namespace: str, name: str, reason: Unavailability) -> None:
+        super().__init__(f"Secret {namespace}/{name}: {reason}")
+        self.namespace = namespace
+        self.name = name
+        self.reason: Unavailability = reason
+
+
+@dataclass(frozen=True, slots=True)
+class LentSecret:
+    """What the operator keeps of a Secret that opted in. ``data`` holds the API's base64
+    text; :meth:`decoded` is the only way to a value, so nobody logs one by accident."""
+
+    namespace: str
+    name: str
+    annotations: Mapping[str, str] = field(repr=False)
+    data: Mapping[str, str] = field(repr=False)
+
+    def decoded(self, key: str) -> bytes | None:
+        """The value under ``key``, or None when there is no such key or it is not base64."""
+        raw = self.data.get(key)
+        if raw is None:
+            return None
+        try:
+            return base64.b64decode(raw, validate=True)
+        except binascii.Error:
+            return None
+
+
+_Answer = LentSecret | SecretUnavailable
+
+
+class SecretStore:
+    def __init__(
+        self,
+        api: client.ApiClient | None,
+        *,
+        ttl: float = CACHE_TTL,
+        negative_ttl: float = NEGATIVE_TTL,
+        max_entries: int = MAX_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # Any: the generated stubs omit the documented ``_request_timeout`` keyword.
+        self._core: Any = client.CoreV1Api(api) if api is not None else None
+        self._ttl = ttl
+        self._negative_ttl = negative_ttl
+        self._max_entries = max_entries
+        self._clock = clock
+        self._answers: dict[tuple[str, str], tuple[float, _Answer]] = {}
+        self._inflight: dict[tuple[str, str], asyncio.Task[_Answer]] = {}
+        self.reads = 0  # GETs sent, for tests and benchmarks
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    async def get(self, namespace: str, name: str) -> LentSecret:
+        """The Secret, if it opted in. Raises :class:`SecretUnavailable` for what a user must
+        fix, and lets any other failure (a timeout, a 5xx) through uncached: try again."""
+        key = (namespace, name)
+        cached = self._answers.get(key)
+        if cached is not None and cached[0] > self._clock():
+            return _unwrap(cached[1])
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.create_task(self._read(namespace, name))
+            self._inflight[key] = task
+            task.add_done_callback(lambda done: self._settled(key, done))
+        # shield: one reader giving up (its poll was cancelled) must not cancel the others'.
+        return _unwrap(await asyncio.shield(task))
+
+    def invalidate(self, namespace: str, name: str) -> None:
+        """Forget one answer (Gitea just refused the token it held: read it afresh)."""
+        self._answers.pop((namespace, name), None)
+
+    def retain(self, namespaces: set[str]) -> None:
+        """Forget the Secrets of namespaces that have no group any more."""
+        for key in [k for k in self._answers if k[0] not in namespaces]:
+            del self._answers[key]
+
+    def _settled(self, key: tuple[str, str], task: asyncio.Task[_Answer]) -> None:
+        self._inflight.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: every reader may have given up before it failed
+
+    async def _read(self, namespace: str, name: str) -> _Answer:
+        self.reads += 1
+        answer: _Answer
+        try:
+            secret = await self._core.read_namespaced_secret(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status not in (403, 404):
+                self._answers.pop((namespace, name), None)
+                raise
+            reason: Unavailability = "NotFound" if exc.status == 404 else "Forbidden"
+            answer = SecretUnavailable(namespace, name, reason)
+        else:
+            meta = secret.metadata
+            labels = (getattr(meta, "labels", None) or {}) if meta is not None else {}
+            if opted_in(labels):
+                answer = LentSecret(
+                    namespace,
+                    name,
+                    annotations=dict(getattr(meta, "annotations", None) or {}),
+                    data=dict(secret.data or {}),
+                )
+            else:
+                answer = SecretUnavailable(namespace, name, "NotOptedIn")
+        ttl = self._ttl if isinstance(answer, LentSecret) else self._negative_ttl
+        self._remember((namespace, name), answer, self._clock() + ttl)
+        return answer
+
+    def _remember(self, key: tuple[str, str], answer: _Answer, expires: float) -> None:
+        self._answers.pop(key, None)  # re-insert: the dict's order stays oldest first
+        if len(self._answers) >= self._max_entries:
+            now = self._clock()
+            for stale in [k for k, (until, _) in self._answers.items() if until <= now]:
+                del self._answers[stale]
+            overflow = len(self._answers) - self._max_entries + 1
+            for oldest in list(self._answers)[: max(overflow, 0)]:
+                del self._answers[oldest]
+        self._answers[key] = (expires, answer)
+
+
+def _unwrap(answer: _Answer) -> LentSecret:
+    if isinstance(answer, SecretUnavailable):
+        # A fresh exception per caller: tracebacks of concurrent readers must not chain.
+        raise SecretUnavailable(answer.namespace, answer.name, answer.reason)
+    return answer
