@@ -36,7 +36,7 @@ from tests.integration.conftest import (
     runner_jobs,
     wait_until,
 )
-from tests.testbed import images
+from tests.testbed import images, realnode
 from tests.testbed.realnode import GATEWAY, NODE_LABEL, NODE_NAME
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
@@ -610,3 +610,16 @@ def test_dind_rootless_mode_runs_a_container_job_and_a_docker_build(real):
     pods = _real_pods_ran_here(real, "rootless")
     runner = next(c for c in pods[0]["spec"]["containers"] if c["name"] == "runner")
     assert runner["securityContext"] == {"privileged": True}  # the mode's: no sidecar
+
+
+# ----------------------------------------------------------------- the node's own network
+
+
+def test_the_gateway_keeps_its_mac_address_while_pods_come_and_go(real_node):
+    """Last in this file, after dozens of Pods joined and left the bridge. A bridge that
+    followed its ports' MACs changed the gateway's MAC under running Pods: their calls to
+    Gitea stalled until their ARP entries were re-validated (up to a minute), and Gitea's
+    zombie-task clean-up failed jobs that were running fine (the DinD and rootless flakes)."""
+    bridge = Path(f"/sys/class/net/{realnode.BRIDGE}")
+    assert (bridge / "address").read_text().strip() == realnode.BRIDGE_MAC
+    assert (bridge / "addr_assign_type").read_text().strip() == "3"  # set, never inherited

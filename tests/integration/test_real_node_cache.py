@@ -180,7 +180,9 @@ def test_a_cached_entry_is_restored_by_the_next_runner_and_not_by_another_group(
     names = {"save", "restore", "other-group"}
     done = real.wait_done(names, timeout=420)
     logs = {n: real.job_log(n) for n in names}
-    assert done == dict.fromkeys(names, "success"), logs
+    if done != dict.fromkeys(names, "success"):  # the whole story, untruncated
+        report = "\n".join(f"--- job {n}: {done.get(n)}\n{text}" for n, text in logs.items())
+        raise AssertionError(f"{report}\nhostAliases: {aliases}\n{real.pods_report()}")
     jobs = real.jobs()
     assert jobs["save"]["runner_name"] != jobs["restore"]["runner_name"]
     # the step's output line, not the echoed script

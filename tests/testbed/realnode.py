@@ -51,6 +51,8 @@ NODE_TAINT = {"key": NODE_LABEL, "value": "true", "effect": "NoSchedule"}
 BRIDGE = "gro-br0"
 SUBNET = "10.213.0.0/16"
 GATEWAY = "10.213.0.1"
+# Locally administered (02:...), fixed: see RealNode._make_bridge.
+BRIDGE_MAC = "02:67:72:6f:00:01"
 LOCK_FILE = Path("/run/gro-realnode.lock")
 LOCK_WAIT = 900.0  # another session's node: wait for it (a suite takes about 10 min)
 STATE_DIR = Path("/run/gro-realnode")  # containerd state, sockets, netns, CNI conf
@@ -566,8 +568,15 @@ class RealNode:
 
     def _make_bridge(self) -> None:
         """The CNI bridge up front, with the gateway address: the kubelet serves on it and
-        Pods reach forwarded host services there. The bridge plugin adopts it."""
-        _run("ip", "link", "add", BRIDGE, "type", "bridge", check=True)
+        Pods reach forwarded host services there. The bridge plugin adopts it.
+
+        Its MAC address is pinned: a Linux bridge without one takes the lowest MAC of its
+        ports, so each Pod's veth coming or going could change the gateway's MAC under the
+        other Pods, whose ARP entries then pointed at a port that was gone. Their traffic to
+        the gateway (the runner's calls to Gitea) stalled for up to a minute, until the entry
+        was re-validated: long enough for Gitea's 30 s zombie-task timeout to fail a running
+        job (the DinD and rootless flakes, issue 13)."""
+        _run("ip", "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge", check=True)
         _run("ip", "addr", "add", f"{GATEWAY}/16", "dev", BRIDGE, check=True)
         _run("ip", "link", "set", BRIDGE, "up", check=True)
 
