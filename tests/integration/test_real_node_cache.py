@@ -165,15 +165,18 @@ def test_a_cached_entry_is_restored_by_the_next_runner_and_not_by_another_group(
             template=on_real_node(hostAliases=aliases),
             cache=cache,
         )
-        wait_until(
-            lambda group=group: (
-                (real.kube.get(f"{GROUPS.format(ns=real.ns)}/{group}").get("status") or {})
-                .get("cache", {})
-                .get("ready")
-            ),
-            timeout=60,
-            what=f"group {group}'s status.cache.ready",
-        )
+
+        def settled(group: str = group) -> bool:
+            """The operator has seen the spec with the aliases (a runner rendered from the
+            first one could not resolve the Service name) and the cache is ready."""
+            obj = real.kube.get(f"{GROUPS.format(ns=real.ns)}/{group}")
+            status = obj.get("status") or {}
+            return bool(
+                status.get("observedGeneration") == obj["metadata"]["generation"]
+                and (status.get("cache") or {}).get("ready")
+            )
+
+        wait_until(settled, timeout=60, what=f"group {group}: new spec observed, cache ready")
 
     a_url = f"http://{service_host('a', real.ns)}:8088/"
     real.push("cache.yml", workflow(a_url))
