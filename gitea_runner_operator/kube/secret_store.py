@@ -97,6 +97,8 @@ class SecretStore:
         self._clock = clock
         self._answers: dict[tuple[str, str], tuple[float, _Answer]] = {}
         self._inflight: dict[tuple[str, str], asyncio.Task[_Answer]] = {}
+        # Bumped by invalidate(): a read that began before must not store what it found.
+        self._epoch = 0
         self.reads = 0  # GETs sent, for tests and benchmarks
 
     def __len__(self) -> int:
@@ -118,8 +120,12 @@ class SecretStore:
         return _unwrap(await asyncio.shield(task))
 
     def invalidate(self, namespace: str, name: str) -> None:
-        """Forget one answer (Gitea just refused the token it held: read it afresh)."""
+        """Forget one answer (Gitea just refused the token it held: read it afresh). A read
+        already under way still answers its callers but is not remembered, and the next
+        caller starts a new one."""
         self._answers.pop((namespace, name), None)
+        self._inflight.pop((namespace, name), None)
+        self._epoch += 1
 
     def retain(self, namespaces: set[str]) -> None:
         """Forget the Secrets of namespaces that have no group any more."""
@@ -127,12 +133,14 @@ class SecretStore:
             del self._answers[key]
 
     def _settled(self, key: tuple[str, str], task: asyncio.Task[_Answer]) -> None:
-        self._inflight.pop(key, None)
+        if self._inflight.get(key) is task:
+            del self._inflight[key]
         if not task.cancelled():
             task.exception()  # retrieved: every reader may have given up before it failed
 
     async def _read(self, namespace: str, name: str) -> _Answer:
         self.reads += 1
+        epoch = self._epoch
         answer: _Answer
         try:
             secret = await self._core.read_namespaced_secret(
@@ -156,8 +164,9 @@ class SecretStore:
                 )
             else:
                 answer = SecretUnavailable(namespace, name, "NotOptedIn")
-        ttl = self._ttl if isinstance(answer, LentSecret) else self._negative_ttl
-        self._remember((namespace, name), answer, self._clock() + ttl)
+        if epoch == self._epoch:
+            ttl = self._ttl if isinstance(answer, LentSecret) else self._negative_ttl
+            self._remember((namespace, name), answer, self._clock() + ttl)
         return answer
 
     def _remember(self, key: tuple[str, str], answer: _Answer, expires: float) -> None:

@@ -46,11 +46,12 @@ class FakeCore:
     async def read_namespaced_secret(self, name: str, namespace: str, **kw: Any) -> Any:
         self.reads += 1
         self.timeouts.append(kw.get("_request_timeout"))
+        found = self.objects.get(name)  # the Secret as it was when the GET was sent
         if self.gate is not None:
             await self.gate.wait()
-        if name not in self.objects:
+        if found is None:
             raise ApiException(status=self.status)
-        return self.objects[name]
+        return found
 
 
 def store_over(core: FakeCore, now: list[float] | None = None, **kw: Any) -> SecretStore:
@@ -198,3 +199,21 @@ def test_only_the_store_reads_secrets():
         if re.search(r"\bread_namespaced_secret\b", path.read_text())
     )
     assert callers == ["kube/secret_store.py"]
+
+
+async def test_a_read_under_way_when_the_token_is_refused_is_not_remembered():
+    """Gitea refused the token (the poller invalidates it) while a read that began before the
+    rotation was still out: its old value must not be cached for another minute."""
+    core = FakeCore({"token": secret({"token": "old"})})
+    core.gate = asyncio.Event()
+    store = store_over(core)
+    early = asyncio.create_task(store.get("team-a", "token"))
+    for _ in range(3):  # the reader, then its shared GET, get their turns: the GET is out
+        await asyncio.sleep(0)
+    assert core.reads == 1
+    store.invalidate("team-a", "token")
+    core.objects["token"] = secret({"token": "new"})
+    core.gate.set()
+    assert (await early).decoded("token") == b"old"  # it answers its own caller
+    assert (await store.get("team-a", "token")).decoded("token") == b"new"
+    assert core.reads == 2
