@@ -76,7 +76,11 @@ jobs:
           req PATCH /_apis/artifactcache/caches/$id "$payload" \\
             "Content-Range: bytes 0-$(( ${{#payload}} - 1 ))/*"$'\\r\\n'
           echo "upload: $code"; test "$code" = 200
-          req POST /_apis/artifactcache/caches/$id "{{\\"size\\":${{#payload}}}}"
+          # The commit goes without actions/cache's {{"size":N}} body: the server takes the
+          # size from the upload and never reads a commit's body, and Go's server closes a
+          # "Connection: close" request with its body unread, which resets the connection
+          # and could discard the answer before cat read it (seen once in CI).
+          req POST /_apis/artifactcache/caches/$id
           echo "commit: $code"; test "$code" = 200
   restore:
     needs: save
