@@ -72,12 +72,12 @@ class ConfigReader:
         self._secrets = secrets
         self._ttl = ttl
         self._clock = clock
-        self._cache: dict[tuple[str, str, str], tuple[float, Any]] = {}
+        self._cache: dict[tuple[str, str], tuple[float, Any]] = {}
         self.reads = 0  # API reads, for tests and benchmarks
 
-    async def _get(self, kind: str, namespace: str, name: str) -> Any:
-        """A ConfigMap (Secrets go through the :class:`SecretStore`)."""
-        key = (kind, namespace, name)
+    async def _config_map(self, namespace: str, name: str) -> Any:
+        """Secrets go through the :class:`SecretStore`, not here."""
+        key = (namespace, name)
         cached = self._cache.get(key)
         now = self._clock()
         if cached is not None and cached[0] > now:
@@ -106,7 +106,7 @@ class ConfigReader:
         Reasons: ``<prefix>NotFound`` (no ConfigMap or no key), ``<prefix>Forbidden``."""
         what = f"ConfigMap {namespace}/{name}"
         try:
-            cm = await self._get("ConfigMap", namespace, name)
+            cm = await self._config_map(namespace, name)
         except ApiException as exc:
             raise _api_problem(exc, field, what, reason_prefix) from None
         data = cm.data or {}
@@ -139,9 +139,11 @@ class ConfigReader:
             raise unusable_secret(field, namespace, name, key) from None
         raw = lent.decoded(key)
         try:
-            return _text(raw)
-        except ValueError:
-            raise unusable_secret(field, namespace, name, key) from None
+            if raw is not None:
+                return raw.decode()
+        except UnicodeDecodeError:
+            pass
+        raise unusable_secret(field, namespace, name, key)
 
     async def read_ca_bundle(self, namespace: str, bundle: CABundleRef) -> str:
         """The PEM text of ``spec.gitea.caBundle``; CABundleNotFound/CABundleForbidden."""
@@ -164,12 +166,6 @@ def _api_problem(exc: ApiException, field: str, what: str, prefix: str) -> Excep
             Problem(f"{prefix}Forbidden", f"{field}: the operator may not read {what}; {BIND_HINT}")
         )
     return exc
-
-
-def _text(raw: bytes | None) -> str:
-    if raw is None:
-        raise ValueError("no such key")
-    return raw.decode()  # UnicodeDecodeError is a ValueError
 
 
 def _decode(raw: str, field: str, what: str, key: str, prefix: str) -> str:
