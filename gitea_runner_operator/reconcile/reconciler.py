@@ -53,6 +53,9 @@ from gitea_runner_operator.reconcile.scaling import (
     runner_state,
     teardown,
 )
+from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
+from gitea_runner_operator.reconcile.unmatched_book import publish as publish_unmatched
+from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
 
 log = structlog.get_logger(__name__)
 
@@ -164,6 +167,9 @@ class Reconciler:
         self._wall = wall_clock
         self._on_gone = on_group_gone
         self._states: dict[str, GroupState] = {}
+        # Why jobs wait (reconcile/unmatched*.py, reconcile/waiting.py): same registry.
+        self._unmatched = UnmatchedBook(clock=clock)
+        self._why_metrics = WhyMetrics(self._metrics.registry)
 
     def state(self, key: str) -> GroupState:
         return self._states.setdefault(key, GroupState())
@@ -181,6 +187,7 @@ class Reconciler:
             spec = parse_spec(group.get("spec"))
         except InvalidSpec as exc:
             self._ledger.remove(key)
+            await self._publish_unmatched(self._unmatched.remove(key), force=True)
             await self._sources.stop(key)
             problem = Problem("InvalidSpec", exc.message, ProblemKind.CONFIG)
             await self._write_status(key, group, problem, views=views)
@@ -205,6 +212,7 @@ class Reconciler:
         state = self.state(key)
         released = self._unsettled(key, snapshot)
         self._report(key, spec, views, snapshot, state, released)
+        await self._publish_unmatched(normalise_url(spec.gitea.url))
         if snapshot is None:
             return Result()  # the poll task enqueues the group when it has one
         if snapshot.problem is not None or snapshot.observation is None:
@@ -375,6 +383,9 @@ class Reconciler:
             claimant,
             answer,
             (*observation.in_progress, *observation.finished) if observation else (),
+        )
+        self._unmatched.report(
+            normalise_url(spec.gitea.url), claimant, answer.jobs if answer else None
         )
 
     def _forgejo_reaps(
@@ -578,6 +589,7 @@ class Reconciler:
         meta = group["metadata"]
         finalizers = list(meta.get("finalizers") or [])
         self._ledger.remove(key)
+        await self._publish_unmatched(self._unmatched.remove(key), force=True)
         if FINALIZER not in finalizers:
             await self._sources.stop(key)
             return Result()  # held by someone else's finalizer: nothing of ours to do
@@ -687,10 +699,12 @@ class Reconciler:
         """The group is gone: drop everything this process kept for it."""
         await self._sources.stop(key)
         self._ledger.remove(key)
+        await self._publish_unmatched(self._unmatched.remove(key), force=True)
         self._expectations.forget(key)
         self._states.pop(key, None)
         namespace, _, name = key.partition("/")
         self._metrics.forget_group(namespace, name)
+        self._why_metrics.forget_group(namespace, name)
         if self._on_gone is not None:
             self._on_gone(key)
 
@@ -702,6 +716,14 @@ class Reconciler:
         ]
 
     # -- reporting ------------------------------------------------------------------------------
+
+    async def _publish_unmatched(self, url: str | None, *, force: bool = False) -> None:
+        """Unmatched jobs of that Gitea (reconcile/unmatched.py): metric and Events."""
+        verdict = self._unmatched.evaluate(url, force=force) if url is not None else None
+        if verdict is not None:
+            await publish_unmatched(
+                verdict, self._why_metrics, self._cache.group, self._cluster.emit_event
+            )
 
     async def _write_status(
         self,
