@@ -204,6 +204,14 @@ class Ledger:
         self._announce(key, result)
         return result[key]
 
+    def holders(self, key: str) -> dict[int, str]:
+        """Which member counts each job of ``key``'s family, by the last assignment (empty
+        when it is alone): status names the peer that serves a team's job (waiting.py)."""
+        family = (self._family_of or {}).get(key)
+        if family is None or len(family) == 1:
+            return {}
+        return {job.id: m for m in sorted(family) for job in self._shares.get(m, ())}
+
     def _compute(self, family: frozenset[str]) -> dict[str, list[ActionJob]]:
         self.computations += 1
         members = [self._members[k] for k in sorted(family)]

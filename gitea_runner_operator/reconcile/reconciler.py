@@ -49,12 +49,14 @@ from gitea_runner_operator.reconcile.scaling import (
     ReapReason,
     RunnerState,
     group_registrations,
+    matching_demand,
     plan,
     runner_state,
     teardown,
 )
 from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
 from gitea_runner_operator.reconcile.unmatched_book import publish as publish_unmatched
+from gitea_runner_operator.reconcile.waiting import HeldBack, explain_waiting, peers_serving
 from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
 
 log = structlog.get_logger(__name__)
@@ -788,6 +790,8 @@ class Reconciler:
         forge = forgejo.forge_status(forgejo.forge_of(snapshot), previous)
         if forge is not None:
             wanted["forge"] = forge
+        if decision is not None and snapshot is not None and spec is not None:
+            wanted.update(self._waiting(key, meta, spec, snapshot, decision, created, healthy))
         self._log_transitions(key, ready, healthy, state)
         if counts is not None and spec is not None:
             self._metrics.group_observed(
@@ -818,6 +822,38 @@ class Reconciler:
         hook_before = st.find_condition(previous, st.WEBHOOK).get("reason")
         if hook is not None and not hook.ok and hook_before != hook.reason:
             await self._cluster.emit_event(group, "Warning", hook.reason, hook.message)
+
+    def _waiting(
+        self,
+        key: str,
+        meta: dict[str, Any],
+        spec: RunnerGroupSpec,
+        snapshot: Snapshot,
+        decision: Plan,
+        created: int,
+        healthy: dict[str, str],
+    ) -> dict[str, Any]:
+        """``status.waiting`` and ``status.oldestQueuedTime`` (reconcile/waiting.py), and the
+        same as metrics."""
+        assert snapshot.observation is not None
+        state = self.state(key)
+        blocked = self._clock() < state.blocked_until or state.create_error is not None
+        held = None
+        if blocked and healthy["status"] == "False":
+            held = HeldBack(healthy["reason"], st.RUNNERS_HEALTHY)
+        matching = matching_demand(snapshot.observation.queued, spec.label_names)
+        holders = self._ledger.holders(key)
+        waiting = explain_waiting(
+            own=[j for j in matching if holders.get(j.id, key) == key],
+            by_peer=peers_serving(matching, holders, key),
+            covered=decision.not_busy + created,
+            room=spec.max_active_runners - decision.alive - created,
+            held=held,
+            listed=matching,
+        )
+        oldest = waiting.oldest.timestamp() if waiting.oldest is not None else None
+        self._why_metrics.waiting(meta["namespace"], meta["name"], waiting.counts(), oldest)
+        return {"waiting": waiting.status(), "oldestQueuedTime": waiting.oldest_iso()}
 
     def _log_transitions(
         self, key: str, ready: dict[str, str], healthy: dict[str, str], state: GroupState
