@@ -103,8 +103,13 @@ def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> li
     """Every queued job of the sightings that no offer of its Gitea can serve, by label set.
     A job listed by several groups counts once; every group that listed it is an observer."""
     by_url: dict[str, list[Claimant]] = {}
+    # Per Gitea and label, the groups offering it: a job's candidates are those offering its
+    # rarest label, so the cost grows with the groups that could matter, not with all.
+    by_label: dict[tuple[str, str], list[Claimant]] = {}
     for offer in offers:
         by_url.setdefault(offer.url, []).append(offer.claimant)
+        for label in offer.claimant.offered:
+            by_label.setdefault((offer.url, label), []).append(offer.claimant)
     jobs: dict[tuple[str, int], ActionJob] = {}
     observers: dict[tuple[str, int], set[str]] = {}
     for sighting in sightings:
@@ -119,7 +124,12 @@ def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> li
         labels, repository = frozenset(job.labels), job_repository(job)
         pair = (url, labels, repository)
         if pair not in verdicts:
-            verdicts[pair] = _cause(job, repository, by_url.get(url, []))
+            some = min(
+                (by_label.get((url, label), []) for label in labels),
+                key=len,
+                default=by_url.get(url, []),
+            )
+            verdicts[pair] = _cause(job, repository, some)
         cause = verdicts[pair]
         if cause is None:
             continue

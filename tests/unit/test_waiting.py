@@ -79,6 +79,10 @@ def test_jobs_a_peer_of_the_family_serves_name_that_peer():
     w = explain_waiting(own=own, by_peer=by_peer, covered=0, room=5, held=None, listed=jobs)
     assert w.status()["servedByPeer"] == {"count": 1, "groups": ["team-b/app"]}
     assert w.starting_runner == 2
+    roomier = Claimant(app.key, app.scope, app.org, app.repo, app.offered, not_busy=0, spare=3)
+    ledger.report("https://gitea.example.com", roomier, Answer(app.key, 2.0, jobs))
+    ledger.share(app.key)
+    assert peers_serving(jobs, ledger.holders(org.key), org.key) == {"team-b/app": 3}
 
 
 def snap(n: int) -> Snapshot:
