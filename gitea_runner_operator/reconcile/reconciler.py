@@ -56,7 +56,12 @@ from gitea_runner_operator.reconcile.scaling import (
 )
 from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
 from gitea_runner_operator.reconcile.unmatched_book import publish as publish_unmatched
-from gitea_runner_operator.reconcile.waiting import HeldBack, explain_waiting, peers_serving
+from gitea_runner_operator.reconcile.waiting import (
+    HeldBack,
+    explain_waiting,
+    held_by_problem,
+    peers_serving,
+)
 from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
 
 log = structlog.get_logger(__name__)
@@ -792,6 +797,11 @@ class Reconciler:
             wanted["forge"] = forge
         if decision is not None and snapshot is not None and spec is not None:
             wanted.update(self._waiting(key, meta, spec, snapshot, decision, created, healthy))
+        elif problem is not None and problem.kind is not ProblemKind.GITEA:
+            held = held_by_problem(previous, problem.reason)  # Gitea errors keep the last
+            oldest = held.oldest.timestamp() if held.oldest is not None else None
+            self._why_metrics.waiting(meta["namespace"], meta["name"], held.counts(), oldest)
+            wanted["waiting"] = held.status()
         self._log_transitions(key, ready, healthy, state)
         if counts is not None and spec is not None:
             self._metrics.group_observed(

@@ -20,6 +20,7 @@ timestamp column as an age anyway.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -124,3 +125,14 @@ def explain_waiting(
         peers=tuple(sorted(by_peer, key=lambda k: (-by_peer[k], k))[:MAX_PEERS_SHOWN]),
         oldest=min(times, default=None),
     )
+
+
+def held_by_problem(previous: Mapping[str, Any], reason: str) -> Waiting:
+    """A group that cannot work at all (its spec, the platform's policy, a Secret) runs no
+    Gitea query either: every job it last counted (``status.queuedJobs``) is held back by
+    the Ready condition, and its oldest queue time stays as last seen."""
+    count = int(previous.get("queuedJobs") or 0)
+    oldest = None
+    with contextlib.suppress(KeyError, ValueError, TypeError):
+        oldest = dt.datetime.fromisoformat(str(previous["oldestQueuedTime"]).replace("Z", "+00:00"))
+    return Waiting(held_back=count, held=HeldBack(reason, "Ready"), oldest=oldest)

@@ -141,3 +141,26 @@ def test_the_crd_keeps_every_field_written_and_kubectl_shows_the_oldest_waiting_
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
     assert columns["Oldest waiting"]["jsonPath"] == ".status.oldestQueuedTime"
     assert columns["Oldest waiting"]["type"] == "date"
+
+
+@pytest.mark.parametrize(
+    ("spec_change", "reason"),
+    [({"labels": ["bad:label"]}, "InvalidSpec"), ({"template": {"spec": {"hostNetwork": True}}},
+                                                  "TemplateNotAllowed")],
+)  # fmt: skip
+async def test_a_group_refused_by_its_spec_or_the_policy_holds_its_last_known_jobs_back(
+    spec_change, reason
+):
+    from tests.unit.test_runnergroup import VALID
+
+    cluster = FakeCluster()
+    cluster.status = {"queuedJobs": 4, "oldestQueuedTime": "2026-01-01T00:01:00Z"}
+    reconciler, _, _ = make(cluster, snap(4), spec={**VALID, **spec_change})
+    await reconciler.reconcile(KEY)
+    assert cluster.status["waiting"]["heldBack"] == {
+        "count": 4,
+        "reason": reason,
+        "condition": "Ready",
+    }
+    # Not in the merge patch: the API server keeps the last one seen.
+    assert "oldestQueuedTime" not in cluster.status
