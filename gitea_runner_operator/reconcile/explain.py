@@ -19,7 +19,12 @@ from typing import Any
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, Scope
-from gitea_runner_operator.reconcile.accounting import Claimant, assign, job_repository
+from gitea_runner_operator.reconcile.accounting import (
+    _SPECIFICITY,  # the family rule's order of scopes: read, not restated
+    Claimant,
+    assign,
+    job_repository,
+)
 from gitea_runner_operator.reconcile.status import find_condition
 from gitea_runner_operator.reconcile.unmatched import (
     Cause,
@@ -49,6 +54,7 @@ class Explanation:
     gitea: str
     could: tuple[str, ...]  # groups whose scope covers the job and whose labels match it
     should: str | None  # the one the family's rule picks
+    passed_over: tuple[str, ...]  # more specific groups with no room for it now
     why_not: tuple[tuple[str, str], ...]  # (group, why it cannot) for the other groups
     holds: tuple[str, ...]  # what holds the job back, in order of what to fix first
     verdict: str
@@ -86,10 +92,16 @@ def explain(job: ActionJob, gitea: str, groups: Sequence[GroupView]) -> Explanat
     could = [c for c in claimants.values() if c.covers(repository) and c.can_run(job)]
     why_not = tuple((c.key, _why_not(c, job, repository)) for c in claimants.values()
                     if c not in could)  # fmt: skip
-    should = None
+    should: str | None = None
+    passed_over: tuple[str, ...] = ()
     if could:
         queued = job.model_copy(update={"status": "queued"})
         should = next(key for key, jobs in assign([queued], could).items() if jobs)
+        chosen = claimants[should]
+        passed_over = tuple(sorted(
+            c.key for c in could
+            if _SPECIFICITY[c.scope] > _SPECIFICITY[chosen.scope]
+        ))  # fmt: skip
     views = {g.key: g for g in mine}
     holds = _job_state(job) + (_holds(views[should]) if should is not None else ())
     return Explanation(
@@ -97,6 +109,7 @@ def explain(job: ActionJob, gitea: str, groups: Sequence[GroupView]) -> Explanat
         gitea=url,
         could=tuple(sorted(c.key for c in could)),
         should=should,
+        passed_over=passed_over,
         why_not=tuple(sorted(why_not)),
         holds=holds,
         verdict=_verdict(job, url, should, holds, list(claimants.values())),
@@ -205,6 +218,11 @@ def render(e: Explanation, now: dt.datetime) -> str:
     lines.append("Could serve it: " + (", ".join(e.could) or "none"))
     if e.should is not None:
         lines.append(f"Should serve it: {e.should} (the most specific scope, then spare capacity)")
+        if e.passed_over:
+            lines.append(
+                f"  passed over: {', '.join(e.passed_over)}: no starting or idle runner and no "
+                "room now (at maxActiveRunners, or not Ready or healthy)"
+            )
     if e.why_not:
         lines.append("Cannot serve it:")
         lines.extend(f"  {key}: {why}" for key, why in e.why_not)
