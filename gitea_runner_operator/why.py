@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import datetime as dt
 import re
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -75,19 +76,29 @@ ReadGroups = Callable[[], Awaitable[list[dict[str, Any]]]]
 ReadJob = Callable[[JobRef, str], Awaitable[ActionJob]]
 
 
-async def job_from_gitea(ref: JobRef, token: str) -> ActionJob:
-    """The job as Gitea shows it now (one or two GETs with the user's token)."""
-    async with aiohttp.ClientSession() as session:
-        gitea = GiteaClient(session, ref.base, token, attempts=2)
-        if ref.run is None:
-            return ActionJob.model_validate(
-                await gitea.call("GET", f"{ref.repo_path}/actions/jobs/{ref.job}")
-            )
-        body = await gitea.call("GET", f"{ref.repo_path}/actions/runs/{ref.run}/jobs")
-        jobs = (body or {}).get("jobs") or []
-        if not 0 <= ref.job < len(jobs):
-            raise UsageError(f"run {ref.run} has no job number {ref.job} ({len(jobs)} jobs)")
-        return ActionJob.model_validate(jobs[ref.job])
+def job_from_gitea(ca_file: Path | None = None) -> ReadJob:
+    """Reads the job as Gitea shows it now (one or two GETs with the user's token),
+    trusting the certificates of ``ca_file`` instead of the system's (a private CA)."""
+
+    async def read(ref: JobRef, token: str) -> ActionJob:
+        context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+            return await _read_job(session, ref, token)
+
+    return read
+
+
+async def _read_job(session: aiohttp.ClientSession, ref: JobRef, token: str) -> ActionJob:
+    gitea = GiteaClient(session, ref.base, token, attempts=2)
+    if ref.run is None:
+        return ActionJob.model_validate(
+            await gitea.call("GET", f"{ref.repo_path}/actions/jobs/{ref.job}")
+        )
+    body = await gitea.call("GET", f"{ref.repo_path}/actions/runs/{ref.run}/jobs")
+    jobs = (body or {}).get("jobs") or []
+    if not 0 <= ref.job < len(jobs):
+        raise UsageError(f"run {ref.run} has no job number {ref.job} ({len(jobs)} jobs)")
+    return ActionJob.model_validate(jobs[ref.job])
 
 
 def groups_from_cluster(
@@ -136,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context (default: the current context)")
     p.add_argument("--namespace", help="read RunnerGroups of this namespace only")
+    p.add_argument(
+        "--ca-file",
+        type=Path,
+        help="PEM CA certificates to trust for Gitea (default: the system's)",
+    )
     return p
 
 
@@ -172,7 +188,7 @@ def main(
     argv: Sequence[str],
     *,
     read_groups: ReadGroups | None = None,
-    read_job: ReadJob = job_from_gitea,
+    read_job: ReadJob | None = None,
     out: TextIO | None = None,
 ) -> int:
     args = build_parser().parse_args(argv)
@@ -181,7 +197,7 @@ def main(
         run(
             args,
             read_groups=groups,
-            read_job=read_job,
+            read_job=read_job or job_from_gitea(args.ca_file),
             out=out or sys.stdout,
             now=dt.datetime.now(dt.UTC),
         )

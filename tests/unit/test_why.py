@@ -155,3 +155,26 @@ def test_why_is_a_subcommand_of_the_operator_and_needs_a_token(capsys):
     with pytest.raises(SystemExit):
         cli_main(["why", f"{GITEA}/api/v1/repos/acme/widgets/actions/jobs/42"])
     assert "--token" in capsys.readouterr().err
+
+
+async def test_the_job_is_read_from_gitea_by_id_or_by_its_place_in_the_run():
+    from aioresponses import aioresponses
+
+    from gitea_runner_operator.why import job_from_gitea
+
+    payload = {"id": 42, "status": "queued", "labels": ["ubuntu-latest"], "name": "build"}
+    read = job_from_gitea()
+    with aioresponses() as served:
+        served.get(f"{GITEA}/api/v1/repos/acme/widgets/actions/jobs/42", payload=payload)
+        run = {"jobs": [{**payload, "id": 41}, payload], "total_count": 2}
+        served.get(
+            f"{GITEA}/api/v1/repos/acme/widgets/actions/runs/7/jobs", payload=run, repeat=True
+        )
+        by_id = await read(JobRef(GITEA, "acme", "widgets", 42), "tok")
+        by_place = await read(JobRef(GITEA, "acme", "widgets", 1, run=7), "tok")
+        with pytest.raises(UsageError, match="no job number 5"):
+            await read(JobRef(GITEA, "acme", "widgets", 5, run=7), "tok")
+        sent = [call.kwargs["headers"]["Authorization"] for calls in served.requests.values()
+                for call in calls]  # fmt: skip
+    assert by_id.id == 42 and by_place.id == 42
+    assert set(sent) == {"token tok"}
