@@ -135,6 +135,7 @@ class Ledger:
         self._dirty: set[str] = set()  # families whose inputs changed since
         self._all_dirty = False  # membership changed: every family is recomputed
         self.computations = 0  # for tests and benchmarks
+        self._holders: dict[str, tuple[int, dict[int, str]]] = {}  # family -> (stamp, holders)
 
     def __len__(self) -> int:
         return len(self._members)
@@ -203,6 +204,22 @@ class Ledger:
         self._dirty.discard(name)
         self._announce(key, result)
         return result[key]
+
+    def holders(self, key: str) -> dict[int, str]:
+        """Which member counts each job of ``key``'s family, by the last assignment (empty
+        when it is alone): status names the peer that serves a team's job (waiting.py)."""
+        family = (self._family_of or {}).get(key)
+        if family is None or len(family) == 1:
+            return {}
+        name = min(family)
+        cached = self._holders.get(name)
+        if cached is not None and cached[0] == self.computations:
+            return cached[1]  # no assignment since: every member of the family reads this one
+        if len(self._holders) > len(self._members):
+            self._holders.clear()  # families that merged or parted: bounded by the groups
+        found = {job.id: m for m in sorted(family) for job in self._shares.get(m, ())}
+        self._holders[name] = (self.computations, found)
+        return found
 
     def _compute(self, family: frozenset[str]) -> dict[str, list[ActionJob]]:
         self.computations += 1

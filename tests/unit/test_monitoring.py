@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from gitea_runner_operator.metrics import PREFIX, Metrics
+from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "manifests" / "monitoring"
@@ -21,7 +22,9 @@ NAME = re.compile(rf"\b{PREFIX}[a-z0-9_]+\b")
 def exported() -> dict[str, str]:
     """Exposed sample names -> family type, as a scrape shows them."""
     names: dict[str, str] = {}
-    for family in Metrics().registry.collect():
+    metrics = Metrics()
+    WhyMetrics(metrics.registry)  # the reconciler adds these to the same registry
+    for family in metrics.registry.collect():
         suffixes = {
             "counter": ["_total"],
             "histogram": ["_bucket", "_sum", "_count"],
