@@ -1,7 +1,10 @@
-"""The docs site: the RunnerGroup reference is generated from the CRD and covers every field."""
+"""The docs site: the RunnerGroup reference is generated from the CRD and covers every field,
+the site is built by tox (and so by CI) with --strict, and the README's test command is the one
+CI runs."""
 
 from __future__ import annotations
 
+import configparser
 import importlib.util
 import re
 from pathlib import Path
@@ -90,3 +93,31 @@ def test_the_reference_page_is_filled_by_the_hook_at_build_time():
     built = gen.on_page_markdown(page, page=Page(), config=None, files=None)
     assert gen.MARKER not in built
     assert "| `spec.maxActiveRunners` | integer | yes |" in built
+    mkdocs = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert "docs/gen_reference.py" in mkdocs["hooks"]
+
+
+def test_tox_builds_the_site_strictly_in_the_default_run():
+    tox = configparser.ConfigParser()
+    tox.read(ROOT / "tox.ini")
+    assert "docs" in [e.strip() for e in tox["tox"]["env_list"].split(",")]
+    assert "mkdocs build --strict" in tox["testenv:docs"]["commands"]
+    mkdocs = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert mkdocs["theme"]["name"] == "material"
+    assert all(level == "warn" for level in mkdocs["validation"].values())
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    readme = (ROOT / "README.md").read_text()
+    command = "python3 -m pip install --quiet 'tox>=4' && python3 -m tox"
+    assert f"```sh\n{command}\n```" in readme
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1] == command
+
+
+def test_the_readme_is_short_and_links_only_to_pages_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 160
+    links = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert links
+    assert sorted(link for link in set(links) if not (ROOT / link).is_file()) == []
