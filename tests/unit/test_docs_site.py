@@ -121,3 +121,23 @@ def test_the_readme_is_short_and_links_only_to_pages_that_exist():
     links = re.findall(r"\]\((docs/[^)#]+)", readme)
     assert links
     assert sorted(link for link in set(links) if not (ROOT / link).is_file()) == []
+
+
+def test_the_readmes_first_group_is_a_valid_runnergroup_with_its_secret_and_role():
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "RunnerGroup" in b)
+    docs = {d["kind"]: d for d in yaml.safe_load_all(block)}
+    assert set(docs) == {"Namespace", "Secret", "Role", "RoleBinding", "RunnerGroup"}
+    spec_schema = crd_schema()["properties"]["spec"]
+    group = docs["RunnerGroup"]
+    assert set(spec_schema["required"]) <= set(group["spec"])
+    assert set(group["spec"]) <= set(spec_schema["properties"])
+    secret = docs["Secret"]
+    assert secret["metadata"]["labels"] == {"gitea.bpg.pw/credentials": "true"}
+    for ref in (group["spec"]["registrationToken"], group["spec"]["authToken"]):
+        assert ref["secretRef"]["name"] == secret["metadata"]["name"]
+        assert ref["secretRef"]["key"] in secret["stringData"]
+    (rule,) = docs["Role"]["rules"]
+    assert rule["resourceNames"] == [secret["metadata"]["name"]] and rule["verbs"] == ["get"]
+    namespace = docs["Namespace"]["metadata"]["name"]
+    assert {d["metadata"]["namespace"] for k, d in docs.items() if k != "Namespace"} == {namespace}
