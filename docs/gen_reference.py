@@ -101,19 +101,20 @@ def _cell(text: str) -> str:
 
 def table(schema: dict[str, Any], prefix: str) -> str:
     lines = [
-        "| field | type | required | default | description, and what the API server enforces |",
-        "|---|---|---|---|---|",
+        "| field | type | description, and what the API server enforces |",
+        "|---|---|---|",
     ]
     for path, sub, required in fields(schema, prefix):
         description = " ".join(sub.get("description", "").split())
         checks = rules(sub)
         if checks:
             description += (" " if description else "") + "Enforced: " + "; ".join(checks) + "."
-        default = _code(sub["default"]) if "default" in sub else ""
-        lines.append(
-            f"| `{path}` | {type_of(sub)} | {'yes' if required else ''} | {default} "
-            f"| {_cell(description)} |"
-        )
+        kind = [type_of(sub)]
+        if required:
+            kind.append("**required**")
+        if "default" in sub:
+            kind.append(f"default {_code(sub['default'])}")
+        lines.append(f"| `{path}` | {', '.join(kind)} | {_cell(description)} |")
     return "\n".join(lines)
 
 

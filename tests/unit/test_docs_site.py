@@ -92,7 +92,7 @@ def test_the_reference_page_is_filled_by_the_hook_at_build_time():
 
     built = gen.on_page_markdown(page, page=Page(), config=None, files=None)
     assert gen.MARKER not in built
-    assert "| `spec.maxActiveRunners` | integer | yes |" in built
+    assert "| `spec.maxActiveRunners` | integer, **required** |" in built
     mkdocs = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
     assert "docs/gen_reference.py" in mkdocs["hooks"]
 
