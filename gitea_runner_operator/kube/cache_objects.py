@@ -3,7 +3,7 @@
 Server-side apply for what the operator owns outright (Secret, Service, Deployment): one
 idempotent call creates or corrects the object, and leaves fields other controllers set
 (a Service's clusterIP, a Deployment's status) alone. The PVC is only ever created: its
-spec is immutable once bound, and resizing it is a decision for its owner (see README).
+spec is immutable once bound, and resizing it is a decision for its owner (see docs/caches.md).
 Every call has a timeout and takes a token from the operator's write rate limiter.
 """
 
