@@ -1,6 +1,6 @@
 """What a runner does against the real Gitea: the behaviour the operator's Jobs, reaper and
 README rely on. Each test records one fact, recorded from the official Gitea Runner (README,
-"What the real runner does"); the testbed's runner follows v1.0.8's record, and any runner
+"What the official runner does"); the testbed's runner follows v1.0.8's record, and any runner
 binary given by ``GRO_TESTBED_RUNNER_BIN`` is held to the record of the release it reports
 (:class:`tests.testbed.runners.Behaviour`: releases differ on unknown label schemas and on a
 busy runner's SIGTERM). If a release changes a fact, this file says which assumption broke.
@@ -190,8 +190,8 @@ def test_sigterm_while_busy_does_not_stop_the_running_step_even_with_no_shutdown
     """v1.x: shutdown_timeout defaults to 0s, and the runner then logs that it "cancelled in
     progress jobs", yet a running host step goes on: the runner exits only once the job has
     ended, with the job's real result. In a Pod, the kubelet's SIGKILL after
-    terminationGracePeriodSeconds is what stops such a job (README, "What the real runner
-    does"). Later releases stop the job sooner; what the operator relies on holds for both:
+    terminationGracePeriodSeconds is what stops such a job (docs/development.md, "What the
+    official runner does"). Later releases stop the job sooner; what the operator relies on holds for both:
     the runner exits 0 and Gitea ends the job."""
     org, repo = org_repo
     label = f"gro-c-{uuid.uuid4().hex[:6]}"

@@ -301,7 +301,7 @@ exec runner-entrypoint.sh
 
 
 # The runner images' entrypoint, written from the official image's documented behaviour
-# (README, "What the real runner does"): the same environment variables, registration only
+# (docs/development.md, "What the official runner does"): the same environment variables, registration only
 # while the state file is missing or empty, success judged by the register command's own
 # line, 5 s between attempts, the token dropped before the daemon starts.
 RUNNER_ENTRYPOINT = r"""#!/bin/bash
