@@ -49,9 +49,13 @@ func (t *TaskRunner) Run(ctx context.Context, cancel context.CancelFunc, cli *Cl
 		rowLevel = l
 	}
 	rep := NewReporter(cli, task, cancel, rowLevel)
+	rep.Start(t.cfg.Runner.ReportInterval)
 	rep.Logf("%s", Version)
 	rep.Logf("runner %s (id %d), task %d", t.reg.Name, t.reg.ID, task.GetId())
 	err := t.execute(ctx, rep, task)
+	if err != nil {
+		log.WithError(err).Errorf("task %d", task.GetId())
+	}
 	cancelled := errors.Is(ctx.Err(), context.Canceled)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		rep.Logf("the job exceeded runner.timeout (%s)", t.cfg.Runner.Timeout)
