@@ -46,6 +46,10 @@ func daemonCmd(args []string) error {
 		_ = os.Setenv("DOCKER_HOST", h)
 	}
 
+	if err := checkDocker(cfg, labels); err != nil {
+		return err
+	}
+
 	cli := NewClient(reg.Address, cfg.Runner.Insecure, reg.UUID, reg.Token)
 	d := &Daemon{cfg: cfg, cli: cli, once: *once || reg.Ephemeral,
 		tasks: &TaskRunner{cfg: cfg, reg: reg, labels: labels}}
