@@ -649,3 +649,25 @@ async def test_an_external_secret_that_changed_is_written_on_the_next_check():
     cfg = yaml.safe_load(env.objects.secret_values()[RUNNER_CONFIG_KEY])
     assert cfg["cache"]["external_secret"] == "rotated-value"
     assert not env.leaks("rotated-value")
+
+
+def test_the_operator_may_read_every_cache_object_it_checks_before_a_write():
+    """Ownership is checked by reading each object first: every role that lets the operator
+    write cache objects lets it read them too."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "manifests"
+    roles = [
+        doc
+        for path in (root / "rbac.yaml", root / "namespaced" / "roles.yaml")
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc.get("kind") in ("ClusterRole", "Role")
+    ]
+    checked = 0
+    for role in roles:
+        for rule in role.get("rules") or []:
+            for resource in rule["resources"]:
+                if resource in ("deployments", "services", "persistentvolumeclaims"):
+                    assert "get" in rule["verbs"], (role["metadata"]["name"], resource)
+                    checked += 1
+    assert checked == 9
