@@ -126,7 +126,7 @@ class ConfigReader:
         CA bundle), read through the operator's one Secret reader. Every failure but a
         refusal by RBAC gives the same answer."""
         try:
-            lent = await self._secrets.get(namespace, name)
+            lent = await self._secrets.get(namespace, name, key)
         except SecretUnavailable as exc:
             if exc.reason == "Forbidden":
                 raise ReferenceProblem(
