@@ -62,7 +62,9 @@ class CacheObjects:
         """Server-side apply as the operator's field manager, taking over conflicting fields
         (the operator owns these objects; a hand edit is put back). ``resource_version``:
         the version the caller read and found to be the group's, a precondition (409 if the
-        object changed since); None only for an object the caller found absent."""
+        object changed since); None only for an object the caller found absent, and then
+        nothing is forced: should another's object appear in between, its fields it manages
+        conflict (409) instead of being taken over."""
         if resource_version is not None:
             manifest = {
                 **manifest,
@@ -77,7 +79,7 @@ class CacheObjects:
                 meta["namespace"],
                 manifest,
                 field_manager=COMPONENT,
-                force=True,
+                force=resource_version is not None,
                 _content_type=APPLY_PATCH,
                 _preload_content=False,
                 _request_timeout=TIMEOUT,
