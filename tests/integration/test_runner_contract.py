@@ -191,8 +191,8 @@ def test_sigterm_while_busy_does_not_stop_the_running_step_even_with_no_shutdown
     progress jobs", yet a running host step goes on: the runner exits only once the job has
     ended, with the job's real result. In a Pod, the kubelet's SIGKILL after
     terminationGracePeriodSeconds is what stops such a job (docs/development.md, "What the
-    official runner does"). Later releases stop the job sooner; what the operator relies on holds for both:
-    the runner exits 0 and Gitea ends the job."""
+    official runner does"). Later releases stop the job sooner; what the operator relies on
+    holds for both: the runner exits 0 and Gitea ends the job."""
     org, repo = org_repo
     label = f"gro-c-{uuid.uuid4().hex[:6]}"
     r = make_runner(label)

@@ -301,9 +301,9 @@ exec runner-entrypoint.sh
 
 
 # The runner images' entrypoint, written from the official image's documented behaviour
-# (docs/development.md, "What the official runner does"): the same environment variables, registration only
-# while the state file is missing or empty, success judged by the register command's own
-# line, 5 s between attempts, the token dropped before the daemon starts.
+# (docs/development.md, "What the official runner does"): the same environment variables,
+# registration only while the state file is missing or empty, success judged by the register
+# command's own line, 5 s between attempts, the token dropped before the daemon starts.
 RUNNER_ENTRYPOINT = r"""#!/bin/bash
 set -u
 state=${RUNNER_STATE_FILE:-.runner}
