@@ -152,8 +152,10 @@ class Reconciler:
     ) -> None:
         self._template_policy = template_policy
         self._own_namespace = own_namespace
-        self._metrics = metrics or Metrics()
-        self._ledger = ledger or Ledger()
+        # ``is None``, not ``or``: an empty Ledger is falsy (``__len__``), and the one passed
+        # in (with its ``notify``) must be the one used.
+        self._metrics = metrics if metrics is not None else Metrics()
+        self._ledger = ledger if ledger is not None else Ledger()
         self._caches = cache_servers
         self._cache = cache
         self._cluster = cluster

@@ -70,7 +70,9 @@ class WorkQueue(Generic[K]):
         self._timers: set[asyncio.TimerHandle] = set()
         self._wakeup = asyncio.Event()
         self._shutting_down = False
-        self.limiter: ExponentialBackoff[K] = limiter or ExponentialBackoff()
+        self.limiter: ExponentialBackoff[K] = (
+            limiter if limiter is not None else ExponentialBackoff()
+        )
         self._metrics = metrics
         self._clock = clock
         self._queued_at: dict[K, float] = {}
