@@ -29,7 +29,6 @@ from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, 
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.api.template_policy import check as check_template_policy
 from gitea_runner_operator.kube.cluster import CreateRefused
-from gitea_runner_operator.kube.disruption import ended_by_deadline
 from gitea_runner_operator.kube.forgejo_job import render_forgejo_job
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, parse_time, pods_by_job
@@ -466,11 +465,9 @@ class Reconciler:
         """Write down, in the cluster, each runner newly lost while it held a job
         (reconcile/loss.py); the group's poll task does the rest in Gitea."""
         assert snapshot.observation is not None
-        jobs = self._cache.runner_jobs(key)
-        own_deadline = {j["metadata"]["name"] for j in jobs if ended_by_deadline(j)}
         pods = pods_by_job([*self._cache.runner_pods(key), *self._cache.deleted_pods(key)])
         lost = find_losses(
-            [v for v in views if v.name not in own_deadline],
+            views,
             pods,
             loss_records(group),
             snapshot.observation.runners,

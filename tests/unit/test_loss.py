@@ -15,7 +15,7 @@ from gitea_runner_operator.api.loss import (
     loss_records,
 )
 from gitea_runner_operator.api.runnergroup import parse_spec
-from gitea_runner_operator.kube.disruption import ended_by_deadline, loss_cause
+from gitea_runner_operator.kube.disruption import loss_cause
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView
 from gitea_runner_operator.reconcile.loss import decide, expired, find_losses, prior_reruns
@@ -76,16 +76,6 @@ def pod(
 )
 def test_loss_causes(the_pod, cause):
     assert loss_cause(the_pod) == cause
-
-
-def test_a_job_stopped_by_its_own_deadline_is_recognised():
-    failed = {
-        "status": {
-            "conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]
-        }
-    }
-    assert ended_by_deadline(failed)
-    assert not ended_by_deadline({"status": {"conditions": []}})
 
 
 def view(name: str, took_job: bool = False) -> RunnerJobView:
