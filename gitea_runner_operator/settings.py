@@ -29,6 +29,9 @@ class Settings:
     # client-go's ControllerExpectations use the same 5 minutes.
     expectation_timeout: float = 300.0
     job_ttl_seconds: int = 600  # ttlSecondsAfterFinished of runner Jobs
+    # How long a runner may take to start before it stops covering a job in its family's
+    # accounting and its group holds no share (reconcile/claims.py).
+    runner_start_bound: float = 120.0
     # Prefixes of the Gitea URLs groups may use; empty: any.
     allowed_gitea_urls: tuple[str, ...] = ()
     # Cap of the poll backoff while Gitea fails: bounds recovery time once it is back.

@@ -33,9 +33,9 @@ from gitea_runner_operator.kube.forgejo_job import render_forgejo_job
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, parse_time, pods_by_job
 from gitea_runner_operator.metrics import Metrics
-from gitea_runner_operator.reconcile import forgejo
+from gitea_runner_operator.reconcile import claims, forgejo
 from gitea_runner_operator.reconcile import status as st
-from gitea_runner_operator.reconcile.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.accounting import Answer
 from gitea_runner_operator.reconcile.cache import STATUS_EVERY, CacheServers
 from gitea_runner_operator.reconcile.churn import Finished, unsettled
 from gitea_runner_operator.reconcile.expectations import Expectations
@@ -48,6 +48,7 @@ from gitea_runner_operator.reconcile.scaling import (
     ReapReason,
     RunnerState,
     group_registrations,
+    matching_demand,
     plan,
     runner_state,
     teardown,
@@ -148,7 +149,9 @@ class Reconciler:
         template_policy: TemplatePolicy = RESTRICTED,
         own_namespace: str | None = None,
         cache_servers: CacheServers | None = None,
+        start_bound: float = claims.START_BOUND,
     ) -> None:
+        self._start_bound = start_bound
         self._template_policy = template_policy
         self._own_namespace = own_namespace
         # ``is None``, not ``or``: an empty Ledger is falsy (``__len__``), and the one passed
@@ -187,6 +190,7 @@ class Reconciler:
             await self._write_status(key, group, problem, views=views)
             return Result()
         if (refused := self._refused(meta, spec)) is not None:
+            self._ledger.remove(key)  # it creates nothing: its peers take its jobs
             await self._sources.stop(key)  # no Gitea calls, no Jobs: nothing to do for it
             await self._write_status(key, group, refused, views=views)
             return Result()
@@ -205,7 +209,7 @@ class Reconciler:
         snapshot = source.latest
         state = self.state(key)
         released = self._unsettled(key, snapshot)
-        self._report(key, spec, views, snapshot, state, released)
+        blocked = self._report(key, spec, views, snapshot, state, released, cache_ok)
         if snapshot is None:
             return Result()  # the poll task enqueues the group when it has one
         if snapshot.problem is not None or snapshot.observation is None:
@@ -238,6 +242,14 @@ class Reconciler:
             requeue = STATUS_EVERY
         elif decision.create > 0:
             created = await self._create(key, group, spec, decision, state, on_forgejo)
+            # The ledger learns of the new runners (or of a refusal) now, not at the next
+            # pass: a peer reconciled in between must not create for the same jobs.
+            blocked = self._report(key, spec, views, snapshot, state, released, cache_ok)
+            self._ledger.share(key)  # recomputed now, peers whose share grew are told
+        seen: int | None = None
+        if blocked and self._ledger.share(key) is not None:
+            # Holding no share, it still reports the demand it sees (status.queuedJobs).
+            seen = len(matching_demand(snapshot.observation.queued, spec.label_names))
         if self._clock() < state.blocked_until:
             requeue = min(requeue or STUCK_BACKOFF_MAX, state.blocked_until - self._clock())
         if self._ledger.stale(key):
@@ -268,6 +280,7 @@ class Reconciler:
             decision=decision,
             created=created,
             snapshot=snapshot,
+            seen=seen,
         )
         return Result(requeue_after=requeue)
 
@@ -327,12 +340,14 @@ class Reconciler:
         finished = self._cache.released_since(key, snapshot.started_at)
         return unsettled(finished, snapshot.observation.runners) if finished else 0
 
-    def _can_create(self, snapshot: Snapshot | None, state: GroupState) -> bool:
+    def _can_create(self, snapshot: Snapshot | None, state: GroupState, cache_ok: bool) -> bool:
         """Whether the group could start a runner now: only then does it claim jobs by its
         spare capacity, so a broken group never holds jobs a healthy peer could run."""
         now = self._clock()
         if snapshot is not None and snapshot.problem is not None:
             return False  # not Ready: Gitea, a Secret or the configuration is at fault
+        if not cache_ok:
+            return False  # runners would not start before its cache config exists
         if now < state.blocked_until:
             return False  # backing off after runners that could not start
         return state.create_error is None or now >= state.create_retry_at
@@ -345,28 +360,25 @@ class Reconciler:
         snapshot: Snapshot | None,
         state: GroupState,
         released: int,
-    ) -> None:
+        cache_ok: bool,
+    ) -> bool:
         """Tell the ledger what this group knows of itself: its runners, its room, its
-        latest answer. Costs this group's own Jobs only."""
+        latest answer. Costs this group's own Jobs only. True when the group is blocked (it
+        holds no share: claims.py)."""
         observation = snapshot.observation if snapshot is not None else None
         by_name = {r.name: r for r in observation.runners} if observation else {}
-        states = [runner_state(v, by_name) for v in views]
-        pending = self._expectations.pending(key, {v.name for v in views})
-        alive = sum(1 for st_ in states if st_ is not RunnerState.GONE) + pending
-        not_busy = (
-            pending
-            + released
-            + sum(1 for st_ in states if st_ in (RunnerState.STARTING, RunnerState.IDLE))
-        )
-        spare = spec.max_active_runners - alive if self._can_create(snapshot, state) else 0
-        claimant = Claimant(
-            key=key,
-            scope=spec.scope,
-            org=spec.org,
-            repo=spec.repo,
-            offered=spec.label_names,
-            not_busy=not_busy,
-            spare=spare,
+        states = {v.name: runner_state(v, by_name) for v in views}
+        blocked = not self._can_create(snapshot, state, cache_ok)
+        claimant = claims.claimant(
+            key,
+            spec,
+            views,
+            states,
+            pending=self._expectations.pending(key, {v.name for v in views}),
+            released=released,
+            blocked=blocked,
+            now=self._wall(),
+            start_bound=self._start_bound,
         )
         answer = None
         if snapshot is not None and observation is not None and snapshot.problem is None:
@@ -377,6 +389,7 @@ class Reconciler:
             answer,
             (*observation.in_progress, *observation.finished) if observation else (),
         )
+        return blocked or claims.late_runners(views, states, self._wall(), self._start_bound) > 0
 
     def _forgejo_reaps(
         self,
@@ -713,7 +726,10 @@ class Reconciler:
         decision: Plan | None = None,
         created: int = 0,
         snapshot: Snapshot | None = None,
+        seen: int | None = None,
     ) -> None:
+        """``seen``: the matching jobs a blocked group sees, reported as its demand although
+        its family's accounting gave them to its peers."""
         meta = group["metadata"]
         state = self.state(key)
         previous = group.get("status") or {}
@@ -723,7 +739,7 @@ class Reconciler:
         queued: int | None = None
         complete = True
         if decision is not None:
-            queued = decision.demand
+            queued = decision.demand if seen is None else seen
             counts = {
                 "starting": decision.count(RunnerState.STARTING) + pending,
                 "idle": decision.count(RunnerState.IDLE),

@@ -112,6 +112,7 @@ class Controller:
             ledger=Ledger(notify=self.queue.add),
             template_policy=self.template_policy,
             own_namespace=settings.own_namespace,
+            start_bound=settings.runner_start_bound,
             cache_servers=CacheServers(
                 CacheObjects(api, self.cluster.limiter), configs, self.secrets, self.cluster
             ),
