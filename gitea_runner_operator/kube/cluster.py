@@ -121,30 +121,6 @@ class Cluster:
             if exc.status != 404:
                 raise
 
-    async def annotate_group(
-        self, namespace: str, name: str, annotations: dict[str, str | None]
-    ) -> None:
-        """Merge annotations into a RunnerGroup (None removes a key); the lost-runner
-        records live there (api/loss.py)."""
-        await self._limiter.acquire(namespace)
-        try:
-            await send(
-                self._custom.patch_namespaced_custom_object(
-                    constants.GROUP,
-                    constants.VERSION,
-                    namespace,
-                    constants.PLURAL,
-                    name,
-                    {"metadata": {"annotations": annotations}},
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                )
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         await self._limiter.acquire(namespace)
         try:

@@ -21,7 +21,12 @@ import structlog
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import normalise_url
-from gitea_runner_operator.api.loss import LossRecord, loss_key, loss_records
+from gitea_runner_operator.api.loss import (
+    MAX_LOSS_RECORDS,
+    LossRecord,
+    loss_records,
+    losses_patch,
+)
 from gitea_runner_operator.api.naming import new_job_name, runner_pattern
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
@@ -95,9 +100,6 @@ class ClusterWrites(Protocol):
     ) -> None: ...
     async def patch_group_status(
         self, namespace: str, name: str, status: dict[str, Any]
-    ) -> None: ...
-    async def annotate_group(
-        self, namespace: str, name: str, annotations: dict[str, str | None]
     ) -> None: ...
     async def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str
@@ -475,24 +477,40 @@ class Reconciler:
     async def _record_losses(
         self, key: str, group: dict[str, Any], views: list[RunnerJobView], snapshot: Snapshot
     ) -> bool:
-        """Write down, in the cluster, each runner newly lost while it held a job
-        (reconcile/loss.py); the group's poll task does the rest in Gitea."""
+        """Write down, in the group's status, each runner newly lost while it held a job
+        (reconcile/loss.py); the group's poll task does the rest in Gitea. At most
+        ``MAX_LOSS_RECORDS`` are kept: a flood of losses is logged, never written without
+        bound (an object grown too large would fail every write, creates included)."""
         assert snapshot.observation is not None
         pods = pods_by_job([*self._cache.runner_pods(key), *self._cache.deleted_pods(key)])
-        lost = find_losses(
-            views,
-            pods,
-            loss_records(group),
-            snapshot.observation.runners,
-        )
-        meta = group["metadata"]
-        for loss in lost:
-            record = LossRecord(pod=loss.pod, cause=loss.cause, at=self._wall())
-            await self._cluster.annotate_group(
-                meta["namespace"], meta["name"], {loss_key(loss.job_name): record.encode()}
+        records = loss_records(group)
+        lost = find_losses(views, pods, records, snapshot.observation.runners)
+        room = max(0, MAX_LOSS_RECORDS - len(records))
+        if len(lost) > room:
+            log.warning(
+                "runner losses not recorded: too many open",
+                group=key,
+                lost=len(lost),
+                recorded=room,
+                jobs=[loss.job_name for loss in lost[room:]][:10],
             )
+        lost = lost[:room]
+        if not lost:
+            return False
+        now = self._wall()
+        await self._cluster.patch_group_status(
+            group["metadata"]["namespace"],
+            group["metadata"]["name"],
+            losses_patch(
+                {
+                    loss.job_name: LossRecord(pod=loss.pod, cause=loss.cause, at=now).encode()
+                    for loss in lost
+                }
+            ),
+        )
+        for loss in lost:
             log.warning("runner lost", group=key, job=loss.job_name, pod=loss.pod, cause=loss.cause)
-        return bool(lost)
+        return True
 
     async def _create(
         self,

@@ -17,6 +17,7 @@ from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.reconciler import FINALIZER, Reconciler
+from tests.support import merge_patch
 
 URL = "https://gitea.example.com"
 CREATED = "2026-01-01T00:00:00Z"
@@ -199,7 +200,8 @@ class World:
         return None
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self._owner(namespace, name).status = status
+        group = self._owner(namespace, name)
+        group.status = merge_patch(group.status, status)
 
     async def annotate_group(
         self, namespace: str, name: str, annotations: dict[str, str | None]
