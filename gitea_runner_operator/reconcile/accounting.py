@@ -196,6 +196,37 @@ def assign(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str
     return assigned  # each list is in id order: ``waiting`` was
 
 
+def headroom(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str, int]:
+    """How many runners each group may add so that each one has a job to take whichever
+    runners take which jobs first: the queued jobs it can run, less every not-busy runner (of
+    any group) that could take one of them.
+
+    The assignment says which group counts a job; Gitea hands a job to whichever runner that
+    can take it asks first, not to the one the assignment had in mind. An org group's idle
+    runner may take a repo group's job, and a runner the repo group then creates for the job
+    it counted finds none. Taking jobs never lowers this bound (a runner that takes a job of
+    the group's scope removes one job and one runner; one that takes another job removes
+    only a runner), so a group that stays within it never creates for a covered job."""
+    index = _ScopeIndex(claimants)
+    by_pair: dict[tuple[frozenset[str], Repository | None], int] = {}
+    for job in {job.id: job for job in jobs if job.status == "queued"}.values():
+        pair = (frozenset(job.labels), job_repository(job))
+        by_pair[pair] = by_pair.get(pair, 0) + 1
+    takers: dict[tuple[frozenset[str], Repository | None], list[Claimant]] = {
+        pair: [c for c in index.covering(pair[1]) if pair[0] <= c.offered] for pair in by_pair
+    }
+    mine: dict[str, list[tuple[frozenset[str], Repository | None]]] = {}
+    for pair, cs in takers.items():
+        for c in cs:
+            mine.setdefault(c.key, []).append(pair)
+    room: dict[str, int] = {}
+    for me in claimants:
+        pairs = mine.get(me.key, [])
+        able = {c.key: max(0, c.not_busy) for pair in pairs for c in takers[pair]}
+        room[me.key] = max(0, sum(by_pair[p] for p in pairs) - sum(able.values()))
+    return room
+
+
 def current_jobs(answers: Sequence[Answer], claimants: Sequence[Claimant]) -> list[ActionJob]:
     """The queued jobs of several groups' answers that are still queued as far as anyone can
     tell. A job leaves demand only on an answer that could have listed it: one newer than

@@ -14,9 +14,11 @@ need no pass: a group never creates for a share it no longer has.
 
 While a family fills (every member creating runners, so every reconcile changes an input),
 its assignment is recomputed at most once per ``min_interval``; in between, members read
-the last one. That is safe: each group still subtracts its own starting and idle runners
-from its share, and shares move only when a recomputation says so, which every member then
-reads alike. A member served a stale share is told (:meth:`Ledger.stale`) to look again.
+the last one. A stale share may still hold jobs that runners took since, so a member served
+one creates nothing and is told (:meth:`Ledger.stale`) to look again. Each member also reads
+its headroom (:meth:`Ledger.room`, accounting.headroom): Gitea hands a job to whichever
+runner asks first, not to the one the assignment had in mind, so a group never adds more
+runners than can surely find a job (tests/unit/test_family_property.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from gitea_runner_operator.reconcile.accounting import (
     Repository,
     assign,
     current_jobs,
+    headroom,
     job_repository,
 )
 
@@ -131,6 +134,7 @@ class Ledger:
         self._seen: dict[str, set[Repository]] = {}
         self._family_of: dict[str, frozenset[str]] | None = None
         self._shares: dict[str, list[ActionJob]] = {}  # each member's last computed share
+        self._room: dict[str, int] = {}  # each member's last computed headroom
         self._computed_at: dict[str, float] = {}  # family name -> when
         self._dirty: set[str] = set()  # families whose inputs changed since
         self._all_dirty = False  # membership changed: every family is recomputed
@@ -168,6 +172,7 @@ class Ledger:
             return
         self._seen.pop(key, None)
         self._shares.pop(key, None)
+        self._room.pop(key, None)
         self._computed_at.pop(key, None)
         self._dirty.discard(key)
         self._family_of, self._all_dirty = None, True
@@ -204,12 +209,22 @@ class Ledger:
         self._announce(key, result)
         return result[key]
 
+    def room(self, key: str) -> int | None:
+        """How many runners the group may add at most (accounting.headroom), as of the share
+        last read; None when it is alone in its family (or has not reported)."""
+        family = (self._family_of or {}).get(key)
+        if family is None or len(family) == 1:
+            return None
+        return self._room.get(key, 0)
+
     def _compute(self, family: frozenset[str]) -> dict[str, list[ActionJob]]:
         self.computations += 1
         members = [self._members[k] for k in sorted(family)]
         claimants = [m.claimant for m in members]
         answers = [m.answer for m in members if m.answer is not None]
-        return assign(current_jobs(answers, claimants), claimants)
+        jobs = current_jobs(answers, claimants)
+        self._room.update(headroom(jobs, claimants))
+        return assign(jobs, claimants)
 
     def _announce(self, caller: str, result: Mapping[str, list[ActionJob]]) -> None:
         for key, jobs in result.items():

@@ -316,7 +316,12 @@ class Reconciler:
         assert snapshot.observation is not None
         present = {v.name for v in views}
         assigned = self._ledger.share(key)
-        return plan(
+        # A share computed before the latest change in its family (ledger.MIN_INTERVAL) may
+        # still hold jobs that runners took since: weighed against this group's runners as
+        # they are now it could create for a covered job. Create only on a current share;
+        # the pass comes back once the family's assignment may be recomputed.
+        stale = self._ledger.stale(key)
+        decision = plan(
             group_name=group["metadata"]["name"],
             group_uid=group["metadata"]["uid"],
             jobs=views,
@@ -327,12 +332,17 @@ class Reconciler:
             startup_timeout=spec.startup_timeout_seconds,
             now=self._wall(),
             pending_creations=self._expectations.pending(key, present),
-            creation_blocked=self._clock() < state.blocked_until,
+            creation_blocked=self._clock() < state.blocked_until or stale,
             assigned=assigned,
             min_idle=spec.min_idle_runners,
             warm_max_age=spec.warm_runner_max_age_seconds,
             unsettled=released,
         )
+        room = self._ledger.room(key)
+        if room is not None and decision.create > room + spec.min_idle_runners:
+            # Whichever runner asks first takes a job: never more than can surely find one.
+            decision = dataclasses.replace(decision, create=room + spec.min_idle_runners)
+        return decision
 
     def _unsettled(self, key: str, snapshot: Snapshot | None) -> int:
         """Runners that finished after the snapshot was asked for and may have taken a job it

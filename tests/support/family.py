@@ -12,6 +12,7 @@ from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Observation, Problem, Snapshot
+from gitea_runner_operator.kube.cache import Release
 from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import Ledger
@@ -114,6 +115,7 @@ class Group:
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: list[dict[str, Any]] = field(default_factory=list)
     refuse: str | None = None
+    released: list[Release] = field(default_factory=list)  # the cache's record of finishes
 
     @property
     def key(self) -> str:
@@ -164,8 +166,15 @@ class World:
     def runner_pods(self, key: str) -> list[dict[str, Any]]:
         return list(self.groups[key].pods)
 
-    def released_since(self, key: str, since: float) -> list[Any]:
-        return []
+    def released_since(self, key: str, since: float) -> list[Release]:
+        return [r for r in self.groups[key].released if r.at > since]
+
+    def finish(self, key: str, job_name: str, at: float) -> None:
+        """The runner Job completed, as the watch shows it ``at`` (monotonic)."""
+        job = self.groups[key].jobs[job_name]
+        job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        took = (job["metadata"].get("annotations") or {}).get(constants.TOOK_JOB_ANNOTATION)
+        self.groups[key].released.append(Release(at, job_name, took == "true"))
 
     def deleted_pods(self, key: str) -> list[dict[str, Any]]:
         return []

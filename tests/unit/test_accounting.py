@@ -8,6 +8,7 @@ from gitea_runner_operator.reconcile.accounting import (
     Claimant,
     assign,
     current_jobs,
+    headroom,
     job_repository,
     overlaps,
 )
@@ -269,3 +270,15 @@ def test_a_filling_family_is_recomputed_at_most_once_per_interval_and_says_so():
     assert ledger.share("team-c/lib") == [] and ledger.stale("team-c/lib")
     now[0] += 0.6
     assert [j.id for j in ledger.share("team-c/lib")] == [2]
+
+
+def test_headroom_counts_every_runner_that_could_take_the_groups_jobs():
+    """An org group's idle runner may take a repo group's job first (Gitea hands a job to
+    whichever runner asks first): the repo group creates only past every such runner."""
+    org = group("team-a/org", Scope.ORG, "acme", not_busy=1)
+    app = group("team-b/app", Scope.REPO, "acme", "app", not_busy=2)
+    jobs = [job(6), job(7), job(8, "acme/lib"), job(9)]
+    room = headroom(jobs, [org, app])
+    assert room == {"team-b/app": 0, "team-a/org": 1}
+    assert headroom([job(1, "acme/lib")], [org, app]) == {"team-a/org": 0, "team-b/app": 0}
+    assert headroom([job(1, labels=("gpu",))], [org, app]) == {"team-a/org": 0, "team-b/app": 0}
