@@ -8,17 +8,15 @@ ids; ``run_attempt`` on jobs and runs tells attempts apart.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gitea_runner_operator.api.refs import is_repository
+from gitea_runner_operator.api.scope import repository_in_url
 from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound, GiteaProtocolError
-
-_REPO_IN_URL = re.compile(r"/api/v1/repos/([^/]+)/([^/]+)/actions/")
 
 
 class RerunUnsupported(GiteaError):
@@ -53,8 +51,8 @@ class WorkflowItem(BaseModel):
 
 def repo_of(url: str) -> str:
     """``owner/name`` from a job's API URL, or "" when it does not look like one."""
-    match = _REPO_IN_URL.search(url)
-    return f"{match.group(1)}/{match.group(2)}" if match else ""
+    found = repository_in_url(url)
+    return f"{found[0]}/{found[1]}" if found is not None else ""
 
 
 def _repo_path(repo: str) -> str:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.api.scope import fold
 from gitea_runner_operator.reconcile.accounting import (
     Answer,
     Claimant,
@@ -57,7 +58,7 @@ class Member:
     def shape(self) -> tuple[object, ...]:
         """What decides which family the group belongs to."""
         c = self.claimant
-        return (self.url, c.scope, (c.org or "").lower(), (c.repo or "").lower(), c.offered)
+        return (self.url, c.scope, fold(c.org), fold(c.repo), c.offered)
 
     @property
     def stamp(self) -> tuple[object, ...]:
@@ -89,7 +90,7 @@ def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
     global_rep: dict[tuple[str, str], str] = {}
     for key in sorted(members):
         c = members[key].claimant
-        url, org, repo = members[key].url, (c.org or "").lower(), (c.repo or "").lower()
+        url, org, repo = members[key].url, fold(c.org), fold(c.repo)
         for label in c.offered:
             if c.scope is Scope.REPO:
                 union(key, repo_rep.setdefault((url, org, repo, label), key))
