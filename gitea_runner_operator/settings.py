@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+GITEA_STEP_DEADLINE = 60.0  # seconds; Settings.gitea_step_deadline
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -38,6 +40,9 @@ class Settings:
     gitea_backoff_max: float = 30.0
     # Deadline of one whole observation (Secrets + every Gitea request of a poll).
     observe_deadline: float = 60.0
+    # Deadline of each Gitea step a poll takes after observing (reaping, re-runs after lost
+    # runners, keeping the hook, enrolling Forgejo runners).
+    gitea_step_deadline: float = GITEA_STEP_DEADLINE
     secret_cache_ttl: float = 60.0
     # Client-side rate limit on Kubernetes writes (client-go's QPS and burst).
     kube_write_qps: float = 50.0

@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.http import send
+from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 log = structlog.get_logger(__name__)
@@ -22,7 +22,7 @@ log = structlog.get_logger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "gitea-runner-operator"
 # Seconds for any single read or write; a hung API server must not hang a worker.
-TIMEOUT = 10
+TIMEOUT = REQUEST_TIMEOUT
 
 
 class CreateRefused(Exception):

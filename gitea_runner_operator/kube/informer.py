@@ -23,7 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.http import send
+from gitea_runner_operator.kube.http import LIST_TIMEOUT, send
 
 log = structlog.get_logger(__name__)
 
@@ -111,7 +111,7 @@ class Informer:
         # list, which would synthesise a deletion of every cached object.
         body = await send(
             self._list_func(
-                *self._args, **self._kwargs(), _preload_content=False, _request_timeout=60
+                *self._args, **self._kwargs(), _preload_content=False, _request_timeout=LIST_TIMEOUT
             )
         )
         fresh = {object_key(item): self._transform(item) for item in body.get("items") or []}

@@ -99,6 +99,7 @@ class Controller:
             min_refresh=settings.min_refresh_interval,
             backoff_max=settings.gitea_backoff_max,
             enroller=self.enroller,
+            step_deadline=settings.gitea_step_deadline,
         )
         self.reconciler = Reconciler(
             self.cache,
