@@ -33,6 +33,7 @@ from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, parse_spec
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.api.template_policy import check as check_template_policy
+from gitea_runner_operator.kit.backoff import doubling
 from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.kube.forgejo_job import render_forgejo_job
 from gitea_runner_operator.kube.job_template import render_runner_job
@@ -461,7 +462,7 @@ class Reconciler:
             return
         state.stuck_jobs.update(c.job_name for c in new)
         state.stuck_failures += 1
-        delay = min(STUCK_BACKOFF_MAX, STUCK_BACKOFF_BASE * 2.0 ** (state.stuck_failures - 1))
+        delay = doubling(STUCK_BACKOFF_BASE, STUCK_BACKOFF_MAX, state.stuck_failures)
         state.blocked_until = self._clock() + delay
         idle = [c.job_name for c in new if c.reason is ReapReason.IDLE_WITH_DEMAND]
         if idle:
@@ -589,8 +590,8 @@ class Reconciler:
             first = state.create_error is None
             state.create_error = f"creating a runner Job was refused: {error}"
             state.create_failures += 1
-            state.create_retry_at = self._clock() + min(
-                CREATE_BACKOFF_MAX, CREATE_BACKOFF_BASE * 2.0 ** (state.create_failures - 1)
+            state.create_retry_at = self._clock() + doubling(
+                CREATE_BACKOFF_BASE, CREATE_BACKOFF_MAX, state.create_failures
             )
             if first:
                 logger.warning("runner job creation refused", error=str(error))

@@ -27,6 +27,7 @@ import structlog
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.kit.backoff import doubling
 from gitea_runner_operator.reconcile.forgejo import NO_JOB_EVENTS
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.runtime.enroll import Enroller
@@ -61,7 +62,7 @@ def next_delay(
         return secret_retry
     if kind is ProblemKind.CONFIG:
         return interval
-    backoff = min(max(backoff_max, interval), interval * float(2 ** (failures - 1)))
+    backoff = doubling(interval, max(backoff_max, interval), failures)
     if retry_after is not None:
         return max(retry_after, backoff)
     return backoff
