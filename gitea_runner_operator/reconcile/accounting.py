@@ -48,6 +48,9 @@ class Claimant:
     offered: frozenset[str]
     not_busy: int  # starting and idle runners (and recent finishes): each may take one job
     spare: int  # maxActiveRunners - alive runners; 0 when the group cannot create now
+    # When each busy runner was first seen busy (its group's answer's ``started_at``): one
+    # that turned busy after a peer's answer may have taken a job that answer still lists.
+    busy_since: tuple[float, ...] = ()
 
     def covers(self, repository: Repository | None) -> bool:
         """Whether this group's runners can take jobs of that repository. A job whose

@@ -52,6 +52,7 @@ def claimant(
     blocked: bool,
     now: float,
     start_bound: float = START_BOUND,
+    busy_since: tuple[float, ...] = (),
 ) -> Claimant:
     """The group as its family's accounting sees it. ``pending`` Jobs are being created (the
     cache does not show them yet): they hold a slot and cover a job like a starting runner."""
@@ -66,4 +67,5 @@ def claimant(
         offered=spec.label_names,
         not_busy=pending + released + covering - late,
         spare=0 if blocked or late else spec.max_active_runners - alive,
+        busy_since=busy_since,
     )

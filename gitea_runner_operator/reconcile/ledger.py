@@ -117,6 +117,18 @@ def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
     return out
 
 
+def _as_of(claimant: Claimant, answers: Iterable[Answer]) -> Claimant:
+    """The claimant with its runners counted as of its peers' answers: a runner first seen
+    busy after the oldest of them may have taken a job that answer still lists as queued,
+    so it still covers one (like a finished runner in churn.py). Once every peer has asked
+    again, it drops out."""
+    oldest = min((a.started_at for a in answers if a.key != claimant.key), default=None)
+    if oldest is None or not claimant.busy_since:
+        return claimant
+    extra = sum(1 for t in claimant.busy_since if t > oldest)
+    return replace(claimant, not_busy=claimant.not_busy + extra) if extra else claimant
+
+
 class Ledger:
     """The assignments of every family, kept between reconciles. A family is named by its
     smallest member key (the union-find root), which stays put as members come and go."""
@@ -224,6 +236,7 @@ class Ledger:
         claimants = [m.claimant for m in members]
         answers = [m.answer for m in members if m.answer is not None]
         jobs = current_jobs(answers, claimants)
+        claimants = [_as_of(c, answers) for c in claimants]
         self._room.update(headroom(jobs, claimants))
         return assign(jobs, claimants)
 

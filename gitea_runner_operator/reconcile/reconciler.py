@@ -133,6 +133,8 @@ class GroupState:
     # The UID whose finalizer this process released: a pass on the cache's stale copy (the
     # watch has not shown the object gone yet) must not give up and warn a second time.
     released_uid: str | None = None
+    # Runner Job -> the started_at of the first answer that showed its runner busy.
+    busy_since: dict[str, float] = field(default_factory=dict)
 
 
 class Reconciler:
@@ -382,6 +384,13 @@ class Reconciler:
         by_name = {r.name: r for r in observation.runners} if observation else {}
         states = {v.name: runner_state(v, by_name) for v in views}
         blocked = not self._can_create(snapshot, state, cache_ok)
+        if snapshot is not None and observation is not None:
+            for name, runner in states.items():
+                if runner is RunnerState.BUSY:
+                    state.busy_since.setdefault(name, snapshot.started_at)
+        state.busy_since = {
+            n: t for n, t in state.busy_since.items() if states.get(n) is RunnerState.BUSY
+        }
         claimant = claims.claimant(
             key,
             spec,
@@ -392,6 +401,7 @@ class Reconciler:
             blocked=blocked,
             now=self._wall(),
             start_bound=self._start_bound,
+            busy_since=tuple(sorted(state.busy_since.values())),
         )
         answer = None
         if snapshot is not None and observation is not None and snapshot.problem is None:

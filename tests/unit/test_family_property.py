@@ -212,6 +212,6 @@ def test_a_family_never_creates_a_runner_for_a_covered_job(family):
     for seed in range(100):
         sim = Sim(FAMILIES[family], random.Random(seed))  # noqa: S311 - a fixed schedule
         try:
-            asyncio.run(sim.run(60))
+            asyncio.run(sim.run(120))
         except AssertionError as exc:
             raise AssertionError(f"{family}, seed {seed}: {exc}") from None
