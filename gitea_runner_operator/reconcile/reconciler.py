@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -40,15 +40,21 @@ from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, parse_time, pods_by_job
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile import claims, forgejo
-from gitea_runner_operator.reconcile import status as st
 from gitea_runner_operator.reconcile.accounting import Answer
 from gitea_runner_operator.reconcile.cache import STATUS_EVERY, CacheServers
-from gitea_runner_operator.reconcile.churn import Finished, unsettled
+from gitea_runner_operator.reconcile.churn import unsettled
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.leftovers import Leftovers, describe
 from gitea_runner_operator.reconcile.loss import find_losses
-from gitea_runner_operator.reconcile.ports import GroupSource, ReapOrder, Sources
+from gitea_runner_operator.reconcile.ports import (
+    ClusterReads,
+    ClusterWrites,
+    GroupSource,
+    ReapOrder,
+    Sources,
+)
+from gitea_runner_operator.reconcile.report import StatusWriter
 from gitea_runner_operator.reconcile.scaling import (
     Plan,
     ReapReason,
@@ -59,6 +65,7 @@ from gitea_runner_operator.reconcile.scaling import (
     runner_state,
     teardown,
 )
+from gitea_runner_operator.reconcile.state import GroupState
 
 log = structlog.get_logger(__name__)
 
@@ -78,63 +85,11 @@ TEARDOWN_FINAL_GRACE = 30.0
 CREDENTIALS_GONE = frozenset(
     {"SecretNotFound", "SecretKeyMissing", "SecretForbidden", "SecretNotAllowed"}
 )
-# A problem that persists is logged again this often (not once per poll).
-LOG_REMINDER = 600.0
-
-
-class ClusterReads(Protocol):
-    def group(self, key: str) -> dict[str, Any] | None: ...
-    def runner_jobs(self, key: str) -> list[dict[str, Any]]: ...
-    def runner_pods(self, key: str) -> list[dict[str, Any]]: ...
-    def released_since(self, key: str, since: float) -> Sequence[Finished]: ...
-    def deleted_pods(self, key: str) -> list[dict[str, Any]]: ...
-
-
-class ClusterWrites(Protocol):
-    async def create_job(self, manifest: dict[str, Any]) -> str: ...
-    async def delete_job(self, namespace: str, name: str) -> bool: ...
-    async def annotate_job(
-        self, namespace: str, name: str, annotations: dict[str, str]
-    ) -> None: ...
-    async def annotate_pod(
-        self, namespace: str, name: str, annotations: dict[str, str]
-    ) -> None: ...
-    async def patch_group_status(
-        self, namespace: str, name: str, status: dict[str, Any]
-    ) -> None: ...
-    async def set_finalizers(
-        self, namespace: str, name: str, finalizers: list[str], resource_version: str
-    ) -> None: ...
-    async def emit_event(
-        self, group: dict[str, Any], event_type: str, reason: str, message: str
-    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Result:
     requeue_after: float | None = None
-
-
-@dataclass
-class GroupState:
-    """What one process remembers about a group between passes: only backoffs and what it
-    has already reported. Losing it (a restart) costs at most one more retry or log line."""
-
-    stuck_jobs: set[str] = field(default_factory=set)
-    stuck_failures: int = 0
-    blocked_until: float = 0.0
-    stuck_message: str | None = None
-    create_error: str | None = None
-    create_failures: int = 0
-    create_retry_at: float = 0.0
-    logged: tuple[str, str] | None = None
-    logged_at: float = 0.0
-    teardown_since: float | None = None
-    # The UID whose finalizer this process released: a pass on the cache's stale copy (the
-    # watch has not shown the object gone yet) must not give up and warn a second time.
-    released_uid: str | None = None
-    # Runner Job -> the started_at of the first answer that showed its runner busy.
-    busy_since: dict[str, float] = field(default_factory=dict)
 
 
 class Reconciler:
@@ -173,6 +128,9 @@ class Reconciler:
         self._wall = wall_clock
         self._on_gone = on_group_gone
         self._states: dict[str, GroupState] = {}
+        self._status = StatusWriter(
+            cluster, sources, expectations, self._metrics, clock=clock, wall_clock=wall_clock
+        )
 
     def state(self, key: str) -> GroupState:
         return self._states.setdefault(key, GroupState())
@@ -192,12 +150,12 @@ class Reconciler:
             self._ledger.remove(key)
             await self._sources.stop(key)
             problem = Problem("InvalidSpec", exc.message, ProblemKind.CONFIG)
-            await self._write_status(key, group, problem, views=views)
+            await self._status.write(key, group, problem, self.state(key), views=views)
             return Result()
         if (refused := self._refused(meta, spec)) is not None:
             self._ledger.remove(key)  # it creates nothing: its peers take its jobs
             await self._sources.stop(key)  # no Gitea calls, no Jobs: nothing to do for it
-            await self._write_status(key, group, refused, views=views)
+            await self._status.write(key, group, refused, self.state(key), views=views)
             return Result()
         if FINALIZER not in (meta.get("finalizers") or []):
             await self._cluster.set_finalizers(
@@ -219,7 +177,7 @@ class Reconciler:
             return Result()  # the poll task enqueues the group when it has one
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
-            await self._write_status(key, group, problem, views=views, spec=spec)
+            await self._status.write(key, group, problem, state, views=views, spec=spec)
             return Result()
         if released:
             # Runners finished after Gitea was asked: plan now (churn.py), and ask again so
@@ -276,10 +234,11 @@ class Reconciler:
                     await self._cluster.annotate_pod(
                         meta["namespace"], pod, dict(SCALE_DOWN_ANNOTATIONS)
                     )
-        await self._write_status(
+        await self._status.write(
             key,
             group,
             None,
+            state,
             views=views,
             spec=spec,
             decision=decision,
@@ -751,125 +710,3 @@ class Reconciler:
             job_view(job, pods.get(job["metadata"]["name"], []))
             for job in self._cache.runner_jobs(key)
         ]
-
-    # -- reporting ------------------------------------------------------------------------------
-
-    async def _write_status(
-        self,
-        key: str,
-        group: dict[str, Any],
-        problem: Problem | None,
-        *,
-        views: list[RunnerJobView],
-        spec: RunnerGroupSpec | None = None,
-        decision: Plan | None = None,
-        created: int = 0,
-        snapshot: Snapshot | None = None,
-        seen: int | None = None,
-    ) -> None:
-        """``seen``: the matching jobs a blocked group sees, reported as its demand although
-        its family's accounting gave them to its peers."""
-        meta = group["metadata"]
-        state = self.state(key)
-        previous = group.get("status") or {}
-        pending = self._expectations.pending(key, {v.name for v in views})
-        alive = sum(1 for v in views if v.alive) + pending
-        counts: dict[str, int] | None = None
-        queued: int | None = None
-        complete = True
-        if decision is not None:
-            queued = decision.demand if seen is None else seen
-            counts = {
-                "starting": decision.count(RunnerState.STARTING) + pending,
-                "idle": decision.count(RunnerState.IDLE),
-                "busy": decision.count(RunnerState.BUSY),
-            }
-            if snapshot is not None and snapshot.observation is not None:
-                complete = snapshot.observation.queued_complete
-        max_active = spec.max_active_runners if spec is not None and problem is None else 0
-        ready = st.ready_condition(
-            problem, demand=queued or 0, alive=alive, max_active=max_active, complete=complete
-        )
-        healthy = st.runners_healthy_condition(
-            failed_jobs=[v.name for v in views if v.failed],
-            start_failures=list(decision.start_failures) if decision is not None else [],
-            stuck=state.stuck_message if self._clock() < state.blocked_until else None,
-            create_error=state.create_error,
-        )
-        extra = [healthy]
-        managed = spec is not None and spec.manages_hook
-        source = self._sources.get(key)
-        hook = source.hook if managed and source is not None else None
-        if hook is not None:
-            extra.append(st.webhook_condition(hook))
-        wanted = st.desired_status(
-            # No hook of ours: no condition about one.
-            previous=st.without_condition(previous, st.WEBHOOK)
-            if spec is not None and not managed
-            else previous,
-            generation=int(meta.get("generation") or 0),
-            active=alive,
-            queued=queued,
-            runners=counts,
-            last_check_time=snapshot.checked_at if snapshot is not None else None,
-            ready=ready,
-            now_iso=st.utc_now_iso(),
-            target=spec.target if spec is not None else None,
-            extra_conditions=extra,
-        )
-        forge = forgejo.forge_status(forgejo.forge_of(snapshot), previous)
-        if forge is not None:
-            wanted["forge"] = forge
-        self._log_transitions(key, ready, healthy, state)
-        if counts is not None and spec is not None:
-            self._metrics.group_observed(
-                meta["namespace"],
-                meta["name"],
-                queued=queued or 0,
-                starting=counts["starting"],
-                idle=counts["idle"],
-                busy=counts["busy"],
-                desired=alive,
-                max_active=spec.max_active_runners,
-                ready=ready["status"] == "True",
-                failed=sum(1 for v in views if v.failed),
-            )
-        else:
-            self._metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
-        if not st.status_differs(previous, wanted, now=self._wall()):
-            return
-        await self._cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
-        # Events mark transitions, not every pass.
-        if problem is not None and st.find_condition(previous, st.READY).get("reason") != (
-            problem.reason
-        ):
-            await self._cluster.emit_event(group, "Warning", problem.reason, problem.message)
-        before = st.find_condition(previous, st.RUNNERS_HEALTHY)
-        if healthy["status"] == "False" and before.get("reason") != healthy["reason"]:
-            await self._cluster.emit_event(group, "Warning", healthy["reason"], healthy["message"])
-        hook_before = st.find_condition(previous, st.WEBHOOK).get("reason")
-        if hook is not None and not hook.ok and hook_before != hook.reason:
-            await self._cluster.emit_event(group, "Warning", hook.reason, hook.message)
-
-    def _log_transitions(
-        self, key: str, ready: dict[str, str], healthy: dict[str, str], state: GroupState
-    ) -> None:
-        """On-call engineers read logs first: every failure reaches the log at warning level
-        when it starts or changes, and again every ``LOG_REMINDER`` while it lasts."""
-        bad = [c for c in (ready, healthy) if c["status"] == "False"]
-        now = self._clock()
-        if not bad:
-            if state.logged is not None:
-                log.info("group healthy again", group=key)
-            state.logged = None
-            return
-        current = (bad[0]["reason"], bad[0]["message"])
-        if state.logged != current or now - state.logged_at >= LOG_REMINDER:
-            log.warning(
-                "group not working" if state.logged != current else "group still not working",
-                group=key,
-                condition=bad[0]["type"],
-                reason=current[0],
-                message=current[1],
-            )
-            state.logged, state.logged_at = current, now

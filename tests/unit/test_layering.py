@@ -75,7 +75,12 @@ def test_the_pure_layers_do_no_io():
 # data only. Their I/O-facing neighbours in reconcile/ are named here; any other module there
 # is a decision, and new I/O belongs in kube/, forge/ or these.
 PURE_FLOORS = ("api", "kit", "reconcile")
-NOT_PURE = {"reconcile/reconciler.py", "reconcile/cache.py", "reconcile/ports.py"}
+NOT_PURE = {
+    "reconcile/reconciler.py",
+    "reconcile/cache.py",
+    "reconcile/ports.py",
+    "reconcile/report.py",
+}
 IO_LIBRARIES = {"aiohttp", "kubernetes_asyncio"}
 
 
