@@ -200,11 +200,10 @@ class Reconciler:
             source.wake()  # the poll task follows the loss up in Gitea
         self._note_stuck(key, group, decision, spec, state)
         requeue: float | None = None
-        created = 0
         if not cache_ok:
             requeue = STATUS_EVERY
         elif decision.create > 0:
-            created = await self._create(key, group, spec, decision, state, on_forgejo)
+            await self._create(key, group, spec, decision, state, on_forgejo)
             # The ledger learns of the new runners (or of a refusal) now, not at the next
             # pass: a peer reconciled in between must not create for the same jobs.
             blocked = self._report(key, spec, views, snapshot, state, released, cache_ok)
@@ -242,7 +241,6 @@ class Reconciler:
             views=views,
             spec=spec,
             decision=decision,
-            created=created,
             snapshot=snapshot,
             seen=seen,
         )

@@ -55,7 +55,6 @@ class StatusWriter:
         views: list[RunnerJobView],
         spec: RunnerGroupSpec | None = None,
         decision: Plan | None = None,
-        created: int = 0,
         snapshot: Snapshot | None = None,
         seen: int | None = None,
     ) -> None:
