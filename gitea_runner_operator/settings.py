@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+GITEA_STEP_DEADLINE = 60.0  # seconds; Settings.gitea_step_deadline
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -29,12 +31,18 @@ class Settings:
     # client-go's ControllerExpectations use the same 5 minutes.
     expectation_timeout: float = 300.0
     job_ttl_seconds: int = 600  # ttlSecondsAfterFinished of runner Jobs
+    # How long a runner may take to start before it stops covering a job in its family's
+    # accounting and its group holds no share (reconcile/claims.py).
+    runner_start_bound: float = 120.0
     # Prefixes of the Gitea URLs groups may use; empty: any.
     allowed_gitea_urls: tuple[str, ...] = ()
     # Cap of the poll backoff while Gitea fails: bounds recovery time once it is back.
     gitea_backoff_max: float = 30.0
     # Deadline of one whole observation (Secrets + every Gitea request of a poll).
     observe_deadline: float = 60.0
+    # Deadline of each Gitea step a poll takes after observing (reaping, re-runs after lost
+    # runners, keeping the hook, enrolling Forgejo runners).
+    gitea_step_deadline: float = GITEA_STEP_DEADLINE
     secret_cache_ttl: float = 60.0
     # Client-side rate limit on Kubernetes writes (client-go's QPS and burst).
     kube_write_qps: float = 50.0

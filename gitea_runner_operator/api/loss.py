@@ -1,27 +1,41 @@
-"""A lost runner, as the cluster remembers it: one annotation on the RunnerGroup per loss.
+"""A lost runner, as the cluster remembers it: one entry per loss in the RunnerGroup's
+``status.losses``, keyed by the runner Job.
 
 Why on the group and not on the runner Job: the runner Job of a lost runner is deleted at
 once (its runner is gone for good) and finished ones go after ``ttlSecondsAfterFinished``,
 but the count of re-runs must outlive both, or a job that keeps losing its runner would be
-re-run for ever. One key per loss (``runner-loss.gitea.bpg.pw/<runner Job>``) lets the
-reconcile (which records the loss) and the group's poll task (which follows it up in Gitea)
-write without a read-modify-write race on a shared value, and a restart or a second replica
-reads the same record and never acts on the same loss twice.
+re-run for ever. One key per loss lets the reconcile (which records the loss) and the group's
+poll task (which follows it up in Gitea) write with a merge patch, without a read-modify-write
+race on a shared value, and a restart or a second replica reads the same record and never
+acts on the same loss twice.
+
+Why ``status`` and not annotations: the operator acts on a record with the group's Gitea
+token and its own cluster rights (it deletes a registration and a Job, it re-runs a job in
+the repository the record names), and the group's users can write its annotations but not
+its status subresource. As a second fence a record is read only when its key names a runner
+Job of this group (api/naming.py) and its Pod is one of that Job's, and only so many records,
+each so large, are read: a flood of losses never grows the object without bound.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any, Self
 
-from gitea_runner_operator.api import constants
+from gitea_runner_operator.api.naming import job_name_pattern
 
-LOSS_ANNOTATION_PREFIX = f"runner-loss.{constants.GROUP}/"
+LOSSES = "losses"  # the field of the RunnerGroup's status
 # Records of settled losses are dropped after this long, and never more than this many kept.
 LOSS_RECORD_TTL = 86400.0
 MAX_LOSS_RECORDS = 100
+# A record the operator writes is about 300 bytes; anything longer is not one of ours.
+MAX_RECORD_BYTES = 1024
+# A runner's Pod: its Job's name and the Job controller's 5-character suffix.
+_POD_SUFFIX = re.compile(r"^-[a-z0-9]{5}$")
 
 
 class LossState(StrEnum):
@@ -94,17 +108,42 @@ class LossRecord:
         return replace(self, state=state, settled_at=now, **changes)
 
 
-def loss_key(runner_job: str) -> str:
-    return LOSS_ANNOTATION_PREFIX + runner_job
+def losses_patch(records: Mapping[str, str | None]) -> dict[str, Any]:
+    """The status merge patch writing (a value) or removing (None) records by runner Job."""
+    return {LOSSES: dict(records)}
 
 
 def loss_records(group: dict[str, Any]) -> dict[str, LossRecord]:
-    """Runner Job name -> its loss record, from the group's annotations."""
-    annotations = (group.get("metadata") or {}).get("annotations") or {}
+    """Runner Job name -> its loss record, from the group's status: only records that name
+    one of this group's runner Jobs and a Pod of that Job, at most ``MAX_LOSS_RECORDS`` of
+    them (open ones first, then the newest)."""
+    meta = group.get("metadata") or {}
+    ours = job_name_pattern(str(meta.get("name") or ""), str(meta.get("uid") or ""))
     out: dict[str, LossRecord] = {}
-    for key, value in annotations.items():
-        if key.startswith(LOSS_ANNOTATION_PREFIX) and isinstance(value, str):
-            record = LossRecord.decode(value)
-            if record is not None:
-                out[key[len(LOSS_ANNOTATION_PREFIX) :]] = record
+    for job, value in _stored(group).items():
+        if not isinstance(value, str) or len(value) > MAX_RECORD_BYTES or not ours.match(job):
+            continue
+        record = LossRecord.decode(value)
+        if record is not None and _of_job(record.pod, job):
+            out[job] = record
+    if len(out) > MAX_LOSS_RECORDS:
+        kept = sorted(out, key=lambda j: (out[j].state.final, -out[j].at, j))
+        out = {j: out[j] for j in kept[:MAX_LOSS_RECORDS]}
     return out
+
+
+def _of_job(pod: str, job: str) -> bool:
+    """The Pod is that runner Job's (or, on Forgejo, the registration carries the Job's
+    name): its registration is then provably the group's own."""
+    return pod == job or (pod.startswith(job) and _POD_SUFFIX.match(pod[len(job) :]) is not None)
+
+
+def stray_keys(group: dict[str, Any], records: Mapping[str, LossRecord]) -> list[str]:
+    """Stored keys that are not among ``records`` (not this group's, garbled, or beyond the
+    bounds): the follow-up removes them."""
+    return sorted(k for k in _stored(group) if k not in records)
+
+
+def _stored(group: dict[str, Any]) -> dict[str, Any]:
+    stored = (group.get("status") or {}).get(LOSSES)
+    return stored if isinstance(stored, dict) else {}

@@ -13,6 +13,16 @@ from pydantic.alias_generators import to_camel
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+# Gitea owner and repository names: alphanumerics, dash, underscore and dot.
+GITEA_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+def is_repository(text: str) -> bool:
+    """``owner/name`` by Gitea's grammar: safe to put into an API path (never ``..``)."""
+    owner, slash, name = text.partition("/")
+    return bool(slash) and all(
+        GITEA_NAME.match(part) and part not in (".", "..") for part in (owner, name)
+    )
 
 
 class CamelModel(BaseModel):

@@ -24,12 +24,10 @@ from gitea_runner_operator.api.forge import Flavor
 from gitea_runner_operator.api.labels import DEFAULT_SCHEMAS, LabelError, RunnerLabel, Schema
 from gitea_runner_operator.api.pod_template import FieldError, check_template
 from gitea_runner_operator.api.refs import DNS_SUBDOMAIN as _DNS_SUBDOMAIN
+from gitea_runner_operator.api.refs import GITEA_NAME as _GITEA_NAME
 from gitea_runner_operator.api.refs import SECRET_KEY as _SECRET_KEY
 from gitea_runner_operator.api.refs import CamelModel as _CamelModel
 from gitea_runner_operator.api.refs import SecretKeyRef
-
-# Gitea owner and repository names: alphanumerics, dash, underscore and dot.
-_GITEA_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
 class Scope(StrEnum):

@@ -44,6 +44,7 @@ from gitea_runner_operator.api.gitea import (
     RunnerList,
 )
 from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.api.scope import fold
 from gitea_runner_operator.forge.errors import (
     GiteaAnswerTooLarge,
     GiteaError,
@@ -176,7 +177,7 @@ class GiteaClient:
         except GiteaNotFound:
             me = await self.call("GET", "/api/v1/user")
             login = me.get("login") if isinstance(me, dict) else None
-            if isinstance(login, str) and scope.org and login.lower() == scope.org.lower():
+            if isinstance(login, str) and scope.org and fold(login) == fold(scope.org):
                 return ScopeRef(scope.scope, scope.org, scope.repo, OwnerKind.USER)
             raise GiteaNotFound(
                 f"organisation {scope.org} not found, and it is not the auth token's own user"

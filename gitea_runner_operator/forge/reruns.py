@@ -8,15 +8,15 @@ ids; ``run_attempt`` on jobs and runs tells attempts apart.
 
 from __future__ import annotations
 
-import re
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from gitea_runner_operator.api.refs import is_repository
+from gitea_runner_operator.api.scope import repository_in_url
 from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound, GiteaProtocolError
-
-_REPO_IN_URL = re.compile(r"/api/v1/repos/([^/]+)/([^/]+)/actions/")
 
 
 class RerunUnsupported(GiteaError):
@@ -51,8 +51,17 @@ class WorkflowItem(BaseModel):
 
 def repo_of(url: str) -> str:
     """``owner/name`` from a job's API URL, or "" when it does not look like one."""
-    match = _REPO_IN_URL.search(url)
-    return f"{match.group(1)}/{match.group(2)}" if match else ""
+    found = repository_in_url(url)
+    return f"{found[0]}/{found[1]}" if found is not None else ""
+
+
+def _repo_path(repo: str) -> str:
+    """``/api/v1/repos/{owner}/{name}`` for a repository a loss record names: checked
+    against Gitea's name grammar and escaped, so no record reaches another path."""
+    if not is_repository(repo):
+        raise GiteaProtocolError(f"{repo!r} is not an owner/name repository")
+    owner, _, name = repo.partition("/")
+    return f"/api/v1/repos/{quote(owner, safe='')}/{quote(name, safe='')}"
 
 
 def _item(body: Any, what: str) -> WorkflowItem:
@@ -64,7 +73,7 @@ def _item(body: Any, what: str) -> WorkflowItem:
 
 async def get_job(client: GiteaClient, repo: str, job_id: int) -> WorkflowItem | None:
     try:
-        body = await client.call("GET", f"/api/v1/repos/{repo}/actions/jobs/{job_id}")
+        body = await client.call("GET", f"{_repo_path(repo)}/actions/jobs/{int(job_id)}")
     except GiteaNotFound:
         return None
     return _item(body, f"job {job_id}")
@@ -72,7 +81,7 @@ async def get_job(client: GiteaClient, repo: str, job_id: int) -> WorkflowItem |
 
 async def get_run(client: GiteaClient, repo: str, run_id: int) -> WorkflowItem | None:
     try:
-        body = await client.call("GET", f"/api/v1/repos/{repo}/actions/runs/{run_id}")
+        body = await client.call("GET", f"{_repo_path(repo)}/actions/runs/{int(run_id)}")
     except GiteaNotFound:
         return None
     return _item(body, f"run {run_id}")
@@ -80,7 +89,7 @@ async def get_run(client: GiteaClient, repo: str, run_id: int) -> WorkflowItem |
 
 async def rerun_job(client: GiteaClient, repo: str, run_id: int, job_id: int) -> WorkflowItem:
     """Re-run one job of a finished run; returns the new attempt's job."""
-    path = f"/api/v1/repos/{repo}/actions/runs/{run_id}/jobs/{job_id}/rerun"
+    path = f"{_repo_path(repo)}/actions/runs/{int(run_id)}/jobs/{int(job_id)}/rerun"
     try:
         body = await client.call("POST", path)
     except GiteaNotFound:

@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.http import send
+from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 log = structlog.get_logger(__name__)
@@ -22,7 +22,7 @@ log = structlog.get_logger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "gitea-runner-operator"
 # Seconds for any single read or write; a hung API server must not hang a worker.
-TIMEOUT = 10
+TIMEOUT = REQUEST_TIMEOUT
 
 
 class CreateRefused(Exception):
@@ -111,30 +111,6 @@ class Cluster:
                 patch(
                     name,
                     namespace,
-                    {"metadata": {"annotations": annotations}},
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                )
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-
-    async def annotate_group(
-        self, namespace: str, name: str, annotations: dict[str, str | None]
-    ) -> None:
-        """Merge annotations into a RunnerGroup (None removes a key); the lost-runner
-        records live there (api/loss.py)."""
-        await self._limiter.acquire(namespace)
-        try:
-            await send(
-                self._custom.patch_namespaced_custom_object(
-                    constants.GROUP,
-                    constants.VERSION,
-                    namespace,
-                    constants.PLURAL,
-                    name,
                     {"metadata": {"annotations": annotations}},
                     _content_type=MERGE_PATCH,
                     _preload_content=False,

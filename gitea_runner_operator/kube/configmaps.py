@@ -30,11 +30,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.api.runnergroup import CABundleRef
+from gitea_runner_operator.kube.http import REQUEST_TIMEOUT
 from gitea_runner_operator.kube.secret_store import SecretStore, SecretUnavailable
 
 CA_BUNDLE_FIELD = "spec.gitea.caBundle"
 BIND_HINT = "bind the ClusterRole gitea-runner-operator-secrets in this namespace"
-REQUEST_TIMEOUT = 10.0
 CACHE_TTL = 60.0
 MAX_CACHED = 4096
 MAX_CACHED_BYTES = 8 * 1024 * 1024  # of kept values; a larger value is not kept

@@ -83,16 +83,3 @@ def loss_cause(pod: Mapping[str, Any]) -> str | None:
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return DELETED
     return None
-
-
-def ended_by_deadline(job: Mapping[str, Any]) -> bool:
-    """The runner Job hit its own activeDeadlineSeconds (spec.maxRunnerLifetime): the Job
-    controller deletes its Pods then, which must not read as someone deleting a busy Pod."""
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if (
-            cond.get("type") in ("Failed", "FailureTarget")
-            and cond.get("status") == "True"
-            and cond.get("reason") == "DeadlineExceeded"
-        ):
-            return True
-    return False

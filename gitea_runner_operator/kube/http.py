@@ -8,6 +8,12 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+# Every Kubernetes API request's timeout (seconds): a request that hangs must not hold a
+# reconcile, a Secret read or a cache write for longer.
+REQUEST_TIMEOUT = 10.0
+# A list (an informer's first read, or its relist) may carry every object of a kind.
+LIST_TIMEOUT = 60.0
+
 
 async def send(call: Awaitable[Any]) -> dict[str, Any]:
     """Await an API call made with ``_preload_content=False`` and return its JSON body.

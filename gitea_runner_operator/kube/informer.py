@@ -23,7 +23,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.http import send
+from gitea_runner_operator.kit.backoff import doubling
+from gitea_runner_operator.kube.http import LIST_TIMEOUT, send
 
 log = structlog.get_logger(__name__)
 
@@ -37,6 +38,11 @@ def object_key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")
     return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
+
+
+# A failed list or watch is retried after 0.8 s, doubling up to 30 s.
+RETRY_BASE = 0.8
+RETRY_MAX = 30.0
 
 
 class Informer:
@@ -75,11 +81,11 @@ class Informer:
 
     async def run(self) -> None:
         """Run until cancelled. Never raises for API trouble; it logs and retries."""
-        backoff = 0.8
+        failures = 0
         while True:
             try:
                 resource_version = await self._list()
-                backoff = 0.8
+                failures = 0
                 await self._watch_from(resource_version)
             except asyncio.CancelledError:
                 raise
@@ -103,15 +109,16 @@ class Informer:
                 )
             except Exception as exc:
                 log.warning("list/watch failed", informer=self.name, error=repr(exc))
-            await asyncio.sleep(backoff * random.uniform(0.9, 1.1))  # noqa: S311
-            backoff = min(backoff * 2, 30.0)
+            failures += 1
+            delay = doubling(RETRY_BASE, RETRY_MAX, failures)
+            await asyncio.sleep(delay * random.uniform(0.9, 1.1))  # noqa: S311
 
     async def _list(self) -> str:
         # An error answer raises (send checks the status): it must never read as an empty
         # list, which would synthesise a deletion of every cached object.
         body = await send(
             self._list_func(
-                *self._args, **self._kwargs(), _preload_content=False, _request_timeout=60
+                *self._args, **self._kwargs(), _preload_content=False, _request_timeout=LIST_TIMEOUT
             )
         )
         fresh = {object_key(item): self._transform(item) for item in body.get("items") or []}

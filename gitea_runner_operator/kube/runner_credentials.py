@@ -16,10 +16,10 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.http import send
+from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
-TIMEOUT = 10
+TIMEOUT = REQUEST_TIMEOUT
 MERGE_PATCH = "application/merge-patch+json"
 
 

@@ -39,8 +39,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import opted_in
+from gitea_runner_operator.kube.http import REQUEST_TIMEOUT
 
-REQUEST_TIMEOUT = 10.0
 CACHE_TTL = 60.0
 NEGATIVE_TTL = 5.0
 MAX_ENTRIES = 4096

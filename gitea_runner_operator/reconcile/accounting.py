@@ -30,10 +30,9 @@ from functools import lru_cache
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.api.scope import fold, labels_fit, repository_in_url, scope_covers
 
 _SPECIFICITY = {Scope.REPO: 2, Scope.ORG: 1, Scope.GLOBAL: 0}
-_REPOS_MARK = "/api/v1/repos/"
-_ACTIONS_MARK = "/actions/"
 
 Repository = tuple[str, str]  # (owner, name), lower-cased
 
@@ -49,20 +48,18 @@ class Claimant:
     offered: frozenset[str]
     not_busy: int  # starting and idle runners (and recent finishes): each may take one job
     spare: int  # maxActiveRunners - alive runners; 0 when the group cannot create now
+    # When each busy runner was first seen busy (its group's answer's ``started_at``): one
+    # that turned busy after a peer's answer may have taken a job that answer still lists.
+    busy_since: tuple[float, ...] = ()
 
     def covers(self, repository: Repository | None) -> bool:
         """Whether this group's runners can take jobs of that repository. A job whose
         repository is unknown is taken to be in scope (only the group that listed it sees
         it, and its scope is where it came from)."""
-        if self.scope is Scope.GLOBAL or repository is None:
-            return True
-        owner, name = repository
-        if (self.org or "").lower() != owner:
-            return False
-        return self.scope is Scope.ORG or (self.repo or "").lower() == name
+        return repository is None or scope_covers(self.scope, self.org, self.repo, *repository)
 
     def can_run(self, job: ActionJob) -> bool:
-        return set(job.labels) <= self.offered
+        return labels_fit(job.labels, self.offered)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,17 +86,8 @@ def job_repository(job: ActionJob) -> Repository | None:
 
 @lru_cache(maxsize=65_536)
 def _repository_of(url: str) -> Repository | None:
-    start = url.find(_REPOS_MARK)
-    if start < 0:
-        return None
-    rest = url[start + len(_REPOS_MARK) :]
-    end = rest.find(_ACTIONS_MARK)
-    if end < 0:
-        return None
-    owner, slash, name = rest[:end].partition("/")
-    if not slash or not owner or not name or "/" in name:
-        return None
-    return owner.lower(), name.lower()
+    found = repository_in_url(url)
+    return (fold(found[0]), fold(found[1])) if found is not None else None
 
 
 def overlaps(a: Claimant, b: Claimant) -> bool:
@@ -109,13 +97,13 @@ def overlaps(a: Claimant, b: Claimant) -> bool:
     for x, y in ((a, b), (b, a)):
         if x.scope is Scope.GLOBAL:
             return True
-        if x.scope is Scope.ORG and (x.org or "").lower() == (y.org or "").lower():
+        if x.scope is Scope.ORG and fold(x.org) == fold(y.org):
             return True
     return (
         a.scope is Scope.REPO
         and b.scope is Scope.REPO
-        and (a.org or "").lower() == (b.org or "").lower()
-        and (a.repo or "").lower() == (b.repo or "").lower()
+        and fold(a.org) == fold(b.org)
+        and fold(a.repo) == fold(b.repo)
     )
 
 
@@ -131,9 +119,9 @@ class _ScopeIndex:
         self.by_org: dict[str, list[Claimant]] = {}
         self.everywhere: list[Claimant] = []
         for c in claimants:
-            org = (c.org or "").lower()
+            org = fold(c.org)
             if c.scope is Scope.REPO:
-                self.by_repo.setdefault((org, (c.repo or "").lower()), []).append(c)
+                self.by_repo.setdefault((org, fold(c.repo)), []).append(c)
             elif c.scope is Scope.ORG:
                 self.by_org.setdefault(org, []).append(c)
             else:
@@ -175,7 +163,8 @@ def assign(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str
         ranked = ranked_for.get(pair)
         if ranked is None:
             ranked = sorted(
-                (c for c in index.covering(repository) if labels <= c.offered), key=_rank
+                (c for c in index.covering(repository) if labels_fit(labels, c.offered)),
+                key=_rank,
             )
             ranked_for[pair] = ranked
         if ranked:
@@ -194,6 +183,38 @@ def assign(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str
     for job_id in waiting:  # nobody has room: the first choice counts it (AtCapacity)
         assigned[candidates_of[job_id][0].key].append(unique[job_id])
     return assigned  # each list is in id order: ``waiting`` was
+
+
+def headroom(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str, int]:
+    """How many runners each group may add so that each one has a job to take whichever
+    runners take which jobs first: the queued jobs it can run, less every not-busy runner (of
+    any group) that could take one of them.
+
+    The assignment says which group counts a job; Gitea hands a job to whichever runner that
+    can take it asks first, not to the one the assignment had in mind. An org group's idle
+    runner may take a repo group's job, and a runner the repo group then creates for the job
+    it counted finds none. Taking jobs never lowers this bound (a runner that takes a job of
+    the group's scope removes one job and one runner; one that takes another job removes
+    only a runner), so a group that stays within it never creates for a covered job."""
+    index = _ScopeIndex(claimants)
+    by_pair: dict[tuple[frozenset[str], Repository | None], int] = {}
+    for job in {job.id: job for job in jobs if job.status == "queued"}.values():
+        pair = (frozenset(job.labels), job_repository(job))
+        by_pair[pair] = by_pair.get(pair, 0) + 1
+    takers: dict[tuple[frozenset[str], Repository | None], list[Claimant]] = {
+        pair: [c for c in index.covering(pair[1]) if labels_fit(pair[0], c.offered)]
+        for pair in by_pair
+    }
+    mine: dict[str, list[tuple[frozenset[str], Repository | None]]] = {}
+    for pair, cs in takers.items():
+        for c in cs:
+            mine.setdefault(c.key, []).append(pair)
+    room: dict[str, int] = {}
+    for me in claimants:
+        pairs = mine.get(me.key, [])
+        able = {c.key: max(0, c.not_busy) for pair in pairs for c in takers[pair]}
+        room[me.key] = max(0, sum(by_pair[p] for p in pairs) - sum(able.values()))
+    return room
 
 
 def current_jobs(answers: Sequence[Answer], claimants: Sequence[Claimant]) -> list[ActionJob]:

@@ -14,9 +14,11 @@ need no pass: a group never creates for a share it no longer has.
 
 While a family fills (every member creating runners, so every reconcile changes an input),
 its assignment is recomputed at most once per ``min_interval``; in between, members read
-the last one. That is safe: each group still subtracts its own starting and idle runners
-from its share, and shares move only when a recomputation says so, which every member then
-reads alike. A member served a stale share is told (:meth:`Ledger.stale`) to look again.
+the last one. A stale share may still hold jobs that runners took since, so a member served
+one creates nothing and is told (:meth:`Ledger.stale`) to look again. Each member also reads
+its headroom (:meth:`Ledger.room`, accounting.headroom): Gitea hands a job to whichever
+runner asks first, not to the one the assignment had in mind, so a group never adds more
+runners than can surely find a job (tests/unit/test_family_property.py).
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from dataclasses import dataclass, replace
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.api.scope import fold
 from gitea_runner_operator.reconcile.accounting import (
     Answer,
     Claimant,
     Repository,
     assign,
     current_jobs,
+    headroom,
     job_repository,
 )
 
@@ -62,7 +66,7 @@ class Member:
     def shape(self) -> tuple[object, ...]:
         """What decides which family the group belongs to."""
         c = self.claimant
-        return (self.url, c.scope, (c.org or "").lower(), (c.repo or "").lower(), c.offered)
+        return (self.url, c.scope, fold(c.org), fold(c.repo), c.offered)
 
     @property
     def stamp(self) -> tuple[object, ...]:
@@ -94,7 +98,7 @@ def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
     global_rep: dict[tuple[str, str], str] = {}
     for key in sorted(members):
         c = members[key].claimant
-        url, org, repo = members[key].url, (c.org or "").lower(), (c.repo or "").lower()
+        url, org, repo = members[key].url, fold(c.org), fold(c.repo)
         for label in c.offered:
             if c.scope is Scope.REPO:
                 union(key, repo_rep.setdefault((url, org, repo, label), key))
@@ -121,6 +125,18 @@ def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
     return out
 
 
+def _as_of(claimant: Claimant, answers: Iterable[Answer]) -> Claimant:
+    """The claimant with its runners counted as of its peers' answers: a runner first seen
+    busy after the oldest of them may have taken a job that answer still lists as queued,
+    so it still covers one (like a finished runner in churn.py). Once every peer has asked
+    again, it drops out."""
+    oldest = min((a.started_at for a in answers if a.key != claimant.key), default=None)
+    if oldest is None or not claimant.busy_since:
+        return claimant
+    extra = sum(1 for t in claimant.busy_since if t > oldest)
+    return replace(claimant, not_busy=claimant.not_busy + extra) if extra else claimant
+
+
 class Ledger:
     """The assignments of every family, kept between reconciles. A family is named by its
     smallest member key (the union-find root), which stays put as members come and go."""
@@ -139,6 +155,7 @@ class Ledger:
         self._seen: dict[str, set[Repository]] = {}
         self._family_of: dict[str, frozenset[str]] | None = None
         self._shares: dict[str, list[ActionJob]] = {}  # each member's last computed share
+        self._room: dict[str, int] = {}  # each member's last computed headroom
         self._computed_at: dict[str, float] = {}  # family name -> when
         self._dirty: set[str] = set()  # families whose inputs changed since
         self._all_dirty = False  # membership changed: every family is recomputed
@@ -177,6 +194,7 @@ class Ledger:
             return
         self._seen.pop(key, None)
         self._shares.pop(key, None)
+        self._room.pop(key, None)
         self._computed_at.pop(key, None)
         self._dirty.discard(key)
         self._family_of, self._all_dirty = None, True
@@ -229,12 +247,23 @@ class Ledger:
         self._holders[name] = (self.computations, found)
         return found
 
+    def room(self, key: str) -> int | None:
+        """How many runners the group may add at most (accounting.headroom), as of the share
+        last read; None when it is alone in its family (or has not reported)."""
+        family = (self._family_of or {}).get(key)
+        if family is None or len(family) == 1:
+            return None
+        return self._room.get(key, 0)
+
     def _compute(self, family: frozenset[str]) -> dict[str, list[ActionJob]]:
         self.computations += 1
         members = [self._members[k] for k in sorted(family)]
         claimants = [m.claimant for m in members]
         answers = [m.answer for m in members if m.answer is not None]
-        return assign(current_jobs(answers, claimants), claimants)
+        jobs = current_jobs(answers, claimants)
+        claimants = [_as_of(c, answers) for c in claimants]
+        self._room.update(headroom(jobs, claimants))
+        return assign(jobs, claimants)
 
     def _announce(self, caller: str, result: Mapping[str, list[ActionJob]]) -> None:
         for key, jobs in result.items():

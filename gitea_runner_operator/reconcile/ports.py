@@ -3,12 +3,14 @@ runtime (pollers) -> reconcile (decisions) and never back by import."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.reconcile.churn import Finished
 from gitea_runner_operator.reconcile.scaling import Orphan, ReapCandidate
 
 
@@ -58,3 +60,31 @@ class Sources(Protocol):
     async def ensure(self, key: str, spec: RunnerGroupSpec) -> GroupSource: ...
 
     async def stop(self, key: str) -> None: ...
+
+
+class ClusterReads(Protocol):
+    def group(self, key: str) -> dict[str, Any] | None: ...
+    def runner_jobs(self, key: str) -> list[dict[str, Any]]: ...
+    def runner_pods(self, key: str) -> list[dict[str, Any]]: ...
+    def released_since(self, key: str, since: float) -> Sequence[Finished]: ...
+    def deleted_pods(self, key: str) -> list[dict[str, Any]]: ...
+
+
+class ClusterWrites(Protocol):
+    async def create_job(self, manifest: dict[str, Any]) -> str: ...
+    async def delete_job(self, namespace: str, name: str) -> bool: ...
+    async def annotate_job(
+        self, namespace: str, name: str, annotations: dict[str, str]
+    ) -> None: ...
+    async def annotate_pod(
+        self, namespace: str, name: str, annotations: dict[str, str]
+    ) -> None: ...
+    async def patch_group_status(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> None: ...
+    async def set_finalizers(
+        self, namespace: str, name: str, finalizers: list[str], resource_version: str
+    ) -> None: ...
+    async def emit_event(
+        self, group: dict[str, Any], event_type: str, reason: str, message: str
+    ) -> None: ...

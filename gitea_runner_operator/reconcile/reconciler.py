@@ -13,37 +13,48 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import normalise_url
-from gitea_runner_operator.api.loss import LossRecord, loss_key, loss_records
+from gitea_runner_operator.api.loss import (
+    MAX_LOSS_RECORDS,
+    LossRecord,
+    loss_records,
+    losses_patch,
+)
 from gitea_runner_operator.api.naming import new_job_name, runner_pattern
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, parse_spec
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.api.template_policy import check as check_template_policy
+from gitea_runner_operator.kit.backoff import doubling
 from gitea_runner_operator.kube.cluster import CreateRefused
-from gitea_runner_operator.kube.disruption import ended_by_deadline
 from gitea_runner_operator.kube.forgejo_job import render_forgejo_job
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView, job_view, parse_time, pods_by_job
 from gitea_runner_operator.metrics import Metrics
-from gitea_runner_operator.reconcile import forgejo
-from gitea_runner_operator.reconcile import status as st
-from gitea_runner_operator.reconcile.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile import claims, forgejo
+from gitea_runner_operator.reconcile.accounting import Answer
 from gitea_runner_operator.reconcile.cache import STATUS_EVERY, CacheServers
-from gitea_runner_operator.reconcile.churn import Finished, unsettled
+from gitea_runner_operator.reconcile.churn import unsettled
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.leftovers import Leftovers, describe
 from gitea_runner_operator.reconcile.loss import find_losses
-from gitea_runner_operator.reconcile.ports import GroupSource, ReapOrder, Sources
+from gitea_runner_operator.reconcile.ports import (
+    ClusterReads,
+    ClusterWrites,
+    GroupSource,
+    ReapOrder,
+    Sources,
+)
+from gitea_runner_operator.reconcile.report import StatusWriter
 from gitea_runner_operator.reconcile.scaling import (
     Plan,
     ReapReason,
@@ -54,14 +65,9 @@ from gitea_runner_operator.reconcile.scaling import (
     runner_state,
     teardown,
 )
+from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
 from gitea_runner_operator.reconcile.unmatched_book import publish as publish_unmatched
-from gitea_runner_operator.reconcile.waiting import (
-    HeldBack,
-    explain_waiting,
-    held_by_problem,
-    peers_serving,
-)
 from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
 
 log = structlog.get_logger(__name__)
@@ -82,64 +88,11 @@ TEARDOWN_FINAL_GRACE = 30.0
 CREDENTIALS_GONE = frozenset(
     {"SecretNotFound", "SecretKeyMissing", "SecretForbidden", "SecretNotAllowed"}
 )
-# A problem that persists is logged again this often (not once per poll).
-LOG_REMINDER = 600.0
-
-
-class ClusterReads(Protocol):
-    def group(self, key: str) -> dict[str, Any] | None: ...
-    def runner_jobs(self, key: str) -> list[dict[str, Any]]: ...
-    def runner_pods(self, key: str) -> list[dict[str, Any]]: ...
-    def released_since(self, key: str, since: float) -> Sequence[Finished]: ...
-    def deleted_pods(self, key: str) -> list[dict[str, Any]]: ...
-
-
-class ClusterWrites(Protocol):
-    async def create_job(self, manifest: dict[str, Any]) -> str: ...
-    async def delete_job(self, namespace: str, name: str) -> bool: ...
-    async def annotate_job(
-        self, namespace: str, name: str, annotations: dict[str, str]
-    ) -> None: ...
-    async def annotate_pod(
-        self, namespace: str, name: str, annotations: dict[str, str]
-    ) -> None: ...
-    async def patch_group_status(
-        self, namespace: str, name: str, status: dict[str, Any]
-    ) -> None: ...
-    async def annotate_group(
-        self, namespace: str, name: str, annotations: dict[str, str | None]
-    ) -> None: ...
-    async def set_finalizers(
-        self, namespace: str, name: str, finalizers: list[str], resource_version: str
-    ) -> None: ...
-    async def emit_event(
-        self, group: dict[str, Any], event_type: str, reason: str, message: str
-    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Result:
     requeue_after: float | None = None
-
-
-@dataclass
-class GroupState:
-    """What one process remembers about a group between passes: only backoffs and what it
-    has already reported. Losing it (a restart) costs at most one more retry or log line."""
-
-    stuck_jobs: set[str] = field(default_factory=set)
-    stuck_failures: int = 0
-    blocked_until: float = 0.0
-    stuck_message: str | None = None
-    create_error: str | None = None
-    create_failures: int = 0
-    create_retry_at: float = 0.0
-    logged: tuple[str, str] | None = None
-    logged_at: float = 0.0
-    teardown_since: float | None = None
-    # The UID whose finalizer this process released: a pass on the cache's stale copy (the
-    # watch has not shown the object gone yet) must not give up and warn a second time.
-    released_uid: str | None = None
 
 
 class Reconciler:
@@ -159,11 +112,15 @@ class Reconciler:
         template_policy: TemplatePolicy = RESTRICTED,
         own_namespace: str | None = None,
         cache_servers: CacheServers | None = None,
+        start_bound: float = claims.START_BOUND,
     ) -> None:
+        self._start_bound = start_bound
         self._template_policy = template_policy
         self._own_namespace = own_namespace
-        self._metrics = metrics or Metrics()
-        self._ledger = ledger or Ledger()
+        # ``is None``, not ``or``: an empty Ledger is falsy (``__len__``), and the one passed
+        # in (with its ``notify``) must be the one used.
+        self._metrics = metrics if metrics is not None else Metrics()
+        self._ledger = ledger if ledger is not None else Ledger()
         self._caches = cache_servers
         self._cache = cache
         self._cluster = cluster
@@ -177,6 +134,16 @@ class Reconciler:
         # Why jobs wait (reconcile/unmatched*.py, reconcile/waiting.py): same registry.
         self._unmatched = UnmatchedBook(clock=clock)
         self._why_metrics = WhyMetrics(self._metrics.registry)
+        self._status = StatusWriter(
+            cluster,
+            sources,
+            expectations,
+            self._metrics,
+            self._why_metrics,
+            self._ledger,
+            clock=clock,
+            wall_clock=wall_clock,
+        )
 
     def state(self, key: str) -> GroupState:
         return self._states.setdefault(key, GroupState())
@@ -197,11 +164,12 @@ class Reconciler:
             await self._publish_unmatched(self._unmatched.remove(key), force=True)
             await self._sources.stop(key)
             problem = Problem("InvalidSpec", exc.message, ProblemKind.CONFIG)
-            await self._write_status(key, group, problem, views=views)
+            await self._status.write(key, group, problem, self.state(key), views=views)
             return Result()
         if (refused := self._refused(meta, spec)) is not None:
+            self._ledger.remove(key)  # it creates nothing: its peers take its jobs
             await self._sources.stop(key)  # no Gitea calls, no Jobs: nothing to do for it
-            await self._write_status(key, group, refused, views=views)
+            await self._status.write(key, group, refused, self.state(key), views=views)
             return Result()
         if FINALIZER not in (meta.get("finalizers") or []):
             await self._cluster.set_finalizers(
@@ -218,13 +186,13 @@ class Reconciler:
         snapshot = source.latest
         state = self.state(key)
         released = self._unsettled(key, snapshot)
-        self._report(key, spec, views, snapshot, state, released)
+        blocked = self._report(key, spec, views, snapshot, state, released, cache_ok)
         await self._publish_unmatched(normalise_url(spec.gitea.url))
         if snapshot is None:
             return Result()  # the poll task enqueues the group when it has one
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
-            await self._write_status(key, group, problem, views=views, spec=spec)
+            await self._status.write(key, group, problem, state, views=views, spec=spec)
             return Result()
         if released:
             # Runners finished after Gitea was asked: plan now (churn.py), and ask again so
@@ -252,6 +220,14 @@ class Reconciler:
             requeue = STATUS_EVERY
         elif decision.create > 0:
             created = await self._create(key, group, spec, decision, state, on_forgejo)
+            # The ledger learns of the new runners (or of a refusal) now, not at the next
+            # pass: a peer reconciled in between must not create for the same jobs.
+            blocked = self._report(key, spec, views, snapshot, state, released, cache_ok)
+            self._ledger.share(key)  # recomputed now, peers whose share grew are told
+        seen: int | None = None
+        if blocked and self._ledger.share(key) is not None:
+            # Holding no share, it still reports the demand it sees (status.queuedJobs).
+            seen = len(matching_demand(snapshot.observation.queued, spec.label_names))
         if self._clock() < state.blocked_until:
             requeue = min(requeue or STUCK_BACKOFF_MAX, state.blocked_until - self._clock())
         if self._ledger.stale(key):
@@ -273,15 +249,17 @@ class Reconciler:
                     await self._cluster.annotate_pod(
                         meta["namespace"], pod, dict(SCALE_DOWN_ANNOTATIONS)
                     )
-        await self._write_status(
+        await self._status.write(
             key,
             group,
             None,
+            state,
             views=views,
             spec=spec,
             decision=decision,
-            created=created,
             snapshot=snapshot,
+            seen=seen,
+            created=created,
         )
         return Result(requeue_after=requeue)
 
@@ -315,7 +293,12 @@ class Reconciler:
         assert snapshot.observation is not None
         present = {v.name for v in views}
         assigned = self._ledger.share(key)
-        return plan(
+        # A share computed before the latest change in its family (ledger.MIN_INTERVAL) may
+        # still hold jobs that runners took since: weighed against this group's runners as
+        # they are now it could create for a covered job. Create only on a current share;
+        # the pass comes back once the family's assignment may be recomputed.
+        stale = self._ledger.stale(key)
+        decision = plan(
             group_name=group["metadata"]["name"],
             group_uid=group["metadata"]["uid"],
             jobs=views,
@@ -326,12 +309,17 @@ class Reconciler:
             startup_timeout=spec.startup_timeout_seconds,
             now=self._wall(),
             pending_creations=self._expectations.pending(key, present),
-            creation_blocked=self._clock() < state.blocked_until,
+            creation_blocked=self._clock() < state.blocked_until or stale,
             assigned=assigned,
             min_idle=spec.min_idle_runners,
             warm_max_age=spec.warm_runner_max_age_seconds,
             unsettled=released,
         )
+        room = self._ledger.room(key)
+        if room is not None and decision.create > room + spec.min_idle_runners:
+            # Whichever runner asks first takes a job: never more than can surely find one.
+            decision = dataclasses.replace(decision, create=room + spec.min_idle_runners)
+        return decision
 
     def _unsettled(self, key: str, snapshot: Snapshot | None) -> int:
         """Runners that finished after the snapshot was asked for and may have taken a job it
@@ -341,12 +329,14 @@ class Reconciler:
         finished = self._cache.released_since(key, snapshot.started_at)
         return unsettled(finished, snapshot.observation.runners) if finished else 0
 
-    def _can_create(self, snapshot: Snapshot | None, state: GroupState) -> bool:
+    def _can_create(self, snapshot: Snapshot | None, state: GroupState, cache_ok: bool) -> bool:
         """Whether the group could start a runner now: only then does it claim jobs by its
         spare capacity, so a broken group never holds jobs a healthy peer could run."""
         now = self._clock()
         if snapshot is not None and snapshot.problem is not None:
             return False  # not Ready: Gitea, a Secret or the configuration is at fault
+        if not cache_ok:
+            return False  # runners would not start before its cache config exists
         if now < state.blocked_until:
             return False  # backing off after runners that could not start
         return state.create_error is None or now >= state.create_retry_at
@@ -359,28 +349,33 @@ class Reconciler:
         snapshot: Snapshot | None,
         state: GroupState,
         released: int,
-    ) -> None:
+        cache_ok: bool,
+    ) -> bool:
         """Tell the ledger what this group knows of itself: its runners, its room, its
-        latest answer. Costs this group's own Jobs only."""
+        latest answer. Costs this group's own Jobs only. True when the group is blocked (it
+        holds no share: claims.py)."""
         observation = snapshot.observation if snapshot is not None else None
         by_name = {r.name: r for r in observation.runners} if observation else {}
-        states = [runner_state(v, by_name) for v in views]
-        pending = self._expectations.pending(key, {v.name for v in views})
-        alive = sum(1 for st_ in states if st_ is not RunnerState.GONE) + pending
-        not_busy = (
-            pending
-            + released
-            + sum(1 for st_ in states if st_ in (RunnerState.STARTING, RunnerState.IDLE))
-        )
-        spare = spec.max_active_runners - alive if self._can_create(snapshot, state) else 0
-        claimant = Claimant(
-            key=key,
-            scope=spec.scope,
-            org=spec.org,
-            repo=spec.repo,
-            offered=spec.label_names,
-            not_busy=not_busy,
-            spare=spare,
+        states = {v.name: runner_state(v, by_name) for v in views}
+        blocked = not self._can_create(snapshot, state, cache_ok)
+        if snapshot is not None and observation is not None:
+            for name, runner in states.items():
+                if runner is RunnerState.BUSY:
+                    state.busy_since.setdefault(name, snapshot.started_at)
+        state.busy_since = {
+            n: t for n, t in state.busy_since.items() if states.get(n) is RunnerState.BUSY
+        }
+        claimant = claims.claimant(
+            key,
+            spec,
+            views,
+            states,
+            pending=self._expectations.pending(key, {v.name for v in views}),
+            released=released,
+            blocked=blocked,
+            now=self._wall(),
+            start_bound=self._start_bound,
+            busy_since=tuple(sorted(state.busy_since.values())),
         )
         answer = None
         if snapshot is not None and observation is not None and snapshot.problem is None:
@@ -394,6 +389,15 @@ class Reconciler:
         self._unmatched.report(
             normalise_url(spec.gitea.url), claimant, answer.jobs if answer else None
         )
+        return blocked or claims.late_runners(views, states, self._wall(), self._start_bound) > 0
+
+    async def _publish_unmatched(self, url: str | None, *, force: bool = False) -> None:
+        """Unmatched jobs of that Gitea (reconcile/unmatched.py): metric and Events."""
+        verdict = self._unmatched.evaluate(url, force=force) if url is not None else None
+        if verdict is not None:
+            await publish_unmatched(
+                verdict, self._why_metrics, self._cache.group, self._cluster.emit_event
+            )
 
     def _forgejo_reaps(
         self,
@@ -453,7 +457,7 @@ class Reconciler:
             return
         state.stuck_jobs.update(c.job_name for c in new)
         state.stuck_failures += 1
-        delay = min(STUCK_BACKOFF_MAX, STUCK_BACKOFF_BASE * 2.0 ** (state.stuck_failures - 1))
+        delay = doubling(STUCK_BACKOFF_BASE, STUCK_BACKOFF_MAX, state.stuck_failures)
         state.blocked_until = self._clock() + delay
         idle = [c.job_name for c in new if c.reason is ReapReason.IDLE_WITH_DEMAND]
         if idle:
@@ -479,26 +483,40 @@ class Reconciler:
     async def _record_losses(
         self, key: str, group: dict[str, Any], views: list[RunnerJobView], snapshot: Snapshot
     ) -> bool:
-        """Write down, in the cluster, each runner newly lost while it held a job
-        (reconcile/loss.py); the group's poll task does the rest in Gitea."""
+        """Write down, in the group's status, each runner newly lost while it held a job
+        (reconcile/loss.py); the group's poll task does the rest in Gitea. At most
+        ``MAX_LOSS_RECORDS`` are kept: a flood of losses is logged, never written without
+        bound (an object grown too large would fail every write, creates included)."""
         assert snapshot.observation is not None
-        jobs = self._cache.runner_jobs(key)
-        own_deadline = {j["metadata"]["name"] for j in jobs if ended_by_deadline(j)}
         pods = pods_by_job([*self._cache.runner_pods(key), *self._cache.deleted_pods(key)])
-        lost = find_losses(
-            [v for v in views if v.name not in own_deadline],
-            pods,
-            loss_records(group),
-            snapshot.observation.runners,
-        )
-        meta = group["metadata"]
-        for loss in lost:
-            record = LossRecord(pod=loss.pod, cause=loss.cause, at=self._wall())
-            await self._cluster.annotate_group(
-                meta["namespace"], meta["name"], {loss_key(loss.job_name): record.encode()}
+        records = loss_records(group)
+        lost = find_losses(views, pods, records, snapshot.observation.runners)
+        room = max(0, MAX_LOSS_RECORDS - len(records))
+        if len(lost) > room:
+            log.warning(
+                "runner losses not recorded: too many open",
+                group=key,
+                lost=len(lost),
+                recorded=room,
+                jobs=[loss.job_name for loss in lost[room:]][:10],
             )
+        lost = lost[:room]
+        if not lost:
+            return False
+        now = self._wall()
+        await self._cluster.patch_group_status(
+            group["metadata"]["namespace"],
+            group["metadata"]["name"],
+            losses_patch(
+                {
+                    loss.job_name: LossRecord(pod=loss.pod, cause=loss.cause, at=now).encode()
+                    for loss in lost
+                }
+            ),
+        )
+        for loss in lost:
             log.warning("runner lost", group=key, job=loss.job_name, pod=loss.pod, cause=loss.cause)
-        return bool(lost)
+        return True
 
     async def _create(
         self,
@@ -567,8 +585,8 @@ class Reconciler:
             first = state.create_error is None
             state.create_error = f"creating a runner Job was refused: {error}"
             state.create_failures += 1
-            state.create_retry_at = self._clock() + min(
-                CREATE_BACKOFF_MAX, CREATE_BACKOFF_BASE * 2.0 ** (state.create_failures - 1)
+            state.create_retry_at = self._clock() + doubling(
+                CREATE_BACKOFF_BASE, CREATE_BACKOFF_MAX, state.create_failures
             )
             if first:
                 logger.warning("runner job creation refused", error=str(error))
@@ -721,169 +739,3 @@ class Reconciler:
             job_view(job, pods.get(job["metadata"]["name"], []))
             for job in self._cache.runner_jobs(key)
         ]
-
-    # -- reporting ------------------------------------------------------------------------------
-
-    async def _publish_unmatched(self, url: str | None, *, force: bool = False) -> None:
-        """Unmatched jobs of that Gitea (reconcile/unmatched.py): metric and Events."""
-        verdict = self._unmatched.evaluate(url, force=force) if url is not None else None
-        if verdict is not None:
-            await publish_unmatched(
-                verdict, self._why_metrics, self._cache.group, self._cluster.emit_event
-            )
-
-    async def _write_status(
-        self,
-        key: str,
-        group: dict[str, Any],
-        problem: Problem | None,
-        *,
-        views: list[RunnerJobView],
-        spec: RunnerGroupSpec | None = None,
-        decision: Plan | None = None,
-        created: int = 0,
-        snapshot: Snapshot | None = None,
-    ) -> None:
-        meta = group["metadata"]
-        state = self.state(key)
-        previous = group.get("status") or {}
-        pending = self._expectations.pending(key, {v.name for v in views})
-        alive = sum(1 for v in views if v.alive) + pending
-        counts: dict[str, int] | None = None
-        queued: int | None = None
-        complete = True
-        if decision is not None:
-            queued = decision.demand
-            counts = {
-                "starting": decision.count(RunnerState.STARTING) + pending,
-                "idle": decision.count(RunnerState.IDLE),
-                "busy": decision.count(RunnerState.BUSY),
-            }
-            if snapshot is not None and snapshot.observation is not None:
-                complete = snapshot.observation.queued_complete
-        max_active = spec.max_active_runners if spec is not None and problem is None else 0
-        ready = st.ready_condition(
-            problem, demand=queued or 0, alive=alive, max_active=max_active, complete=complete
-        )
-        healthy = st.runners_healthy_condition(
-            failed_jobs=[v.name for v in views if v.failed],
-            start_failures=list(decision.start_failures) if decision is not None else [],
-            stuck=state.stuck_message if self._clock() < state.blocked_until else None,
-            create_error=state.create_error,
-        )
-        extra = [healthy]
-        managed = spec is not None and spec.manages_hook
-        source = self._sources.get(key)
-        hook = source.hook if managed and source is not None else None
-        if hook is not None:
-            extra.append(st.webhook_condition(hook))
-        wanted = st.desired_status(
-            # No hook of ours: no condition about one.
-            previous=st.without_condition(previous, st.WEBHOOK)
-            if spec is not None and not managed
-            else previous,
-            generation=int(meta.get("generation") or 0),
-            active=alive,
-            queued=queued,
-            runners=counts,
-            last_check_time=snapshot.checked_at if snapshot is not None else None,
-            ready=ready,
-            now_iso=st.utc_now_iso(),
-            target=spec.target if spec is not None else None,
-            extra_conditions=extra,
-        )
-        forge = forgejo.forge_status(forgejo.forge_of(snapshot), previous)
-        if forge is not None:
-            wanted["forge"] = forge
-        if decision is not None and snapshot is not None and spec is not None:
-            wanted.update(self._waiting(key, meta, spec, snapshot, decision, created, healthy))
-        elif problem is not None and problem.kind is not ProblemKind.GITEA:
-            held = held_by_problem(previous, problem.reason)  # Gitea errors keep the last
-            oldest = held.oldest.timestamp() if held.oldest is not None else None
-            self._why_metrics.waiting(meta["namespace"], meta["name"], held.counts(), oldest)
-            wanted["waiting"] = held.status()
-        self._log_transitions(key, ready, healthy, state)
-        if counts is not None and spec is not None:
-            self._metrics.group_observed(
-                meta["namespace"],
-                meta["name"],
-                queued=queued or 0,
-                starting=counts["starting"],
-                idle=counts["idle"],
-                busy=counts["busy"],
-                desired=alive,
-                max_active=spec.max_active_runners,
-                ready=ready["status"] == "True",
-                failed=sum(1 for v in views if v.failed),
-            )
-        else:
-            self._metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
-        if not st.status_differs(previous, wanted, now=self._wall()):
-            return
-        await self._cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
-        # Events mark transitions, not every pass.
-        if problem is not None and st.find_condition(previous, st.READY).get("reason") != (
-            problem.reason
-        ):
-            await self._cluster.emit_event(group, "Warning", problem.reason, problem.message)
-        before = st.find_condition(previous, st.RUNNERS_HEALTHY)
-        if healthy["status"] == "False" and before.get("reason") != healthy["reason"]:
-            await self._cluster.emit_event(group, "Warning", healthy["reason"], healthy["message"])
-        hook_before = st.find_condition(previous, st.WEBHOOK).get("reason")
-        if hook is not None and not hook.ok and hook_before != hook.reason:
-            await self._cluster.emit_event(group, "Warning", hook.reason, hook.message)
-
-    def _waiting(
-        self,
-        key: str,
-        meta: dict[str, Any],
-        spec: RunnerGroupSpec,
-        snapshot: Snapshot,
-        decision: Plan,
-        created: int,
-        healthy: dict[str, str],
-    ) -> dict[str, Any]:
-        """``status.waiting`` and ``status.oldestQueuedTime`` (reconcile/waiting.py), and the
-        same as metrics."""
-        assert snapshot.observation is not None
-        state = self.state(key)
-        blocked = self._clock() < state.blocked_until or state.create_error is not None
-        held = None
-        if blocked and healthy["status"] == "False":
-            held = HeldBack(healthy["reason"], st.RUNNERS_HEALTHY)
-        matching = matching_demand(snapshot.observation.queued, spec.label_names)
-        holders = self._ledger.holders(key)
-        waiting = explain_waiting(
-            own=[j for j in matching if holders.get(j.id, key) == key],
-            by_peer=peers_serving(matching, holders, key),
-            covered=decision.not_busy + created,
-            room=spec.max_active_runners - decision.alive - created,
-            held=held,
-            listed=matching,
-        )
-        oldest = waiting.oldest.timestamp() if waiting.oldest is not None else None
-        self._why_metrics.waiting(meta["namespace"], meta["name"], waiting.counts(), oldest)
-        return {"waiting": waiting.status(), "oldestQueuedTime": waiting.oldest_iso()}
-
-    def _log_transitions(
-        self, key: str, ready: dict[str, str], healthy: dict[str, str], state: GroupState
-    ) -> None:
-        """On-call engineers read logs first: every failure reaches the log at warning level
-        when it starts or changes, and again every ``LOG_REMINDER`` while it lasts."""
-        bad = [c for c in (ready, healthy) if c["status"] == "False"]
-        now = self._clock()
-        if not bad:
-            if state.logged is not None:
-                log.info("group healthy again", group=key)
-            state.logged = None
-            return
-        current = (bad[0]["reason"], bad[0]["message"])
-        if state.logged != current or now - state.logged_at >= LOG_REMINDER:
-            log.warning(
-                "group not working" if state.logged != current else "group still not working",
-                group=key,
-                condition=bad[0]["type"],
-                reason=current[0],
-                message=current[1],
-            )
-            state.logged, state.logged_at = current, now

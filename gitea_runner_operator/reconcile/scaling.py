@@ -27,6 +27,7 @@ from enum import StrEnum
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.naming import job_name_pattern, runner_pattern
 from gitea_runner_operator.api.observation import Observation
+from gitea_runner_operator.api.scope import labels_fit
 from gitea_runner_operator.kube.views import RunnerJobView
 
 # A Job whose Pod has not even been created this long after the Job was is refused by
@@ -72,15 +73,10 @@ class Orphan:
     require_offline: bool = True
 
 
-def matches(job_labels: Iterable[str], offered: frozenset[str]) -> bool:
-    """Gitea hands a job to a runner only if *all* its ``runs-on`` labels are the runner's."""
-    return set(job_labels) <= offered
-
-
 def matching_demand(jobs: Iterable[ActionJob], offered: frozenset[str]) -> list[ActionJob]:
     """Queued jobs this group's runners can take. Status is re-checked in case a server
     ignores the filter."""
-    return [job for job in jobs if job.status == "queued" and matches(job.labels, offered)]
+    return [job for job in jobs if job.status == "queued" and labels_fit(job.labels, offered)]
 
 
 def registration_names(view: RunnerJobView) -> tuple[str, ...]:

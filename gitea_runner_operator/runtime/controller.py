@@ -57,11 +57,17 @@ class Controller:
         secret_store: SecretStore | None = None,
     ) -> None:
         self.settings = settings
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics if metrics is not None else Metrics()
         self.cache = ClusterCache(watch_api or api, settings.namespaces)
         writes = TokenBucket(settings.kube_write_qps, settings.kube_write_burst)
         self.cluster = Cluster(api, settings.identity or "gitea-runner-operator", writes)
-        store = secret_store or SecretStore(api, ttl=settings.secret_cache_ttl)
+        # ``is None``: a store with nothing cached yet may be falsy, and the process's one
+        # store must not be replaced by a second.
+        store = (
+            secret_store
+            if secret_store is not None
+            else SecretStore(api, ttl=settings.secret_cache_ttl)
+        )
         self.secrets = Secrets(store)
         self.sessions = SessionPool()
         self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
@@ -93,6 +99,7 @@ class Controller:
             min_refresh=settings.min_refresh_interval,
             backoff_max=settings.gitea_backoff_max,
             enroller=self.enroller,
+            step_deadline=settings.gitea_step_deadline,
         )
         self.reconciler = Reconciler(
             self.cache,
@@ -106,6 +113,7 @@ class Controller:
             ledger=Ledger(notify=self.queue.add),
             template_policy=self.template_policy,
             own_namespace=settings.own_namespace,
+            start_bound=settings.runner_start_bound,
             cache_servers=CacheServers(
                 CacheObjects(api, self.cluster.limiter), configs, self.secrets, self.cluster
             ),

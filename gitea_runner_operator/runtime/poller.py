@@ -27,6 +27,7 @@ import structlog
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.kit.backoff import doubling
 from gitea_runner_operator.reconcile.forgejo import NO_JOB_EVENTS
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.runtime.enroll import Enroller
@@ -34,11 +35,13 @@ from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.observer import GiteaHandle
 from gitea_runner_operator.runtime.reaper import Reaper
 from gitea_runner_operator.runtime.rerun import LossFollowUp
+from gitea_runner_operator.settings import GITEA_STEP_DEADLINE
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_BACKOFF_MAX = 30.0
 SECRET_RETRY = 3.0
+STEP_DEADLINE = GITEA_STEP_DEADLINE
 ObserveFn = Callable[[str, RunnerGroupSpec, float], Awaitable[tuple[Snapshot, GiteaHandle | None]]]
 # A periodic poll may reuse an answer another group on the same scope got this recently.
 SHARE_WINDOW = 5.0
@@ -59,7 +62,7 @@ def next_delay(
         return secret_retry
     if kind is ProblemKind.CONFIG:
         return interval
-    backoff = min(max(backoff_max, interval), interval * float(2 ** (failures - 1)))
+    backoff = doubling(interval, max(backoff_max, interval), failures)
     if retry_after is not None:
         return max(retry_after, backoff)
     return backoff
@@ -81,7 +84,9 @@ class GroupPoller:
         secret_retry: float = SECRET_RETRY,
         clock: Callable[[], float] = time.monotonic,
         enroller: Enroller | None = None,
+        step_deadline: float = STEP_DEADLINE,
     ) -> None:
+        self._step_deadline = step_deadline
         self._enroller = enroller
         self.key = key
         self._losses = losses
@@ -202,7 +207,7 @@ class GroupPoller:
         if self._enroller is None or handle.forgejo is None:
             return
         try:
-            async with asyncio.timeout(60):
+            async with asyncio.timeout(self._step_deadline):
                 await self._enroller.run(self.key, handle, snapshot, self.spec)
         except Exception:
             log.exception("registering runners failed unexpectedly", group=self.key)
@@ -227,7 +232,7 @@ class GroupPoller:
         if self.deleting and not removing:
             return  # never create or keep a hook for a group being deleted
         try:
-            async with asyncio.timeout(60):
+            async with asyncio.timeout(self._step_deadline):
                 if removing:
                     if self.hook_removed:
                         return
@@ -243,19 +248,21 @@ class GroupPoller:
                     await self._hooks.remove(self.key, handle)  # manageHook was turned off
         except TimeoutError:
             if self.spec.manages_hook and not removing:
-                self.hook = HookStatus(False, "HookFailed", "Gitea did not answer within 60s")
+                self.hook = HookStatus(
+                    False, "HookFailed", f"Gitea did not answer within {self._step_deadline:.0f}s"
+                )
                 self._notify(self.key)
 
     async def _loss_step(self, handle: GiteaHandle, snapshot: Snapshot) -> None:
         """Lost runners: find their jobs, re-run them (runtime/rerun.py)."""
         if self._losses is not None:
-            async with asyncio.timeout(60):
+            async with asyncio.timeout(self._step_deadline):
                 await self._losses.run(self.key, self.spec, handle, snapshot)
 
     async def _reaper_run(self, handle: GiteaHandle, snapshot: Snapshot, order: ReapOrder) -> None:
         if self._reaper is None:
             return
-        async with asyncio.timeout(60):
+        async with asyncio.timeout(self._step_deadline):
             await self._reaper.run(self.key, handle, snapshot, order)
 
     async def _sleep(self, started: float, delay: float) -> None:
@@ -284,7 +291,9 @@ class Pollers:
         min_refresh: float = 0.5,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
         enroller: Enroller | None = None,
+        step_deadline: float = STEP_DEADLINE,
     ) -> None:
+        self._step_deadline = step_deadline
         self._losses = losses
         self._enroller = enroller
         self._observe = observe
@@ -321,6 +330,7 @@ class Pollers:
             min_refresh=self._min_refresh,
             backoff_max=self._backoff_max,
             enroller=self._enroller,
+            step_deadline=self._step_deadline,
         )
         if current is not None:  # what the old task knew still holds
             poller.hook, poller.hook_removed = current.hook, current.hook_removed

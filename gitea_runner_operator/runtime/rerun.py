@@ -2,7 +2,7 @@
 that group's Gitea): which job the lost runner held, removing what is left of the runner,
 and re-running the job once Gitea has failed it.
 
-Each step reads the loss record from the cluster (the RunnerGroup's annotations, see
+Each step reads the loss record from the cluster (the RunnerGroup's ``status.losses``, see
 api/loss.py) and writes the next state back before anything else happens, so a restart, a
 second replica taking over, or a Gitea that fails half-way resumes the same record and never
 re-runs one loss twice. The one window left: Gitea accepted the re-run and the operator died
@@ -29,8 +29,15 @@ from typing import Any
 import structlog
 
 from gitea_runner_operator.api.gitea import ActionJob
-from gitea_runner_operator.api.loss import LossRecord, LossState, loss_key, loss_records
+from gitea_runner_operator.api.loss import (
+    LossRecord,
+    LossState,
+    loss_records,
+    losses_patch,
+    stray_keys,
+)
 from gitea_runner_operator.api.observation import Snapshot
+from gitea_runner_operator.api.refs import is_repository
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.errors import GiteaError
 from gitea_runner_operator.forge.reruns import (
@@ -82,6 +89,9 @@ class LossFollowUp:
         if group is None or group["metadata"].get("deletionTimestamp"):
             return
         records = loss_records(group)
+        stray = stray_keys(group, records)
+        if stray:  # not this group's, garbled, or beyond the bounds: never acted on
+            await self._write(group, dict.fromkeys(stray))
         if not records:
             return
         working: Sequence[ActionJob] | None = None
@@ -103,18 +113,20 @@ class LossFollowUp:
                 continue
             if new is None or new == record:
                 continue
-            await self._write(group, {loss_key(job_name): new.encode()})
+            await self._write(group, {job_name: new.encode()})
             records[job_name] = new
             await self._report(key, group, job_name, record, new)
             if record.state is LossState.LOST and new.state is LossState.HELD:
                 await self._retire(key, handle, group, job_name, new, working or ())
         drop = expired(records, self._wall())
         if drop:
-            await self._write(group, {loss_key(k): None for k in drop})
+            await self._write(group, dict.fromkeys(drop))
 
-    async def _write(self, group: dict[str, Any], annotations: dict[str, str | None]) -> None:
+    async def _write(self, group: dict[str, Any], records: dict[str, str | None]) -> None:
         meta = group["metadata"]
-        await self._cluster.annotate_group(meta["namespace"], meta["name"], annotations)
+        await self._cluster.patch_group_status(
+            meta["namespace"], meta["name"], losses_patch(records)
+        )
 
     async def _identify(
         self,
@@ -173,7 +185,7 @@ class LossFollowUp:
         record: LossRecord,
     ) -> LossRecord | None:
         now = self._wall()
-        if not record.repo:
+        if not is_repository(record.repo):
             return record.settle(LossState.NO_JOB, now)
         job = await get_job(handle.client, record.repo, record.job_id)
         if job is None:

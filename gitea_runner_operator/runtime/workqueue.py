@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
+from gitea_runner_operator.kit.backoff import doubling
+
 K = TypeVar("K", bound=Hashable)
 
 
@@ -36,7 +38,7 @@ class ExponentialBackoff(Generic[K]):
     def when(self, key: K) -> float:
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        return min(self.cap, self.base * float(2**failures))
+        return doubling(self.base, self.cap, failures + 1)
 
     def forget(self, key: K) -> None:
         self._failures.pop(key, None)
@@ -70,7 +72,9 @@ class WorkQueue(Generic[K]):
         self._timers: set[asyncio.TimerHandle] = set()
         self._wakeup = asyncio.Event()
         self._shutting_down = False
-        self.limiter: ExponentialBackoff[K] = limiter or ExponentialBackoff()
+        self.limiter: ExponentialBackoff[K] = (
+            limiter if limiter is not None else ExponentialBackoff()
+        )
         self._metrics = metrics
         self._clock = clock
         self._queued_at: dict[K, float] = {}

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from gitea_runner_operator.api import scope as scope_rule
 from gitea_runner_operator.api.runnergroup import Scope
 
 WAKE_ACTIONS: Final = frozenset({"queued", "in_progress", "completed"})
@@ -167,13 +168,9 @@ def same_instance(repository: Repository, gitea_url: str) -> bool:
 
 def scope_covers(group: GroupDescriptor, repository: Repository) -> bool:
     """Whether the group's runners may take jobs of ``repository`` at all."""
-    if group.scope is Scope.GLOBAL:
-        return True
-    if (group.org or "").casefold() != repository.owner.casefold():
-        return False
-    if group.scope is Scope.ORG:
-        return True
-    return (group.repo or "").casefold() == repository.name.casefold()
+    return scope_rule.scope_covers(
+        group.scope, group.org, group.repo, repository.owner, repository.name
+    )
 
 
 def covers_repository(group: GroupDescriptor, repository: Repository) -> bool:
@@ -183,7 +180,7 @@ def covers_repository(group: GroupDescriptor, repository: Repository) -> bool:
 
 def labels_cover(job_labels: Iterable[str], offered: frozenset[str]) -> bool:
     """Gitea hands a job to a runner only if *all* its ``runs-on`` labels are the runner's."""
-    return set(job_labels) <= offered
+    return scope_rule.labels_fit(job_labels, offered)
 
 
 def route(delivery: JobDelivery, groups: Iterable[GroupDescriptor]) -> list[str]:

@@ -37,7 +37,6 @@ from tests.testbed.kubelet_harness import HARNESS_NODE
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-PREFIX = "runner-loss.gitea.bpg.pw/"
 LABEL = "gro-lost"
 
 
@@ -67,8 +66,8 @@ jobs:
 
 def _records(kube: Any, ns: str, name: str) -> dict[str, dict[str, Any]]:
     group = kube.get(f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/{name}")
-    annotations = group["metadata"].get("annotations") or {}
-    return {k[len(PREFIX) :]: json.loads(v) for k, v in annotations.items() if k.startswith(PREFIX)}
+    losses = (group.get("status") or {}).get("losses") or {}  # api/loss.py
+    return {k: json.loads(v) for k, v in losses.items()}
 
 
 def _jobs(gitea: Any, org: str, repo: str, name: str) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from gitea_runner_operator.reconcile.accounting import (
     Claimant,
     assign,
     current_jobs,
+    headroom,
     job_repository,
     overlaps,
 )
@@ -300,3 +301,15 @@ def test_learned_repository_names_are_bounded_in_length_and_count(monkeypatch):
             report(shared, g, jobs, started=started)
     assert shared.seen_bound() == 1_000
     assert sum(len(seen) for seen in shared._seen.values()) == 20_000
+
+
+def test_headroom_counts_every_runner_that_could_take_the_groups_jobs():
+    """An org group's idle runner may take a repo group's job first (Gitea hands a job to
+    whichever runner asks first): the repo group creates only past every such runner."""
+    org = group("team-a/org", Scope.ORG, "acme", not_busy=1)
+    app = group("team-b/app", Scope.REPO, "acme", "app", not_busy=2)
+    jobs = [job(6), job(7), job(8, "acme/lib"), job(9)]
+    room = headroom(jobs, [org, app])
+    assert room == {"team-b/app": 0, "team-a/org": 1}
+    assert headroom([job(1, "acme/lib")], [org, app]) == {"team-a/org": 0, "team-b/app": 0}
+    assert headroom([job(1, labels=("gpu",))], [org, app]) == {"team-a/org": 0, "team-b/app": 0}

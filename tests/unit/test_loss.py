@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from gitea_runner_operator.api.gitea import ActionRunner
 from gitea_runner_operator.api.loss import (
-    LOSS_ANNOTATION_PREFIX,
     MAX_LOSS_RECORDS,
     LossRecord,
     LossState,
     loss_records,
 )
+from gitea_runner_operator.api.naming import runner_prefix
+from gitea_runner_operator.api.refs import is_repository
 from gitea_runner_operator.api.runnergroup import parse_spec
-from gitea_runner_operator.kube.disruption import ended_by_deadline, loss_cause
+from gitea_runner_operator.kube.disruption import loss_cause
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView
 from gitea_runner_operator.reconcile.loss import decide, expired, find_losses, prior_reruns
@@ -76,16 +78,6 @@ def pod(
 )
 def test_loss_causes(the_pod, cause):
     assert loss_cause(the_pod) == cause
-
-
-def test_a_job_stopped_by_its_own_deadline_is_recognised():
-    failed = {
-        "status": {
-            "conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]
-        }
-    }
-    assert ended_by_deadline(failed)
-    assert not ended_by_deadline({"status": {"conditions": []}})
 
 
 def view(name: str, took_job: bool = False) -> RunnerJobView:
@@ -157,16 +149,13 @@ def test_the_count_follows_the_job_line_across_reruns():
 
 def test_records_round_trip_and_garbage_is_ignored():
     rec = LossRecord("p", "Signal9", 3.5, LossState.HELD, "o/r", 1, 2, "j", runner_id=4)
+    job_a, job_b = runner_prefix("ci", "u1") + "bcdfg", runner_prefix("ci", "u1") + "hjklm"
+    rec = replace(rec, pod=job_a + "-npqrs")
     group = {
-        "metadata": {
-            "annotations": {
-                LOSS_ANNOTATION_PREFIX + "job-a": rec.encode(),
-                LOSS_ANNOTATION_PREFIX + "job-b": "{not json",
-                "other": "x",
-            }
-        }
+        "metadata": {"name": "ci", "uid": "u1"},
+        "status": {"losses": {job_a: rec.encode(), job_b: "{not json"}},
     }
-    assert loss_records(group) == {"job-a": rec}
+    assert loss_records(group) == {job_a: rec}
 
 
 def test_settled_records_expire_and_are_capped_open_ones_stay():
@@ -194,3 +183,23 @@ def test_runner_pods_get_the_grace_period_of_the_spec_unless_the_template_sets_o
     template = {"spec": {"terminationGracePeriodSeconds": 5}}
     assert grace({**VALID, "template": template}) == 5
     assert parse_spec(VALID).retry.on_runner_loss == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("acme/widgets", True),
+        ("A-b_c.d/x.y", True),
+        ("acme", False),
+        ("acme/", False),
+        ("/widgets", False),
+        ("acme/../admin", False),
+        ("../x", False),
+        ("acme/wid gets", False),
+        ("acme/w%2Fx", False),
+        ("acme/widgets?x=1", False),
+        ("a/b/c", False),
+    ],
+)
+def test_a_repository_is_owner_slash_name_by_giteas_grammar(text, ok):
+    assert is_repository(text) is ok

@@ -21,6 +21,7 @@ from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.reconciler import FINALIZER, Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
+from tests.support import merge_patch
 from tests.unit.test_runnergroup import VALID
 
 KEY = "team-a/ci"
@@ -87,7 +88,7 @@ class FakeCluster:
                 pod["metadata"].setdefault("annotations", {}).update(annotations)
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.status = status
+        self.status = merge_patch(self.status, status)
 
     async def annotate_group(self, namespace: str, name: str, annotations: dict[str, Any]) -> None:
         for k, v in annotations.items():

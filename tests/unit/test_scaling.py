@@ -11,7 +11,6 @@ from gitea_runner_operator.reconcile.scaling import (
     ReapReason,
     RunnerState,
     desired_new_runners,
-    matches,
     matching_demand,
     plan,
     start_failure,
@@ -109,13 +108,6 @@ def test_desired_new_runners(demand, alive, not_busy, max_active, expected):
         desired_new_runners(demand=demand, alive=alive, not_busy=not_busy, max_active=max_active)
         == expected
     )
-
-
-def test_matching_is_all_of_the_jobs_labels():
-    assert matches(["ubuntu-latest"], OFFERED)
-    assert matches(["ubuntu-latest", "linux"], OFFERED)
-    assert not matches(["ubuntu-latest", "gpu"], OFFERED)
-    assert not matches(["Ubuntu-Latest"], OFFERED)  # exact, case-sensitive, like Gitea
 
 
 def test_only_queued_jobs_are_demand():

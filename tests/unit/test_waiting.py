@@ -163,4 +163,4 @@ async def test_a_group_refused_by_its_spec_or_the_policy_holds_its_last_known_jo
         "condition": "Ready",
     }
     # Not in the merge patch: the API server keeps the last one seen.
-    assert "oldestQueuedTime" not in cluster.status
+    assert cluster.status["oldestQueuedTime"] == "2026-01-01T00:01:00Z"

@@ -1,0 +1,1 @@
+"""Generic helpers that know nothing of Gitea or Kubernetes (ground floor, pure)."""

@@ -1,0 +1,219 @@
+"""A group's status, conditions, Events, gauges and log lines after one reconcile pass: the
+reconciler's one writer of ``status`` (besides the loss records, which are merged into their
+own field, api/loss.py). Pure decisions live in :mod:`.status`; this module writes them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
+from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.kube.views import RunnerJobView
+from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.reconcile import forgejo
+from gitea_runner_operator.reconcile import status as st
+from gitea_runner_operator.reconcile.expectations import Expectations
+from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile.ports import ClusterWrites, Sources
+from gitea_runner_operator.reconcile.scaling import Plan, RunnerState, matching_demand
+from gitea_runner_operator.reconcile.state import GroupState
+from gitea_runner_operator.reconcile.waiting import (
+    HeldBack,
+    explain_waiting,
+    held_by_problem,
+    peers_serving,
+)
+from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
+
+log = structlog.get_logger(__name__)
+
+# A problem that persists is logged again this often (not once per poll).
+LOG_REMINDER = 600.0
+
+
+class StatusWriter:
+    def __init__(
+        self,
+        cluster: ClusterWrites,
+        sources: Sources,
+        expectations: Expectations,
+        metrics: Metrics,
+        why_metrics: WhyMetrics,
+        ledger: Ledger,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._cluster = cluster
+        self._sources = sources
+        self._expectations = expectations
+        self._metrics = metrics
+        self._why_metrics = why_metrics
+        self._ledger = ledger
+        self._clock = clock
+        self._wall = wall_clock
+
+    async def write(
+        self,
+        key: str,
+        group: dict[str, Any],
+        problem: Problem | None,
+        state: GroupState,
+        *,
+        views: list[RunnerJobView],
+        spec: RunnerGroupSpec | None = None,
+        decision: Plan | None = None,
+        snapshot: Snapshot | None = None,
+        seen: int | None = None,
+        created: int = 0,
+    ) -> None:
+        """``seen``: the matching jobs a blocked group sees, reported as its demand although
+        its family's accounting gave them to its peers."""
+        meta = group["metadata"]
+        previous = group.get("status") or {}
+        pending = self._expectations.pending(key, {v.name for v in views})
+        alive = sum(1 for v in views if v.alive) + pending
+        counts: dict[str, int] | None = None
+        queued: int | None = None
+        complete = True
+        if decision is not None:
+            queued = decision.demand if seen is None else seen
+            counts = {
+                "starting": decision.count(RunnerState.STARTING) + pending,
+                "idle": decision.count(RunnerState.IDLE),
+                "busy": decision.count(RunnerState.BUSY),
+            }
+            if snapshot is not None and snapshot.observation is not None:
+                complete = snapshot.observation.queued_complete
+        max_active = spec.max_active_runners if spec is not None and problem is None else 0
+        ready = st.ready_condition(
+            problem, demand=queued or 0, alive=alive, max_active=max_active, complete=complete
+        )
+        healthy = st.runners_healthy_condition(
+            failed_jobs=[v.name for v in views if v.failed],
+            start_failures=list(decision.start_failures) if decision is not None else [],
+            stuck=state.stuck_message if self._clock() < state.blocked_until else None,
+            create_error=state.create_error,
+        )
+        extra = [healthy]
+        managed = spec is not None and spec.manages_hook
+        source = self._sources.get(key)
+        hook = source.hook if managed and source is not None else None
+        if hook is not None:
+            extra.append(st.webhook_condition(hook))
+        wanted = st.desired_status(
+            # No hook of ours: no condition about one.
+            previous=st.without_condition(previous, st.WEBHOOK)
+            if spec is not None and not managed
+            else previous,
+            generation=int(meta.get("generation") or 0),
+            active=alive,
+            queued=queued,
+            runners=counts,
+            last_check_time=snapshot.checked_at if snapshot is not None else None,
+            ready=ready,
+            now_iso=st.utc_now_iso(),
+            target=spec.target if spec is not None else None,
+            extra_conditions=extra,
+        )
+        forge = forgejo.forge_status(forgejo.forge_of(snapshot), previous)
+        if forge is not None:
+            wanted["forge"] = forge
+        if decision is not None and snapshot is not None and spec is not None:
+            wanted.update(
+                self._waiting(key, meta, spec, snapshot, decision, created, healthy, state)
+            )
+        elif problem is not None and problem.kind is not ProblemKind.GITEA:
+            held = held_by_problem(previous, problem.reason)  # Gitea errors keep the last
+            oldest = held.oldest.timestamp() if held.oldest is not None else None
+            self._why_metrics.waiting(meta["namespace"], meta["name"], held.counts(), oldest)
+            wanted["waiting"] = held.status()
+        self._log_transitions(key, ready, healthy, state)
+        if counts is not None and spec is not None:
+            self._metrics.group_observed(
+                meta["namespace"],
+                meta["name"],
+                queued=queued or 0,
+                starting=counts["starting"],
+                idle=counts["idle"],
+                busy=counts["busy"],
+                desired=alive,
+                max_active=spec.max_active_runners,
+                ready=ready["status"] == "True",
+                failed=sum(1 for v in views if v.failed),
+            )
+        else:
+            self._metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
+        if not st.status_differs(previous, wanted, now=self._wall()):
+            return
+        await self._cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
+        # Events mark transitions, not every pass.
+        if problem is not None and st.find_condition(previous, st.READY).get("reason") != (
+            problem.reason
+        ):
+            await self._cluster.emit_event(group, "Warning", problem.reason, problem.message)
+        before = st.find_condition(previous, st.RUNNERS_HEALTHY)
+        if healthy["status"] == "False" and before.get("reason") != healthy["reason"]:
+            await self._cluster.emit_event(group, "Warning", healthy["reason"], healthy["message"])
+        hook_before = st.find_condition(previous, st.WEBHOOK).get("reason")
+        if hook is not None and not hook.ok and hook_before != hook.reason:
+            await self._cluster.emit_event(group, "Warning", hook.reason, hook.message)
+
+    def _waiting(
+        self,
+        key: str,
+        meta: dict[str, Any],
+        spec: RunnerGroupSpec,
+        snapshot: Snapshot,
+        decision: Plan,
+        created: int,
+        healthy: dict[str, str],
+        state: GroupState,
+    ) -> dict[str, Any]:
+        """``status.waiting`` and ``status.oldestQueuedTime`` (reconcile/waiting.py), and the
+        same as metrics."""
+        assert snapshot.observation is not None
+        blocked = self._clock() < state.blocked_until or state.create_error is not None
+        held = None
+        if blocked and healthy["status"] == "False":
+            held = HeldBack(healthy["reason"], st.RUNNERS_HEALTHY)
+        matching = matching_demand(snapshot.observation.queued, spec.label_names)
+        holders = self._ledger.holders(key)
+        waiting = explain_waiting(
+            own=[j for j in matching if holders.get(j.id, key) == key],
+            by_peer=peers_serving(matching, holders, key),
+            covered=decision.not_busy + created,
+            room=spec.max_active_runners - decision.alive - created,
+            held=held,
+            listed=matching,
+        )
+        oldest = waiting.oldest.timestamp() if waiting.oldest is not None else None
+        self._why_metrics.waiting(meta["namespace"], meta["name"], waiting.counts(), oldest)
+        return {"waiting": waiting.status(), "oldestQueuedTime": waiting.oldest_iso()}
+
+    def _log_transitions(
+        self, key: str, ready: dict[str, str], healthy: dict[str, str], state: GroupState
+    ) -> None:
+        """On-call engineers read logs first: every failure reaches the log at warning level
+        when it starts or changes, and again every ``LOG_REMINDER`` while it lasts."""
+        bad = [c for c in (ready, healthy) if c["status"] == "False"]
+        now = self._clock()
+        if not bad:
+            if state.logged is not None:
+                log.info("group healthy again", group=key)
+            state.logged = None
+            return
+        current = (bad[0]["reason"], bad[0]["message"])
+        if state.logged != current or now - state.logged_at >= LOG_REMINDER:
+            log.warning(
+                "group not working" if state.logged != current else "group still not working",
+                group=key,
+                condition=bad[0]["type"],
+                reason=current[0],
+                message=current[1],
+            )
+            state.logged, state.logged_at = current, now

@@ -1,0 +1,27 @@
+"""What one process remembers about a group between reconcile passes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GroupState:
+    """What one process remembers about a group between passes: only backoffs and what it
+    has already reported. Losing it (a restart) costs at most one more retry or log line."""
+
+    stuck_jobs: set[str] = field(default_factory=set)
+    stuck_failures: int = 0
+    blocked_until: float = 0.0
+    stuck_message: str | None = None
+    create_error: str | None = None
+    create_failures: int = 0
+    create_retry_at: float = 0.0
+    logged: tuple[str, str] | None = None
+    logged_at: float = 0.0
+    teardown_since: float | None = None
+    # The UID whose finalizer this process released: a pass on the cache's stale copy (the
+    # watch has not shown the object gone yet) must not give up and warn a second time.
+    released_uid: str | None = None
+    # Runner Job -> the started_at of the first answer that showed its runner busy.
+    busy_since: dict[str, float] = field(default_factory=dict)
