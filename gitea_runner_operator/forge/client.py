@@ -3,6 +3,10 @@
 Why each rule is here:
 - retries with exponential backoff and jitter on connection errors and 5xx, because Gitea
   restarts and proxies hiccup, and a poll that fails once should not flip a group to not-Ready;
+  but only of idempotent requests (:data:`IDEMPOTENT`): a POST or PATCH whose answer was lost
+  may have been done, and sending it again re-runs a job twice (the second is refused) or
+  makes a second registration or hook that leaks. Its error goes to the caller, whose next
+  pass reads what is there before acting again;
 - ``Retry-After`` on 429/503 is obeyed up to a cap; past the cap we give up and tell the poll
   loop how long to stay away instead of blocking the call;
 - 401/403/404 are never retried: they do not heal by themselves and become a condition;
@@ -78,6 +82,8 @@ DEFAULT_MAX_BODY = 16 * 1024 * 1024
 # reach RecursionError somewhere).
 MAX_JSON_DEPTH = 32
 _CHUNK = 64 * 1024
+# Methods that mean the same when sent twice (RFC 9110, 9.2.2): the only ones retried.
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 # Statuses named in conditions as they are; any other is "an unexpected status", so a
 # condition cannot be used to read an internal service's answers code by code.
 _KNOWN_STATUSES = frozenset(
@@ -297,10 +303,12 @@ class GiteaClient:
         json_body: Any = None,
     ) -> Any:
         """One Gitea API call with this client's token and rules (never a redirect, retries of
-        what is transient, statuses mapped to :class:`GiteaError` subclasses); public for the
-        APIs that have no method here (hooks)."""
+        what is transient when the method is idempotent, statuses mapped to
+        :class:`GiteaError` subclasses); public for the APIs that have no method here
+        (hooks)."""
+        attempts = self._attempts if method.upper() in IDEMPOTENT else 1
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._attempts),
+            stop=stop_after_attempt(attempts),
             wait=self._wait,
             retry=retry_if_exception_type(_Transient),
             reraise=True,
