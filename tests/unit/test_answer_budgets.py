@@ -20,6 +20,7 @@ from gitea_runner_operator.forge import limits
 from gitea_runner_operator.forge.client import GiteaClient, SessionPool
 from gitea_runner_operator.forge.errors import GiteaAnswerTooLarge
 from gitea_runner_operator.forge.forgejo import ForgejoClient
+from gitea_runner_operator.forge.hooks import HookClient
 from gitea_runner_operator.forge.limits import AnswerBudget
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.runtime.observer import Observer
@@ -67,6 +68,15 @@ async def test_a_page_holds_at_most_its_page_size(session):
         mock.get(REPO_RUNNERS, payload=runners(51))
         with pytest.raises(GiteaAnswerTooLarge, match="holds 51 items, more than the 50"):
             await client.list_runners(REPO)
+
+
+async def test_a_page_of_hooks_holds_at_most_its_page_size(session):
+    client = GiteaClient(session, BASE, "tok", attempts=1)
+    hooks = [{"id": i, "config": {"url": "http://x"}} for i in range(51)]
+    with aioresponses() as mock:
+        mock.get(re.compile(r"^http://gitea\.test/api/v1/orgs/acme/hooks\?.*$"), payload=hooks)
+        with pytest.raises(GiteaAnswerTooLarge, match="holds 51 items"):
+            await HookClient(client.call).list_hooks(ScopeRef(Scope.ORG, "acme"))
 
 
 async def test_forgejos_unpaged_job_list_is_bounded_by_the_observation_budget(session):
