@@ -3,28 +3,34 @@
 Why each rule is here:
 - retries with exponential backoff and jitter on connection errors and 5xx, because Gitea
   restarts and proxies hiccup, and a poll that fails once should not flip a group to not-Ready;
+  but only of idempotent requests (:data:`IDEMPOTENT`): a POST or PATCH whose answer was lost
+  may have been done, and sending it again re-runs a job twice (the second is refused) or
+  makes a second registration or hook that leaks. Its error goes to the caller, whose next
+  pass reads what is there before acting again;
 - ``Retry-After`` on 429/503 is obeyed up to a cap; past the cap we give up and tell the poll
   loop how long to stay away instead of blocking the call;
 - 401/403/404 are never retried: they do not heal by themselves and become a condition;
 - pagination follows ``total_count`` (the server clamps ``limit`` silently) with a hard page
   cap, so a huge queue cannot stall a poll;
 - the token only ever travels in the ``Authorization`` header; nothing here logs it;
-- every body is bounded (``max_body``, 16 MiB, read in chunks and never past the cap) and
-  parsed to a bounded depth, and a status that is not Gitea's API answer shows in status as
-  a fixed phrase (never a header or body): a tenant chooses the URL, so what comes back is
-  untrusted input that must cost neither memory nor an internal service's secrets.
+- every body is bounded in bytes (read in chunks and never past the cap), in the JSON values
+  it parses into, and in depth; a page in items; an observation in bytes and items
+  (``forge/limits.py`` has every bound and why); and a status that is not Gitea's API answer
+  shows in status as a fixed phrase (never a header or body): a tenant chooses the URL, so
+  what comes back is untrusted input that must cost neither memory nor an internal
+  service's secrets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import email.utils
-import json
 import random
 import ssl as ssl_module
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, Self, TypeVar, cast
 
 import aiohttp
 from pydantic import BaseModel, ValidationError
@@ -58,6 +64,7 @@ from gitea_runner_operator.forge.errors import (
     GiteaUnreachable,
     GiteaUnsupported,
 )
+from gitea_runner_operator.forge.limits import ANSWER_MAX_BYTES, AnswerBudget, check_page, decode
 from gitea_runner_operator.forge.scope import ScopeRef
 
 M = TypeVar("M", bound=BaseModel)
@@ -73,12 +80,9 @@ DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=20, connect=5, sock_read=15)
 MAX_RETRY_AFTER = 300.0
 # Far beyond any real queue, but a bound: 200 pages of 50.
 DEFAULT_MAX_PAGES = 200
-# A page of 50 runners or jobs is tens of KiB; 16 MiB is far beyond any real answer.
-DEFAULT_MAX_BODY = 16 * 1024 * 1024
-# Gitea's answers nest a few levels; anything deeper is not Gitea (and would otherwise
-# reach RecursionError somewhere).
-MAX_JSON_DEPTH = 32
 _CHUNK = 64 * 1024
+# Methods that mean the same when sent twice (RFC 9110, 9.2.2): the only ones retried.
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 # Statuses named in conditions as they are; any other is "an unexpected status", so a
 # condition cannot be used to read an internal service's answers code by code.
 _KNOWN_STATUSES = frozenset(
@@ -128,7 +132,7 @@ class GiteaClient:
         backoff_max: float = 8.0,
         max_inline_wait: float = 5.0,
         timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
-        max_body: int = DEFAULT_MAX_BODY,
+        max_body: int = ANSWER_MAX_BYTES,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_request: RequestHook | None = None,
         on_rate_limit_wait: WaitHook | None = None,
@@ -147,6 +151,18 @@ class GiteaClient:
         self._timeout = timeout
         self._max_body = max_body
         self._sleep = sleep
+        self._budget: AnswerBudget | None = None
+
+    def metered(self, budget: AnswerBudget) -> Self:
+        """This client, for one observation: every answer it reads and every item it lists
+        is charged to ``budget`` (the original stays unmetered, for reaping and the like)."""
+        twin = copy.copy(self)
+        twin._budget = budget
+        return twin
+
+    def _spend_items(self, count: int, where: str) -> None:
+        if self._budget is not None:
+            self._budget.spend_items(count, where)
 
     @property
     def base_url(self) -> str:
@@ -199,11 +215,7 @@ class GiteaClient:
             query |= {"sort": "id", "order": "desc"}
         try:
             return await self._paginate(
-                scope.jobs_path,
-                query,
-                JobList,
-                lambda page: page.jobs,
-                max_pages=max_pages,
+                scope.jobs_path, query, JobList, "jobs", max_pages=max_pages
             )
         except GiteaNotFound:
             raise GiteaUnsupported(
@@ -212,9 +224,7 @@ class GiteaClient:
 
     async def list_runners(self, scope: ScopeRef) -> Listing[ActionRunner]:
         try:
-            return await self._paginate(
-                scope.runners_path, {}, RunnerList, lambda page: page.runners
-            )
+            return await self._paginate(scope.runners_path, {}, RunnerList, "runners")
         except GiteaNotFound:
             raise GiteaUnsupported(
                 f"{scope.runners_path} is missing: the runners API needs Gitea >= 1.24"
@@ -268,21 +278,27 @@ class GiteaClient:
         path: str,
         params: Mapping[str, str],
         model: type[M],
-        items_of: Callable[[M], list[Any] | None],
+        key: str,
         max_pages: int | None = None,
     ) -> Listing[Any]:
+        """Every item of ``key`` over the pages; each page is checked against the page size
+        and charged to the observation's budget before it is validated."""
         seen: dict[int, Any] = {}
         for page in range(1, (max_pages or self.max_pages) + 1):
             body = await self.call(
                 "GET", path, {**params, "page": str(page), "limit": str(self.page_size)}
             )
+            raw = body.get(key) if isinstance(body, dict) else None
+            if isinstance(raw, list):
+                check_page(len(raw), self.page_size, f"GET {path} page {page}")
+                self._spend_items(len(raw), f"GET {path}")
             try:
                 parsed = model.model_validate(body)
             except ValidationError as exc:
                 raise GiteaProtocolError(
                     f"{path}: unexpected response shape ({exc.error_count()} errors)"
                 ) from None
-            items = items_of(parsed) or []
+            items = getattr(parsed, key) or []
             for item in items:  # order is unspecified, so pages may overlap while jobs move
                 seen[item.id] = item
             total = int(getattr(parsed, "total_count", 0))
@@ -298,10 +314,12 @@ class GiteaClient:
         json_body: Any = None,
     ) -> Any:
         """One Gitea API call with this client's token and rules (never a redirect, retries of
-        what is transient, statuses mapped to :class:`GiteaError` subclasses); public for the
-        APIs that have no method here (hooks)."""
+        what is transient when the method is idempotent, statuses mapped to
+        :class:`GiteaError` subclasses); public for the APIs that have no method here
+        (hooks)."""
+        attempts = self._attempts if method.upper() in IDEMPOTENT else 1
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._attempts),
+            stop=stop_after_attempt(attempts),
             wait=self._wait,
             retry=retry_if_exception_type(_Transient),
             reraise=True,
@@ -345,7 +363,10 @@ class GiteaClient:
                 status = resp.status
                 # Only an API answer's body is ever read, and only up to the cap.
                 body = await self._read(method, path, resp) if 200 <= status < 300 else b""
-                return self._interpret(method, path, resp.status, resp.headers, body)
+                headers = resp.headers
+            # Parsed after the connection is back in the pool, and never by a retry.
+            value = await decode(body, f"{method} {path}") if body and status != 204 else None
+            return self._interpret(method, path, status, headers, value)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise _Transient(self._unreachable(exc)) from None
         except TimeoutError as exc:
@@ -366,6 +387,8 @@ class GiteaClient:
             body += chunk
             if len(body) > self._max_body:
                 raise too_large
+        if self._budget is not None:
+            self._budget.spend_bytes(len(body), f"{method} {path}")
         return bytes(body)
 
     def _unreachable(self, exc: BaseException) -> GiteaUnreachable:
@@ -374,19 +397,13 @@ class GiteaClient:
         return error
 
     def _interpret(
-        self, method: str, path: str, status: int, headers: Mapping[str, str], body: bytes
+        self, method: str, path: str, status: int, headers: Mapping[str, str], value: Any
     ) -> Any:
+        """A 2xx answer's parsed ``value`` (None when it had no body), or the error its
+        status means."""
         where = f"{method} {path}"
         if 200 <= status < 300:
-            if status == 204 or not body:
-                return None
-            try:
-                parsed = json.loads(body)
-            except (ValueError, RecursionError):
-                raise GiteaProtocolError(f"{where}: response is not JSON") from None
-            if _too_deep(parsed, MAX_JSON_DEPTH):
-                raise GiteaProtocolError(f"{where}: response nests deeper than Gitea's API")
-            return parsed
+            return value
         shown = f"HTTP {status}" if status in _KNOWN_STATUSES else "an unexpected status"
         if 300 <= status < 400:
             # Never the Location: it would tell a tenant what an internal service answers.
@@ -414,24 +431,6 @@ class GiteaClient:
         if status >= 500:
             raise _Transient(GiteaServerError(f"{where}: {shown} from Gitea"))
         raise GiteaError(f"{where}: Gitea answered {shown}")
-
-
-def _too_deep(value: Any, limit: int) -> bool:
-    """Whether parsed JSON nests deeper than ``limit``; iterative, so it cannot itself hit
-    the recursion limit, and linear in the size of what was parsed."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
 
 
 class SessionPool:

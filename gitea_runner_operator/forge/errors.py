@@ -67,9 +67,10 @@ class GiteaProtocolError(GiteaError):
 
 
 class GiteaAnswerTooLarge(GiteaError):
-    """A 2xx body beyond the client's cap (16 MiB): read no further, never retried. A tenant
-    chooses the URL, and an unbounded body would take the whole operator (every team) down
-    by memory."""
+    """An answer past a bound of ``forge/limits.py`` (its bytes, the JSON values it would
+    parse into, a page's items, or one observation's bytes or items): read or parsed no
+    further, never retried. A tenant chooses the URL, and an unbounded answer would take the
+    whole operator (every team) down by memory."""
 
     reason = "GiteaAnswerTooLarge"
 

@@ -6,11 +6,12 @@ does differently, mapping every answer onto the values the Gitea path produces, 
 observer, the reaper and every decision stay forge-blind:
 
 - jobs: ``GET {scope}/actions/runners/jobs``: a bare array, ``null`` when empty, unpaged and
-  uncapped, newest first, only ``waiting`` and ``running``. ``waiting`` becomes ``queued``
-  and ``running`` becomes ``in_progress`` (Gitea's names); a waiting job with an empty
-  ``runs_on`` is dropped, since Forgejo hands it to no runner. Forgejo has no job URL, so
-  one in Gitea's form is made from the repository's name (looked up once per repository id)
-  so that exact accounting can tell which groups' scopes cover the job;
+  uncapped (bounded here by ``forge/limits.py`` alone), newest first, only ``waiting`` and
+  ``running``. ``waiting`` becomes ``queued`` and ``running`` becomes ``in_progress``
+  (Gitea's names); a waiting job with an empty ``runs_on`` is dropped, since Forgejo hands
+  it to no runner. Forgejo has no job URL, so one in Gitea's form is made from the
+  repository's name (looked up once per repository id) so that exact accounting can tell
+  which groups' scopes cover the job;
 - runners: a bare array with ``X-Total-Count``, ``page``/``limit`` paging (50 at most), and
   ``idle``/``active``/``offline`` instead of ``online`` and ``busy``: ``active`` (a task
   report within 10 s) is the only busy signal Forgejo gives;
@@ -32,14 +33,13 @@ from gitea_runner_operator.api.gitea import ActionJob, ActionRunner, Listing, Ru
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound, GiteaProtocolError
+from gitea_runner_operator.forge.limits import check_page
 from gitea_runner_operator.forge.scope import ScopeRef
 
 # Forgejo clamps ``limit`` to MAX_RESPONSE_ITEMS (50 by default).
 RUNNER_PAGE = 50
 # Repository names remembered by id, for job URLs; a bound, not a working-set estimate.
 REPO_NAME_CACHE = 4096
-# Forgejo's job list has no cap: refuse to hold more than this many entries of one answer.
-MAX_JOBS = 20_000
 
 _JOBS: TypeAdapter[list[ForgejoJob] | None] = TypeAdapter(list[ForgejoJob] | None)
 _RUNNERS: TypeAdapter[list[ForgejoRunner] | None] = TypeAdapter(list[ForgejoRunner] | None)
@@ -131,8 +131,8 @@ class ForgejoClient(GiteaClient):
         body = await self.call("GET", jobs_path(scope), params)
         if isinstance(body, _Counted):
             body = body.body
-        if isinstance(body, list) and len(body) > MAX_JOBS:
-            raise GiteaProtocolError(f"{jobs_path(scope)}: more than {MAX_JOBS} jobs in one answer")
+        if isinstance(body, list):  # unpaged: bounded by the answer's and the budget's caps
+            self._spend_items(len(body), f"GET {jobs_path(scope)}")
         try:
             return _JOBS.validate_python(body) or []
         except ValidationError as exc:
@@ -215,6 +215,10 @@ class ForgejoClient(GiteaClient):
             body = await self.call("GET", scope.runners_path, params | {"page": str(page)})
             total = body.total if isinstance(body, _Counted) else None
             items = body.body if isinstance(body, _Counted) else body
+            if isinstance(items, list):
+                where = f"GET {scope.runners_path}"
+                check_page(len(items), RUNNER_PAGE, f"{where} page {page}")
+                self._spend_items(len(items), where)
             try:
                 runners = _RUNNERS.validate_python(items) or []
             except ValidationError as exc:
@@ -272,9 +276,9 @@ class ForgejoClient(GiteaClient):
     # -- plumbing -------------------------------------------------------------------------------
 
     def _interpret(
-        self, method: str, path: str, status: int, headers: Mapping[str, str], body: bytes
+        self, method: str, path: str, status: int, headers: Mapping[str, str], value: Any
     ) -> Any:
-        value = super()._interpret(method, path, status, headers, body)
+        value = super()._interpret(method, path, status, headers, value)
         if method == "GET" and isinstance(value, list):
             raw = headers.get("X-Total-Count")
             total = int(raw) if raw is not None and raw.strip().isdigit() else None

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound, GiteaProtocolError
+from gitea_runner_operator.forge.limits import check_page
 from gitea_runner_operator.forge.scope import ScopeRef
 
 EVENTS: Final = ("workflow_job",)
@@ -86,6 +87,7 @@ class HookClient:
             batch = await self._call("GET", hooks_path(scope), page=page, limit=_PAGE)
             if not isinstance(batch, list):
                 raise GiteaProtocolError(f"GET {hooks_path(scope)}: expected a list of hooks")
+            check_page(len(batch), _PAGE, f"GET {hooks_path(scope)} page {page}")
             hooks += batch
             if len(batch) < _PAGE:
                 break

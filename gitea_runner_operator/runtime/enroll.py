@@ -14,7 +14,10 @@ observation. For every runner Job the reconciler created suspended (kube/forgejo
 4. create the Secret named like the Job, owned by it, with uuid, token and handle;
 5. resume the Job: now its Pod can start.
 
-A failure after step 2 deletes the registration again. A Job found suspended *with* a
+A failure after step 2 deletes the registration again. A registration whose answer was
+lost (a POST is never retried) may exist all the same: before registering a Job, one named
+like it in the observation (which lists the scope's runners) is deleted first, since its token
+was never stored and no runner can ever use it. A Job found suspended *with* a
 registration id (an earlier pass was cut off between 3 and 5) cannot be completed, because
 the token is shown only once: its registration and the Job are deleted, and the count
 creates a new one. Jobs enrolled by this process are remembered until the cache shows
@@ -134,6 +137,7 @@ class Enroller:
             return outcome
         waiting = matching_demand(snapshot.observation.queued, spec.label_names)
         taken = self.bound_handles()
+        registered = {r.name: r.id for r in snapshot.observation.runners}
         namespace, _, group_name = key.partition("/")
         for job in sorted(pending, key=lambda j: j["metadata"].get("creationTimestamp") or "")[
             : self._max
@@ -145,6 +149,13 @@ class Enroller:
                 outcome.abandoned.append(name)
                 done.add(name)
                 continue
+            if name in registered:
+                try:
+                    await self._drop_lost(key, handle, name, registered.pop(name))
+                except GiteaError as exc:
+                    log.warning("runner registration postponed", group=key, job=name,
+                                error=str(exc))  # fmt: skip
+                    break
             chosen = choose(waiting, taken)
             if chosen is None and spec.min_idle_runners == 0:
                 continue  # stays suspended until a job it can be bound to is queued
@@ -204,6 +215,15 @@ class Enroller:
             raise
         log.info("runner registered", group=key, job=name, runner_id=registered.id,
                  bound=bool(job_handle))  # fmt: skip
+
+    async def _drop_lost(self, key: str, handle: GiteaHandle, name: str, runner_id: int) -> None:
+        """A registration named like a Job that has none recorded: an earlier POST was done
+        but its answer (the only copy of the token) was lost."""
+        forgejo = handle.forgejo
+        assert forgejo is not None
+        await forgejo.delete_runner(handle.scope, runner_id)
+        log.info("removed a registration whose answer was lost", group=key, job=name,
+                 runner_id=runner_id)  # fmt: skip
 
     async def _abandon(
         self, key: str, handle: GiteaHandle, namespace: str, name: str, raw_id: str

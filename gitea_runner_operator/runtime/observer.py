@@ -7,7 +7,9 @@ then drops out of demand instead of being counted twice (as queued and as covere
 runner), so the error is always on the side of not starting a runner.
 
 An observation as a whole has a deadline, so a Gitea that accepts connections and never
-answers costs its own group one late snapshot and nobody else anything.
+answers costs its own group one late snapshot and nobody else anything; and a budget of
+bytes read and items listed (``forge/limits.py``), so a Gitea that answers too much costs
+its group the condition ``GiteaAnswerTooLarge`` and nobody else memory.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ from gitea_runner_operator.forge.errors import (
 )
 from gitea_runner_operator.forge.flavor import FlavorCache, client_for, forge_problem
 from gitea_runner_operator.forge.forgejo import ForgejoClient, RepoNames
+from gitea_runner_operator.forge.limits import (
+    OBSERVATION_MAX_BYTES,
+    OBSERVATION_MAX_ITEMS,
+    AnswerBudget,
+)
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
@@ -126,8 +133,11 @@ class Observer:
         page_size: int = 50,
         max_pages: int = 200,
         template_policy: TemplatePolicy | None = None,
+        max_answer_bytes: int = OBSERVATION_MAX_BYTES,
+        max_answer_items: int = OBSERVATION_MAX_ITEMS,
     ) -> None:
         self._template_policy = template_policy
+        self._budget = (max_answer_bytes, max_answer_items)
         self._secrets = secrets
         self._sessions = sessions
         self._trust = trust
@@ -366,6 +376,7 @@ class Observer:
     ) -> _Fetched:
         url = client.base_url
         cache_key = (url, wanted, fingerprint)
+        handle_client, client = client, client.metered(AnswerBudget(*self._budget))
         try:
             async with asyncio.timeout(self._deadline):
                 scope = self._resolved.get(cache_key)
@@ -418,7 +429,7 @@ class Observer:
             finished=finished,
             forge=forge,
         )
-        return _Fetched(observation=observation, handle=GiteaHandle(client, scope))
+        return _Fetched(observation=observation, handle=GiteaHandle(handle_client, scope))
 
     async def _progress(
         self, client: GiteaClient, scope: ScopeRef, key: tuple[str, ScopeRef, str]

@@ -2,11 +2,16 @@
 can reach the Service, and must not let a flood of forged deliveries stall the event loop
 (and with it the Lease and every group's polling).
 
-- Unauthenticated work is bounded: at most ``slots`` deliveries are read and verified at
-  once; a request that cannot get a slot within ``wait`` gets 429 (with Retry-After), never a
-  5xx and never unbounded queueing.
+- A body is read before any slot is taken, within ``DEFAULT_READ_DEADLINE`` (408 past it),
+  and one client (peer address) may send at most ``DEFAULT_READS_PER_CLIENT`` bodies at once
+  (:class:`ReadGate`; 429 beyond): silent connections hold nothing a genuine delivery needs.
+  A client that goes away mid-body is one quiet log line, never a traceback.
+- Unauthenticated work is bounded: at most ``slots`` received deliveries are verified at
+  once; a request that cannot get a slot within ``wait`` gets 429, never a 5xx and never
+  unbounded queueing.
 - Verification comes before parsing wherever the secret can be chosen without the body; else
-  only a bounded prefix is parsed to pick the candidate secrets (:func:`repository_hint`), and
+  only a bounded prefix is read to pick the candidate secrets (:func:`repository_hint`: at
+  most ``MAX_HINT_TRIES`` decodes of at most ``PREFIX_BYTES`` each, whatever the body), and
   at most ``MAX_CANDIDATE_SECRETS`` distinct secrets are tried.
 - Verified deliveries are de-duplicated by ``X-Gitea-Delivery`` (a bounded LRU); only after
   verification, so a forger cannot pre-empt a real delivery's id.
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -40,6 +46,14 @@ T = TypeVar("T")
 # A workflow_job payload names its repository after the job (a few KiB with its steps).
 PREFIX_BYTES: Final = 64 * 1024
 MAX_CANDIDATE_SECRETS: Final = 16
+# A genuine payload's first ``"repository": {`` is the one routing reads; a few more tries
+# only forgive oddities, and bound what a forged body can make us decode.
+MAX_HINT_TRIES: Final = 4
+# Gitea sends a delivery's body at once; a client still sending after this is not Gitea.
+DEFAULT_READ_DEADLINE: Final = 10.0
+# Bodies being received at once, per peer address and in all (each at most ``max_body``).
+DEFAULT_READS_PER_CLIENT: Final = 4
+DEFAULT_READS: Final = 64
 DEFAULT_SLOTS: Final = 8
 DEFAULT_SLOT_WAIT: Final = 2.0
 DELIVERY_MEMORY: Final = 4096
@@ -105,30 +119,31 @@ def parse_body(body: bytes) -> Any:
     return payload
 
 
+# ``"repository"`` as an object key: the quotes, optional blanks, a colon, an object.
+_REPOSITORY_KEY: Final = re.compile(r'"repository"[ \t\r\n]*:[ \t\r\n]*(?=\{)')
+_DECODER: Final = json.JSONDecoder()
+
+
 def repository_hint(body: bytes) -> Repository | None:
     """The repository a delivery names, read from its first ``PREFIX_BYTES`` only: enough
     to pick which groups' secrets may have signed it. Never trusted beyond that: routing
-    reads the verified whole body again."""
-    prefix = body[:PREFIX_BYTES]
-    decoder = json.JSONDecoder()
-    text = prefix.decode("utf-8", errors="ignore")
-    at = text.find('"repository"')
-    while at != -1:
-        colon = text.find(":", at + len('"repository"'))
-        if colon == -1:
+    reads the verified whole body again.
+
+    It runs before any signature is checked, so its cost must not depend on what a forger
+    puts in the body: one regular-expression scan of the prefix, and at most
+    ``MAX_HINT_TRIES`` decodes of an object found there (each bounded by the prefix)."""
+    text = body[:PREFIX_BYTES].decode("utf-8", errors="ignore")
+    for tries, match in enumerate(_REPOSITORY_KEY.finditer(text)):
+        if tries >= MAX_HINT_TRIES:
             return None
-        start = colon + 1
-        while start < len(text) and text[start] in " \t\r\n":
-            start += 1
         try:
-            value, _ = decoder.raw_decode(text, start)
+            value, _ = _DECODER.raw_decode(text, match.end())
         except (ValueError, RecursionError):
-            value = None
+            continue
         if isinstance(value, dict) and not _depth_over(value, MAX_DEPTH):
             repository = parse_repository({"repository": value})
             if repository is not None:
                 return repository
-        at = text.find('"repository"', at + 1)
     return None
 
 
@@ -147,6 +162,38 @@ def _depth_over(value: Any, limit: int) -> bool:
             return True
         stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return False
+
+
+class ReadGate:
+    """Bodies being received: at most ``per_client`` per peer address and ``total`` in all.
+    Nothing else is held while a body arrives, so a client that opens connections and sends
+    nothing can delay only its own deliveries (and, with ``total`` connections from many
+    addresses, only until the read deadline). Behind a proxy every client is the proxy."""
+
+    def __init__(
+        self, per_client: int = DEFAULT_READS_PER_CLIENT, total: int = DEFAULT_READS
+    ) -> None:
+        self._per_client = per_client
+        self._total = total
+        self._reading: dict[str, int] = {}
+        self._count = 0
+
+    def enter(self, peer: str) -> bool:
+        """Admit one more body from ``peer``; False when it (or everyone) is at the cap."""
+        held = self._reading.get(peer, 0)
+        if held >= self._per_client or self._count >= self._total:
+            return False
+        self._reading[peer] = held + 1
+        self._count += 1
+        return True
+
+    def leave(self, peer: str) -> None:
+        held = self._reading.get(peer, 0) - 1
+        if held > 0:
+            self._reading[peer] = held
+        else:
+            self._reading.pop(peer, None)
+        self._count -= 1
 
 
 class Deliveries:

@@ -29,12 +29,15 @@ from aiohttp import web
 
 from gitea_runner_operator.webhook import signature
 from gitea_runner_operator.webhook.guard import (
+    DEFAULT_READ_DEADLINE,
+    DEFAULT_READS_PER_CLIENT,
     DEFAULT_SLOT_WAIT,
     DEFAULT_SLOTS,
     MAX_CANDIDATE_SECRETS,
     Deliveries,
     Malformed,
     QuietLog,
+    ReadGate,
     WakeLimiter,
     parse_body,
     repository_hint,
@@ -70,6 +73,8 @@ Outcome = Literal[
     "standby",
     "busy",
     "duplicate",
+    "slow",
+    "gone",
 ]
 
 
@@ -85,6 +90,10 @@ _TOO_LARGE: Final = _Answer("too_large", 413, "body too large\n")
 _STANDBY: Final = _Answer("standby", 503, "a standby replica: the leader acts on deliveries\n")
 _BUSY: Final = _Answer("busy", 429, "too many deliveries at once; retry later\n")
 _DUPLICATE: Final = _Answer("duplicate", 202, "delivery already seen\n")
+_CLIENT_BUSY: Final = _Answer("busy", 429, "too many deliveries at once from this client\n")
+_SLOW: Final = _Answer("slow", 408, "the body did not arrive in time\n")
+# Nobody reads this answer: the client is gone. The outcome still counts it.
+_GONE: Final = _Answer("gone", 400, "")
 _SPECIFIC = {"repo": 0, "org": 1, "global": 2}
 
 
@@ -137,8 +146,12 @@ class WebhookServer:
         slots: int = DEFAULT_SLOTS,
         slot_wait: float = DEFAULT_SLOT_WAIT,
         wake_interval: float | None = None,
+        read_deadline: float = DEFAULT_READ_DEADLINE,
+        reads_per_client: int = DEFAULT_READS_PER_CLIENT,
     ) -> None:
         self._active = active
+        self._read_deadline = read_deadline
+        self._reads = ReadGate(reads_per_client)
         self._slots = asyncio.Semaphore(slots)
         self._slot_wait = slot_wait
         self._deliveries = Deliveries()
@@ -203,13 +216,17 @@ class WebhookServer:
         if digest is None:
             self._quiet("webhook delivery unsigned", remote=request.remote, gitea_event=event)
             return _UNAUTHORIZED
+        received = await self._receive(request, event)
+        if isinstance(received, _Answer):
+            return received
+        # A slot only now that the body is in: what waits for one costs CPU only.
         try:
             async with asyncio.timeout(self._slot_wait):
                 await self._slots.acquire()
         except TimeoutError:
             return _BUSY
         try:
-            verified = await self._verify(request, digest, event)
+            verified = await self._verify(request, received, digest, event)
         finally:
             self._slots.release()
         if isinstance(verified, _Answer):
@@ -247,18 +264,35 @@ class WebhookServer:
         )
         return _Answer("accepted", 202, _explain(len(keys), delivery.repository, authorised))
 
+    async def _receive(self, request: web.Request, event: str) -> bytes | _Answer:
+        """The whole body, within the read deadline and this client's share of reads. A
+        client that goes away is not an error of ours: one quiet line, no traceback."""
+        peer = request.remote or ""
+        if not self._reads.enter(peer):
+            self._quiet("webhook client over its concurrent delivery cap", remote=peer)
+            return _CLIENT_BUSY
+        try:
+            async with asyncio.timeout(self._read_deadline):
+                return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            self._quiet("webhook delivery too large", remote=peer, gitea_event=event)
+            return _TOO_LARGE
+        except TimeoutError:
+            self._quiet("webhook delivery body not received in time", remote=peer)
+            return _SLOW
+        except ConnectionError:
+            self._quiet("webhook client went away before its delivery was read", remote=peer)
+            return _GONE
+        finally:
+            self._reads.leave(peer)
+
     async def _verify(
-        self, request: web.Request, digest: bytes, event: str
+        self, request: web.Request, body: bytes, digest: bytes, event: str
     ) -> _Answer | tuple[bytes, list[GroupDescriptor]]:
-        """Read the body and find who signed it, cheapest first: the operator-wide secret
+        """Find who signed the body, cheapest first: the operator-wide secret
         (one HMAC, nothing parsed), then the group a managed hook's URL names (one more),
         and only then the groups whose scope covers the repository the body's first 64 KiB
         name. Returns the body and the groups the signer may wake."""
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            self._quiet("webhook delivery too large", remote=request.remote, gitea_event=event)
-            return _TOO_LARGE
         groups = list(self._groups())
         if self._operator_secret is not None and await signers(
             [(True, self._operator_secret)], body, digest

@@ -382,6 +382,25 @@ async def test_a_failed_secret_removes_the_registration_and_a_cut_off_enrollment
     assert cluster.deleted == ["ci-a", "ci-b"]
 
 
+async def test_a_registration_whose_answer_was_lost_is_removed_before_registering_again(
+    fake_forgejo,
+):
+    job_ = fake_forgejo.add_job("acme", "app", ["docker"])
+    cache = FakeCache([suspended("ci-a")])
+    creds = FakeCredentials(cache)
+    enroller = Enroller(FakeCluster(cache), cache, creds)  # type: ignore[arg-type]
+    async with aiohttp.ClientSession() as session:
+        client = ForgejoClient(session, fake_forgejo.url, fake_forgejo.token, attempts=1)
+        # Forgejo made it; the answer (the only copy of its token) never came back.
+        lost = await client.register_runner(ScopeRef(Scope.ORG, "acme"), "ci-a")
+        handle, snapshot = await observe(fake_forgejo, session)
+        outcome = await enroller.run("team-a/ci", handle, snapshot, spec())
+    assert outcome.enrolled == [("ci-a", job_.handle)]
+    assert lost.id not in fake_forgejo.runners  # not leaked
+    (kept,) = fake_forgejo.runners.values()
+    assert decoded(creds.secrets["ci-a"])["uuid"] == kept.uuid
+
+
 async def test_no_runner_is_enrolled_while_the_group_is_torn_down(fake_forgejo):
     fake_forgejo.add_job("acme", "app", ["docker"])
     cache = FakeCache([suspended("ci-a")], deleting=True)
