@@ -295,6 +295,7 @@ until docker -H "$sock" version >/dev/null 2>&1; do
   i=$((i + 1)); [ $i -lt 240 ] || { cat /tmp/dockerd.log; exit 1; }; sleep 0.5
 done
 for t in /images/*.tar; do docker -H "$sock" load -i "$t"; done
+cd /data  # the image's working directory (the certificate step above left it)
 exec runner-entrypoint.sh
 """
 )
