@@ -45,6 +45,7 @@ func daemonCmd(args []string) error {
 	if h := cfg.Container.DockerHost; h != "" && h != "-" {
 		_ = os.Setenv("DOCKER_HOST", h)
 	}
+	daemonSocket := dockerHost(cfg)
 
 	if err := checkDocker(cfg, labels); err != nil {
 		return err
@@ -52,7 +53,7 @@ func daemonCmd(args []string) error {
 
 	cli := NewClient(reg.Address, cfg.Runner.Insecure, reg.UUID, reg.Token)
 	d := &Daemon{cfg: cfg, cli: cli, once: *once || reg.Ephemeral,
-		tasks: &TaskRunner{cfg: cfg, reg: reg, labels: labels}}
+		tasks: &TaskRunner{cfg: cfg, reg: reg, labels: labels, daemonSocket: daemonSocket}}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	_, err = cli.Declare(ctx, connect.NewRequest(&runnerv1.DeclareRequest{Version: Version, Labels: Names(labels)}))

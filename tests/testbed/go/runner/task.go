@@ -29,6 +29,9 @@ type TaskRunner struct {
 	labels   []Label
 	cacheURL string       // in-process cache handler's URL ("" when none)
 	cache    *CacheClient // external cache server (nil when none)
+	// daemonSocket is act's ContainerDaemonSocket: the docker daemon mounted
+	// into job containers as /var/run/docker.sock ("-": none; "": act's default).
+	daemonSocket string
 }
 
 // discardLoggerFactory gives act job loggers that print nothing: their entries
@@ -193,10 +196,6 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 	}
 
 	level := log.TraceLevel // every entry reaches the hook; it keeps rows up to log.level
-	daemonSocket := t.cfg.Container.DockerHost
-	if daemonSocket == "" {
-		daemonSocket = os.Getenv("DOCKER_HOST")
-	}
 	rcfg := &runner.Config{
 		Actor:                 preset.Actor,
 		Workdir:               workdir,
@@ -215,7 +214,7 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 		Token:                 preset.Token,
 		InsecureSecrets:       false,
 		Privileged:            t.cfg.Container.Privileged,
-		ContainerDaemonSocket: daemonSocket,
+		ContainerDaemonSocket: t.daemonSocket,
 		ContainerOptions:      t.cfg.Container.Options,
 		UseGitIgnore:          false,
 		GitHubInstance:        server,
