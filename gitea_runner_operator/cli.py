@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit
 import structlog
 from kubernetes_asyncio import client, config
 
-from gitea_runner_operator import __version__, logsetup, webhook
+from gitea_runner_operator import __version__, logsetup, webhook, why
 from gitea_runner_operator.api.template_policy import PolicyError, TemplatePolicy
 from gitea_runner_operator.health import HealthServer
 from gitea_runner_operator.kube.secret_store import SecretStore
@@ -395,6 +396,9 @@ async def run(settings: Settings) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["why"]:  # a subcommand for users, not the operator (why.py)
+        return why.main(argv[1:])
     args = build_parser().parse_args(argv)
     logsetup.configure(args.log_format, args.log_level)
     settings = settings_from_args(args)

@@ -7,7 +7,7 @@ Why it looks like this:
   (state, reason, endpoint class, status code, verb, outcome, result), never by runner, Pod
   or job: the number of series grows with the number of RunnerGroups, not with CI traffic.
 - Callers use typed methods (``group_observed``, ``runners_created`` ...) instead of touching
-  prometheus objects, so the names and labels live in one file that the README's table and
+  prometheus objects, so the names and labels live in one file that the docs' table and
   the alert rules are checked against.
 """
 
@@ -203,7 +203,7 @@ class Metrics:
         )  # fmt: skip
         self._reruns = Counter(
             PREFIX + "jobs_rerun",
-            "Gitea jobs re-run because their runner was lost, by cause (README, Lost runners).",
+            "Gitea jobs re-run because their runner was lost, by cause (docs/lost-runners.md).",
             [*g, "reason"], registry=r,
         )  # fmt: skip
         self._failed = Counter(

@@ -1,7 +1,7 @@
 """Which forge a group talks to (Gitea or Forgejo), and Forgejo's Actions payloads as values.
 
 Forgejo 15 differs from Gitea in almost every detail an autoscaler touches (paths, envelopes,
-status names, registration, handles); see the README's "Forgejo" section. These values keep
+status names, registration, handles); see docs/forgejo.md. These values keep
 those differences at the edge: ``forge/forgejo.py`` maps Forgejo's answers onto the same
 :class:`~gitea_runner_operator.api.gitea.ActionJob` and ``ActionRunner`` values the Gitea
 path produces, so decisions (scaling, accounting, reaping) stay forge-blind.

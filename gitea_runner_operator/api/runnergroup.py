@@ -54,13 +54,13 @@ class WebhookSpec(_CamelModel):
 
 
 class RetrySpec(_CamelModel):
-    """Re-running jobs whose runner was lost (README, "Lost runners")."""
+    """Re-running jobs whose runner was lost (docs/lost-runners.md)."""
 
     on_runner_loss: int = Field(default=1, ge=0, le=10)
 
 
 class RunnerMode(StrEnum):
-    """How a runner Pod gives workflow jobs a place to run (see README, "Runner Pods")."""
+    """How a runner Pod gives workflow jobs a place to run (see docs/runners.md)."""
 
     DIND_ROOTLESS = "dind-rootless"
     DIND = "dind"

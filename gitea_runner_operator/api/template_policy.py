@@ -21,9 +21,10 @@ allowed by name with ``--template-service-account``. What each allowance covers:
   tolerates every taint (control-plane nodes, nodes reserved for another team); tolerations
   of named taints stay allowed;
 - ``automountToken``: ``automountServiceAccountToken: true`` (the operator sets false);
-- ``unlabelledSecrets``: Secrets without the opt-in label ``gitea.bpg.pw/credentials``
-  through ``env``, ``envFrom`` or volumes (the label is checked where the Secret is read:
-  :func:`secret_refs` lists them).
+- ``unlabelledSecrets``: Secrets without the opt-in label ``gitea.bpg.pw/credentials``,
+  through any field of a Pod that names one (:func:`secret_refs` lists them all; the label is
+  checked where the Secret is read). A template naming more than ``MAX_TEMPLATE_SECRETS``
+  Secrets is refused, so none is ever left unchecked.
 
 This module only reads the template (a pure function, unit-tested field by field).
 """
@@ -47,6 +48,19 @@ ALLOWANCES: Final = frozenset(
     }
 )
 DEFAULT_SERVICE_ACCOUNT: Final = "default"
+# Distinct Secrets a template may name while they are checked (one read each per poll,
+# cached): enough for any runner Pod, and a bound on the reads one group can cause.
+MAX_TEMPLATE_SECRETS: Final = 32
+# In-tree volume sources that name a Secret in ``secretRef`` (a LocalObjectReference).
+_SECRET_REF_VOLUMES: Final = (
+    "cephfs",
+    "cinder",
+    "flexVolume",
+    "iscsi",
+    "rbd",
+    "scaleIO",
+    "storageos",
+)
 
 
 class PolicyError(ValueError):
@@ -112,7 +126,30 @@ def check(template: Any, mode: str, policy: TemplatePolicy) -> Refusal | None:
         return None
     for refusal in _refusals(spec, mode, policy):
         return refusal
+    if not policy.allows("unlabelledSecrets"):
+        return too_many_secrets(secrets_to_check(template))
     return None
+
+
+def secrets_to_check(template: Any) -> list[SecretRef]:
+    """The first reference to each distinct Secret the template names: each is checked once
+    for the opt-in label."""
+    seen: dict[str, SecretRef] = {}
+    for ref in secret_refs(template):
+        seen.setdefault(ref.name, ref)
+    return list(seen.values())
+
+
+def too_many_secrets(refs: list[SecretRef]) -> Refusal | None:
+    """A template naming more Secrets than are checked is refused, naming the first field
+    past the bound, rather than mounted with some of them unchecked."""
+    if len(refs) <= MAX_TEMPLATE_SECRETS:
+        return None
+    return Refusal(
+        refs[MAX_TEMPLATE_SECRETS].path,
+        f"the template names {len(refs)} Secrets; at most {MAX_TEMPLATE_SECRETS} are checked "
+        "for the opt-in label, so runner Pods may name no more",
+    )
 
 
 def _refusals(spec: Mapping[str, Any], mode: str, policy: TemplatePolicy) -> Iterable[Refusal]:
@@ -168,37 +205,39 @@ def _refusals(spec: Mapping[str, Any], mode: str, policy: TemplatePolicy) -> Ite
 
 
 def secret_refs(template: Any) -> list[SecretRef]:
-    """Every Secret the template hands to a container (env, envFrom, volumes, projected
-    volumes), by field path: each must carry the opt-in label unless the policy allows
-    ``unlabelledSecrets``."""
+    """Every reference to a Secret that a Pod spec can carry, by field path: containers'
+    ``env`` and ``envFrom`` (init and ephemeral containers too), ``imagePullSecrets``, and the
+    volumes (``secret``, projected sources, CSI ``nodePublishSecretRef``, ``azureFile`` and
+    the in-tree sources' ``secretRef``). Each must carry the opt-in label unless the policy
+    allows ``unlabelledSecrets``. The one list of these fields: keep it complete."""
     spec = template.get("spec") if isinstance(template, Mapping) else None
     if not isinstance(spec, Mapping):
         return []
     refs: list[SecretRef] = []
-    for kind in ("containers", "initContainers"):
-        containers = spec.get(kind)
-        if not isinstance(containers, list):
-            continue
-        for i, container in enumerate(containers):
-            if not isinstance(container, Mapping):
-                continue
+
+    def add(path: str, name: Any) -> None:
+        if isinstance(name, str) and name:
+            refs.append(SecretRef(path, name))
+
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        for i, container in enumerate(_list(spec.get(kind))):
             base = f"{ROOT}.{kind}[{i}]"
-            for j, entry in enumerate(_list(container.get("env"))):
+            for j, entry in enumerate(_list(_get(container, "env"))):
                 ref = _get(entry, "valueFrom", "secretKeyRef", "name")
-                if isinstance(ref, str):
-                    refs.append(SecretRef(f"{base}.env[{j}].valueFrom.secretKeyRef", ref))
-            for j, entry in enumerate(_list(container.get("envFrom"))):
-                ref = _get(entry, "secretRef", "name")
-                if isinstance(ref, str):
-                    refs.append(SecretRef(f"{base}.envFrom[{j}].secretRef", ref))
+                add(f"{base}.env[{j}].valueFrom.secretKeyRef", ref)
+            for j, entry in enumerate(_list(_get(container, "envFrom"))):
+                add(f"{base}.envFrom[{j}].secretRef", _get(entry, "secretRef", "name"))
+    for i, entry in enumerate(_list(spec.get("imagePullSecrets"))):
+        add(f"{ROOT}.imagePullSecrets[{i}]", _get(entry, "name"))
     for i, volume in enumerate(_list(spec.get("volumes"))):
-        ref = _get(volume, "secret", "secretName")
-        if isinstance(ref, str):
-            refs.append(SecretRef(f"{ROOT}.volumes[{i}].secret", ref))
+        base = f"{ROOT}.volumes[{i}]"
+        add(f"{base}.secret", _get(volume, "secret", "secretName"))
         for j, source in enumerate(_list(_get(volume, "projected", "sources"))):
-            ref = _get(source, "secret", "name")
-            if isinstance(ref, str):
-                refs.append(SecretRef(f"{ROOT}.volumes[{i}].projected.sources[{j}].secret", ref))
+            add(f"{base}.projected.sources[{j}].secret", _get(source, "secret", "name"))
+        add(f"{base}.csi.nodePublishSecretRef", _get(volume, "csi", "nodePublishSecretRef", "name"))
+        add(f"{base}.azureFile.secretName", _get(volume, "azureFile", "secretName"))
+        for source in _SECRET_REF_VOLUMES:
+            add(f"{base}.{source}.secretRef", _get(volume, source, "secretRef", "name"))
     return refs
 
 

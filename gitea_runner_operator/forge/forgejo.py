@@ -41,8 +41,8 @@ REPO_NAME_CACHE = 4096
 # Forgejo's job list has no cap: refuse to hold more than this many entries of one answer.
 MAX_JOBS = 20_000
 
-_JOBS = TypeAdapter(list[ForgejoJob] | None)
-_RUNNERS = TypeAdapter(list[ForgejoRunner] | None)
+_JOBS: TypeAdapter[list[ForgejoJob] | None] = TypeAdapter(list[ForgejoJob] | None)
+_RUNNERS: TypeAdapter[list[ForgejoRunner] | None] = TypeAdapter(list[ForgejoRunner] | None)
 
 # Forgejo status -> the Gitea API name the decisions use.
 _JOB_STATUS = {"waiting": "queued", "running": "in_progress"}

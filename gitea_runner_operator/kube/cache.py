@@ -36,6 +36,7 @@ class Release:
 
 # Deleted runner Pods kept (last state) so a reconcile that runs after the deletion can
 # still read why it happened (kube/disruption.py); per group, for this long, at most this many.
+# Expired ones are dropped, not only hidden: memory follows the Pods deleted lately.
 DELETED_POD_MEMORY = 600.0
 DELETED_PODS_PER_GROUP = 50
 # (group key, event type, object, object before the event)
@@ -66,6 +67,7 @@ class ClusterCache:
         self._index_jobs: dict[GroupKey, dict[str, Obj]] = {}
         self._index_pods: dict[GroupKey, dict[str, Obj]] = {}
         self._deleted_pods: dict[GroupKey, dict[str, tuple[float, Obj]]] = {}
+        self._deleted_swept = clock()
         custom = client.CustomObjectsApi(api)
         batch = client.BatchV1Api(api)
         core = client.CoreV1Api(api)
@@ -162,6 +164,7 @@ class ClusterCache:
         """The group's runner Pods deleted in the last ``DELETED_POD_MEMORY`` seconds, as
         last seen. In memory only: a restarted operator cannot know why a Pod went."""
         now = self._clock()
+        self._expire_deleted(now)
         kept = self._deleted_pods.get(key, {})
         return [obj for at, obj in kept.values() if now - at <= DELETED_POD_MEMORY]
 
@@ -224,11 +227,27 @@ class ClusterCache:
             return
         self._index(self._index_pods, key, kind, obj)
         if kind == "DELETED":
+            now = self._clock()
+            self._expire_deleted(now)
             kept = self._deleted_pods.setdefault(key, {})
-            kept[obj["metadata"]["name"]] = (self._clock(), obj)
+            kept.pop(obj["metadata"]["name"], None)  # re-inserted: the oldest stay first
+            kept[obj["metadata"]["name"]] = (now, obj)
             while len(kept) > DELETED_PODS_PER_GROUP:
                 del kept[next(iter(kept))]
         self._notify_owned(key, kind, obj, before)
+
+    def _expire_deleted(self, now: float) -> None:
+        """Drop deleted Pods older than ``DELETED_POD_MEMORY``: every group's, swept at most
+        once per tenth of that (so a group nobody reads any more is emptied too)."""
+        if now - self._deleted_swept < DELETED_POD_MEMORY / 10:
+            return
+        self._deleted_swept = now
+        for key in list(self._deleted_pods):
+            kept = self._deleted_pods[key]
+            while kept and now - next(iter(kept.values()))[0] > DELETED_POD_MEMORY:
+                del kept[next(iter(kept))]
+            if not kept:
+                del self._deleted_pods[key]
 
     @staticmethod
     def _index(index: dict[GroupKey, dict[str, Obj]], key: GroupKey, kind: str, obj: Obj) -> None:

@@ -3,8 +3,13 @@
 Server-side apply for what the operator owns outright (Secret, Service, Deployment): one
 idempotent call creates or corrects the object, and leaves fields other controllers set
 (a Service's clusterIP, a Deployment's status) alone. The PVC is only ever created: its
-spec is immutable once bound, and resizing it is a decision for its owner (see README).
+spec is immutable once bound, and resizing it is a decision for its owner (see docs/caches.md).
 Every call has a timeout and takes a token from the operator's write rate limiter.
+
+The caller reads an object and checks it is the group's before it writes or deletes it;
+these calls carry what it read as a precondition (the ``resourceVersion`` of an apply, the
+``uid`` of a delete), so an object replaced in between is refused by the API server rather
+than taken over or deleted.
 """
 
 from __future__ import annotations
@@ -53,23 +58,18 @@ class CacheObjects:
                 return None
             raise
 
-    async def read_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
-        """A Secret's values, decoded; None when there is no such Secret. Values that are
-        not UTF-8 text are left out (no key of ours is ever such a value)."""
-        secret = await self.read("Secret", namespace, name)
-        if secret is None:
-            return None
-        out: dict[str, str] = {}
-        for key, raw in (secret.get("data") or {}).items():
-            try:
-                out[key] = base64.b64decode(raw, validate=True).decode()
-            except (binascii.Error, UnicodeDecodeError):
-                continue
-        return out
-
-    async def apply(self, manifest: dict[str, Any]) -> None:
+    async def apply(self, manifest: dict[str, Any], *, resource_version: str | None) -> None:
         """Server-side apply as the operator's field manager, taking over conflicting fields
-        (the operator owns these objects; a hand edit is put back)."""
+        (the operator owns these objects; a hand edit is put back). ``resource_version``:
+        the version the caller read and found to be the group's, a precondition (409 if the
+        object changed since); None only for an object the caller found absent, and then
+        nothing is forced: should another's object appear in between, its fields it manages
+        conflict (409) instead of being taken over."""
+        if resource_version is not None:
+            manifest = {
+                **manifest,
+                "metadata": {**manifest["metadata"], "resourceVersion": resource_version},
+            }
         meta = manifest["metadata"]
         await self._limiter.acquire(meta["namespace"])
         api, suffix = self._api(manifest["kind"])
@@ -79,7 +79,7 @@ class CacheObjects:
                 meta["namespace"],
                 manifest,
                 field_manager=COMPONENT,
-                force=True,
+                force=resource_version is not None,
                 _content_type=APPLY_PATCH,
                 _preload_content=False,
                 _request_timeout=TIMEOUT,
@@ -103,22 +103,38 @@ class CacheObjects:
             raise
         return True
 
-    async def delete(self, kind: str, namespace: str, name: str) -> bool:
-        """Delete one object (its dependents in the background); False if it was gone."""
+    async def delete(self, kind: str, namespace: str, name: str, uid: str) -> bool:
+        """Delete the object of this ``uid`` (its dependents in the background); False if it
+        was gone or is another object by now (the uid precondition failed)."""
         await self._limiter.acquire(namespace)
         api, suffix = self._api(kind)
+        options = client.V1DeleteOptions(
+            propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid)
+        )
         try:
             await send(
                 getattr(api, f"delete_namespaced_{suffix}")(
                     name,
                     namespace,
-                    propagation_policy="Background",
+                    body=options,
                     _preload_content=False,
                     _request_timeout=TIMEOUT,
                 )
             )
         except ApiException as exc:
-            if exc.status == 404:
+            if exc.status in (404, 409):
                 return False
             raise
         return True
+
+
+def secret_values(secret: dict[str, Any]) -> dict[str, str]:
+    """A Secret's values, decoded. Values that are not UTF-8 text are left out (no key of
+    ours is ever such a value)."""
+    out: dict[str, str] = {}
+    for key, raw in (secret.get("data") or {}).items():
+        try:
+            out[key] = base64.b64decode(raw, validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            continue
+    return out

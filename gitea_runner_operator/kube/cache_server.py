@@ -89,6 +89,21 @@ def _meta(group_name: str, namespace: str, group_uid: str) -> dict[str, Any]:
     }
 
 
+def made_for(obj: dict[str, Any], group_name: str, group_uid: str) -> bool:
+    """Whether an existing object is this group's cache object: it carries the group's
+    label and an owner reference to the group. Anything else of that name belongs to
+    someone else, and the operator never applies over, reuses or deletes it."""
+    meta = obj.get("metadata") or {}
+    if (meta.get("labels") or {}).get(CACHE_OF_LABEL) != group_name:
+        return False
+    return any(
+        ref.get("kind") == constants.KIND
+        and str(ref.get("apiVersion") or "").split("/")[0] == constants.GROUP
+        and ref.get("uid") == group_uid
+        for ref in meta.get("ownerReferences") or []
+    )
+
+
 def render_secret(
     *, group_name: str, namespace: str, group_uid: str, values: dict[str, str]
 ) -> dict[str, Any]:

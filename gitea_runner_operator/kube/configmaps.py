@@ -11,6 +11,8 @@ cache), and whatever is wrong with one (missing, not opted in, no such key, not 
 the same answer, so a RunnerGroup cannot be used to learn which Secrets exist or what they
 hold. Every read has a timeout, and one object is read at most once per ``ttl`` however many
 groups name it: 1,000 groups behind one CA bundle cost one read a minute, not 67 a second.
+Only the values of the keys that are used are kept, within a byte bound, never the whole
+ConfigMap.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import base64
 import binascii
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -34,6 +37,7 @@ BIND_HINT = "bind the ClusterRole gitea-runner-operator-secrets in this namespac
 REQUEST_TIMEOUT = 10.0
 CACHE_TTL = 60.0
 MAX_CACHED = 4096
+MAX_CACHED_BYTES = 8 * 1024 * 1024  # of kept values; a larger value is not kept
 
 
 class ReferenceProblem(Exception):
@@ -55,9 +59,20 @@ def unusable_secret(field: str, namespace: str, name: str, key: str) -> Referenc
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """What is kept of one ConfigMap: the values of the keys asked for (None: no such key,
+    a Problem: not UTF-8 text), until ``expires``."""
+
+    expires: float
+    values: dict[str, str | Problem | None]
+    size: int
+
+
 class ConfigReader:
-    """ConfigMaps: ``get`` with a timeout, cached for ``ttl`` seconds per object (success
-    only: a fixed object is seen on the next retry). Secret keys come from the store."""
+    """ConfigMaps: ``get`` with a timeout; the values of the keys used are kept for ``ttl``
+    seconds per object (success only: a fixed object is seen on the next retry). Secret keys
+    come from the store."""
 
     def __init__(
         self,
@@ -65,56 +80,87 @@ class ConfigReader:
         secrets: SecretStore,
         *,
         ttl: float = CACHE_TTL,
+        max_bytes: int = MAX_CACHED_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         # Any: the generated stubs insist on model objects and omit documented keywords.
         self._core: Any = client.CoreV1Api(api) if api is not None else None
         self._secrets = secrets
         self._ttl = ttl
+        self._max_bytes = max_bytes
         self._clock = clock
-        self._cache: dict[tuple[str, str], tuple[float, Any]] = {}
+        self._cache: dict[tuple[str, str], _Kept] = {}
+        self._bytes = 0
         self.reads = 0  # API reads, for tests and benchmarks
 
-    async def _config_map(self, namespace: str, name: str) -> Any:
-        """Secrets go through the :class:`SecretStore`, not here."""
-        key = (namespace, name)
-        cached = self._cache.get(key)
+    @property
+    def bytes(self) -> int:
+        """The bytes of the kept keys and values."""
+        return self._bytes
+
+    async def _value(self, namespace: str, name: str, key: str) -> str | Problem | None:
+        """One key of a ConfigMap, through the cache (Secrets go through the store)."""
+        where = (namespace, name)
         now = self._clock()
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        kept = self._cache.get(where)
+        if kept is not None and kept.expires <= now:
+            kept = None
+        if kept is not None and key in kept.values:
+            return kept.values[key]
         self.reads += 1
         try:
-            obj = await self._core.read_namespaced_config_map(
+            cm = await self._core.read_namespaced_config_map(
                 name, namespace, _request_timeout=REQUEST_TIMEOUT
             )
         except BaseException:
-            self._cache.pop(key, None)
+            self._forget(where)
             raise
-        if len(self._cache) >= MAX_CACHED:
-            for stale in [k for k, (until, _) in self._cache.items() if until <= now]:
-                del self._cache[stale]
-            if len(self._cache) >= MAX_CACHED:
-                self._cache.clear()
-        self._cache[key] = (now + self._ttl, obj)
-        return obj
+        keys = {key, *(kept.values if kept is not None else ())}
+        values = {k: _pick(cm, k) for k in keys}
+        self._forget(where)
+        size = sum(len(k) + len(v) for k, v in values.items() if isinstance(v, str))
+        size += len(namespace) + len(name) + 128
+        if size <= self._max_bytes:
+            self._make_room(now, size)
+            self._cache[where] = _Kept(now + self._ttl, values, size)
+            self._bytes += size
+        return values[key]
+
+    def _forget(self, where: tuple[str, str]) -> None:
+        kept = self._cache.pop(where, None)
+        if kept is not None:
+            self._bytes -= kept.size
+
+    def _make_room(self, now: float, size: int) -> None:
+        """Expired entries go first, then the oldest, until ``size`` more bytes fit."""
+        if len(self._cache) >= MAX_CACHED or self._bytes + size > self._max_bytes:
+            for stale in [k for k, kept in self._cache.items() if kept.expires <= now]:
+                self._forget(stale)
+        while self._cache and (
+            len(self._cache) >= MAX_CACHED or self._bytes + size > self._max_bytes
+        ):
+            self._forget(next(iter(self._cache)))
 
     async def read_config_map_key(
         self, namespace: str, name: str, key: str, *, field: str, reason_prefix: str
     ) -> str:
         """One ConfigMap value (``data``, else ``binaryData`` decoded as UTF-8).
 
-        Reasons: ``<prefix>NotFound`` (no ConfigMap or no key), ``<prefix>Forbidden``."""
+        Reasons: ``<prefix>NotFound`` (no ConfigMap or no key), ``<prefix>Forbidden``,
+        ``<prefix>Invalid`` (not UTF-8 text)."""
         what = f"ConfigMap {namespace}/{name}"
         try:
-            cm = await self._config_map(namespace, name)
+            value = await self._value(namespace, name, key)
         except ApiException as exc:
             raise _api_problem(exc, field, what, reason_prefix) from None
-        data = cm.data or {}
-        if key in data:
-            return str(data[key])
-        binary = cm.binary_data or {}
-        if key in binary:
-            return _decode(binary[key], field, what, key, reason_prefix)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, Problem):
+            raise ReferenceProblem(
+                Problem(
+                    f"{reason_prefix}Invalid", f"{field}: key {key!r} of {what} {value.message}"
+                )
+            )
         raise ReferenceProblem(
             Problem(f"{reason_prefix}NotFound", f"{field}: {what} has no key {key!r}")
         )
@@ -126,7 +172,7 @@ class ConfigReader:
         CA bundle), read through the operator's one Secret reader. Every failure but a
         refusal by RBAC gives the same answer."""
         try:
-            lent = await self._secrets.get(namespace, name)
+            lent = await self._secrets.get(namespace, name, key)
         except SecretUnavailable as exc:
             if exc.reason == "Forbidden":
                 raise ReferenceProblem(
@@ -168,10 +214,15 @@ def _api_problem(exc: ApiException, field: str, what: str, prefix: str) -> Excep
     return exc
 
 
-def _decode(raw: str, field: str, what: str, key: str, prefix: str) -> str:
+def _pick(cm: Any, key: str) -> str | Problem | None:
+    """``data[key]``, else ``binaryData[key]`` decoded; None when the key is not there."""
+    data = cm.data or {}
+    if key in data:
+        return str(data[key])
+    binary = cm.binary_data or {}
+    if key not in binary:
+        return None
     try:
-        return base64.b64decode(raw, validate=True).decode()
+        return base64.b64decode(binary[key], validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
-        raise ReferenceProblem(
-            Problem(f"{prefix}Invalid", f"{field}: key {key!r} of {what} is not UTF-8 text")
-        ) from None
+        return Problem("Invalid", "is not UTF-8 text")

@@ -66,7 +66,7 @@ def rendered_labels(spec: RunnerGroupSpec) -> list[str]:
 
 
 def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
-    """Environment read by the runner image's entrypoint (gitea/runner scripts/run.sh).
+    """Environment read by the runner image's entrypoint (the official image documents them).
 
     The Gitea part is owned (a template may not set it); the rest are the mode's defaults,
     which a template's env entry of the same name replaces.

@@ -12,6 +12,9 @@ all read here, so every read gets the same three things:
   concurrent readers of one Secret share one GET. Answers that a user fixes by hand (missing,
   refused by RBAC, not opted in) are remembered only ``negative_ttl`` seconds, so a fix shows
   on the next retry while a group naming a missing Secret cannot turn each poll into a GET.
+  It keeps only the keys asked for (a template's Secrets are checked for the label with no
+  key: none of their data is kept) and the operator's own annotations, drops expired answers
+  as it goes, and is bounded in entries and in bytes.
 
 Why not an informer: the operator must not be able to list or watch Secrets (it holds ``get``
 only, granted per namespace), so the cache is by time, not by resourceVersion. 1,000 groups
@@ -34,12 +37,17 @@ from typing import Any, Literal
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import opted_in
 
 REQUEST_TIMEOUT = 10.0
 CACHE_TTL = 60.0
 NEGATIVE_TTL = 5.0
 MAX_ENTRIES = 4096
+# Bytes of kept keys, values and annotations: tokens are small, a CA bundle some KiB; a
+# value larger than the whole bound is answered but not kept.
+MAX_BYTES = 8 * 1024 * 1024
+_ENTRY_OVERHEAD = 256  # bytes counted per entry besides its strings
 
 Unavailability = Literal["NotFound", "Forbidden", "NotOptedIn"]
 
@@ -79,6 +87,35 @@ class LentSecret:
 _Answer = LentSecret | SecretUnavailable
 
 
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    expires: float
+    answer: _Answer  # a LentSecret holds only the values of ``keys`` (those present)
+    keys: frozenset[str]
+    size: int
+
+
+def _kept(answer: _Answer, keys: frozenset[str]) -> _Answer:
+    """What is remembered of an answer: the keys asked for, the operator's annotations."""
+    if isinstance(answer, SecretUnavailable):
+        return answer
+    prefix = f"{constants.GROUP}/"
+    return LentSecret(
+        answer.namespace,
+        answer.name,
+        annotations={k: v for k, v in answer.annotations.items() if k.startswith(prefix)},
+        data={k: v for k, v in answer.data.items() if k in keys},
+    )
+
+
+def _size(answer: _Answer) -> int:
+    size = _ENTRY_OVERHEAD + len(answer.namespace) + len(answer.name)
+    if isinstance(answer, LentSecret):
+        for mapping in (answer.annotations, answer.data):
+            size += sum(len(k) + len(v) for k, v in mapping.items())
+    return size
+
+
 class SecretStore:
     def __init__(
         self,
@@ -87,6 +124,7 @@ class SecretStore:
         ttl: float = CACHE_TTL,
         negative_ttl: float = NEGATIVE_TTL,
         max_entries: int = MAX_ENTRIES,
+        max_bytes: int = MAX_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         # Any: the generated stubs omit the documented ``_request_timeout`` keyword.
@@ -94,9 +132,14 @@ class SecretStore:
         self._ttl = ttl
         self._negative_ttl = negative_ttl
         self._max_entries = max_entries
+        self._max_bytes = max_bytes
         self._clock = clock
-        self._answers: dict[tuple[str, str], tuple[float, _Answer]] = {}
+        self._answers: dict[tuple[str, str], _Entry] = {}
+        self._bytes = 0  # the sum of the entries' sizes
+        self._swept = clock()
         self._inflight: dict[tuple[str, str], asyncio.Task[_Answer]] = {}
+        # Keys asked for while a read is out: what it will keep.
+        self._wanted: dict[tuple[str, str], set[str]] = {}
         # Bumped by invalidate(): a read that began before must not store what it found.
         self._epoch = 0
         self.reads = 0  # GETs sent, for tests and benchmarks
@@ -104,37 +147,69 @@ class SecretStore:
     def __len__(self) -> int:
         return len(self._answers)
 
-    async def get(self, namespace: str, name: str) -> LentSecret:
-        """The Secret, if it opted in. Raises :class:`SecretUnavailable` for what a user must
-        fix, and lets any other failure (a timeout, a 5xx) through uncached: try again."""
-        key = (namespace, name)
-        cached = self._answers.get(key)
-        if cached is not None and cached[0] > self._clock():
-            return _unwrap(cached[1])
-        task = self._inflight.get(key)
+    @property
+    def bytes(self) -> int:
+        """What the kept answers weigh, as counted against ``max_bytes``."""
+        return self._bytes
+
+    async def get(self, namespace: str, name: str, key: str | None = None) -> LentSecret:
+        """The Secret, if it opted in, with the value of ``key`` (None: only whether it may
+        be used; no value is handed out or kept). Raises :class:`SecretUnavailable` for what
+        a user must fix, and lets any other failure (a timeout, a 5xx) through uncached."""
+        where = (namespace, name)
+        now = self._clock()
+        self._sweep(now)
+        entry = self._answers.get(where)
+        if entry is not None and entry.expires <= now:
+            entry = None
+        if entry is not None and (
+            key is None or key in entry.keys or isinstance(entry.answer, SecretUnavailable)
+        ):
+            return _unwrap(entry.answer, key)
+        # A read for a new key keeps the keys already in use too.
+        wanted = self._wanted.setdefault(where, set(entry.keys if entry is not None else ()))
+        if key is not None:
+            wanted.add(key)
+        task = self._inflight.get(where)
         if task is None:
             task = asyncio.create_task(self._read(namespace, name))
-            self._inflight[key] = task
-            task.add_done_callback(lambda done: self._settled(key, done))
+            self._inflight[where] = task
+            task.add_done_callback(lambda done: self._settled(where, done))
         # shield: one reader giving up (its poll was cancelled) must not cancel the others'.
-        return _unwrap(await asyncio.shield(task))
+        return _unwrap(await asyncio.shield(task), key)
 
     def invalidate(self, namespace: str, name: str) -> None:
         """Forget one answer (Gitea just refused the token it held: read it afresh). A read
         already under way still answers its callers but is not remembered, and the next
         caller starts a new one."""
-        self._answers.pop((namespace, name), None)
+        self._drop((namespace, name))
         self._inflight.pop((namespace, name), None)
+        self._wanted.pop((namespace, name), None)
         self._epoch += 1
 
     def retain(self, namespaces: set[str]) -> None:
         """Forget the Secrets of namespaces that have no group any more."""
         for key in [k for k in self._answers if k[0] not in namespaces]:
-            del self._answers[key]
+            self._drop(key)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        entry = self._answers.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry.size
+
+    def _sweep(self, now: float) -> None:
+        """Drop expired answers, at most once per ``negative_ttl``: memory follows the
+        Secrets in use, not the most ever named."""
+        if now - self._swept < self._negative_ttl:
+            return
+        self._swept = now
+        for key in [k for k, e in self._answers.items() if e.expires <= now]:
+            self._drop(key)
 
     def _settled(self, key: tuple[str, str], task: asyncio.Task[_Answer]) -> None:
         if self._inflight.get(key) is task:
             del self._inflight[key]
+            self._wanted.pop(key, None)
         if not task.cancelled():
             task.exception()  # retrieved: every reader may have given up before it failed
 
@@ -148,7 +223,7 @@ class SecretStore:
             )
         except ApiException as exc:
             if exc.status not in (403, 404):
-                self._answers.pop((namespace, name), None)
+                self._drop((namespace, name))
                 raise
             reason: Unavailability = "NotFound" if exc.status == 404 else "Forbidden"
             answer = SecretUnavailable(namespace, name, reason)
@@ -166,23 +241,30 @@ class SecretStore:
                 answer = SecretUnavailable(namespace, name, "NotOptedIn")
         if epoch == self._epoch:
             ttl = self._ttl if isinstance(answer, LentSecret) else self._negative_ttl
-            self._remember((namespace, name), answer, self._clock() + ttl)
-        return answer
+            keys = frozenset(self._wanted.get((namespace, name), ()))
+            self._remember((namespace, name), _kept(answer, keys), keys, self._clock() + ttl)
+        return answer  # whole, to the callers waiting on this read only
 
-    def _remember(self, key: tuple[str, str], answer: _Answer, expires: float) -> None:
-        self._answers.pop(key, None)  # re-insert: the dict's order stays oldest first
-        if len(self._answers) >= self._max_entries:
-            now = self._clock()
-            for stale in [k for k, (until, _) in self._answers.items() if until <= now]:
-                del self._answers[stale]
-            overflow = len(self._answers) - self._max_entries + 1
-            for oldest in list(self._answers)[: max(overflow, 0)]:
-                del self._answers[oldest]
-        self._answers[key] = (expires, answer)
+    def _remember(
+        self, key: tuple[str, str], answer: _Answer, keys: frozenset[str], expires: float
+    ) -> None:
+        self._drop(key)  # re-insert: the dict's order stays oldest first
+        size = _size(answer)
+        if size > self._max_bytes:
+            return
+        self._sweep(self._clock())
+        while self._answers and (
+            len(self._answers) >= self._max_entries or self._bytes + size > self._max_bytes
+        ):
+            self._drop(next(iter(self._answers)))
+        self._answers[key] = _Entry(expires, answer, keys, size)
+        self._bytes += size
 
 
-def _unwrap(answer: _Answer) -> LentSecret:
+def _unwrap(answer: _Answer, key: str | None) -> LentSecret:
+    """One caller's answer: the value of ``key`` only."""
     if isinstance(answer, SecretUnavailable):
         # A fresh exception per caller: tracebacks of concurrent readers must not chain.
         raise SecretUnavailable(answer.namespace, answer.name, answer.reason)
-    return answer
+    data = {key: answer.data[key]} if key is not None and key in answer.data else {}
+    return LentSecret(answer.namespace, answer.name, answer.annotations, data)

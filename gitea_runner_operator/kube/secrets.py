@@ -42,7 +42,7 @@ class Secrets:
         """One decoded value of a Secret that opted in for ``gitea_url``. ``field`` (e.g.
         ``spec.authToken``) goes into errors so a user knows which reference to fix. The
         value itself is never logged."""
-        lent = await self._lent(namespace, name, field)
+        lent = await self._lent(namespace, name, key, field)
         problem = gitea_url_problem(
             field=field,
             namespace=namespace,
@@ -85,9 +85,9 @@ class Secrets:
                 )
             ) from None
 
-    async def _lent(self, namespace: str, name: str, field: str) -> LentSecret:
+    async def _lent(self, namespace: str, name: str, key: str, field: str) -> LentSecret:
         try:
-            return await self.store.get(namespace, name)
+            return await self.store.get(namespace, name, key)
         except SecretUnavailable as exc:
             raise SecretProblem(_unavailable(exc, field)) from None
 

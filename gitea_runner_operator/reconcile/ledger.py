@@ -36,9 +36,17 @@ from gitea_runner_operator.reconcile.accounting import (
     job_repository,
 )
 
-# An org-scope token's known-readable repositories, per group: bounded by the org's
-# repositories; a group that lists more than this many is trusted for all of them.
+# An org-scope token's known-readable repositories, learned from the group's own Gitea
+# answers (which its tenant controls), so bounded: per group by the org's repositories and
+# at most this many; all groups together by MAX_SEEN_TOTAL, shared out evenly (never below
+# MIN_SEEN_PER_GROUP); names longer than Gitea allows (owner 40, repository 100 characters)
+# are not learned. Not learning is safe: a repository not known to be seen only makes the
+# group's silence about its jobs count for nothing.
 MAX_SEEN_REPOSITORIES = 20_000
+MAX_SEEN_TOTAL = 200_000  # about 45 MB at most
+MIN_SEEN_PER_GROUP = 200
+MAX_OWNER_LENGTH = 40
+MAX_NAME_LENGTH = 100
 MIN_INTERVAL = 0.5
 
 
@@ -135,6 +143,7 @@ class Ledger:
         self._dirty: set[str] = set()  # families whose inputs changed since
         self._all_dirty = False  # membership changed: every family is recomputed
         self.computations = 0  # for tests and benchmarks
+        self._holders: dict[str, tuple[int, dict[int, str]]] = {}  # family -> (stamp, holders)
 
     def __len__(self) -> int:
         return len(self._members)
@@ -204,6 +213,22 @@ class Ledger:
         self._announce(key, result)
         return result[key]
 
+    def holders(self, key: str) -> dict[int, str]:
+        """Which member counts each job of ``key``'s family, by the last assignment (empty
+        when it is alone): status names the peer that serves a team's job (waiting.py)."""
+        family = (self._family_of or {}).get(key)
+        if family is None or len(family) == 1:
+            return {}
+        name = min(family)
+        cached = self._holders.get(name)
+        if cached is not None and cached[0] == self.computations:
+            return cached[1]  # no assignment since: every member of the family reads this one
+        if len(self._holders) > len(self._members):
+            self._holders.clear()  # families that merged or parted: bounded by the groups
+        found = {job.id: m for m in sorted(family) for job in self._shares.get(m, ())}
+        self._holders[name] = (self.computations, found)
+        return found
+
     def _compute(self, family: frozenset[str]) -> dict[str, list[ActionJob]]:
         self.computations += 1
         members = [self._members[k] for k in sorted(family)]
@@ -218,11 +243,23 @@ class Ledger:
             if len(jobs) > before and key != caller and self._notify is not None:
                 self._notify(key)
 
+    def seen_bound(self) -> int:
+        """How many repositories one group may have learned, now."""
+        share = MAX_SEEN_TOTAL // max(1, len(self._members))
+        return max(MIN_SEEN_PER_GROUP, min(MAX_SEEN_REPOSITORIES, share))
+
     def _learn(self, key: str, jobs: Iterable[ActionJob]) -> None:
         seen = self._seen.setdefault(key, set())
+        bound = self.seen_bound()
+        while len(seen) > bound:  # more groups since: give back what is over the share
+            seen.pop()
         for job in jobs:
-            if len(seen) >= MAX_SEEN_REPOSITORIES:
+            if len(seen) >= bound:
                 return
             repository = job_repository(job)
-            if repository is not None:
+            if (
+                repository is not None
+                and len(repository[0]) <= MAX_OWNER_LENGTH
+                and len(repository[1]) <= MAX_NAME_LENGTH
+            ):
                 seen.add(repository)

@@ -49,10 +49,20 @@ from gitea_runner_operator.reconcile.scaling import (
     ReapReason,
     RunnerState,
     group_registrations,
+    matching_demand,
     plan,
     runner_state,
     teardown,
 )
+from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
+from gitea_runner_operator.reconcile.unmatched_book import publish as publish_unmatched
+from gitea_runner_operator.reconcile.waiting import (
+    HeldBack,
+    explain_waiting,
+    held_by_problem,
+    peers_serving,
+)
+from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
 
 log = structlog.get_logger(__name__)
 
@@ -164,6 +174,9 @@ class Reconciler:
         self._wall = wall_clock
         self._on_gone = on_group_gone
         self._states: dict[str, GroupState] = {}
+        # Why jobs wait (reconcile/unmatched*.py, reconcile/waiting.py): same registry.
+        self._unmatched = UnmatchedBook(clock=clock)
+        self._why_metrics = WhyMetrics(self._metrics.registry)
 
     def state(self, key: str) -> GroupState:
         return self._states.setdefault(key, GroupState())
@@ -181,6 +194,7 @@ class Reconciler:
             spec = parse_spec(group.get("spec"))
         except InvalidSpec as exc:
             self._ledger.remove(key)
+            await self._publish_unmatched(self._unmatched.remove(key), force=True)
             await self._sources.stop(key)
             problem = Problem("InvalidSpec", exc.message, ProblemKind.CONFIG)
             await self._write_status(key, group, problem, views=views)
@@ -205,6 +219,7 @@ class Reconciler:
         state = self.state(key)
         released = self._unsettled(key, snapshot)
         self._report(key, spec, views, snapshot, state, released)
+        await self._publish_unmatched(normalise_url(spec.gitea.url))
         if snapshot is None:
             return Result()  # the poll task enqueues the group when it has one
         if snapshot.problem is not None or snapshot.observation is None:
@@ -375,6 +390,9 @@ class Reconciler:
             claimant,
             answer,
             (*observation.in_progress, *observation.finished) if observation else (),
+        )
+        self._unmatched.report(
+            normalise_url(spec.gitea.url), claimant, answer.jobs if answer else None
         )
 
     def _forgejo_reaps(
@@ -578,6 +596,7 @@ class Reconciler:
         meta = group["metadata"]
         finalizers = list(meta.get("finalizers") or [])
         self._ledger.remove(key)
+        await self._publish_unmatched(self._unmatched.remove(key), force=True)
         if FINALIZER not in finalizers:
             await self._sources.stop(key)
             return Result()  # held by someone else's finalizer: nothing of ours to do
@@ -687,10 +706,12 @@ class Reconciler:
         """The group is gone: drop everything this process kept for it."""
         await self._sources.stop(key)
         self._ledger.remove(key)
+        await self._publish_unmatched(self._unmatched.remove(key), force=True)
         self._expectations.forget(key)
         self._states.pop(key, None)
         namespace, _, name = key.partition("/")
         self._metrics.forget_group(namespace, name)
+        self._why_metrics.forget_group(namespace, name)
         if self._on_gone is not None:
             self._on_gone(key)
 
@@ -702,6 +723,14 @@ class Reconciler:
         ]
 
     # -- reporting ------------------------------------------------------------------------------
+
+    async def _publish_unmatched(self, url: str | None, *, force: bool = False) -> None:
+        """Unmatched jobs of that Gitea (reconcile/unmatched.py): metric and Events."""
+        verdict = self._unmatched.evaluate(url, force=force) if url is not None else None
+        if verdict is not None:
+            await publish_unmatched(
+                verdict, self._why_metrics, self._cache.group, self._cluster.emit_event
+            )
 
     async def _write_status(
         self,
@@ -766,6 +795,13 @@ class Reconciler:
         forge = forgejo.forge_status(forgejo.forge_of(snapshot), previous)
         if forge is not None:
             wanted["forge"] = forge
+        if decision is not None and snapshot is not None and spec is not None:
+            wanted.update(self._waiting(key, meta, spec, snapshot, decision, created, healthy))
+        elif problem is not None and problem.kind is not ProblemKind.GITEA:
+            held = held_by_problem(previous, problem.reason)  # Gitea errors keep the last
+            oldest = held.oldest.timestamp() if held.oldest is not None else None
+            self._why_metrics.waiting(meta["namespace"], meta["name"], held.counts(), oldest)
+            wanted["waiting"] = held.status()
         self._log_transitions(key, ready, healthy, state)
         if counts is not None and spec is not None:
             self._metrics.group_observed(
@@ -796,6 +832,38 @@ class Reconciler:
         hook_before = st.find_condition(previous, st.WEBHOOK).get("reason")
         if hook is not None and not hook.ok and hook_before != hook.reason:
             await self._cluster.emit_event(group, "Warning", hook.reason, hook.message)
+
+    def _waiting(
+        self,
+        key: str,
+        meta: dict[str, Any],
+        spec: RunnerGroupSpec,
+        snapshot: Snapshot,
+        decision: Plan,
+        created: int,
+        healthy: dict[str, str],
+    ) -> dict[str, Any]:
+        """``status.waiting`` and ``status.oldestQueuedTime`` (reconcile/waiting.py), and the
+        same as metrics."""
+        assert snapshot.observation is not None
+        state = self.state(key)
+        blocked = self._clock() < state.blocked_until or state.create_error is not None
+        held = None
+        if blocked and healthy["status"] == "False":
+            held = HeldBack(healthy["reason"], st.RUNNERS_HEALTHY)
+        matching = matching_demand(snapshot.observation.queued, spec.label_names)
+        holders = self._ledger.holders(key)
+        waiting = explain_waiting(
+            own=[j for j in matching if holders.get(j.id, key) == key],
+            by_peer=peers_serving(matching, holders, key),
+            covered=decision.not_busy + created,
+            room=spec.max_active_runners - decision.alive - created,
+            held=held,
+            listed=matching,
+        )
+        oldest = waiting.oldest.timestamp() if waiting.oldest is not None else None
+        self._why_metrics.waiting(meta["namespace"], meta["name"], waiting.counts(), oldest)
+        return {"waiting": waiting.status(), "oldestQueuedTime": waiting.oldest_iso()}
 
     def _log_transitions(
         self, key: str, ready: dict[str, str], healthy: dict[str, str], state: GroupState

@@ -23,13 +23,14 @@ from typing import Any
 
 import structlog
 
+from gitea_runner_operator.api import template_policy
 from gitea_runner_operator.api.credentials import url_problem
 from gitea_runner_operator.api.forge import ForgeInfo
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runner_config import runner_config_problem
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
-from gitea_runner_operator.api.template_policy import TemplatePolicy, secret_refs
+from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.client import GiteaClient, SessionPool
 from gitea_runner_operator.forge.errors import (
     GiteaError,
@@ -262,7 +263,9 @@ class Observer:
                 )
             policy = self._template_policy
             if policy is not None and not policy.allows("unlabelledSecrets"):
-                for ref in secret_refs(spec.template)[:32]:
+                # Past the bound the reconciler refuses the template (too_many_secrets).
+                refs = template_policy.secrets_to_check(spec.template)
+                for ref in refs[: template_policy.MAX_TEMPLATE_SECRETS]:
                     await self._secrets.require_opt_in(namespace, ref.name, ref.path)
         except SecretProblem as exc:
             return Snapshot(started, checked, problem=exc.problem), None

@@ -1,21 +1,22 @@
 """Which certificates the operator trusts for a group's Gitea (``spec.gitea.caBundle``).
 
 Reads the bundle (a ConfigMap or Secret key) and builds the TLS context once per distinct
-bundle, so 1,000 groups behind one internal CA share one context and one HTTP session.
+set of certificates (:func:`bundle_id`: not the text, so a copy with other line breaks,
+order or comments shares it too), so 1,000 groups behind one internal CA share one context
+and one HTTP session.
 Contexts are kept by content hash while some group uses them: a bundle's old contents, once
 nobody has asked for them for a while, go (with their session, see SessionPool.expire).
 """
 
 from __future__ import annotations
 
-import hashlib
 import ssl
 import time
 from collections.abc import Callable
 
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.api.runnergroup import GiteaRef
-from gitea_runner_operator.forge.tls import CABundleError, ssl_context_for
+from gitea_runner_operator.forge.tls import CABundleError, bundle_id, ssl_context_for
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem, unusable_secret
 
 
@@ -46,7 +47,7 @@ class GiteaTrust:
         if bundle is None:
             return None, ""
         pem = await self._configs.read_ca_bundle(namespace, bundle)
-        trust_id = hashlib.sha256(pem.encode()).hexdigest()
+        trust_id = bundle_id(pem)
         context = self._contexts.get(trust_id)
         if context is None:
             try:

@@ -58,7 +58,7 @@ async def read_secret(store: SecretStore, where: SecretLocation) -> bytes:
     :class:`WebhookSecretError`."""
     what = f"Secret {where.namespace}/{where.name}"
     try:
-        lent = await store.get(where.namespace, where.name)
+        lent = await store.get(where.namespace, where.name, where.key)
     except SecretUnavailable as exc:
         if exc.reason == "NotFound":
             raise WebhookSecretError(f"{what} not found") from None

@@ -13,7 +13,7 @@ and scope, as Gitea matches them), which runs ``job_seconds`` and then completes
 ephemeral registration goes when its job is done or its Pod is gone. When its job is done,
 the runner process would exit: the fake sets its Pod's phase to Succeeded (the Job controller
 then completes the runner Job), so a Pod lives exactly as long as its runner would.
-Everything here is a stand-in, said so in the README.
+Everything here is a stand-in, said so in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A fake Forgejo 15.0.3 Actions API, following ``forgejo-15-actions-api.md`` to the letter.
 
 A real Forgejo cannot be built here (its Go modules are refused by the module proxy), so the
-operator's Forgejo path is tested against this contract instead, and the README says so.
+operator's Forgejo path is tested against this contract instead, and docs/forgejo.md says so.
 What it implements, by the reference's sections:
 
 - §5 detection: ``GET /api/forgejo/v1/version`` (200) and ``GET /api/v1/version`` with the

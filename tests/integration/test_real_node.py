@@ -1,11 +1,12 @@
 """Every runner mode for real: the operator's runner Pods on the testbed's real node (a real
-kubelet with containerd and runc), running the real Gitea Runner v1.0.8 from locally built
+kubelet with containerd and runc), running the session's runner (the testbed's runner on
+the official engine ``gitea.com/gitea/act``, or ``GRO_TESTBED_RUNNER_BIN``) from locally built
 images against a real Gitea, with real workflows pushed to real repositories.
 
 Nothing is faked here: the images are the ones :mod:`tests.testbed.images` builds (the
-runner image with the runner archive's own ``scripts/run.sh`` as entrypoint, Debian's
-Docker as the DinD sidecar), and a test passes only when Gitea reports the workflow job's
-conclusion. Pods reach Gitea on the node's bridge address (a socat forward of its loopback
+runner image with an entrypoint written from the official image's documented behaviour,
+Debian's Docker as the DinD sidecar), and a test passes only when Gitea reports the workflow
+job's conclusion. Pods reach Gitea on the node's bridge address (a socat forward of its loopback
 port; TLS terminated by socat for the private-CA test).
 
 Needs Linux, root and the Debian packages (see README, "Testing"); the ``real_node`` fixture
@@ -36,7 +37,7 @@ from tests.integration.conftest import (
     runner_jobs,
     wait_until,
 )
-from tests.testbed import images, realnode
+from tests.testbed import images, realnode, runners
 from tests.testbed.realnode import GATEWAY, NODE_LABEL, NODE_NAME
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
@@ -213,7 +214,7 @@ def test_host_mode_runs_a_real_workflow_and_steps_never_see_the_registration_tok
     real.push("host.yml", HOST_WORKFLOW)
     assert real.wait_done({"host"}) == {"host": "success"}, real.job_log("host")
     log = real.job_log("host")
-    assert "gitea-runner version v1.0.8" in log
+    assert f"runner binary: {runners.resolve().version_line}" in log
     assert real.target.registration_token not in log  # env, PID 1's env, /data/.runner
     pods = _real_pods_ran_here(real, "host")
     # the token reached only the gro-register init container, which ran to completion first

@@ -1,4 +1,4 @@
-"""spec.cache for real: the operator's cache server Pod (the real Gitea Runner v1.0.8's
+"""spec.cache for real: the operator's cache server Pod (the session runner's
 ``cache-server``, from the locally built runner image) and its runner Pods on the testbed's
 real node, with real workflows in a real Gitea.
 

@@ -7,10 +7,9 @@ binaries go into a cache *outside* the repository, keyed by component, pinned
 version and a hash of the wrapper's go.mod/go.sum, so only the first run pays
 the cold compile (tens of minutes on 2 cores) and later runs return at once.
 
-The real Gitea Runner is the exception: the module proxy refuses
-``gitea.com/gitea/runner`` (403), so the ``gitea-runner`` component is built from a
-source archive (``git archive``) named by ``$GRO_TESTBED_RUNNER_SRC``; its sha256 is
-pinned here and checked before anything is extracted.
+The runner is the testbed's own (``go/runner``): the module proxy refuses the official
+runner's module, so the testbed builds a runner written here on the official workflow
+engine ``gitea.com/gitea/act`` (see tests/testbed/README.md, "Runner").
 
 Cache root: ``$GRO_TESTBED_CACHE`` or ``${XDG_CACHE_HOME:-~/.cache}/gitea-runner-operator/testbed``.
 """
@@ -25,7 +24,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -51,12 +49,9 @@ class Component:
     wrapper_dir: str = ""
     # Go variable set to the pinned version without its "v" (-X), so the binary reports it.
     version_var: str = ""
-    # Built from a source archive instead of a wrapper module: the environment variable
-    # naming the .tar.gz, its pinned version and sha256. The version is set through
-    # version_var *with* its "v", as the upstream Makefile does.
-    source_env: str = ""
-    source_version: str = ""
-    source_sha256: str = ""
+    # Extra names for a built binary in the same bin directory (alias -> binary): the
+    # testbed runner answers to the name the runner images and the operator's scripts use.
+    aliases: tuple[tuple[str, str], ...] = ()
 
     @property
     def wrapper(self) -> Path:
@@ -134,23 +129,14 @@ COMPONENTS: dict[str, Component] = {
         wrapper_dir="gitea-1.25",
         version_var="main.Version",
     ),
-    # The real Gitea Runner, from the archive in $GRO_TESTBED_RUNNER_SRC (made by
-    # `git archive --prefix=gitea-runner-v1.0.8/` of tag v1.0.8); see runner_archive().
-    "gitea-runner": Component(
-        name="gitea-runner",
-        module="gitea.com/gitea/runner",
-        binaries={"gitea-runner": "."},
-        version_var="gitea.com/gitea/runner/internal/pkg/ver.version",
-        source_env="GRO_TESTBED_RUNNER_SRC",
-        source_version="v1.0.8",
-        source_sha256="a9c3534f56a6892df4087ee827f2cf3416c12763144145a2728968108ebe7da7",
-    ),
-    # The stand-in runner written for this testbed (go/runner): only a fallback for
-    # machines without the real runner's source archive (see README, "Runner").
+    # The testbed's runner (go/runner), written here on the official workflow engine
+    # gitea.com/gitea/act; its version pin is act's. It also answers to `gitea-runner`,
+    # the name the runner images and the operator's scripts look for.
     "runner": Component(
         name="runner",
-        module="code.gitea.io/actions-proto-go",
-        binaries={"gro-testbed-runner": "gro-testbed/runner"},
+        module="gitea.com/gitea/act",
+        binaries={"gro-testbed-runner": "."},
+        aliases=(("gitea-runner", "gro-testbed-runner"),),
     ),
     # Not a peer the operator talks to: the client that lints, renders and installs
     # the Helm chart in the chart tests.
@@ -177,32 +163,25 @@ def cache_root() -> Path:
 
 def module_version(comp: Component) -> str:
     """The pinned version of the component's upstream module, read from the wrapper go.mod."""
-    if comp.source_env:
-        return comp.source_version
     text = (comp.wrapper / "go.mod").read_text()
     m = re.search(rf"^\s*(?:require\s+)?{re.escape(comp.module)}\s+(v\S+)", text, re.M)
+    # a module required under another path and replaced by this one (act's go.mod says
+    # github.com/nektos/act; the runner replaces it by gitea.com/gitea/act)
+    m = m or re.search(rf"=>\s*{re.escape(comp.module)}\s+(v\S+)", text)
     if not m:
         raise RuntimeError(f"{comp.name}: no require line for {comp.module} in go.mod")
     return m.group(1)
 
 
 def cache_key(comp: Component) -> str:
-    """component-version-hash; the hash covers go.mod, go.sum and any local Go source.
-
-    For a source-archive component it covers the archive's pinned sha256 instead, so a
-    cached build is found (and used) even when the archive itself is not at hand.
-    """
+    """component-version-hash; the hash covers go.mod, go.sum and any local Go source."""
     h = hashlib.sha256()
-    if comp.source_env:
-        h.update(comp.source_sha256.encode())
-        h.update(repr((comp.binaries, comp.cgo, comp.tags, comp.version_var)).encode())
-        return f"{comp.name}-{comp.source_version}-{h.hexdigest()[:12]}"
     wrapper = comp.wrapper
     for p in sorted(wrapper.rglob("*")):
         if p.is_file() and (p.name in ("go.mod", "go.sum") or p.suffix == ".go"):
             h.update(p.relative_to(wrapper).as_posix().encode())
             h.update(p.read_bytes())
-    h.update(repr((comp.binaries, comp.cgo, comp.tags, comp.copy_dirs)).encode())
+    h.update(repr((comp.binaries, comp.cgo, comp.tags, comp.copy_dirs, comp.aliases)).encode())
     return f"{comp.name}-{module_version(comp)}-{h.hexdigest()[:12]}"
 
 
@@ -216,75 +195,9 @@ def is_built(name: str) -> bool:
     return (component_dir(name) / "build.json").is_file()
 
 
-def runner_archive() -> Path | None:
-    """The real runner's source archive from ``$GRO_TESTBED_RUNNER_SRC``, or None when unset.
-
-    Raises when the variable names a file that is missing: a typo must not quietly fall
-    back to the stand-in.
-    """
-    comp = COMPONENTS["gitea-runner"]
-    raw = os.environ.get(comp.source_env, "")
-    if not raw:
-        return None
-    path = Path(raw).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"{comp.source_env}={raw}: no such file")
-    return path.resolve()
-
-
-def real_runner_available() -> bool:
-    """True when the real runner is built or can be built (archive given, Go present)."""
-    return is_built("gitea-runner") or (runner_archive() is not None and go_available())
-
-
 def default_components() -> list[str]:
-    """What ``build`` builds with no names: all, minus a source component with no source."""
-    return [
-        n
-        for n, c in COMPONENTS.items()
-        if not c.source_env or is_built(n) or os.environ.get(c.source_env)
-    ]
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _extract_source(comp: Component, into: Path) -> Path:
-    """Check the archive's sha256, extract it under ``into``; return the source directory."""
-    raw = os.environ.get(comp.source_env, "")
-    if not raw:
-        raise RuntimeError(
-            f"{comp.name}: set {comp.source_env} to the {comp.module} {comp.source_version} "
-            "source archive (.tar.gz made by git archive)"
-        )
-    archive = Path(raw).expanduser()
-    digest = _sha256(archive)
-    if digest != comp.source_sha256:
-        raise RuntimeError(
-            f"{comp.name}: {archive} has sha256 {digest}, expected {comp.source_sha256} "
-            f"({comp.module} {comp.source_version})"
-        )
-    with tarfile.open(archive, "r:gz") as tar:
-        tar.extractall(into, filter="data")
-    tops = [p for p in into.iterdir() if p.is_dir()]
-    if len(tops) != 1 or not (tops[0] / "go.mod").is_file():
-        raise RuntimeError(f"{comp.name}: {archive} does not hold one Go module directory")
-    return tops[0]
-
-
-def _check_version(comp: Component, exe: Path) -> None:
-    """Run ``<binary> --version``: a build that reports another version is not the pin."""
-    out = subprocess.run(
-        [str(exe), "--version"], capture_output=True, text=True, timeout=30, check=True
-    ).stdout.strip()
-    if comp.source_version not in out.split():
-        raise RuntimeError(f"{exe.name} --version says {out!r}, expected {comp.source_version}")
-    log(f"{comp.name}: {exe.name} --version: {out}")
+    """What ``build`` builds with no names: every component."""
+    return list(COMPONENTS)
 
 
 def go_available() -> bool:
@@ -317,16 +230,13 @@ def build_component(name: str, force: bool = False) -> Path:
     t0 = time.monotonic()
     try:
         env = _go_env(comp)
-        if comp.source_env:
-            wrapper = _extract_source(comp, tmp / "src")
         log(f"{name}: downloading modules for {comp.module}@{version}")
         subprocess.run(["go", "mod", "download"], cwd=wrapper, env=env, check=True)
         ldflags = ["-s", "-w"]
         if comp.module == "k8s.io/kubernetes":
             ldflags += list(_kube_ldflags(version))
         if comp.version_var:
-            value = version if comp.source_env else version.lstrip("v")
-            ldflags.append(f"-X {comp.version_var}={value}")
+            ldflags.append(f"-X {comp.version_var}={version.lstrip('v')}")
         if name == "helm":
             ldflags.append(f"-X helm.sh/helm/v4/internal/version.version={version}")
         ldflags += list(comp.extra_ldflags)
@@ -361,16 +271,13 @@ def build_component(name: str, force: bool = False) -> Path:
                 shutil.copytree(Path(moddir) / d, tmp / "static" / d)
                 for p in (tmp / "static" / d).rglob("*"):  # module cache files are read-only
                     p.chmod(0o755 if p.is_dir() else 0o644)
-        if comp.source_env:
-            for binary in comp.binaries:
-                _check_version(comp, tmp / "bin" / binary)
-            shutil.rmtree(tmp / "src")
+        for alias, target in comp.aliases:
+            (tmp / "bin" / alias).symlink_to(target)
         meta = {
             "component": name,
             "module": comp.module,
             "version": version,
             "binaries": sorted(comp.binaries),
-            **({"source_sha256": comp.source_sha256} if comp.source_env else {}),
             "seconds": round(time.monotonic() - t0, 1),
         }
         (tmp / "build.json").write_text(json.dumps(meta, indent=2))
@@ -405,7 +312,7 @@ def binary(name: str) -> Path:
     A name two components build (``gitea``) resolves to the first, the default one.
     """
     for comp in COMPONENTS.values():
-        if name in comp.binaries:
+        if name in comp.binaries or name in dict(comp.aliases):
             p = component_dir(comp.name) / "bin" / name
             if not p.is_file():
                 raise FileNotFoundError(f"{name} is not built; run: python -m tests.testbed build")

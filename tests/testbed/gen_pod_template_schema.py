@@ -165,7 +165,7 @@ def template_schema(openapi: dict[str, Any]) -> dict[str, Any]:
         "description": (
             "A Pod template (labels, annotations and a PodSpec) that runner Pods are built "
             "from; the container named runner is the runner. Fields the operator owns are "
-            "refused: see the README, Runner Pods."
+            "refused: see the docs, Runner Pods."
         ),
         "x-kubernetes-validations": TEMPLATE_RULES,
         "properties": {

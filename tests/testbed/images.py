@@ -7,10 +7,11 @@ Why each image, and what it stands for:
   (from the module cache) compiled statically, user 65535.
 * ``local/busybox`` - small job image for ``container:`` jobs and the test's sidecars:
   Debian's busybox-static, ``/etc/passwd`` with a user 1000.
-* ``local/gitea-runner`` - equivalent of the official basic runner image (the runner
-  archive's Dockerfile, stage ``basic``): tini, bash, git, tzdata, the real ``gitea-runner``
-  binary and the archive's own ``scripts/run.sh`` (copied at build time, not vendored) as
-  entrypoint, ``/data`` as working directory. Debian instead of Alpine.
+* ``local/gro-testbed-runner`` - the layout of the official basic runner image: tini, bash,
+  git, tzdata, the session's runner binary as ``/usr/local/bin/gitea-runner`` (the testbed's
+  own unless ``GRO_TESTBED_RUNNER_BIN`` names another), and an entrypoint written here from
+  the official image's documented behaviour (:data:`RUNNER_ENTRYPOINT`), ``/data`` as working
+  directory. Debian instead of Alpine.
 * ``local/docker`` (tag ``dind``) - equivalent of ``docker:dind`` for the operator's DinD
   sidecar: Debian's ``docker.io`` and an entrypoint that, like the official one, writes CA,
   server and client certificates into ``$DOCKER_TLS_CERTDIR`` and serves TLS on 2376 (plus
@@ -35,14 +36,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import build
+from . import build, runners
 
 PAUSE = "local/pause:3.10"
 BUSYBOX = "local/busybox:1.35"
 BUSYBOX_DOCKER = "local/busybox-docker:1.35"
-RUNNER = "local/gitea-runner:v1.0.8"
+RUNNER = "local/gro-testbed-runner:0.2"
 DIND = "local/docker:dind"
-ROOTLESS = "local/gitea-runner:v1.0.8-dind-rootless"
+ROOTLESS = "local/gro-testbed-runner:0.2-dind-rootless"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RUNNER_PACKAGES = ("bash", "git", "ca-certificates", "tini", "tzdata")
 DIND_PACKAGES = ("docker.io", "iptables", "openssl", "ca-certificates", "procps")
@@ -274,7 +275,7 @@ ROOTLESS_ENTRYPOINT = (
     r"""#!/bin/sh
 # The official runner dind-rootless image's behaviour (docker:dind-rootless + the runner,
 # under s6 there) on Debian: a rootless dockerd (rootlesskit, slirp4netns) serving TLS on
-# 2376, published into the Pod's network namespace, then the runner's own run.sh.
+# 2376, published into the Pod's network namespace, then the runner's entrypoint.
 set -eu
 """
     + CERTS_SH
@@ -294,31 +295,56 @@ until docker -H "$sock" version >/dev/null 2>&1; do
   i=$((i + 1)); [ $i -lt 240 ] || { cat /tmp/dockerd.log; exit 1; }; sleep 0.5
 done
 for t in /images/*.tar; do docker -H "$sock" load -i "$t"; done
-exec run.sh
+exec runner-entrypoint.sh
 """
 )
 
 
+# The runner images' entrypoint, written from the official image's documented behaviour
+# (docs/development.md, "What the official runner does"): the same environment variables,
+# registration only while the state file is missing or empty, success judged by the register
+# command's own line, 5 s between attempts, the token dropped before the daemon starts.
+RUNNER_ENTRYPOINT = r"""#!/bin/bash
+set -u
+state=${RUNNER_STATE_FILE:-.runner}
+config=()
+if [ -n "${CONFIG_FILE:-}" ]; then config=(--config "$CONFIG_FILE"); fi
+if [ ! -s "$state" ]; then
+  token=${GITEA_RUNNER_REGISTRATION_TOKEN:-}
+  if [ -z "$token" ] && [ -n "${GITEA_RUNNER_REGISTRATION_TOKEN_FILE:-}" ]; then
+    token=$(cat "$GITEA_RUNNER_REGISTRATION_TOKEN_FILE")
+  fi
+  extra=()
+  if [ -n "${GITEA_RUNNER_EPHEMERAL:-}" ]; then extra+=(--ephemeral); fi
+  if [ -n "${GITEA_RUNNER_LABELS:-}" ]; then extra+=(--labels "$GITEA_RUNNER_LABELS"); fi
+  name=${GITEA_RUNNER_NAME:-$(cat /proc/sys/kernel/hostname)}
+  attempts=${GITEA_MAX_REG_ATTEMPTS:-10}
+  n=0
+  while :; do
+    out=$(gitea-runner register --no-interactive --instance "${GITEA_INSTANCE_URL:-}" \
+      --token "$token" --name "$name" "${config[@]}" "${extra[@]}" 2>&1)
+    printf '%s
+' "$out"
+    case $out in *"Runner registered successfully"*) break ;; esac
+    n=$((n + 1))
+    if [ "$n" -ge "$attempts" ]; then
+      echo "registration failed after $n attempts" >&2
+      exit 1
+    fi
+    sleep 5
+  done
+  unset token
+fi
+unset GITEA_RUNNER_REGISTRATION_TOKEN GITEA_RUNNER_REGISTRATION_TOKEN_FILE
+once=()
+if [ -n "${GITEA_RUNNER_ONCE:-}" ]; then once=(--once); fi
+exec gitea-runner daemon "${config[@]}" "${once[@]}"
+"""
+
+
 def _runner_binary() -> Path:
-    return build.binary("gitea-runner")
-
-
-def _runner_src() -> Path:
-    src = build.runner_archive()
-    if src is None:
-        raise RuntimeError("GRO_TESTBED_RUNNER_SRC does not name the runner's source archive")
-    return src
-
-
-def _run_sh() -> bytes:
-    """The runner archive's own scripts/run.sh (the official image's entrypoint)."""
-    with tarfile.open(_runner_src()) as tar:
-        for member in tar.getmembers():
-            if member.name.endswith("/scripts/run.sh"):
-                f = tar.extractfile(member)
-                assert f is not None
-                return f.read()
-    raise RuntimeError(f"no scripts/run.sh in {_runner_src()}")
+    """The session's runner (built first when needed): what every runner image carries."""
+    return runners.resolve().path
 
 
 def _pause_source() -> Path:
@@ -352,16 +378,17 @@ def build_runner(work: Path, out: Path) -> None:
     top = work / "runner.tar"
     with tarfile.open(top, "w") as tar:
         _add_file(tar, "usr/local/bin/gitea-runner", _runner_binary().read_bytes(), 0o755)
-        _add_file(tar, "usr/local/bin/run.sh", _run_sh(), 0o755)
+        _add_file(tar, "usr/local/bin/runner-entrypoint.sh", RUNNER_ENTRYPOINT.encode(), 0o755)
         _add_dir(tar, "data", 0o777)
     oci_image(
         out,
         RUNNER,
         [base, top],
         {
-            "entrypoint": ["/sbin/tini", "--", "run.sh"],
+            "entrypoint": ["/sbin/tini", "--", "runner-entrypoint.sh"],
             "env": PATH_ENV,
             "volume": "/data",
+            "workingdir": "/data",
         },
     )
 
@@ -428,7 +455,7 @@ def build_rootless(work: Path, out: Path) -> None:
     top = work / "top.tar"
     with tarfile.open(top, "w") as tar:
         _add_file(tar, "usr/local/bin/gitea-runner", _runner_binary().read_bytes(), 0o755)
-        _add_file(tar, "usr/local/bin/run.sh", _run_sh(), 0o755)
+        _add_file(tar, "usr/local/bin/runner-entrypoint.sh", RUNNER_ENTRYPOINT.encode(), 0o755)
         _add_file(tar, "usr/local/bin/rootless-entrypoint.sh", ROOTLESS_ENTRYPOINT.encode(), 0o755)
         _add_dir(tar, "data", 0o777)
         _add_dir(tar, "certs", 0o777)
@@ -445,6 +472,7 @@ def build_rootless(work: Path, out: Path) -> None:
             "env": [PATH_ENV, "DOCKER_TLS_CERTDIR=/certs"],
             "user": "1000:1000",
             "volume": "/data",
+            "workingdir": "/data",
         },
     )
 
@@ -484,14 +512,16 @@ RECIPES: dict[str, tuple[Callable[[Path, Path], None], Callable[[], bytes]]] = {
     BUSYBOX: (build_busybox, lambda: Path("/bin/busybox").read_bytes()),
     RUNNER: (
         build_runner,
-        lambda: _runner_binary().read_bytes() + _run_sh() + debian_suite().encode(),
+        lambda: (
+            _runner_binary().read_bytes() + RUNNER_ENTRYPOINT.encode() + debian_suite().encode()
+        ),
     ),
     DIND: (build_dind, lambda: Path("/bin/busybox").read_bytes() + debian_suite().encode()),
     ROOTLESS: (
         build_rootless,
         lambda: (
             _runner_binary().read_bytes()
-            + _run_sh()
+            + RUNNER_ENTRYPOINT.encode()
             + Path("/bin/busybox").read_bytes()
             + debian_suite().encode()
         ),

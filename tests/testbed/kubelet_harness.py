@@ -7,7 +7,7 @@ bound to ``e2e-node-0`` (a node no kwok instance runs pods on), resolves the
 runner container's environment (the first with GITEA_* env, else the first)
 the way a kubelet would (``value``, ``valueFrom.secretKeyRef``/``configMapKeyRef``/
 ``fieldRef``, ``envFrom``), and
-does what the runner image's entrypoint (``scripts/run.sh``) does, on the host:
+does what the runner image's entrypoint (``images.RUNNER_ENTRYPOINT``) does, on the host:
 
 1. ``<runner> register --no-interactive [--ephemeral] --instance $GITEA_INSTANCE_URL
    --token $GITEA_RUNNER_REGISTRATION_TOKEN --name $GITEA_RUNNER_NAME (default: pod name)
@@ -17,16 +17,15 @@ does what the runner image's entrypoint (``scripts/run.sh``) does, on the host:
    with that container's env
 2. ``<runner> daemon --config <config with the cache server disabled> [--once]``, with the
    runner container's env (so in host mode the steps get no registration token, as in a
-   real Pod); ``--once`` when ``GITEA_RUNNER_ONCE`` is non-empty, as in run.sh
+   real Pod); ``--once`` when ``GITEA_RUNNER_ONCE`` is non-empty, as in the entrypoint
 
 The Pod's status goes Running when the process starts and Succeeded/Failed from
 the exit code (``PATCH pods/<name>/status``). A Pod that gets a deletionTimestamp
 has its process group stopped and is then removed with grace period 0, as a
 kubelet does. The container's image/command/args are ignored.
 
-The runner binary is the real Gitea Runner (``gitea-runner`` v1.0.8, built from
-``$GRO_TESTBED_RUNNER_SRC``), or ``$GRO_TESTBED_RUNNER_BIN`` when set; the testbed's
-stand-in ``gro-testbed-runner`` only when neither is available, and never in CI
+The runner binary is the testbed's runner (``gro-testbed-runner``, on the official engine
+``gitea.com/gitea/act``), or ``$GRO_TESTBED_RUNNER_BIN`` when set
 (:mod:`tests.testbed.runners`).
 """
 
@@ -87,8 +86,7 @@ def host_mode_labels(labels: str) -> str:
 
 
 def runner_binary() -> Path:
-    """The runner to execute: the real Gitea Runner unless only the stand-in is at hand
-    (see :mod:`tests.testbed.runners`, which also refuses the stand-in in CI)."""
+    """The runner to execute (see :mod:`tests.testbed.runners`)."""
     return runners.resolve().path
 
 
@@ -474,7 +472,8 @@ class KubeletHarness:
             ).strip()
         name = renv.get("GITEA_RUNNER_NAME") or rp.name
         labels = host_mode_labels(renv.get("GITEA_RUNNER_LABELS", ""))
-        ephemeral = bool(renv.get("GITEA_RUNNER_EPHEMERAL"))  # any non-empty value, like run.sh
+        # any non-empty value, like the image's entrypoint
+        ephemeral = bool(renv.get("GITEA_RUNNER_EPHEMERAL"))
         if registrar is not container:
             ephemeral = ephemeral or "--ephemeral" in " ".join(registrar.get("command") or [])
         if not instance or not token:
@@ -514,7 +513,7 @@ class KubeletHarness:
                     CONFIG_FILE="config.yaml",
                 )
             daemon = [str(self.runner), "daemon", "--config", "config.yaml"]
-            if penv.get("GITEA_RUNNER_ONCE"):  # any non-empty value, like run.sh
+            if penv.get("GITEA_RUNNER_ONCE"):  # any non-empty value, like the entrypoint
                 daemon.append("--once")
             for argv, argv_env in ((reg, register_env), (daemon, env)):
                 if rp.stopped.is_set():

@@ -14,11 +14,11 @@ Environment:
   GRO_REQUIRE_TESTBED=1       fail instead of skip when Go is missing
   GRO_TESTBED_KEEP=1          keep the sandbox workdir (logs) after the session
   GRO_TESTBED_CACHE=DIR       binary cache (default ~/.cache/gitea-runner-operator/testbed)
-  GRO_TESTBED_RUNNER_SRC=TGZ  source archive of the real Gitea Runner v1.0.8 (see runners.py)
-  GRO_TESTBED_RUNNER_BIN=EXE  run this runner binary instead
+  GRO_TESTBED_RUNNER_BIN=EXE  run this runner binary (e.g. an official gitea-runner) instead
+                              of the testbed's own (see runners.py)
 
-Every session's header names the runner the e2e tests run (``runner: gitea-runner v1.0.8``);
-the stand-in fallback is announced as such, with a warning, and fails in CI.
+Every session's header and summary name the runner the e2e tests ran (``runner:
+gro-testbed-runner 0.2 (gitea.com/gitea/act v0.261.10), not the official Gitea Runner``).
 
 The real node (``real_node`` fixture, tests marked ``real_node``) needs Linux, root and the
 Debian packages of ``realnode.PACKAGES``; without them it skips with a line saying plainly
@@ -31,7 +31,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -61,10 +60,6 @@ def testbed_required() -> bool:
     )
 
 
-class StandInRunnerWarning(UserWarning):
-    """The e2e tests ran the testbed's stand-in runner, not the real Gitea Runner."""
-
-
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """Name the runner binary up front, so no log hides which one the e2e tests ran."""
     return [f"runner: {runners.planned()}", *_real_node_header(config)]
@@ -74,15 +69,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Repeat the runner actually run at the end, where a reader of a CI log looks."""
     _real_node_summary(terminalreporter)
     for rb in runners.used():
-        terminalreporter.write_line(f"runner: {rb.describe()}", red=not rb.real, bold=True)
-        if not rb.real:
-            terminalreporter.write_line(f"WARNING: {runners.STANDIN_WARNING}", red=True, bold=True)
+        terminalreporter.write_line(f"runner: {rb.describe()}", bold=True)
 
 
 @pytest.fixture(scope="session")
 def runner_binary(request: pytest.FixtureRequest) -> runners.RunnerBinary:
-    """The runner the e2e tests run (built first when needed): the real Gitea Runner, or the
-    stand-in with a loud warning; in CI (or GRO_REQUIRE_TESTBED=1) the stand-in fails."""
+    """The runner the e2e tests run (built first when needed): the testbed's own, or the
+    binary ``GRO_TESTBED_RUNNER_BIN`` names."""
     capman = request.config.pluginmanager.getplugin("capturemanager")
 
     def uncaptured() -> contextlib.AbstractContextManager[None]:
@@ -91,16 +84,12 @@ def runner_binary(request: pytest.FixtureRequest) -> runners.RunnerBinary:
     try:
         with uncaptured():  # a cold runner build takes minutes: show its progress lines
             rb = runners.resolve()
-    except runners.StandInRefused as e:
-        pytest.fail(str(e), pytrace=False)
     except Exception as e:
         pytest.fail(f"runner build failed ({type(e).__name__}): {e}", pytrace=False)
     reporter = request.config.pluginmanager.getplugin("terminalreporter")
     if reporter is not None:
         with uncaptured():
-            reporter.write_line(f"\nrunner: {rb.describe()}", red=not rb.real, bold=True)
-    if not rb.real:
-        warnings.warn(runners.STANDIN_WARNING, StandInRunnerWarning, stacklevel=1)
+            reporter.write_line(f"\nrunner: {rb.describe()}", bold=True)
     return rb
 
 
@@ -296,7 +285,8 @@ def real_node(testbed: Sandbox, request: pytest.FixtureRequest) -> Iterator[Real
     with ctx:
         t0 = time.monotonic()
         try:
-            build.ensure_built(["kubelet", "gitea-runner"])
+            build.ensure_built(["kubelet"])
+            runners.resolve()  # the images carry the session's runner
             built = images.ensure_images()
         except Exception as e:
             pytest.fail(f"real node: build failed ({type(e).__name__}): {e}", pytrace=False)

@@ -1,110 +1,108 @@
-"""Which runner binary the e2e tests run: the real Gitea Runner, or (loudly) the stand-in.
+"""Which runner binary the e2e tests run, decided once and named in every report.
 
-Why a module of its own: the kubelet harness, the integration tests that register runners
-by hand and the pytest report all need the same answer, and the answer must never change
-silently. The real runner (``gitea-runner``, built from ``$GRO_TESTBED_RUNNER_SRC``) is the
-default whenever it is built or can be built; the stand-in (``gro-testbed-runner``, written
-for this testbed) is only a fallback for machines without the source archive. In CI
-(``CI=true``) or with ``GRO_REQUIRE_TESTBED=1`` that fallback is an error: a suite that ran
-the stand-in has not shown that the operator works with the real runner.
+Why a module of its own: the kubelet harness, the real node's images, the integration tests
+that register runners by hand and the pytest report all need the same answer, and a reader
+of any CI log must see which runner ran. By default it is the testbed's own runner
+(``gro-testbed-runner``, built from ``go/runner``: a command line and reporting loop written
+here over the official workflow engine ``gitea.com/gitea/act`` and protocol
+``code.gitea.io/actions-proto-go``); it is not the official Gitea Runner and says so in its
+``--version``. ``$GRO_TESTBED_RUNNER_BIN`` runs any other runner binary in its place, an
+official ``gitea-runner`` of any version for instance, and the report names it.
 
-``$GRO_TESTBED_RUNNER_BIN`` names any other runner binary to run instead (e.g. a locally
-built act_runner); it is used as given, and reported with what its ``--version`` says.
+Runner releases behave differently where the operator cares (see the README's "Runner
+versions"). :class:`Behaviour` holds those recorded differences in one place, so the contract
+tests assert each runner against the behaviour of the release it is, or follows.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import build
 
-STANDIN_WARNING = (
-    "the e2e tests run the testbed's STAND-IN runner (gro-testbed-runner), NOT the real Gitea "
-    "Runner: set GRO_TESTBED_RUNNER_SRC to the gitea-runner v1.0.8 source archive "
-    "(../shared/vendor/gitea-runner/gitea-runner-v1.0.8-src.tar.gz) to run the real one. "
-    "The stand-in does not cover: the real runner's label parsing, config file, cache server, "
-    "log and state reporting cadence, SIGTERM/shutdown_timeout handling, exit codes and "
-    "`uses:`/`if:`/matrix/container steps (see tests/testbed/README.md, 'Runner')."
-)
+TESTBED_MARK = "gro-testbed-runner"
+# The official release whose recorded behaviour the testbed runner follows.
+TESTBED_FOLLOWS = (1, 0, 8)
 
 
-class StandInRefused(RuntimeError):
-    """The real runner is required (CI) but cannot be built here."""
+@dataclass(frozen=True)
+class Behaviour:
+    """What a runner release does where releases differ (recorded against real Gitea)."""
+
+    release: tuple[int, int, int]
+
+    @property
+    def refuses_unknown_schema(self) -> bool:
+        """``app:infra`` makes ``register`` exit 1 (v1.x); from v2.1 it becomes a host label."""
+        return self.release < (2, 1, 0)
+
+    @property
+    def busy_step_outlives_sigterm(self) -> bool:
+        """v1.0.8 lets a running step finish after SIGTERM even with ``shutdown_timeout: 0s``
+        (only the Pod's grace period bounds it); v3.1.0 no longer does. Releases between are
+        unrecorded, so only 1.x is held to it."""
+        return self.release < (2, 0, 0)
 
 
 @dataclass(frozen=True)
 class RunnerBinary:
-    """The resolved runner: where it is, what its ``--version`` says, and whether it is real."""
+    """The resolved runner: where it is, what its ``--version`` says, how it was chosen."""
 
     path: Path
-    version: str  # the last word of ``--version``, e.g. "v1.0.8"
-    real: bool  # the real Gitea Runner (or an act_runner given by GRO_TESTBED_RUNNER_BIN)
+    version_line: str  # the first line of ``--version``
     origin: str  # how it was chosen, for the report line
 
+    @property
+    def official(self) -> bool:
+        """Not the testbed's runner (an official ``gitea-runner``, or another given binary)."""
+        return TESTBED_MARK not in self.version_line
+
+    @property
+    def behaviour(self) -> Behaviour:
+        """The recorded behaviour to expect: the testbed runner follows v1.0.8; another binary
+        is taken at the version it reports (``gitea-runner version v3.1.0``)."""
+        if not self.official:
+            return Behaviour(TESTBED_FOLLOWS)
+        m = re.search(r"v?(\d+)\.(\d+)\.(\d+)", self.version_line)
+        return Behaviour(tuple(int(g) for g in m.groups()) if m else (0, 0, 0))  # type: ignore[arg-type]
+
     def describe(self) -> str:
-        """The report line's text, e.g. ``gitea-runner v1.0.8 (built from ...; /path)``."""
-        if self.real:
-            return f"{self.path.name} {self.version} ({self.origin}; {self.path})"
-        return f"STAND-IN {self.path.name} {self.version} ({self.origin}; {self.path})"
+        """The report line's text, e.g. ``gro-testbed-runner 0.2 (...) (cached build; /path)``."""
+        return f"{self.version_line} ({self.origin}; {self.path})"
 
 
-def runner_required() -> bool:
-    """CI or an explicit request: the stand-in fallback is a failure, not a substitution."""
-    return (
-        os.environ.get("CI", "").lower() == "true" or os.environ.get("GRO_REQUIRE_TESTBED") == "1"
-    )
-
-
-def binary_version(path: Path) -> str:
-    """``<path> --version``, reduced to its last word (``gitea-runner version v1.0.8``)."""
+def version_line(path: Path) -> str:
+    """The first line ``<path> --version`` prints."""
     out = subprocess.run(
         [str(path), "--version"], capture_output=True, text=True, timeout=30, check=True
     ).stdout.strip()
-    return out.split()[-1] if out else "unknown"
+    return out.splitlines()[0] if out else "unknown"
 
 
 @functools.cache
-def _resolve(bin_env: str, src_env: str, required: bool) -> RunnerBinary:
+def _resolve(bin_env: str) -> RunnerBinary:
     if bin_env:
-        path = Path(bin_env)
-        version = binary_version(path)
-        if "gro-testbed" in version and required:
-            raise StandInRefused(f"GRO_TESTBED_RUNNER_BIN={path} is the stand-in runner")
-        return RunnerBinary(path, version, "gro-testbed" not in version, "GRO_TESTBED_RUNNER_BIN")
-    if build.real_runner_available():
-        origin = "cached build" if build.is_built("gitea-runner") else "built now"
-        if src_env:
-            origin = f"{origin} of GRO_TESTBED_RUNNER_SRC={src_env}"
-        build.build_component("gitea-runner")
-        path = build.binary("gitea-runner")
-        return RunnerBinary(path, binary_version(path), True, origin)
-    if required:
-        raise StandInRefused(
-            "the real Gitea Runner is required (CI=true or GRO_REQUIRE_TESTBED=1) but is not "
-            "built and GRO_TESTBED_RUNNER_SRC names no source archive (or `go` is missing); "
-            "the stand-in runner is only a fallback for machines without the archive"
-        )
-    if not build.is_built("runner"):
-        build.build_component("runner")
+        path = Path(bin_env).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"GRO_TESTBED_RUNNER_BIN={bin_env}: no such file")
+        return RunnerBinary(path, version_line(path), "GRO_TESTBED_RUNNER_BIN")
+    origin = "cached build" if build.is_built("runner") else "built now"
+    build.build_component("runner")
     path = build.binary("gro-testbed-runner")
-    return RunnerBinary(path, binary_version(path), False, "fallback: no runner source archive")
+    return RunnerBinary(path, version_line(path), origin)
 
 
 _USED: list[RunnerBinary] = []
 
 
 def resolve() -> RunnerBinary:
-    """The runner the tests run (built first when needed); raises :class:`StandInRefused`
-    when only the stand-in is at hand and the real runner is required."""
-    rb = _resolve(
-        os.environ.get("GRO_TESTBED_RUNNER_BIN", ""),
-        os.environ.get("GRO_TESTBED_RUNNER_SRC", ""),
-        runner_required(),
-    )
+    """The runner the tests run, built first when needed."""
+    rb = _resolve(os.environ.get("GRO_TESTBED_RUNNER_BIN", ""))
     if rb not in _USED:
         _USED.append(rb)
     return rb
@@ -117,17 +115,12 @@ def used() -> list[RunnerBinary]:
 
 def planned() -> str:
     """The report header's line, without building anything (the header comes first)."""
-    if os.environ.get("GRO_TESTBED_RUNNER_BIN"):
-        return f"{os.environ['GRO_TESTBED_RUNNER_BIN']} (GRO_TESTBED_RUNNER_BIN)"
-    comp = build.COMPONENTS["gitea-runner"]
-    if build.is_built("gitea-runner"):
-        return f"gitea-runner {comp.source_version} (cached build, {build.binary('gitea-runner')})"
-    try:
-        archive = build.runner_archive()
-    except FileNotFoundError as e:
-        return f"ERROR: {e}"
-    if archive is not None:
-        return f"gitea-runner {comp.source_version} (built from {archive} when first needed)"
-    if runner_required():
-        return "ERROR: no real runner (set GRO_TESTBED_RUNNER_SRC); e2e tests will fail"
-    return "STAND-IN gro-testbed-runner, NOT the real Gitea Runner (GRO_TESTBED_RUNNER_SRC unset)"
+    given = os.environ.get("GRO_TESTBED_RUNNER_BIN")
+    if given:
+        return f"{given} (GRO_TESTBED_RUNNER_BIN)"
+    if build.is_built("runner"):
+        return f"{version_line(build.binary('gro-testbed-runner'))} (cached build)"
+    return (
+        f"{TESTBED_MARK} (built from tests/testbed/go/runner when first needed), "
+        "not the official Gitea Runner"
+    )

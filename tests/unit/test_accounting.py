@@ -269,3 +269,34 @@ def test_a_filling_family_is_recomputed_at_most_once_per_interval_and_says_so():
     assert ledger.share("team-c/lib") == [] and ledger.stale("team-c/lib")
     now[0] += 0.6
     assert [j.id for j in ledger.share("team-c/lib")] == [2]
+
+
+def test_learned_repository_names_are_bounded_in_length_and_count(monkeypatch):
+    """An org group learns repository names from its own Gitea's answers, which its tenant
+    controls: names no Gitea allows are not learned, and the count is bounded per group and
+    for all groups together."""
+    import gitea_runner_operator.reconcile.ledger as ledger_module
+
+    def seen_chars(ledger: Ledger) -> int:
+        return sum(len(o) + len(n) for seen in ledger._seen.values() for o, n in seen)
+
+    ledger = Ledger(min_interval=0)
+    org = group("team-a/org", Scope.ORG, "acme")
+    long_names = [job(i, f"acme/{'r' * 1000}{i}") for i in range(2_000)]
+    report(ledger, org, [*long_names, job(9, "acme/app"), job(10, "x" * 41 + "/app")])
+    assert ledger._seen["team-a/org"] == {("acme", "app")}
+    many = [job(i, f"acme/repo-{i}") for i in range(ledger_module.MAX_SEEN_REPOSITORIES + 500)]
+    report(ledger, org, many, started=2.0)
+    assert len(ledger._seen["team-a/org"]) == ledger_module.MAX_SEEN_REPOSITORIES
+    assert seen_chars(ledger) < 20 * ledger_module.MAX_SEEN_REPOSITORIES
+
+    # all groups together: each gets an even share of the total, and gives back the rest
+    monkeypatch.setattr(ledger_module, "MAX_SEEN_TOTAL", 20_000)
+    shared = Ledger(min_interval=0)
+    groups = [group(f"team-{g}/org", Scope.ORG, "acme") for g in range(20)]
+    jobs = [job(i, f"acme/repo-{i}") for i in range(3_000)]
+    for started in (1.0, 2.0):
+        for g in groups:
+            report(shared, g, jobs, started=started)
+    assert shared.seen_bound() == 1_000
+    assert sum(len(seen) for seen in shared._seen.values()) == 20_000

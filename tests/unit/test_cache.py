@@ -5,6 +5,7 @@ step over in-memory stand-ins for the API server. The real API server (RBAC, Pod
 from __future__ import annotations
 
 import base64
+import copy
 import re
 from typing import Any
 
@@ -25,6 +26,7 @@ from gitea_runner_operator.api.cache import (
 from gitea_runner_operator.api.observation import Problem, ProblemKind
 from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
 from gitea_runner_operator.kube.cache_server import (
+    made_for,
     render_deployment,
     render_pvc,
     render_secret,
@@ -33,7 +35,8 @@ from gitea_runner_operator.kube.cache_server import (
 from gitea_runner_operator.kube.configmaps import ReferenceProblem
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.secrets import SecretProblem
-from gitea_runner_operator.reconcile.cache import PVC_PENDING_WARNING, CacheServers
+from gitea_runner_operator.reconcile.cache import DRIFT_RESYNC, RESYNC, CacheServers
+from gitea_runner_operator.reconcile.cache_plan import PVC_PENDING_WARNING
 from tests.unit.test_reconciler import (
     Clock,
     FakeCluster,
@@ -221,41 +224,69 @@ def test_runner_jobs_mount_the_merged_config_secret_and_carry_no_value():
 
 
 class FakeObjects:
+    """Plays the API server for the cache objects: each object gets a uid and a
+    resourceVersion; an apply with a stale version and a delete with another uid fail as
+    the API server's preconditions do."""
+
     def __init__(self) -> None:
         self.store: dict[tuple[str, str], dict[str, Any]] = {}
         self.applies: list[str] = []
         self.deleted: list[str] = []
+        self.reads = 0
+        self.preconditions: list[tuple[str, str | None]] = []
         self.refuse: int | None = None
+        self._serial = 0
+
+    def _stamp(self, obj: dict[str, Any], uid: str | None = None) -> dict[str, Any]:
+        self._serial += 1
+        meta = {**obj["metadata"], "resourceVersion": str(self._serial)}
+        meta["uid"] = uid or f"uid-{obj['kind']}-{self._serial}"
+        return {**obj, "metadata": meta}
+
+    def put(self, obj: dict[str, Any]) -> None:
+        """An object someone else made."""
+        self.store[(obj["kind"], obj["metadata"]["name"])] = self._stamp(obj)
 
     async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.reads += 1
         return self.store.get((kind, name))
 
-    async def read_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
-        secret = self.store.get(("Secret", name))
-        if secret is None:
-            return None
-        return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
-
-    async def apply(self, manifest: dict[str, Any]) -> None:
+    async def apply(self, manifest: dict[str, Any], *, resource_version: str | None) -> None:
         if self.refuse:
             exc = ApiException(status=self.refuse)
             exc.body = '{"message": "secrets is forbidden: User cannot create"}'
             raise exc
-        self.applies.append(manifest["kind"])
         key = (manifest["kind"], manifest["metadata"]["name"])
-        self.store[key] = {**self.store.get(key, {}), **manifest}
+        current = self.store.get(key)
+        if resource_version is not None and (
+            current is None or current["metadata"]["resourceVersion"] != resource_version
+        ):
+            raise ApiException(status=409)
+        self.applies.append(manifest["kind"])
+        self.preconditions.append((manifest["kind"], resource_version))
+        uid = current["metadata"]["uid"] if current else None
+        merged = {**(current or {}), **manifest}
+        self.store[key] = self._stamp(merged, uid)
 
     async def create_if_absent(self, manifest: dict[str, Any]) -> bool:
         key = (manifest["kind"], manifest["metadata"]["name"])
         if key in self.store:
             return False
         self.applies.append(manifest["kind"])
-        self.store[key] = manifest
+        self.store[key] = self._stamp(manifest)
         return True
 
-    async def delete(self, kind: str, namespace: str, name: str) -> bool:
+    async def delete(self, kind: str, namespace: str, name: str, uid: str) -> bool:
+        current = self.store.get((kind, name))
+        if current is None or current["metadata"]["uid"] != uid:
+            return False
         self.deleted.append(kind)
-        return self.store.pop((kind, name), None) is not None
+        del self.store[(kind, name)]
+        return True
+
+    @property
+    def writes(self) -> int:
+        return len(self.applies) + len(self.deleted)
 
     def secret_values(self) -> dict[str, str]:
         data = self.store[("Secret", "ci-cache")]["data"]
@@ -316,7 +347,9 @@ class Env:
             clock=self.clock,
             wall_clock=lambda: self.wall,
             token=lambda: next(self.tokens),
+            jitter=lambda: self.jitter,
         )
+        self.jitter = 0.0
         self.generation = 1
 
     def group(self) -> dict[str, Any]:
@@ -389,7 +422,10 @@ async def test_quiet_passes_cost_no_writes_and_readiness_is_reported():
     assert env.reporter.patches == patches  # nothing changed: no status write
     env.clock.now += 200
     await env.ensure(s)
-    assert len(env.objects.applies) > applies  # the resync puts hand edits back
+    assert len(env.objects.applies) == applies  # inputs checked, unchanged: no write
+    env.clock.now += DRIFT_RESYNC
+    await env.ensure(s)
+    assert len(env.objects.applies) > applies  # the slow resync puts hand edits back
 
 
 async def test_a_claim_that_does_not_bind_gets_one_warning():
@@ -481,3 +517,157 @@ async def test_the_reconciler_creates_no_runner_before_the_config_secret_is_writ
     env.clock.now += 20
     await reconciler.reconcile("team-a/ci")
     assert cluster.all_created == 2
+
+
+# ------------------------------------------------------------------ only what it made
+
+
+def foreign(kind: str, **meta: Any) -> dict[str, Any]:
+    """Another application's object that happens to be named like the group's cache."""
+    return {
+        "apiVersion": "v1",
+        "kind": kind,
+        "metadata": {"name": "ci-cache", "namespace": NS, "labels": {"app": "db"}, **meta},
+        "spec": {"theirs": True},
+    }
+
+
+OFF = {**VALID, "cache": {"enabled": False}}
+
+
+def test_only_the_groups_label_and_owner_reference_make_an_object_the_groups():
+    ours = render_service(**OWNED)
+    assert made_for(ours, NAME, UID)
+    assert not made_for(ours, NAME, "another-uid")  # a former group of that name
+    assert not made_for(ours, "other", UID)
+    label_only = {**ours, "metadata": {**ours["metadata"], "ownerReferences": []}}
+    assert not made_for(label_only, NAME, UID)
+    owner_only = {**ours, "metadata": {**ours["metadata"], "labels": {}}}
+    assert not made_for(owner_only, NAME, UID)
+    assert not made_for(foreign("Service"), NAME, UID)
+
+
+@pytest.mark.parametrize("kind", ["Secret", "Service", "PersistentVolumeClaim", "Deployment"])
+async def test_an_object_it_did_not_make_is_refused_never_applied_over_reused_or_deleted(kind):
+    env = Env()
+    env.objects.put(foreign(kind))
+    theirs = copy.deepcopy(env.objects.store)
+    assert await env.ensure(spec()) is False  # no runner may mount a config it never wrote
+    cache = env.reporter.status["cache"]
+    assert cache["reason"] == "CacheObjectNotOwned"
+    assert f"{kind} team-a/ci-cache exists but was not made by the operator" in cache["message"]
+    assert env.reporter.events[0][:2] == ("Warning", "CacheObjectNotOwned")
+    assert env.objects.applies == [] and env.objects.store == theirs
+    env.clock.now += 20  # retried: still refused
+    assert await env.ensure(spec()) is False and env.objects.store == theirs
+    # turning the cache off deletes nothing of theirs
+    assert await env.ensure(parse_spec(OFF)) is True
+    assert env.objects.deleted == [] and env.objects.store == theirs
+    assert env.reporter.status["cache"] is None
+
+
+async def test_writes_and_deletes_carry_what_was_read_as_a_precondition():
+    env = Env()
+    await env.ensure(spec())
+    assert {v for _, v in env.objects.preconditions} == {None}  # created: nothing was there
+    versions = {k: o["metadata"]["resourceVersion"] for (k, _), o in env.objects.store.items()}
+    env.clock.now += DRIFT_RESYNC
+    await env.ensure(spec())
+    assert env.objects.preconditions[-3:] == [
+        (kind, versions[kind]) for kind in ("Secret", "Service", "Deployment")
+    ]
+
+    class Replaced(FakeObjects):
+        """Another application replaced the object between the read and the delete."""
+
+        swap = False
+
+        async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+            seen = await super().read(kind, namespace, name)
+            if self.swap and kind == "PersistentVolumeClaim" and seen is not None:
+                self.put(foreign(kind))
+            return seen
+
+    replaced = Env()
+    replaced.servers._writes._objects = replaced.objects = Replaced()
+    await replaced.ensure(spec())
+    replaced.objects.swap = True
+    assert await replaced.ensure(parse_spec(OFF)) is True
+    assert sorted(replaced.objects.deleted) == ["Deployment", "Secret", "Service"]
+    pvc = replaced.objects.store[("PersistentVolumeClaim", "ci-cache")]
+    assert pvc["spec"] == {"theirs": True}
+
+
+# ------------------------------------------------------------------ writes only on change
+
+
+async def test_a_quiet_group_is_written_only_when_its_inputs_change_or_on_the_slow_resync():
+    configs = FakeConfigs()
+    env = Env(configs=configs)
+    env.jitter = 0.5  # resync after 87.5 % of DRIFT_RESYNC
+    s = spec(**CONFIGURED)
+    await env.ensure(s)
+    env.objects.store[("Deployment", "ci-cache")]["status"] = {"readyReplicas": 1}
+    first = (env.objects.writes, env.objects.reads)
+    passes, start = 0, env.clock.now
+    while env.clock.now < start + 0.85 * DRIFT_RESYNC:  # a pass every 10 s, for 51 minutes
+        env.clock.now += 10
+        await env.ensure(s)
+        passes += 1
+    assert passes == 306
+    # no write at all; its own objects read once, for readiness
+    assert (env.objects.writes, env.objects.reads) == (first[0], first[1] + 2)
+    env.generation = 2  # a spec change that does not touch the cache (maxActiveRunners)
+    await env.ensure(s)
+    assert env.objects.writes == first[0]
+    env.clock.now += 0.05 * DRIFT_RESYNC  # past the jittered resync
+    await env.ensure(s)
+    assert env.objects.writes == first[0] + 3  # the PVC is never written again
+    written = env.objects.writes
+
+    configs.text = "runner: {capacity: 2}\n"  # the runnerConfig ConfigMap changed
+    env.clock.now += RESYNC
+    await env.ensure(s)
+    assert env.objects.writes == written + 3  # the Secret, Service and Deployment
+    runner_cfg = yaml.safe_load(env.objects.secret_values()[RUNNER_CONFIG_KEY])
+    assert runner_cfg["runner"] == {"capacity": 2}
+    assert env.objects.secret_values()[SECRET_KEY] == "first-token"  # kept
+
+
+async def test_an_external_secret_that_changed_is_written_on_the_next_check():
+    env = Env()
+    external = {"url": "http://cache.example:8088", "secretRef": {"name": "ext", "key": "k"}}
+    s = spec({"externalServer": external})
+    await env.ensure(s)
+    env.clock.now += RESYNC
+    await env.ensure(s)
+    assert env.objects.applies == ["Secret"]
+    env.secrets.value = "rotated-value"
+    env.clock.now += RESYNC
+    await env.ensure(s)
+    assert env.objects.applies == ["Secret", "Secret"]
+    cfg = yaml.safe_load(env.objects.secret_values()[RUNNER_CONFIG_KEY])
+    assert cfg["cache"]["external_secret"] == "rotated-value"
+    assert not env.leaks("rotated-value")
+
+
+def test_the_operator_may_read_every_cache_object_it_checks_before_a_write():
+    """Ownership is checked by reading each object first: every role that lets the operator
+    write cache objects lets it read them too."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "manifests"
+    roles = [
+        doc
+        for path in (root / "rbac.yaml", root / "namespaced" / "roles.yaml")
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc.get("kind") in ("ClusterRole", "Role")
+    ]
+    checked = 0
+    for role in roles:
+        for rule in role.get("rules") or []:
+            for resource in rule["resources"]:
+                if resource in ("deployments", "services", "persistentvolumeclaims"):
+                    assert "get" in rule["verbs"], (role["metadata"]["name"], resource)
+                    checked += 1
+    assert checked == 9

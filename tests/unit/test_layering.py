@@ -4,7 +4,7 @@ ground floor: api (plain values, no I/O), settings, metrics
 I/O edges:    forge (Gitea), kube (Kubernetes): never each other
 decisions:    reconcile (may use api, forge's plain parts, kube)
 runtime:      runtime (queue, pollers, leadership wiring)
-top:          cli, health, webhook
+top:          cli, health, why, webhook
 """
 
 import ast
@@ -24,6 +24,7 @@ LEVEL = {
     "runtime": 3,
     "webhook": 3,
     "health": 4,
+    "why": 4,
     "cli": 5,
     "__main__": 6,
 }

@@ -66,11 +66,11 @@ async def test_a_lent_secret_is_read_once_per_ttl_with_a_timeout():
     core = FakeCore({"token": secret({"token": "t"})})
     store = store_over(core, now, ttl=60)
     for _ in range(100):  # 100 polls of groups naming the same Secret
-        lent = await store.get("team-a", "token")
+        lent = await store.get("team-a", "token", "token")
     assert lent.decoded("token") == b"t"
     assert (core.reads, core.timeouts) == (1, [10.0])
     now[0] = 61
-    await store.get("team-a", "token")
+    await store.get("team-a", "token", "token")
     assert core.reads == 2
 
 
@@ -90,7 +90,7 @@ async def test_a_secret_that_never_opted_in_is_refused_and_its_data_not_kept():
     # ...and once the label is added, it is seen within the short negative TTL.
     core.objects["db"] = secret({"password": "hunter2"})
     now[0] = 6
-    assert (await store.get("team-a", "db")).decoded("password") == b"hunter2"
+    assert (await store.get("team-a", "db", "password")).decoded("password") == b"hunter2"
 
 
 @pytest.mark.parametrize(("status", "reason"), [(404, "NotFound"), (403, "Forbidden")])
@@ -122,7 +122,7 @@ async def test_concurrent_readers_share_one_get_and_one_giving_up_does_not_cance
     core = FakeCore({"token": secret({"token": "t"})})
     core.gate = asyncio.Event()
     store = store_over(core)
-    readers = [asyncio.create_task(store.get("team-a", "token")) for _ in range(50)]
+    readers = [asyncio.create_task(store.get("team-a", "token", "token")) for _ in range(50)]
     await asyncio.sleep(0)
     readers[0].cancel()  # its poll hit its deadline
     await asyncio.sleep(0)
@@ -207,7 +207,7 @@ async def test_a_read_under_way_when_the_token_is_refused_is_not_remembered():
     core = FakeCore({"token": secret({"token": "old"})})
     core.gate = asyncio.Event()
     store = store_over(core)
-    early = asyncio.create_task(store.get("team-a", "token"))
+    early = asyncio.create_task(store.get("team-a", "token", "token"))
     for _ in range(3):  # the reader, then its shared GET, get their turns: the GET is out
         await asyncio.sleep(0)
     assert core.reads == 1
@@ -215,5 +215,62 @@ async def test_a_read_under_way_when_the_token_is_refused_is_not_remembered():
     core.objects["token"] = secret({"token": "new"})
     core.gate.set()
     assert (await early).decoded("token") == b"old"  # it answers its own caller
-    assert (await store.get("team-a", "token")).decoded("token") == b"new"
+    assert (await store.get("team-a", "token", "token")).decoded("token") == b"new"
     assert core.reads == 2
+
+
+def kept_value_bytes(store: SecretStore) -> int:
+    """The values the store holds on to, in bytes of their base64 text."""
+    return sum(
+        len(value)
+        for entry in store._answers.values()
+        if isinstance(entry.answer, LentSecret)
+        for value in entry.answer.data.values()
+    )
+
+
+async def test_only_the_keys_in_use_are_kept_and_a_label_check_keeps_no_data():
+    big = {f"blob{i}": "x" * 100_000 for i in range(10)}  # 1 MB besides the token
+    core = FakeCore({"token": secret({"token": "t", **big}), "mounted": secret(big)})
+    store = store_over(core)
+    assert (await store.get("team-a", "token", "token")).decoded("token") == b"t"
+    assert kept_value_bytes(store) == len(b64("t"))
+    assert store.bytes < 1024
+    # a template's Secret: whether it may be used, nothing else
+    await Secrets(store).require_opt_in("team-a", "mounted", "spec.template.spec.volumes[0]")
+    assert kept_value_bytes(store) == len(b64("t"))
+    # another key of a Secret is read once more, then both are kept
+    assert (await store.get("team-a", "token", "blob1")).decoded("blob1") == b"x" * 100_000
+    assert (await store.get("team-a", "token", "token")).decoded("token") == b"t"
+    assert (await store.get("team-a", "token", "blob1")).decoded("blob1") == b"x" * 100_000
+    assert core.reads == 3
+    assert kept_value_bytes(store) == len(b64("t")) + len(b64("x" * 100_000))
+
+
+async def test_expired_answers_are_dropped_before_the_store_is_full():
+    now = [0.0]
+    core = FakeCore({f"s{i}": secret({"k": "v"}) for i in range(100)})
+    store = store_over(core, now, ttl=60)
+    for i in range(100):
+        await store.get("team-a", f"s{i}", "k")
+    assert len(store) == 100
+    now[0] = 61
+    await store.get("team-a", "s0", "k")
+    assert len(store) == 1
+
+
+async def test_the_store_is_bounded_in_bytes():
+    value = "v" * 3000  # 4,000 bytes of base64
+    core = FakeCore({f"s{i}": secret({"k": value}) for i in range(100)})
+    core.objects["huge"] = secret({"k": "h" * 100_000})
+    store = store_over(core, max_bytes=64 * 1024)
+    for i in range(100):
+        await store.get("team-a", f"s{i}", "k")
+    assert store.bytes <= 64 * 1024
+    assert 10 < len(store) < 16  # the newest, as many as fit
+    assert (await store.get("team-a", "s99", "k")).decoded("k") == value.encode()
+    assert core.reads == 100
+    # a value larger than the whole bound is answered, not kept
+    assert (await store.get("team-a", "huge", "k")).decoded("k") == b"h" * 100_000
+    assert ("team-a", "huge") not in store._answers
+    assert store.bytes <= 64 * 1024

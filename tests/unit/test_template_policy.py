@@ -5,11 +5,16 @@ platform says so."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
+from aioresponses import aioresponses
 
+from gitea_runner_operator.api.observation import Problem, ProblemKind
+from gitea_runner_operator.api.runnergroup import parse_spec
 from gitea_runner_operator.api.template_policy import (
+    MAX_TEMPLATE_SECRETS,
     PERMISSIVE,
     RESTRICTED,
     PolicyError,
@@ -17,12 +22,15 @@ from gitea_runner_operator.api.template_policy import (
     check,
     secret_refs,
 )
+from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.reconciler import Reconciler
+from gitea_runner_operator.runtime.observer import Observer
 from tests.unit.test_reconciler import KEY, Clock, FakeCache, FakeCluster, FakeSources, snapshot
 from tests.unit.test_runnergroup import VALID
+from tests.unit.test_shared_observation import ORG_SPEC, FakeSecrets, gitea
 
 
 def pod(**spec: Any) -> dict[str, Any]:
@@ -147,6 +155,63 @@ def test_every_way_a_template_hands_a_secret_to_a_container_is_found():
     assert refs[3].path == "spec.template.spec.volumes[0].secret"
 
 
+# Every field of a Pod spec that names a Secret, with the path the refusal names.
+EVERY_SECRET_FIELD: list[tuple[dict[str, Any], str]] = [
+    (
+        {"containers": [{"name": "c", "env": [{"valueFrom": {"secretKeyRef": {"name": "x"}}}]}]},
+        "containers[0].env[0].valueFrom.secretKeyRef",
+    ),
+    (
+        {"initContainers": [{"envFrom": [{"secretRef": {"name": "x"}}]}]},
+        "initContainers[0].envFrom[0].secretRef",
+    ),
+    (
+        {"ephemeralContainers": [{"envFrom": [{"secretRef": {"name": "x"}}]}]},
+        "ephemeralContainers[0].envFrom[0].secretRef",
+    ),
+    ({"imagePullSecrets": [{"name": "x"}]}, "imagePullSecrets[0]"),
+    ({"volumes": [{"secret": {"secretName": "x"}}]}, "volumes[0].secret"),
+    (
+        {"volumes": [{"projected": {"sources": [{"secret": {"name": "x"}}]}}]},
+        "volumes[0].projected.sources[0].secret",
+    ),
+    (
+        {"volumes": [{"csi": {"driver": "d", "nodePublishSecretRef": {"name": "x"}}}]},
+        "volumes[0].csi.nodePublishSecretRef",
+    ),
+    (
+        {"volumes": [{"azureFile": {"secretName": "x", "shareName": "s"}}]},
+        "volumes[0].azureFile.secretName",
+    ),
+    *[
+        ({"volumes": [{source: {"secretRef": {"name": "x"}}}]}, f"volumes[0].{source}.secretRef")
+        for source in ("cephfs", "cinder", "flexVolume", "iscsi", "rbd", "scaleIO", "storageos")
+    ],
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "path"), EVERY_SECRET_FIELD, ids=[p for _, p in EVERY_SECRET_FIELD]
+)
+def test_every_field_of_a_pod_that_names_a_secret_is_found(spec, path):
+    assert [(r.path, r.name) for r in secret_refs({"spec": spec})] == [
+        (f"spec.template.spec.{path}", "x")
+    ]
+
+
+def test_a_template_naming_more_secrets_than_are_checked_is_refused_at_the_first_past_the_bound():
+    env = [{"valueFrom": {"secretKeyRef": {"name": f"s{i}", "key": "k"}}} for i in range(32)]
+    env += [{"valueFrom": {"secretKeyRef": {"name": "s0", "key": "again"}}}]  # not another
+    template = pod(containers=[{"name": "runner", "env": env}])
+    assert check(template, "dind", RESTRICTED) is None
+    template["spec"]["imagePullSecrets"] = [{"name": "the-33rd"}]
+    refusal = check(template, "dind", RESTRICTED)
+    assert refusal is not None
+    assert refusal.path == "spec.template.spec.imagePullSecrets[0]"
+    assert f"names 33 Secrets; at most {MAX_TEMPLATE_SECRETS} are checked" in refusal.message
+    assert check(template, "dind", TemplatePolicy.parse("unlabelledSecrets")) is None
+
+
 class FakeCore:
     def __init__(self, labels: dict[str, str]) -> None:
         self.labels = labels
@@ -208,3 +273,55 @@ async def test_a_group_in_the_operators_own_namespace_is_refused():
     assert cluster.creates == 0 and cluster.status is not None
     ready = next(c for c in cluster.status["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "NamespaceNotAllowed"
+
+
+class OptInSecrets(FakeSecrets):
+    """Tokens for the observer; template Secrets opted in unless named in ``refused``."""
+
+    def __init__(self, refused: set[str]) -> None:
+        super().__init__({"ns": "t"})
+        self.refused = refused
+        self.checked: list[str] = []
+
+    async def require_opt_in(self, namespace: str, name: str, field: str) -> None:
+        self.checked.append(name)
+        if name in self.refused:
+            raise SecretProblem(
+                Problem("TemplateNotAllowed", f"{field}: {name}", ProblemKind.SECRET)
+            )
+
+
+async def _observe(template: dict[str, Any], secrets: OptInSecrets) -> Any:
+    group = parse_spec({**ORG_SPEC, "template": template})
+    pool = SessionPool()
+    try:
+        observer = Observer(secrets, pool, template_policy=RESTRICTED)  # type: ignore[arg-type]
+        with aioresponses() as mock:
+            gitea(mock)
+            snapshot, _ = await observer.observe("ns", group)
+    finally:
+        await pool.close()
+    return snapshot
+
+
+@pytest.mark.parametrize(
+    ("spec", "path"), EVERY_SECRET_FIELD, ids=[p for _, p in EVERY_SECRET_FIELD]
+)
+async def test_the_observer_checks_every_secret_a_template_names(spec, path):
+    template = {"spec": {"containers": [{"name": "runner"}], **copy.deepcopy(spec)}}
+    for kind in ("initContainers", "ephemeralContainers"):
+        for i, container in enumerate(template["spec"].get(kind, [])):
+            container["name"] = f"{kind}-{i}"
+    secrets = OptInSecrets({"x"})
+    snapshot = await _observe(template, secrets)
+    assert snapshot.problem is not None and snapshot.problem.reason == "TemplateNotAllowed"
+    assert snapshot.problem.message == f"spec.template.spec.{path}: x"
+
+
+async def test_the_observer_checks_each_secret_up_to_the_bound_once():
+    env = [{"valueFrom": {"secretKeyRef": {"name": f"s{i}", "key": "k"}}} for i in range(32)]
+    template = pod(containers=[{"name": "runner", "env": env + env}])
+    secrets = OptInSecrets({"s31"})
+    snapshot = await _observe(template, secrets)
+    assert snapshot.problem is not None and "env[31]" in snapshot.problem.message
+    assert secrets.checked == [f"s{i}" for i in range(32)]

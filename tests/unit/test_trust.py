@@ -12,7 +12,7 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api.runnergroup import GiteaRef
-from gitea_runner_operator.forge.tls import CABundleError, ssl_context_for
+from gitea_runner_operator.forge.tls import CABundleError, bundle_id, ssl_context_for
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.runtime.trust import GiteaTrust
@@ -196,3 +196,35 @@ async def test_a_bundle_is_read_once_per_ttl_with_a_timeout_and_contexts_expire(
     now[0] += 700
     trust.expire(600)
     assert len(trust) == 0
+
+
+def _rewrapped(pem: str, width: int) -> str:
+    body = "".join(pem.split("-----")[2].split())
+    lines = [body[i : i + width] for i in range(0, len(body), width)]
+    return "-----BEGIN CERTIFICATE-----\n" + "\n".join(lines) + "\n-----END CERTIFICATE-----\n"
+
+
+async def test_groups_trusting_the_same_certificates_share_one_context_whatever_the_text():
+    """Each context costs about 0.8 MB (the system's CAs are in it): bundles holding the
+    same certificates (other line breaks, order, repeats or comments) share one."""
+    variants = [
+        TEST_CA,
+        "# corp CA, team b's copy\n" + TEST_CA,
+        TEST_CA.replace("\n", "\r\n"),
+        TEST_CA + TEST_CA,
+        _rewrapped(TEST_CA, 76),
+    ]
+    objects = {
+        ("ConfigMap", f"ca-{i}"): SimpleNamespace(data={"ca.pem": pem}, binary_data=None)
+        for i, pem in enumerate(variants)
+    }
+    trust = GiteaTrust(reader(objects))
+    got = [
+        await trust.context_for(f"team-{i}", gitea("configMapKeyRef", name=f"ca-{i}"))
+        for i in range(len(variants))
+    ]
+    assert len(trust) == 1
+    assert len({id(context) for context, _ in got}) == 1
+    assert len({trust_id for _, trust_id in got}) == 1
+    other = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+    assert bundle_id(TEST_CA + other) == bundle_id(other + TEST_CA) != bundle_id(TEST_CA)

@@ -70,7 +70,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [services]
-  verbs: [create, patch, delete]
+  verbs: [get, create, patch, delete]  # get: only the Service it made is changed
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get, create, delete]

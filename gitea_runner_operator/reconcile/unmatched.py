@@ -1,0 +1,230 @@
+"""Queued jobs that no RunnerGroup will ever serve, decided from plain data.
+
+With ephemeral runners no runner is online while a job waits, so Gitea says "no runner
+matches" for every waiting job, and says nothing useful about the one that truly matches
+none. The operator reads every queued job of the scopes it observes, so it can tell: a job
+is *unmatched* when no group of its Gitea both covers its repository and offers every label
+of its ``runs-on``. The rules are the ones the accounting uses (:class:`Claimant.covers`,
+:class:`Claimant.can_run`), so "unmatched" here means exactly "counted by no group" there.
+
+Two causes, told apart because they are fixed by different people:
+- ``labels``: no group of that Gitea offers the label set at all (a typo such as
+  ``ubuntu-lastest``, or a label nobody provides): the workflow's author fixes ``runs-on``;
+- ``scope``: groups offer the labels, but none covers the job's repository: the platform
+  team widens a scope or adds a group.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.reconcile.accounting import Claimant, Repository, job_repository
+
+# Label sets per Gitea shown in metrics on their own; the rest add up in OTHER.
+MAX_LABEL_SETS = 20
+OTHER = "other"
+MAX_LABEL_TEXT = 120
+# Gitea stamps unclaimed times as the zero time; anything before this is "unknown".
+_REAL_TIME = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+
+
+class Cause(StrEnum):
+    LABELS = "labels"  # no group of that Gitea offers every runs-on label
+    SCOPE = "scope"  # some group offers the labels, none covers the job's repository
+
+
+@dataclass(frozen=True, slots=True)
+class Sighting:
+    """One group's latest list of queued jobs (its scope's, as its token sees them)."""
+
+    url: str  # normalised Gitea URL
+    observer: str  # the group's namespace/name
+    jobs: Sequence[ActionJob]
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """What one group can serve: its Gitea and its claimant (scope and labels)."""
+
+    url: str
+    claimant: Claimant
+
+
+@dataclass(frozen=True, slots=True)
+class UnmatchedSet:
+    """The unmatched queued jobs of one Gitea with one label set."""
+
+    url: str
+    labels: tuple[str, ...]  # sorted
+    cause: Cause
+    jobs: tuple[ActionJob, ...]  # oldest (lowest id) first
+    observers: frozenset[str]  # the groups whose observation listed one of them
+    # (asked, nearest offered) for each label no group of that Gitea offers, when one is close.
+    nearest: tuple[tuple[str, str], ...] = ()
+    # Groups that offer the labels but whose scope misses the repositories (cause scope).
+    offered_by: tuple[str, ...] = ()
+
+    @property
+    def label_text(self) -> str:
+        return label_text(self.labels)
+
+    def oldest_created(self) -> dt.datetime | None:
+        times = [t for j in self.jobs if (t := real_time(j.created_at)) is not None]
+        return min(times, default=None)
+
+
+def label_text(labels: Iterable[str]) -> str:
+    """A label set as one bounded metric label value: sorted, comma-joined."""
+    text = ",".join(sorted(labels)) or "(none)"
+    return text if len(text) <= MAX_LABEL_TEXT else text[: MAX_LABEL_TEXT - 3] + "..."
+
+
+def real_time(value: dt.datetime | None) -> dt.datetime | None:
+    """Gitea's timestamp, or None for the zero time it gives what has not happened."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value if value >= _REAL_TIME else None
+
+
+def nearest_label(label: str, offered: Iterable[str]) -> str | None:
+    """The offered label a typo most likely meant (``ubuntu-lastest`` -> ``ubuntu-latest``)."""
+    close = difflib.get_close_matches(label, sorted(set(offered)), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> list[UnmatchedSet]:
+    """Every queued job of the sightings that no offer of its Gitea can serve, by label set.
+    A job listed by several groups counts once; every group that listed it is an observer."""
+    by_url: dict[str, list[Claimant]] = {}
+    # Per Gitea and label, the groups offering it: a job's candidates are those offering its
+    # rarest label, so the cost grows with the groups that could matter, not with all.
+    by_label: dict[tuple[str, str], list[Claimant]] = {}
+    for offer in offers:
+        by_url.setdefault(offer.url, []).append(offer.claimant)
+        for label in offer.claimant.offered:
+            by_label.setdefault((offer.url, label), []).append(offer.claimant)
+    jobs: dict[tuple[str, int], ActionJob] = {}
+    observers: dict[tuple[str, int], set[str]] = {}
+    for sighting in sightings:
+        for job in sighting.jobs:
+            if job.status != "queued":
+                continue
+            jobs.setdefault((sighting.url, job.id), job)
+            observers.setdefault((sighting.url, job.id), set()).add(sighting.observer)
+    verdicts: dict[tuple[str, frozenset[str], Repository | None], Cause | None] = {}
+    found: dict[tuple[str, tuple[str, ...]], tuple[Cause, list[ActionJob], set[str]]] = {}
+    for (url, job_id), job in sorted(jobs.items(), key=lambda item: item[0][1]):
+        labels, repository = frozenset(job.labels), job_repository(job)
+        pair = (url, labels, repository)
+        if pair not in verdicts:
+            some = min(
+                (by_label.get((url, label), []) for label in labels),
+                key=len,
+                default=by_url.get(url, []),
+            )
+            verdicts[pair] = _cause(job, repository, some)
+        cause = verdicts[pair]
+        if cause is None:
+            continue
+        key = (url, tuple(sorted(labels)))
+        entry = found.setdefault(key, (cause, [], set()))
+        entry[1].append(job)
+        entry[2].update(observers[(url, job_id)])
+    out = []
+    for (url, names), (cause, listed, seen) in sorted(found.items()):
+        claimants = by_url.get(url, [])
+        out.append(
+            UnmatchedSet(
+                url=url,
+                labels=names,
+                cause=cause,
+                jobs=tuple(listed),
+                observers=frozenset(seen),
+                nearest=_nearest(names, claimants) if cause is Cause.LABELS else (),
+                offered_by=tuple(sorted(c.key for c in claimants if frozenset(names) <= c.offered)),
+            )
+        )
+    return out
+
+
+def _cause(
+    job: ActionJob, repository: Repository | None, claimants: Sequence[Claimant]
+) -> Cause | None:
+    able = [c for c in claimants if c.can_run(job)]
+    if not able:
+        return Cause.LABELS
+    if any(c.covers(repository) for c in able):
+        return None
+    return Cause.SCOPE
+
+
+def _nearest(labels: Sequence[str], claimants: Sequence[Claimant]) -> tuple[tuple[str, str], ...]:
+    offered = {name for c in claimants for name in c.offered}
+    pairs = []
+    for label in labels:
+        if label in offered:
+            continue
+        near = nearest_label(label, offered)
+        if near is not None:
+            pairs.append((label, near))
+    return tuple(pairs)
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """One metric series: a Gitea and a label set (or OTHER)."""
+
+    count: int
+    oldest: dt.datetime | None
+
+
+def buckets(
+    sets: Iterable[UnmatchedSet], cap: int = MAX_LABEL_SETS
+) -> dict[tuple[str, str], Bucket]:
+    """Series for the metric: per Gitea, the ``cap`` label sets with the most jobs (ties by
+    name), and every other set added up under OTHER, so series grow with Gitea instances,
+    not with the label sets workflows invent."""
+    per_url: dict[str, list[UnmatchedSet]] = {}
+    for s in sets:
+        per_url.setdefault(s.url, []).append(s)
+    out: dict[tuple[str, str], Bucket] = {}
+    for url, listed in per_url.items():
+        listed.sort(key=lambda s: (-len(s.jobs), s.label_text))
+        for i, s in enumerate(listed):
+            key = (url, s.label_text if i < cap else OTHER)
+            before = out.get(key)
+            out[key] = _add(before, Bucket(len(s.jobs), s.oldest_created()))
+    return out
+
+
+def _add(a: Bucket | None, b: Bucket) -> Bucket:
+    if a is None:
+        return b
+    times = [t for t in (a.oldest, b.oldest) if t is not None]
+    return Bucket(a.count + b.count, min(times, default=None))
+
+
+def describe(s: UnmatchedSet) -> str:
+    """The Event message: the label set, what to do, and an example job's URL."""
+    example = s.jobs[0].url or f"job {s.jobs[0].id}"
+    head = f"{len(s.jobs)} queued job(s) with runs-on [{', '.join(s.labels)}] match no RunnerGroup"
+    if s.cause is Cause.LABELS:
+        hint = "; no group of this Gitea offers " + (
+            " ".join(f"{a!r} (did you mean {b!r}?)" for a, b in s.nearest)
+            if s.nearest
+            else "this label set"
+        )
+    else:
+        hint = (
+            f"; the label set is offered by {', '.join(s.offered_by[:3])}"
+            + (" ..." if len(s.offered_by) > 3 else "")
+            + ", whose scope does not cover the job's repository"
+        )
+    return f"{head}{hint}. Example: {example}"

@@ -1,0 +1,131 @@
+"""Why is my job waiting? Against the real API server and a real Gitea, each cause shows up
+where the user looks: the Event, the group's status, the metric, and ``why <job URL>``.
+
+Written for issue 26; covers a typo label and a group at capacity (the other causes, an
+uncovered repository, a quota refusal, Pods that never start and a peer serving the job,
+are unit-tested in tests/unit/test_unmatched.py, test_waiting.py and test_why.py)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests.integration import manifests
+from tests.integration.conftest import (
+    group_status,
+    kwok_image,
+    make_tokens,
+    runner_group,
+    wait_until,
+)
+from tests.integration.test_signals import events
+
+pytestmark = pytest.mark.integration
+
+TYPO = """\
+name: typo
+on: [push]
+jobs:
+  build: {runs-on: gro-linx, steps: [{run: echo typo}]}
+"""
+
+THREE = """\
+name: three
+on: [push]
+jobs:
+  a: {runs-on: gro-linux, steps: [{run: echo a}]}
+  b: {runs-on: gro-linux, steps: [{run: echo b}]}
+  c: {runs-on: gro-linux, steps: [{run: echo c}]}
+"""
+
+
+def metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def why(cluster: Any, ns: str, job_url: str) -> str:
+    """The command a user runs, as a user runs it: the admin's kubeconfig, a Gitea token."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gitea_runner_operator", "why", job_url,
+         "--token", cluster.gitea_token, "--kubeconfig", str(cluster.kubeconfig),
+         "--namespace", ns],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_typo_label_is_named_with_the_label_it_meant(
+    kube, gitea, cluster, team_namespace, gitea_target, start_operator
+):
+    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
+    make_tokens(kube, ns, cluster, gitea_target)
+    gitea.push_workflow(org, repo, "typo.yml", TYPO)
+    (job,) = gitea.wait_for_jobs(org, repo, "queued", count=1)
+    operator = start_operator(ns)
+    manifests.apply(kube, runner_group("ci", target=gitea_target, url=cluster.gitea_url),
+                    namespace=ns)  # fmt: skip
+
+    warning = wait_until(
+        lambda: next((e for e in events(kube, ns) if e["reason"] == "UnmatchedJobs"), None),
+        what="an UnmatchedJobs Event",
+    )
+    assert warning["type"] == "Warning"
+    assert warning["involvedObject"]["name"] == "ci"
+    assert "runs-on [gro-linx]" in warning["message"]
+    assert "did you mean 'gro-linux'?" in warning["message"]
+    assert job["url"] in warning["message"]
+    wait_until(
+        lambda: 'labels="gro-linx"} 1.0' in metrics(operator.health_port),
+        what="the unmatched_jobs metric",
+    )
+    assert group_status(kube, ns, "ci").get("queuedJobs") == 0  # not this group's demand
+
+    text = why(cluster, ns, job["url"])
+    assert "Could serve it: none" in text
+    assert f"{ns}/ci: it does not offer 'gro-linx' (it offers 'gro-linux')" in text
+    assert "did you mean 'gro-linux'" in text
+
+
+def test_a_group_at_capacity_says_so_in_status_metrics_and_why(
+    kube, gitea, cluster, team_namespace, gitea_target, start_operator, kwok
+):
+    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
+    make_tokens(kube, ns, cluster, gitea_target)
+    gitea.push_workflow(org, repo, "three.yml", THREE)
+    jobs = gitea.wait_for_jobs(org, repo, "queued", count=3)
+    operator = start_operator(ns)
+    # kwok keeps the runner Pods running, unregistered: two runners "starting", at the max.
+    manifests.apply(
+        kube,
+        runner_group("ci", target=gitea_target, url=cluster.gitea_url, image=kwok_image(600)),
+        namespace=ns,
+    )  # fmt: skip
+
+    status = wait_until(
+        lambda: (s := group_status(kube, ns, "ci")).get("waiting", {}).get("atCapacity") == 1 and s,
+        what="status.waiting.atCapacity == 1",
+    )
+    assert status["waiting"]["startingRunner"] == 2
+    assert status["waiting"]["heldBack"]["count"] == 0
+    assert status["waiting"]["servedByPeer"] == {"count": 0, "groups": []}
+    assert status["oldestQueuedTime"].endswith("Z")
+    if kubectl := shutil.which("kubectl"):  # optional in the testbed
+        printed = subprocess.run(
+            [kubectl, "--kubeconfig", str(cluster.kubeconfig), "-n", ns, "get", "rg", "ci"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        assert "OLDEST WAITING" in printed.stdout
+    text = metrics(operator.health_port)
+    assert f'gitea_runner_operator_waiting_jobs{{namespace="{ns}",reason="at_capacity",' in text
+
+    newest = max(jobs, key=lambda j: j["id"])
+    out = why(cluster, ns, newest["url"])
+    assert f"Should serve it: {ns}/ci" in out
+    assert "at maxActiveRunners (2 of 2 active)" in out
