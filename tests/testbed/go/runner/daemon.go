@@ -40,14 +40,8 @@ func daemonCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	// act's docker client reads DOCKER_HOST (and DOCKER_TLS_VERIFY, DOCKER_CERT_PATH)
-	// from the environment; container.docker_host overrides it ("-": none).
-	if h := cfg.Container.DockerHost; h != "" && h != "-" {
-		_ = os.Setenv("DOCKER_HOST", h)
-	}
-	daemonSocket := dockerHost(cfg)
-
-	if err := checkDocker(cfg, labels); err != nil {
+	daemonSocket, err := prepareDocker(cfg, labels)
+	if err != nil {
 		return err
 	}
 
