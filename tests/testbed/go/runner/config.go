@@ -131,9 +131,6 @@ func LoadConfig(path string) (*Config, error) {
 	if k.WorkdirParent == "" {
 		k.WorkdirParent = "workspace"
 	}
-	if k.DockerTimeout <= 0 {
-		k.DockerTimeout = 5 * time.Second
-	}
 	if cfg.Host.WorkdirParent == "" {
 		home, _ := os.UserHomeDir()
 		cfg.Host.WorkdirParent = filepath.Join(home, ".cache", "act")

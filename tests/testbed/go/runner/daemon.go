@@ -40,19 +40,14 @@ func daemonCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	// act's docker client reads DOCKER_HOST (and DOCKER_TLS_VERIFY, DOCKER_CERT_PATH)
-	// from the environment; container.docker_host overrides it ("-": none).
-	if h := cfg.Container.DockerHost; h != "" && h != "-" {
-		_ = os.Setenv("DOCKER_HOST", h)
-	}
-
-	if err := checkDocker(cfg, labels); err != nil {
+	daemonSocket, err := prepareDocker(cfg, labels)
+	if err != nil {
 		return err
 	}
 
 	cli := NewClient(reg.Address, cfg.Runner.Insecure, reg.UUID, reg.Token)
 	d := &Daemon{cfg: cfg, cli: cli, once: *once || reg.Ephemeral,
-		tasks: &TaskRunner{cfg: cfg, reg: reg, labels: labels}}
+		tasks: &TaskRunner{cfg: cfg, reg: reg, labels: labels, daemonSocket: daemonSocket}}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	_, err = cli.Declare(ctx, connect.NewRequest(&runnerv1.DeclareRequest{Version: Version, Labels: Names(labels)}))

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -29,6 +28,9 @@ type TaskRunner struct {
 	labels   []Label
 	cacheURL string       // in-process cache handler's URL ("" when none)
 	cache    *CacheClient // external cache server (nil when none)
+	// daemonSocket is act's ContainerDaemonSocket: the docker daemon mounted
+	// into job containers as /var/run/docker.sock ("-": none; "": act's default).
+	daemonSocket string
 }
 
 // discardLoggerFactory gives act job loggers that print nothing: their entries
@@ -180,23 +182,15 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 		return ""
 	}
 	hostMode := job.Container() == nil && pick(job.RunsOn()) == "-self-hosted"
-	var workdir, cleanup string
+	// In a container, the workspace is <container.workdir_parent>/<owner>/<repo>.
+	// In host mode act runs steps in a fresh directory of its own under
+	// ActionCacheDir (removed at the job's end) and maps Workdir onto it.
+	workdir := "/" + strings.Trim(t.cfg.Container.WorkdirParent, "/") + "/" + preset.Repository
 	if hostMode {
-		cleanup = filepath.Join(t.cfg.Host.WorkdirParent, fmt.Sprintf("task-%d", task.GetId()))
-		workdir = filepath.Join(cleanup, filepath.FromSlash(preset.Repository))
-		if err := os.MkdirAll(workdir, 0o755); err != nil {
-			return fmt.Errorf("create the job's working directory: %w", err)
-		}
-		defer os.RemoveAll(cleanup)
-	} else {
-		workdir = "/" + strings.Trim(t.cfg.Container.WorkdirParent, "/") + "/" + preset.Repository
+		workdir = filepath.Join(t.cfg.Host.WorkdirParent, fmt.Sprintf("task-%d", task.GetId()), filepath.FromSlash(preset.Repository))
 	}
 
 	level := log.TraceLevel // every entry reaches the hook; it keeps rows up to log.level
-	daemonSocket := t.cfg.Container.DockerHost
-	if daemonSocket == "" {
-		daemonSocket = os.Getenv("DOCKER_HOST")
-	}
 	rcfg := &runner.Config{
 		Actor:                 preset.Actor,
 		Workdir:               workdir,
@@ -215,7 +209,7 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 		Token:                 preset.Token,
 		InsecureSecrets:       false,
 		Privileged:            t.cfg.Container.Privileged,
-		ContainerDaemonSocket: daemonSocket,
+		ContainerDaemonSocket: t.daemonSocket,
 		ContainerOptions:      t.cfg.Container.Options,
 		UseGitIgnore:          false,
 		GitHubInstance:        server,
@@ -244,7 +238,7 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 	if !hostMode {
 		mode = "container"
 	}
-	rep.Logf("job %s in %s mode, working directory %s", jobID, mode, workdir)
+	rep.Logf("job %s in %s mode", jobID, mode)
 
 	execCtx := common.WithLoggerHook(ctx, rep)
 	execCtx = runner.WithJobLoggerFactory(execCtx, discardLoggerFactory{})
