@@ -28,6 +28,7 @@ import json
 from typing import Any, Final
 
 from gitea_runner_operator.forge.errors import GiteaAnswerTooLarge, GiteaProtocolError
+from gitea_runner_operator.kit.jsonlimits import too_deep
 
 # A page of 50 runners or jobs is tens of KiB; Forgejo's unpaged job list a few MiB.
 ANSWER_MAX_BYTES: Final = 16 * 1024 * 1024
@@ -98,7 +99,7 @@ def parse(body: bytes, where: str) -> Any:
         value = json.loads(body)
     except (ValueError, RecursionError):
         raise GiteaProtocolError(f"{where}: response is not JSON") from None
-    if _too_deep(value, MAX_JSON_DEPTH):
+    if too_deep(value, MAX_JSON_DEPTH):
         raise GiteaProtocolError(f"{where}: response nests deeper than Gitea's API")
     return value
 
@@ -109,21 +110,3 @@ async def decode(body: bytes, where: str) -> Any:
         return parse(body, where)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_PARSING, parse, body, where)
-
-
-def _too_deep(value: Any, limit: int) -> bool:
-    """Whether parsed JSON nests deeper than ``limit``; iterative, so it cannot itself hit
-    the recursion limit, and linear in the size of what was parsed."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False

@@ -38,6 +38,7 @@ from typing import Any, Final, TypeVar
 
 import structlog
 
+from gitea_runner_operator.kit.jsonlimits import too_deep
 from gitea_runner_operator.webhook import signature
 from gitea_runner_operator.webhook.routing import Repository, parse_repository
 
@@ -114,7 +115,7 @@ def parse_body(body: bytes) -> Any:
         payload = json.loads(body)
     except (ValueError, RecursionError):
         raise Malformed("body: not JSON") from None
-    if _depth_over(payload, MAX_DEPTH):
+    if too_deep(payload, MAX_DEPTH):
         raise Malformed("body: nested too deeply")
     return payload
 
@@ -140,28 +141,11 @@ def repository_hint(body: bytes) -> Repository | None:
             value, _ = _DECODER.raw_decode(text, match.end())
         except (ValueError, RecursionError):
             continue
-        if isinstance(value, dict) and not _depth_over(value, MAX_DEPTH):
+        if isinstance(value, dict) and not too_deep(value, MAX_DEPTH):
             repository = parse_repository({"repository": value})
             if repository is not None:
                 return repository
     return None
-
-
-def _depth_over(value: Any, limit: int) -> bool:
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children: Any
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
 
 
 class ReadGate:
