@@ -11,7 +11,6 @@ import (
 
 	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
 	"connectrpc.com/connect"
-	"github.com/nektos/act/pkg/artifactcache"
 	log "github.com/sirupsen/logrus"
 )
 
@@ -62,13 +61,12 @@ func daemonCmd(args []string) error {
 	if s := cfg.Cache.ExternalServer; s != "" {
 		d.tasks.cache = NewCacheClient(s, cfg.Cache.ExternalSecret)
 	} else if *cfg.Cache.Enabled {
-		h, err := artifactcache.StartHandler(cfg.Cache.Dir, cfg.Cache.Host, cfg.Cache.Port, log.StandardLogger().WithField("module", "cache"))
+		local, err := StartLocalCache(cfg)
 		if err != nil {
 			log.WithError(err).Error("cannot start the cache server; jobs run without a cache")
 		} else {
-			defer h.Close()
-			d.tasks.cacheURL = h.ExternalURL() + "/"
-			log.Infof("cache handler listens on %s", d.tasks.cacheURL)
+			defer local.Close()
+			d.tasks.cache = local
 		}
 	}
 	return d.Run()

@@ -23,11 +23,10 @@ import (
 
 // TaskRunner runs one task's job on act.
 type TaskRunner struct {
-	cfg      *Config
-	reg      *Registration
-	labels   []Label
-	cacheURL string       // in-process cache handler's URL ("" when none)
-	cache    *CacheClient // external cache server (nil when none)
+	cfg    *Config
+	reg    *Registration
+	labels []Label
+	cache  JobCache // the cache server jobs use (nil when none)
 	// daemonSocket is act's ContainerDaemonSocket: the docker daemon mounted
 	// into job containers as /var/run/docker.sock ("-": none; "": act's default).
 	daemonSocket string
@@ -138,6 +137,9 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 		rep.mu.Unlock()
 	}
 	runtimeToken := tc.str("gitea_runtime_token")
+	if runtimeToken == "" {
+		runtimeToken = preset.Token // Gitea releases before the runtime token
+	}
 	if runtimeToken != "" {
 		rep.mu.Lock()
 		rep.addSecret(runtimeToken)
@@ -155,8 +157,8 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 	env["ACTIONS_RESULTS_URL"] = server
 	env["ACTIONS_RUNTIME_TOKEN"] = runtimeToken
 	if t.cache != nil {
-		// The external cache server lets this job's runtime token read and write
-		// its repository's entries from now until the job ends.
+		// The cache server lets this job's runtime token read and write its
+		// repository's entries from now until the job ends.
 		if err := t.cache.Register(ctx, runtimeToken, preset.Repository); err != nil {
 			rep.Logf("cache server: %v (the job runs without a cache)", err)
 		} else {
@@ -167,8 +169,6 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 				}
 			}()
 		}
-	} else if t.cacheURL != "" {
-		env["ACTIONS_CACHE_URL"] = t.cacheURL
 	}
 
 	pick := func(runsOn []string) string {
