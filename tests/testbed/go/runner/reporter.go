@@ -61,6 +61,13 @@ func NewReporter(cli *Client, task *runnerv1.Task, cancelJob context.CancelFunc,
 	return r
 }
 
+// AddSecret masks v (and each of its lines) in every later log row.
+func (r *Reporter) AddSecret(v string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.addSecret(v)
+}
+
 func (r *Reporter) addSecret(v string) {
 	v = strings.TrimSpace(v)
 	if v == "" {

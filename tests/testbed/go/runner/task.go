@@ -126,24 +126,26 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 	for k, v := range task.GetSecrets() {
 		secrets[k] = v
 	}
+	// The job token Gitea put in the secrets wins over the context's.
+	for _, k := range []string{"GITHUB_TOKEN", "GITEA_TOKEN"} {
+		if secrets[k] != "" {
+			preset.Token = secrets[k]
+		}
+	}
 	if preset.Token != "" {
 		for _, k := range []string{"GITHUB_TOKEN", "GITEA_TOKEN"} {
 			if secrets[k] == "" {
 				secrets[k] = preset.Token
 			}
 		}
-		rep.mu.Lock()
-		rep.addSecret(preset.Token)
-		rep.mu.Unlock()
+		rep.AddSecret(preset.Token)
 	}
 	runtimeToken := tc.str("gitea_runtime_token")
 	if runtimeToken == "" {
 		runtimeToken = preset.Token // Gitea releases before the runtime token
 	}
 	if runtimeToken != "" {
-		rep.mu.Lock()
-		rep.addSecret(runtimeToken)
-		rep.mu.Unlock()
+		rep.AddSecret(runtimeToken)
 	}
 
 	server := strings.TrimSuffix(t.reg.Address, "/")
@@ -156,6 +158,12 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 	env["ACTIONS_RUNTIME_URL"] = server + "/api/actions_pipeline/"
 	env["ACTIONS_RESULTS_URL"] = server
 	env["ACTIONS_RUNTIME_TOKEN"] = runtimeToken
+	if u := tc.str("actions_id_token_request_url"); u != "" { // OIDC, when Gitea offers it
+		env["ACTIONS_ID_TOKEN_REQUEST_URL"] = u
+		env["ACTIONS_ID_TOKEN_REQUEST_TOKEN"] = tc.str("actions_id_token_request_token")
+		secrets["ACTIONS_ID_TOKEN_REQUEST_TOKEN"] = env["ACTIONS_ID_TOKEN_REQUEST_TOKEN"]
+		rep.AddSecret(env["ACTIONS_ID_TOKEN_REQUEST_TOKEN"])
+	}
 	if t.cache != nil {
 		// The cache server lets this job's runtime token read and write its
 		// repository's entries from now until the job ends.
