@@ -116,14 +116,16 @@ func (d *Daemon) Run() error {
 		}
 	}
 poll:
-	for {
+	for pollCtx.Err() == nil {
 		select {
 		case slots <- struct{}{}:
 		case <-pollCtx.Done():
 			break poll
 		}
-		task, err := d.fetch(pollCtx, &version)
-		if pollCtx.Err() != nil {
+		// A fetch under way is not cut short by a signal: Gitea may already have
+		// assigned the task, which would then be lost. A task it returns runs.
+		task, err := d.fetch(context.Background(), &version)
+		if task == nil && pollCtx.Err() != nil {
 			<-slots
 			break
 		}
