@@ -22,6 +22,9 @@ func daemonCmd(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// From here on SIGINT/SIGTERM end the daemon with exit code 0 (see Run).
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	cfg, err := LoadConfig(*configFile)
 	if err != nil {
 		return err
@@ -69,7 +72,7 @@ func daemonCmd(args []string) error {
 			d.tasks.cache = local
 		}
 	}
-	return d.Run()
+	return d.Run(sig)
 }
 
 // Daemon polls Gitea for tasks and runs them, up to runner.capacity at once.
@@ -83,13 +86,10 @@ type Daemon struct {
 	running map[int64]context.CancelFunc
 }
 
-// Run polls until a signal (or, with once, until its task has ended).
-func (d *Daemon) Run() error {
+// Run polls until a signal on sig (or, with once, until its task has ended).
+func (d *Daemon) Run(sig <-chan os.Signal) error {
 	d.running = map[int64]context.CancelFunc{}
 	shutdown := make(chan struct{})
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
 	pollCtx, stopPolling := context.WithCancel(context.Background())
 	defer stopPolling()
 	go func() {
@@ -144,12 +144,7 @@ poll:
 			continue
 		}
 		interval = d.cfg.Runner.FetchInterval
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			d.runTask(task)
-		}()
+		d.startTask(task, &wg, func() { <-slots })
 		if d.once {
 			break
 		}
@@ -207,13 +202,24 @@ func (d *Daemon) fetch(ctx context.Context, version *int64) (*runnerv1.Task, err
 	return task, nil
 }
 
-func (d *Daemon) runTask(task *runnerv1.Task) {
+// startTask counts the task as running at once (shutdown looks at that) and
+// runs it in the background.
+func (d *Daemon) startTask(task *runnerv1.Task, wg *sync.WaitGroup, done func()) {
 	// The job's context is not the daemon's: a signal does not cancel it (see Run).
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Runner.Timeout)
-	defer cancel()
 	d.mu.Lock()
 	d.running[task.GetId()] = cancel
 	d.mu.Unlock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer done()
+		defer cancel()
+		d.runTask(ctx, cancel, task)
+	}()
+}
+
+func (d *Daemon) runTask(ctx context.Context, cancel context.CancelFunc, task *runnerv1.Task) {
 	defer func() {
 		d.mu.Lock()
 		delete(d.running, task.GetId())
