@@ -11,6 +11,15 @@ import (
 	"time"
 )
 
+// JobCache is the cache server a job uses: Register lets the job's runtime
+// token read and write the repository's entries, Revoke ends that, URL is the
+// job's ACTIONS_CACHE_URL.
+type JobCache interface {
+	Register(ctx context.Context, token, repo string) error
+	Revoke(ctx context.Context, token string) error
+	URL() string
+}
+
 // CacheClient lets a job's runtime token use the external cache server
 // (cache.external_server) for the job's repository, and revokes it afterwards.
 type CacheClient struct {

@@ -254,16 +254,27 @@ func (s *CacheServer) internal(w http.ResponseWriter, r *http.Request, register 
 		writeError(w, http.StatusBadRequest, "want JSON {\"token\": ..., \"repo\": \"owner/name\"}")
 		return
 	}
-	s.mu.Lock()
 	if register {
-		s.tokens[body.Token] = strings.ToLower(body.Repo)
+		s.allow(body.Token, body.Repo)
 	} else {
-		delete(s.tokens, body.Token)
+		s.forbid(body.Token)
 	}
-	n := len(s.tokens)
-	s.mu.Unlock()
-	log.Debugf("cache server: register=%v repo=%s (%d tokens)", register, body.Repo, n)
 	writeJSON(w, http.StatusOK, map[string]any{})
+}
+
+// allow lets token read and write repo's entries.
+func (s *CacheServer) allow(token, repo string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokens[token] = strings.ToLower(repo)
+	log.Debugf("cache server: token registered for %s (%d tokens)", repo, len(s.tokens))
+}
+
+// forbid revokes token.
+func (s *CacheServer) forbid(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.tokens, token)
 }
 
 // find: the newest complete entry of the repository whose key equals one of

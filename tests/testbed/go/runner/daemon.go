@@ -11,7 +11,6 @@ import (
 
 	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
 	"connectrpc.com/connect"
-	"github.com/nektos/act/pkg/artifactcache"
 	log "github.com/sirupsen/logrus"
 )
 
@@ -23,6 +22,9 @@ func daemonCmd(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// From here on SIGINT/SIGTERM end the daemon with exit code 0 (see Run).
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	cfg, err := LoadConfig(*configFile)
 	if err != nil {
 		return err
@@ -62,16 +64,15 @@ func daemonCmd(args []string) error {
 	if s := cfg.Cache.ExternalServer; s != "" {
 		d.tasks.cache = NewCacheClient(s, cfg.Cache.ExternalSecret)
 	} else if *cfg.Cache.Enabled {
-		h, err := artifactcache.StartHandler(cfg.Cache.Dir, cfg.Cache.Host, cfg.Cache.Port, log.StandardLogger().WithField("module", "cache"))
+		local, err := StartLocalCache(cfg)
 		if err != nil {
 			log.WithError(err).Error("cannot start the cache server; jobs run without a cache")
 		} else {
-			defer h.Close()
-			d.tasks.cacheURL = h.ExternalURL() + "/"
-			log.Infof("cache handler listens on %s", d.tasks.cacheURL)
+			defer local.Close()
+			d.tasks.cache = local
 		}
 	}
-	return d.Run()
+	return d.Run(sig)
 }
 
 // Daemon polls Gitea for tasks and runs them, up to runner.capacity at once.
@@ -85,13 +86,10 @@ type Daemon struct {
 	running map[int64]context.CancelFunc
 }
 
-// Run polls until a signal (or, with once, until its task has ended).
-func (d *Daemon) Run() error {
+// Run polls until a signal on sig (or, with once, until its task has ended).
+func (d *Daemon) Run(sig <-chan os.Signal) error {
 	d.running = map[int64]context.CancelFunc{}
 	shutdown := make(chan struct{})
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
 	pollCtx, stopPolling := context.WithCancel(context.Background())
 	defer stopPolling()
 	go func() {
@@ -118,14 +116,16 @@ func (d *Daemon) Run() error {
 		}
 	}
 poll:
-	for {
+	for pollCtx.Err() == nil {
 		select {
 		case slots <- struct{}{}:
 		case <-pollCtx.Done():
 			break poll
 		}
-		task, err := d.fetch(pollCtx, &version)
-		if pollCtx.Err() != nil {
+		// A fetch under way is not cut short by a signal: Gitea may already have
+		// assigned the task, which would then be lost. A task it returns runs.
+		task, err := d.fetch(context.Background(), &version)
+		if task == nil && pollCtx.Err() != nil {
 			<-slots
 			break
 		}
@@ -144,12 +144,7 @@ poll:
 			continue
 		}
 		interval = d.cfg.Runner.FetchInterval
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			d.runTask(task)
-		}()
+		d.startTask(task, &wg, func() { <-slots })
 		if d.once {
 			break
 		}
@@ -207,13 +202,24 @@ func (d *Daemon) fetch(ctx context.Context, version *int64) (*runnerv1.Task, err
 	return task, nil
 }
 
-func (d *Daemon) runTask(task *runnerv1.Task) {
+// startTask counts the task as running at once (shutdown looks at that) and
+// runs it in the background.
+func (d *Daemon) startTask(task *runnerv1.Task, wg *sync.WaitGroup, done func()) {
 	// The job's context is not the daemon's: a signal does not cancel it (see Run).
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Runner.Timeout)
-	defer cancel()
 	d.mu.Lock()
 	d.running[task.GetId()] = cancel
 	d.mu.Unlock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer done()
+		defer cancel()
+		d.runTask(ctx, cancel, task)
+	}()
+}
+
+func (d *Daemon) runTask(ctx context.Context, cancel context.CancelFunc, task *runnerv1.Task) {
 	defer func() {
 		d.mu.Lock()
 		delete(d.running, task.GetId())

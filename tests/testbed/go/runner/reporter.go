@@ -61,6 +61,13 @@ func NewReporter(cli *Client, task *runnerv1.Task, cancelJob context.CancelFunc,
 	return r
 }
 
+// AddSecret masks v (and each of its lines) in every later log row.
+func (r *Reporter) AddSecret(v string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.addSecret(v)
+}
+
 func (r *Reporter) addSecret(v string) {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -273,34 +280,53 @@ func (r *Reporter) Close(jobErr error, cancelled bool) {
 	}
 }
 
+// maxRowsPerUpdate bounds one UpdateLog request: a burst of output is sent
+// in several.
+const maxRowsPerUpdate = 2000
+
+// reportLog sends the rows not yet acknowledged, in batches; with noMore the
+// last batch says the log is complete, and every row must be acknowledged.
 func (r *Reporter) reportLog(noMore bool) error {
-	r.mu.Lock()
-	rows := append([]*runnerv1.LogRow(nil), r.rows...)
-	offset := r.offset
-	r.mu.Unlock()
-	if len(rows) == 0 && !noMore {
-		return nil
+	for {
+		r.mu.Lock()
+		rows := r.rows
+		if len(rows) > maxRowsPerUpdate {
+			rows = rows[:maxRowsPerUpdate]
+		}
+		rows = append([]*runnerv1.LogRow(nil), rows...)
+		last := len(rows) == len(r.rows)
+		offset := r.offset
+		r.mu.Unlock()
+		if len(rows) == 0 && !noMore {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		resp, err := r.cli.UpdateLog(ctx, connect.NewRequest(&runnerv1.UpdateLogRequest{
+			TaskId: r.taskID, Index: offset, Rows: rows, NoMore: noMore && last,
+		}))
+		cancel()
+		if err != nil {
+			return err
+		}
+		ack := resp.Msg.GetAckIndex()
+		end := offset + int64(len(rows))
+		if ack < offset || ack > end {
+			return fmt.Errorf("gitea acknowledged log index %d, sent %d..%d", ack, offset, end)
+		}
+		r.mu.Lock()
+		r.rows = r.rows[ack-r.offset:]
+		r.offset = ack
+		r.mu.Unlock()
+		if ack < end {
+			if noMore {
+				return errors.New("not all log rows were acknowledged")
+			}
+			return nil
+		}
+		if last {
+			return nil
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := r.cli.UpdateLog(ctx, connect.NewRequest(&runnerv1.UpdateLogRequest{
-		TaskId: r.taskID, Index: offset, Rows: rows, NoMore: noMore,
-	}))
-	if err != nil {
-		return err
-	}
-	ack := resp.Msg.GetAckIndex()
-	if ack < offset || ack > offset+int64(len(rows)) {
-		return fmt.Errorf("gitea acknowledged log index %d, sent %d..%d", ack, offset, offset+int64(len(rows)))
-	}
-	r.mu.Lock()
-	r.rows = r.rows[ack-r.offset:]
-	r.offset = ack
-	r.mu.Unlock()
-	if noMore && ack < offset+int64(len(rows)) {
-		return errors.New("not all log rows were acknowledged")
-	}
-	return nil
 }
 
 func (r *Reporter) reportState(final bool) error {

@@ -23,11 +23,10 @@ import (
 
 // TaskRunner runs one task's job on act.
 type TaskRunner struct {
-	cfg      *Config
-	reg      *Registration
-	labels   []Label
-	cacheURL string       // in-process cache handler's URL ("" when none)
-	cache    *CacheClient // external cache server (nil when none)
+	cfg    *Config
+	reg    *Registration
+	labels []Label
+	cache  JobCache // the cache server jobs use (nil when none)
 	// daemonSocket is act's ContainerDaemonSocket: the docker daemon mounted
 	// into job containers as /var/run/docker.sock ("-": none; "": act's default).
 	daemonSocket string
@@ -127,21 +126,26 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 	for k, v := range task.GetSecrets() {
 		secrets[k] = v
 	}
+	// The job token Gitea put in the secrets wins over the context's.
+	for _, k := range []string{"GITHUB_TOKEN", "GITEA_TOKEN"} {
+		if secrets[k] != "" {
+			preset.Token = secrets[k]
+		}
+	}
 	if preset.Token != "" {
 		for _, k := range []string{"GITHUB_TOKEN", "GITEA_TOKEN"} {
 			if secrets[k] == "" {
 				secrets[k] = preset.Token
 			}
 		}
-		rep.mu.Lock()
-		rep.addSecret(preset.Token)
-		rep.mu.Unlock()
+		rep.AddSecret(preset.Token)
 	}
 	runtimeToken := tc.str("gitea_runtime_token")
+	if runtimeToken == "" {
+		runtimeToken = preset.Token // Gitea releases before the runtime token
+	}
 	if runtimeToken != "" {
-		rep.mu.Lock()
-		rep.addSecret(runtimeToken)
-		rep.mu.Unlock()
+		rep.AddSecret(runtimeToken)
 	}
 
 	server := strings.TrimSuffix(t.reg.Address, "/")
@@ -154,9 +158,15 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 	env["ACTIONS_RUNTIME_URL"] = server + "/api/actions_pipeline/"
 	env["ACTIONS_RESULTS_URL"] = server
 	env["ACTIONS_RUNTIME_TOKEN"] = runtimeToken
+	if u := tc.str("actions_id_token_request_url"); u != "" { // OIDC, when Gitea offers it
+		env["ACTIONS_ID_TOKEN_REQUEST_URL"] = u
+		env["ACTIONS_ID_TOKEN_REQUEST_TOKEN"] = tc.str("actions_id_token_request_token")
+		secrets["ACTIONS_ID_TOKEN_REQUEST_TOKEN"] = env["ACTIONS_ID_TOKEN_REQUEST_TOKEN"]
+		rep.AddSecret(env["ACTIONS_ID_TOKEN_REQUEST_TOKEN"])
+	}
 	if t.cache != nil {
-		// The external cache server lets this job's runtime token read and write
-		// its repository's entries from now until the job ends.
+		// The cache server lets this job's runtime token read and write its
+		// repository's entries from now until the job ends.
 		if err := t.cache.Register(ctx, runtimeToken, preset.Repository); err != nil {
 			rep.Logf("cache server: %v (the job runs without a cache)", err)
 		} else {
@@ -167,8 +177,6 @@ func (t *TaskRunner) execute(ctx context.Context, rep *Reporter, task *runnerv1.
 				}
 			}()
 		}
-	} else if t.cacheURL != "" {
-		env["ACTIONS_CACHE_URL"] = t.cacheURL
 	}
 
 	pick := func(runsOn []string) string {
