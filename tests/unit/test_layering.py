@@ -24,6 +24,7 @@ LEVEL = {
     "runtime": 3,
     "webhook": 3,
     "health": 4,
+    "uninstall": 4,
     "cli": 5,
     "__main__": 6,
 }
