@@ -17,6 +17,7 @@ import yaml
 from tests.integration import manifests
 from tests.integration.conftest import GROUPS, runner_jobs, unique, wait_until
 from tests.testbed import images
+from tests.testbed.kube import KubeError
 from tests.testbed.realnode import NODE_LABEL
 
 CHART = manifests.REPO / "charts" / "gitea-runner-operator"
@@ -60,6 +61,13 @@ class Install:
             raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
         return proc.stdout
 
+    def kubectl(self, *args: str) -> str:
+        argv = ["kubectl", "--kubeconfig", str(self.kubeconfig), *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed:\n{proc.stderr}")
+        return proc.stdout
+
     def values(self, **values: Any) -> str:
         path = self.workdir / f"values-{len(list(self.workdir.glob('values-*')))}.yaml"
         path.write_text(yaml.safe_dump(values))
@@ -98,7 +106,12 @@ class Install:
 
     def lease(self) -> dict[str, Any]:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{LEASE}"
-        return dict(self.kube.get(path).get("spec") or {})
+        try:
+            return dict(self.kube.get(path).get("spec") or {})
+        except KubeError as exc:
+            if exc.status == 404:  # not taken yet
+                return {}
+            raise
 
     def leader(self) -> str:
         """The leader's Pod name ('' when nobody holds the Lease)."""

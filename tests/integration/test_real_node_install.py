@@ -13,6 +13,7 @@ has no kube-proxy).
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import sys
 import time
@@ -110,6 +111,19 @@ def test_helm_install_runs_the_image_on_the_real_node_and_a_team_gets_a_green_jo
     assert install.conclusion("hello") == "success", install.report()
     assert len(install.runners("first")) == 1
     step("team setup until its first job succeeded", t1)
+
+
+@pytest.mark.skipif(not shutil.which("kubectl"), reason="kubectl is not installed")
+def test_kubectl_shows_the_group_and_explains_every_field(install):
+    header, row = install.kubectl("get", "rg", "-n", install.team, "-o", "wide").splitlines()
+    assert header.split() == [
+        "NAME", "SCOPE", "TARGET", "MAX", "ACTIVE", "QUEUED", "READY", "AGE", "MODE", "REASON",
+    ]  # fmt: skip
+    assert row.split()[:3] == ["first", "org", install.org] and "True" in row.split()
+    explained = install.kubectl("explain", "runnergroup.spec.gitea")
+    assert "The Gitea (or Forgejo) instance the group serves" in " ".join(explained.split())
+    described = install.kubectl("describe", "rg", "first", "-n", install.team)
+    assert "Conditions:" in described and "Max Active Runners:" in described
 
 
 def test_two_replicas_hand_over_when_the_leader_pod_is_deleted(install):
