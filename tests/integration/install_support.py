@@ -5,6 +5,7 @@ README tells a user (Secret, Role and RoleBinding, RunnerGroup)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -98,10 +99,10 @@ class Install:
 
     def wait_rolled(self, replicas: int, image: str | None = None, timeout: float = 240) -> None:
         """Exactly ``replicas`` operator Pods, all Ready (of ``image``), none other left."""
-        wait_until(
+        self.wait(
             lambda: len(self.ready_pods(image)) == replicas == len(self.pods()),
-            timeout=timeout,
-            what=f"{replicas} operator Pod(s) Ready ({image or 'any image'})",
+            f"{replicas} operator Pod(s) Ready ({image or 'any image'})",
+            timeout,
         )
 
     def lease(self) -> dict[str, Any]:
@@ -185,7 +186,7 @@ class Install:
                 "mode": "host",
                 "image": RUNNER_IMAGE,
                 "maxActiveRunners": 2,
-                "pollInterval": "3s",
+                "pollInterval": "5s",
                 "registrationToken": {
                     "secretRef": {"name": "gitea-tokens", "key": "registration-token"}
                 },
@@ -237,9 +238,24 @@ class Install:
         items = self.kube.get(GROUPS.format(ns=namespace or self.team))["items"]
         return [g["metadata"]["name"] for g in items]
 
+    def wait(self, predicate: Any, what: str, timeout: float = 90) -> Any:
+        """wait_until, failing with :meth:`report` (the operator's own logs included)."""
+        try:
+            return wait_until(predicate, timeout=timeout, what=what)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{self.report()}") from None
+
     def report(self) -> str:
         """What a person debugging a failure looks at first."""
-        lines = [f"gitea jobs: {[(n, j['status']) for n, j in self.jobs().items()]}"]
+        lines = [f"lease: {self.lease()}"]
+        for p in self.pods():
+            name = p["metadata"]["name"]
+            with contextlib.suppress(AssertionError):
+                log = self.kubectl("logs", "-n", self.namespace, name, "--tail", "30")
+                lines.append(f"--- log of {name}:\n{log}")
+        if not self.team:
+            return "\n".join(lines)
+        lines.append(f"gitea jobs: {[(n, j['status']) for n, j in self.jobs().items()]}")
         for p in self.pods():
             st = p.get("status") or {}
             lines.append(f"operator pod {p['metadata']['name']}: {st.get('phase')} "

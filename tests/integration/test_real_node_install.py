@@ -100,7 +100,7 @@ def test_helm_install_runs_the_image_on_the_real_node_and_a_team_gets_a_green_jo
     assert pod["spec"]["nodeName"] == NODE_NAME
     status = pod["status"]["containerStatuses"][0]
     assert status["image"].endswith(IMAGE) and status["restartCount"] == 0
-    wait_until(install.leader, timeout=60, what="a leader")
+    install.wait(install.leader, "a leader", timeout=60)
     assert install.leader() == pod["metadata"]["name"]
     step("helm install until the operator Pod is Ready and leads", t0)
 
@@ -138,7 +138,7 @@ def test_two_replicas_hand_over_when_the_leader_pod_is_deleted(install):
     t0 = time.monotonic()
     install.delete_pod(leader)
     install.push("during-failover", label, ["echo queued during the handover"])
-    wait_until(lambda: install.leader() == standby, timeout=90, what="the standby leads")
+    install.wait(lambda: install.leader() == standby, "the standby leads")
     step("leader Pod deleted until the standby leads", t0)
     assert install.conclusion("during-failover") == "success", install.report()
     assert len(install.runners("failover")) == 1  # exactly one runner for the job
@@ -151,7 +151,7 @@ def test_a_graceful_stop_releases_the_lease_and_a_crash_waits_for_its_expiry(ins
     renewed = install.lease()["renewTime"]
     t0 = time.monotonic()
     install.delete_pod(leader, grace=20)
-    wait_until(lambda: install.leader() == standby, timeout=60, what="the standby leads")
+    install.wait(lambda: install.leader() == standby, "the standby leads", timeout=60)
     released = step("graceful stop: deletion until the standby leads (Lease released)", t0)
     wait_until(lambda: install.pod_gone(leader), timeout=40, what="the old leader stopped")
     stopped = step("graceful stop: deletion until the old leader's Pod is gone", t0)
@@ -170,7 +170,7 @@ def test_a_graceful_stop_releases_the_lease_and_a_crash_waits_for_its_expiry(ins
          "kill", "-s", "SIGKILL", install.container_id(leader)],
         check=True, capture_output=True,
     )  # fmt: skip
-    wait_until(lambda: install.leader() == standby, timeout=90, what="the standby leads")
+    install.wait(lambda: install.leader() == standby, "the standby leads")
     expired = step("crash (SIGKILL): until the standby leads (Lease expired)", t1)
     print(f"[install suite] takeover after release {released:.1f}s vs expiry {expired:.1f}s")
     install.wait_rolled(2)

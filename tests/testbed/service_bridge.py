@@ -10,7 +10,8 @@ packets to the ClusterIP would go nowhere.
 The bridge: the ClusterIP is added as a local /32 address of the real node's bridge
 (``gro-br0``; it goes with the bridge when the node stops), and socat listens on it and
 forwards each connection to the API server's loopback port. A Pod's packets reach the host
-through its default route (the bridge's gateway) and land on that local address. TLS passes
+through the route to the service range that the node's CNI configuration gives every Pod
+(via the bridge's gateway; Pods have no default route) and land on that local address. TLS passes
 through untouched: the API server's self-signed serving certificate already names the
 ClusterIP and ``kubernetes.default.svc`` (checked by :func:`serving_names`), and the Pod's
 ``ca.crt`` is the ``kube-root-ca.crt`` the controller-manager publishes from that same
