@@ -114,10 +114,13 @@ class Install:
                 return {}
             raise
 
+    def holder(self) -> str:
+        """The Lease's holder: Pod name and a per-process suffix ('' when nobody holds it)."""
+        return str(self.lease().get("holderIdentity") or "")
+
     def leader(self) -> str:
         """The leader's Pod name ('' when nobody holds the Lease)."""
-        holder = self.lease().get("holderIdentity") or ""
-        return str(holder).rsplit("_", 1)[0]
+        return self.holder().rsplit("_", 1)[0]
 
     def delete_pod(self, name: str, grace: int | None = None) -> None:
         body = {"gracePeriodSeconds": grace} if grace is not None else None
@@ -234,6 +237,23 @@ class Install:
     def runners(self, group: str) -> list[str]:
         return [j["metadata"]["name"] for j in runner_jobs(self.kube, self.team, group)]
 
+    def runner_report(self, group: str) -> str:
+        """Each runner Job (when made, how it ended) and each Gitea job's runner: what to
+        read when a step counts more runners than jobs."""
+        lines = []
+        for j in runner_jobs(self.kube, self.team, group):
+            st = j.get("status") or {}
+            lines.append(f"runner Job {j['metadata']['name']} created "
+                         f"{j['metadata']['creationTimestamp']} active={st.get('active')} "
+                         f"succeeded={st.get('succeeded')} failed={st.get('failed')} "
+                         f"annotations={j['metadata'].get('annotations')}")  # fmt: skip
+        for name, job in self.jobs().items():
+            lines.append(
+                f"gitea job {name}: {job['status']}/{job.get('conclusion')} "
+                f"runner={job.get('runner_name')} started={job.get('started_at')}"
+            )
+        return "\n".join(lines) + "\n" + self.report()
+
     def groups(self, namespace: str | None = None) -> list[str]:
         items = self.kube.get(GROUPS.format(ns=namespace or self.team))["items"]
         return [g["metadata"]["name"] for g in items]
@@ -251,7 +271,7 @@ class Install:
         for p in self.pods():
             name = p["metadata"]["name"]
             with contextlib.suppress(AssertionError):
-                log = self.kubectl("logs", "-n", self.namespace, name, "--tail", "30")
+                log = self.kubectl("logs", "-n", self.namespace, name, "--tail", "60")
                 lines.append(f"--- log of {name}:\n{log}")
         if not self.team:
             return "\n".join(lines)
