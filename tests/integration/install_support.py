@@ -209,10 +209,11 @@ class Install:
         return label
 
     def push(self, name: str, label: str, steps: list[str]) -> None:
-        """A workflow with one job ``name`` of ``steps`` (shell lines)."""
+        """A workflow with one job ``name`` of ``steps`` (shell lines), run once: only the
+        push that adds its own file triggers it (each later push would run it again)."""
         workflow = {
             "name": name,
-            "on": ["push"],
+            "on": {"push": {"paths": [f".gitea/workflows/{name}.yml"]}},
             "jobs": {name: {"runs-on": label, "steps": [{"run": s} for s in steps]}},
         }
         self.gitea.push_workflow(self.org, self.repo, f"{name}.yml", yaml.safe_dump(workflow))
@@ -233,6 +234,11 @@ class Install:
 
     def conclusion(self, name: str, timeout: float = 300) -> str:
         return str(self.wait_status(name, "completed", timeout).get("conclusion"))
+
+    def jobs_for(self, label: str) -> list[dict[str, Any]]:
+        """Every Gitea job (all runs) that asks for ``label``."""
+        found = self.gitea.list_jobs("repo", self.org, self.repo, status=None)
+        return [j for j in found if label in (j.get("labels") or [])]
 
     def runners(self, group: str) -> list[str]:
         return [j["metadata"]["name"] for j in runner_jobs(self.kube, self.team, group)]

@@ -142,6 +142,7 @@ def test_two_replicas_hand_over_when_the_leader_pod_is_deleted(install):
     step("leader Pod deleted until another Pod leads", t0)
     assert install.conclusion("during-failover") == "success", install.report()
     # exactly one runner for the job
+    assert len(install.jobs_for(label)) == 1
     assert len(install.runners("failover")) == 1, install.runner_report("failover")
     install.wait_rolled(2)
 
@@ -194,6 +195,7 @@ def test_helm_upgrade_rolls_the_pods_and_loses_or_duplicates_no_job(install):
     assert install.conclusion("running") == "success", install.report()
     assert install.conclusion("queued") == "success", install.report()
     # one each: none lost, none duplicated
+    assert len(install.jobs_for(label)) == 2
     assert len(install.runners("upgrade")) == 2, install.runner_report("upgrade")
     step("helm upgrade until both jobs succeeded", t0)
 
@@ -229,7 +231,7 @@ def test_a_namespace_whose_groups_outlived_the_operator_is_released_by_the_cli(i
         "kind": "RunnerGroup",
         "metadata": {"name": "orphan", "finalizers": ["gitea.bpg.pw/teardown"]},
         "spec": {"scope": "org", "org": "gone", "gitea": {"url": "http://127.0.0.1:9"},
-                 "labels": ["x"], "registrationToken": {"secretRef": {"name": "t", "key": "r"}},
+                 "labels": ["x"], "maxActiveRunners": 1, "registrationToken": {"secretRef": {"name": "t", "key": "r"}},
                  "authToken": {"secretRef": {"name": "t", "key": "a"}}},
     }  # fmt: skip
     install.kube.post(GROUPS.format(ns=ns), group)
