@@ -231,7 +231,8 @@ def test_a_namespace_whose_groups_outlived_the_operator_is_released_by_the_cli(i
         "kind": "RunnerGroup",
         "metadata": {"name": "orphan", "finalizers": ["gitea.bpg.pw/teardown"]},
         "spec": {"scope": "org", "org": "gone", "gitea": {"url": "http://127.0.0.1:9"},
-                 "labels": ["x"], "maxActiveRunners": 1, "registrationToken": {"secretRef": {"name": "t", "key": "r"}},
+                 "labels": ["x"], "maxActiveRunners": 1,
+                 "registrationToken": {"secretRef": {"name": "t", "key": "r"}},
                  "authToken": {"secretRef": {"name": "t", "key": "a"}}},
     }  # fmt: skip
     install.kube.post(GROUPS.format(ns=ns), group)
