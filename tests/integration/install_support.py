@@ -46,6 +46,7 @@ class Install:
     namespace: str
     gitea: Any
     gitea_url: str  # as Pods reach it
+    node: Any  # the real node (tests.testbed.realnode.RealNode)
     org: str = ""
     repo: str = "app"
     team: str = ""
