@@ -6,9 +6,9 @@ and a ``helm uninstall``.
 One release is shared by the steps, in order (a module-scoped fixture): each test is one
 step a user takes and asserts what they would notice; every step's time is printed, and only
 the two bounds a user relies on are asserted (a stop within the Pod's grace period, a takeover
-before the released Lease could have expired). The operator Pods reach the API server through the ``kubernetes`` Service's
-ClusterIP, which the testbed bridges on the node (tests/testbed/service_bridge.py: the node
-has no kube-proxy).
+before the released Lease could have expired). The operator Pods reach the API server through
+the ``kubernetes`` Service's ClusterIP, which the testbed bridges on the node
+(tests/testbed/service_bridge.py: the node has no kube-proxy).
 """
 
 from __future__ import annotations
