@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import structlog
 from kubernetes_asyncio import client, config
 
-from gitea_runner_operator import __version__, logsetup, webhook, why
+from gitea_runner_operator import __version__, logsetup, uninstall, webhook, why
 from gitea_runner_operator.api.template_policy import PolicyError, TemplatePolicy
 from gitea_runner_operator.health import HealthServer
 from gitea_runner_operator.kube.secret_store import SecretStore
@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gitea-runner-operator",
         description="Start ephemeral Gitea Actions runners as Kubernetes Jobs for queued jobs.",
+        epilog="Uninstalling: `gitea-runner-operator drain-groups --help` (the chart's "
+        "pre-delete hook) and `gitea-runner-operator release-finalizers --help` (once the "
+        "operator is gone).",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else KUBECONFIG)")
@@ -399,6 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["why"]:  # a subcommand for users, not the operator (why.py)
         return why.main(argv[1:])
+    if argv and argv[0] in uninstall.COMMANDS:
+        return uninstall.main(argv)
     args = build_parser().parse_args(argv)
     logsetup.configure(args.log_format, args.log_level)
     settings = settings_from_args(args)

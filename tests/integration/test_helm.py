@@ -145,7 +145,7 @@ def test_the_default_render_is_the_cluster_install(helm, tmp_path):
     assert service["spec"]["ports"][0]["port"] == 8081
     assert {o["kind"] for o in objects} == {
         "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-        "Role", "RoleBinding", "Service", "Deployment",
+        "Role", "RoleBinding", "Service", "Deployment", "Job",
     }  # fmt: skip
 
 
@@ -232,6 +232,7 @@ _CLUSTER_SCOPED = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBindin
 def installed(kube: KubeClient, objects: list[dict[str, Any]]) -> Iterator[None]:
     """Apply rendered objects as ``helm install`` would; remove the cluster-scoped ones
     after (namespaces are deleted by the test). The CRD stays: the session shares it."""
+    objects = [o for o in objects if not _hook(o)]  # helm install runs no pre-delete hook
     for obj in objects:
         manifests.apply(kube, obj)
     try:
@@ -241,6 +242,35 @@ def installed(kube: KubeClient, objects: list[dict[str, Any]]) -> Iterator[None]
             if obj["kind"] in _CLUSTER_SCOPED - {"CustomResourceDefinition"}:
                 with contextlib.suppress(KubeError):
                     kube.delete(manifests.object_path(obj))
+
+
+def _hook(obj: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in (obj["metadata"].get("annotations") or {})
+
+
+def test_uninstall_runs_a_pre_delete_hook_that_drains_the_groups_first(helm, tmp_path):
+    """The order of helm uninstall: the hook (the operator's image) deletes the RunnerGroups
+    and waits for the still running operator's teardown before the Deployment goes."""
+    objects = render(helm, tmp_path, "gro", "ops", {"image": {"tag": "9.9.9"}})
+    hooks = [o for o in objects if _hook(o)]
+    assert {(o["kind"], o["metadata"]["annotations"]["helm.sh/hook"]) for o in hooks} == {
+        ("ClusterRole", "pre-delete"), ("ClusterRoleBinding", "pre-delete"), ("Job", "pre-delete"),
+    }  # fmt: skip
+    job = one(objects, "Job")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "gitea-runner-operator:9.9.9"
+    assert pod["containers"][0]["args"] == ["drain-groups", "--timeout=270"]
+    assert pod["serviceAccountName"] == "gro-gitea-runner-operator"
+    role = next(o for o in hooks if o["kind"] == "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": ["gitea.bpg.pw"], "resources": ["runnergroups"],
+         "verbs": ["list", "delete", "patch"]}
+    ]  # fmt: skip
+    # RBAC first (weight -5), then the Job (0); both removed once it succeeded
+    weights = {o["kind"]: int(o["metadata"]["annotations"]["helm.sh/hook-weight"]) for o in hooks}
+    assert weights["ClusterRole"] < weights["Job"]
+    off = render(helm, tmp_path, "gro", "ops", {"uninstall": {"hook": False}})
+    assert not [o for o in off if _hook(o)]
 
 
 def can(client: KubeClient, path: str) -> bool:

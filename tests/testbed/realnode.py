@@ -305,6 +305,8 @@ state = "{STATE_DIR}/containerd"
 
 
 def _cni_conflist() -> dict[str, Any]:
+    from .sandbox import SERVICE_CIDR
+
     return {
         "cniVersion": "0.4.0",
         "name": "gro-realnode",
@@ -318,6 +320,9 @@ def _cni_conflist() -> dict[str, Any]:
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": SUBNET, "gateway": GATEWAY}]],
+                    # Service ClusterIPs through the node (service_bridge.py answers the
+                    # kubernetes Service there); Pods have no default route otherwise.
+                    "routes": [{"dst": SERVICE_CIDR}],
                     "dataDir": f"{STATE_DIR}/cni-ipam",
                 },
             },

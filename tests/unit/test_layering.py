@@ -26,6 +26,7 @@ LEVEL = {
     "webhook": 3,
     "health": 4,
     "why": 4,
+    "uninstall": 4,
     "cli": 5,
     "__main__": 6,
 }
