@@ -5,7 +5,7 @@ run a job (on the host, in a Docker image, in a Kubernetes pod). The operator co
 by name, so it must split a label where the runner will, or it counts jobs its runners never
 take. The runner (gitea/runner v1.0.8, ``internal/pkg/labels``) splits at the *first* colon
 and refuses a schema it does not know: ``gitea-runner register --labels app:infra`` exits 1
-with ``unsupported schema: infra`` (checked against the real runner in the testbed), so a
+with ``unsupported schema: infra`` (recorded with the official runner against real Gitea), so a
 label name can never contain a colon, and such a label is refused here with the reason
 instead of starting runners that can never register. Which schemas a runner knows depends
 on its version: every supported runner knows ``host`` and ``docker``; v1.0.8 does not know

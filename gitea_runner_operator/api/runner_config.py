@@ -14,8 +14,8 @@ what the operator arranged, so runners start that can never do what the group pr
 - ``cache.external_server`` without ``cache.external_secret``: the runner refuses to start;
 - a file that does not parse: the runner refuses to start.
 
-Checked against the real runner's ``internal/pkg/config`` and ``internal/app/cmd``; the e2e
-suite runs that runner.
+Checked against the official runner's ``internal/pkg/config`` and ``internal/app/cmd``; the
+testbed runner follows it.
 """
 
 from __future__ import annotations

@@ -502,7 +502,7 @@ class KubeletHarness:
                 reg.insert(3, "--ephemeral")
             if registrar is not container and registrar.get("command"):
                 # Host mode: run the operator's own registration command (the init
-                # container's shell script), so it is tested against the real runner.
+                # container's shell script), so it is tested against the session's runner.
                 reg = [*registrar["command"], *(registrar.get("args") or [])]
                 register_env.update(
                     PATH=f"{self._runner_dir()}{os.pathsep}{register_env.get('PATH', '')}",
