@@ -38,7 +38,9 @@ def test_kubectl_get_rg_shows_scope_target_capacity_demand_and_readiness():
     assert "rg" in CRD["spec"]["names"]["shortNames"]
     columns = {c["name"]: c for c in VERSION["additionalPrinterColumns"]}
     default = [name for name, c in columns.items() if not c.get("priority")]
-    assert default == ["Scope", "Target", "Max", "Active", "Queued", "Ready", "Oldest waiting", "Age"]
+    assert default == [
+        "Scope", "Target", "Max", "Active", "Queued", "Ready", "Oldest waiting", "Age",
+    ]  # fmt: skip
     # -o wide adds why a group is not Ready
     assert columns["Reason"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].reason'
     assert columns["Mode"]["priority"] == 1
