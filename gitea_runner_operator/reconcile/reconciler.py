@@ -133,7 +133,7 @@ class Reconciler:
         self._states: dict[str, GroupState] = {}
         # Why jobs wait (reconcile/unmatched*.py, reconcile/waiting.py): same registry.
         self._unmatched = UnmatchedBook(clock=clock)
-        self._why_metrics = WhyMetrics(self._metrics.registry)
+        self._why_metrics = WhyMetrics.of(self._metrics.registry)
         self._status = StatusWriter(
             cluster,
             sources,

@@ -12,6 +12,7 @@ computes ``time() - x`` and the figure never goes stale between two reconciles.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Mapping
 from typing import Final
 
@@ -23,7 +24,20 @@ from gitea_runner_operator.reconcile.unmatched import Bucket
 REASONS: Final = ("starting_runner", "at_capacity", "held_back", "served_by_peer")
 
 
+_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, WhyMetrics] = weakref.WeakKeyDictionary()
+
+
 class WhyMetrics:
+    @classmethod
+    def of(cls, registry: CollectorRegistry) -> WhyMetrics:
+        """The one set of these series in ``registry``: every leadership term builds a new
+        reconciler over the process's one registry, and a second registration of the same
+        names raises (a leader that lost and won back its Lease crashed on it)."""
+        found = _BY_REGISTRY.get(registry)
+        if found is None:
+            found = _BY_REGISTRY[registry] = cls(registry)
+        return found
+
     def __init__(self, registry: CollectorRegistry) -> None:
         u = ("gitea", "labels")
         self._unmatched = Gauge(

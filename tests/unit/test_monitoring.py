@@ -23,7 +23,7 @@ def exported() -> dict[str, str]:
     """Exposed sample names -> family type, as a scrape shows them."""
     names: dict[str, str] = {}
     metrics = Metrics()
-    WhyMetrics(metrics.registry)  # the reconciler adds these to the same registry
+    WhyMetrics.of(metrics.registry)  # the reconciler adds these to the same registry
     for family in metrics.registry.collect():
         suffixes = {
             "counter": ["_total"],
@@ -76,7 +76,7 @@ def test_the_dashboard_uses_only_exported_series_and_shows_demand_latency_and_gi
 def test_the_docs_document_every_series_with_its_type():
     families = {}
     metrics = Metrics()
-    WhyMetrics(metrics.registry)  # the reconciler adds these to the same registry
+    WhyMetrics.of(metrics.registry)  # the reconciler adds these to the same registry
     for family in metrics.registry.collect():
         name = family.name + ("_total" if family.type == "counter" else "")
         families[name] = family.type

@@ -620,3 +620,25 @@ async def test_teardown_removes_the_managed_hook_before_releasing_the_finalizer(
     sources.source.hook_removed = True
     await reconciler.reconcile(KEY)
     assert FINALIZER not in cluster.finalizers
+
+
+async def test_a_second_leadership_term_builds_a_reconciler_over_the_same_registry():
+    """Each term builds a new reconciler over the process's one Metrics registry: a leader
+    that lost its Lease (an API server restart) and won it back crashed registering the
+    why-metrics a second time."""
+    from gitea_runner_operator.metrics import Metrics
+
+    metrics = Metrics()
+    for _ in range(2):
+        cluster = FakeCluster()
+        reconciler = Reconciler(
+            FakeCache(cluster, {**VALID, "maxActiveRunners": 3}),
+            cluster,
+            FakeSources(snapshot(queued=1)),  # type: ignore[arg-type]
+            Expectations(),
+            metrics=metrics,
+            clock=Clock(),
+            wall_clock=lambda: T0 + 30,
+        )
+        await reconciler.reconcile(KEY)
+        assert len(cluster.unsynced) == 1
