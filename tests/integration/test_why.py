@@ -1,9 +1,9 @@
 """Why is my job waiting? Against the real API server and a real Gitea, each cause shows up
 where the user looks: the Event, the group's status, the metric, and ``why <job URL>``.
 
-Written for issue 26; covers a typo label and a group at capacity (the other causes, an
-uncovered repository, a quota refusal, Pods that never start and a peer serving the job,
-are unit-tested in tests/unit/test_unmatched.py, test_waiting.py and test_why.py)."""
+Written for issue 26; covers a typo label and a group at capacity. The other causes (an
+uncovered repository, a quota refusal, Pods that never start and a peer serving the job)
+are in test_why_causes.py."""
 
 from __future__ import annotations
 
