@@ -58,6 +58,7 @@ class Explanation:
     why_not: tuple[tuple[str, str], ...]  # (group, why it cannot) for the other groups
     holds: tuple[str, ...]  # what holds the job back, in order of what to fix first
     verdict: str
+    coming: tuple[str, ...] = ()  # runners on their way for it (not a hold)
 
 
 def claimant(view: GroupView) -> Claimant:
@@ -104,6 +105,7 @@ def explain(job: ActionJob, gitea: str, groups: Sequence[GroupView]) -> Explanat
         ))  # fmt: skip
     views = {g.key: g for g in mine}
     holds = _job_state(job) + (_holds(views[should]) if should is not None else ())
+    coming = _coming(views[should]) if should is not None and not holds else ()
     return Explanation(
         job=job,
         gitea=url,
@@ -113,6 +115,7 @@ def explain(job: ActionJob, gitea: str, groups: Sequence[GroupView]) -> Explanat
         why_not=tuple(sorted(why_not)),
         holds=holds,
         verdict=_verdict(job, url, should, holds, list(claimants.values())),
+        coming=coming,
     )
 
 
@@ -164,12 +167,18 @@ def _holds(view: GroupView) -> tuple[str, ...]:
             f"{view.spec.max_active_runners} active), {waiting['atCapacity']} job(s) wait for "
             "a runner to end"
         )
-    if waiting.get("startingRunner") and not out:
-        out.append(
-            f"{view.key}: {waiting['startingRunner']} runner(s) starting or idle for its "
-            "queued jobs; if they stay so, see kubectl get pods and the RunnersHealthy condition"
-        )
     return tuple(out)
+
+
+def _coming(view: GroupView) -> tuple[str, ...]:
+    """Runners already on their way: nothing holds the job, it waits for one Pod start."""
+    starting = (view.status.get("waiting") or {}).get("startingRunner")
+    if not starting:
+        return ()
+    return (
+        f"{view.key}: {starting} runner(s) starting or idle for its queued jobs; if they stay "
+        "so, see kubectl get pods and the RunnersHealthy condition",
+    )
 
 
 def _verdict(
@@ -229,5 +238,8 @@ def render(e: Explanation, now: dt.datetime) -> str:
     if e.holds:
         lines.append("Holding it back:")
         lines.extend(f"  {line}" for line in e.holds)
+    if e.coming:
+        lines.append("On its way:")
+        lines.extend(f"  {line}" for line in e.coming)
     lines.append(f"Verdict: {e.verdict}")
     return "\n".join(lines)

@@ -94,8 +94,10 @@ def real_time(value: dt.datetime | None) -> dt.datetime | None:
 
 
 def nearest_label(label: str, offered: Iterable[str]) -> str | None:
-    """The offered label a typo most likely meant (``ubuntu-lastest`` -> ``ubuntu-latest``)."""
-    close = difflib.get_close_matches(label, sorted(set(offered)), n=1, cutoff=0.6)
+    """The offered label a typo most likely meant (``ubuntu-lastest`` -> ``ubuntu-latest``).
+    The bar is high on purpose: a shared prefix alone (``gro-gpu``, ``gro-linux``: 0.63) is
+    not a typo, and a wrong hint sends a user after the wrong fix."""
+    close = difflib.get_close_matches(label, sorted(set(offered)), n=1, cutoff=0.75)
     return close[0] if close else None
 
 

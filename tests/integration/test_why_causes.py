@@ -166,6 +166,7 @@ def test_an_uncovered_repository_is_unmatched_and_names_the_group_that_offers_it
         assert "Could serve it: none" in out
         assert f"  {ns}/gpu: its scope (repo {org}/ml) does not cover {org}/{repo}\n" in out
         assert f"  {ns}/ci: it does not offer 'gro-gpu'" in out
+        assert "(it offers" not in out  # no typo hint for a label that is no typo
         assert (
             f"Verdict: unmatched: {ns}/gpu offer(s) runs-on [gro-gpu] but no group's scope "
             "covers its repository"
@@ -251,9 +252,10 @@ def test_runner_pods_that_never_start_are_a_starting_runner_then_runner_pods_not
     )  # fmt: skip
     early = why(cluster, ns, job["url"])
     assert f"Should serve it: {ns}/ci" in early
+    assert "Holding it back" not in early  # a runner on its way holds nothing back
     assert (
-        f"  {ns}/ci: 1 runner(s) starting or idle for its queued jobs; if they stay so, see "
-        "kubectl get pods and the RunnersHealthy condition"
+        f"On its way:\n  {ns}/ci: 1 runner(s) starting or idle for its queued jobs; if they "
+        "stay so, see kubectl get pods and the RunnersHealthy condition"
     ) in early
 
     healthy = wait_until(

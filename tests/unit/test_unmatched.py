@@ -101,6 +101,9 @@ def test_the_event_names_the_labels_the_nearest_offered_label_and_an_example_job
 def test_nearest_label_is_a_close_spelling_only():
     assert nearest_label("ubuntu-lastest", ["ubuntu-latest", "ubuntu-22.04"]) == "ubuntu-latest"
     assert nearest_label("macos", ["ubuntu-latest"]) is None
+    assert nearest_label("gro-linx", ["gro-linux"]) == "gro-linux"
+    # a shared prefix is not a typo: a wrong hint sends the user after the wrong fix
+    assert nearest_label("gro-gpu", ["gro-linux"]) is None
 
 
 def test_the_metric_keeps_the_largest_label_sets_and_adds_up_the_rest_as_other():

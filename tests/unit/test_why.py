@@ -90,6 +90,21 @@ def test_the_explanation_names_who_could_who_should_and_what_holds_the_job(
     assert said in render(e, NOW)
 
 
+def test_a_starting_runner_is_on_its_way_not_holding_the_job_back():
+    starting = group("widgets", status={
+        "activeRunners": 1, "runners": {"starting": 1, "idle": 0, "busy": 0},
+        "conditions": [ready()],
+        "waiting": {"startingRunner": 1, "atCapacity": 0,
+                    "heldBack": {"count": 0, "reason": "", "condition": ""},
+                    "servedByPeer": {"count": 0, "groups": []}},
+    })  # fmt: skip
+    e = explain(job(), GITEA, group_views([starting]))
+    text = render(e, NOW)
+    assert e.holds == () and "Holding it back" not in text
+    assert "On its way:\n  team-a/widgets: 1 runner(s) starting or idle" in text
+    assert text.endswith("a runner should take it within a poll interval")
+
+
 def test_a_group_that_cannot_serve_the_job_says_why_not():
     gpu = group("gpu", labels=["gpu"])
     text = render(explain(job(("ubuntu-lastest",)), GITEA, group_views([REPO, gpu])), NOW)
