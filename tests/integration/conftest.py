@@ -380,3 +380,30 @@ def sample(duration: float, probe: Callable[[], Any], interval: float = 0.5) -> 
         seen.append(probe())
         time.sleep(interval)
     return seen
+
+
+def events(kube: Any, ns: str) -> list[dict[str, Any]]:
+    """The namespace's Events about RunnerGroups."""
+    return [
+        e
+        for e in kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+        if e["involvedObject"]["kind"] == "RunnerGroup"
+    ]
+
+
+def metrics(port: int) -> str:
+    """The operator's /metrics text."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def why(cluster: Any, ns: str, job_url: str) -> str:
+    """The command a user runs, as a user runs it: the admin's kubeconfig, a Gitea token."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gitea_runner_operator", "why", job_url,
+         "--token", cluster.gitea_token, "--kubeconfig", str(cluster.kubeconfig),
+         "--namespace", ns],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout

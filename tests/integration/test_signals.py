@@ -13,6 +13,7 @@ from tests.integration.conftest import (
     allow_secrets,
     condition,
     delete_namespace,
+    events,
     group_status,
     make_namespace,
     make_secret,
@@ -35,14 +36,6 @@ jobs:
   b: {runs-on: gro-linux, steps: [{run: echo b}]}
   c: {runs-on: gro-linux, steps: [{run: echo c}]}
 """
-
-
-def events(kube, ns: str) -> list[dict]:
-    return [
-        e
-        for e in kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
-        if e["involvedObject"]["kind"] == "RunnerGroup"
-    ]
 
 
 def test_a_quota_refusal_is_a_condition_and_an_event_not_a_loop(

@@ -9,21 +9,20 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
-import urllib.request
-from typing import Any
 
 import pytest
 
 from tests.integration import manifests
 from tests.integration.conftest import (
+    events,
     group_status,
     kwok_image,
     make_tokens,
+    metrics,
     runner_group,
     wait_until,
+    why,
 )
-from tests.integration.test_signals import events
 
 pytestmark = pytest.mark.integration
 
@@ -42,23 +41,6 @@ jobs:
   b: {runs-on: gro-linux, steps: [{run: echo b}]}
   c: {runs-on: gro-linux, steps: [{run: echo c}]}
 """
-
-
-def metrics(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        return str(resp.read().decode())
-
-
-def why(cluster: Any, ns: str, job_url: str) -> str:
-    """The command a user runs, as a user runs it: the admin's kubeconfig, a Gitea token."""
-    done = subprocess.run(
-        [sys.executable, "-m", "gitea_runner_operator", "why", job_url,
-         "--token", cluster.gitea_token, "--kubeconfig", str(cluster.kubeconfig),
-         "--namespace", ns],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_a_typo_label_is_named_with_the_label_it_meant(

@@ -23,17 +23,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.integration import manifests
 from tests.integration.conftest import (
     condition,
+    events,
     group_status,
     kwok_image,
     make_secret,
     make_tokens,
+    metrics,
     runner_group,
     runner_jobs,
     sample,
     wait_until,
+    why,
 )
-from tests.integration.test_signals import events
-from tests.integration.test_why import metrics, why
 
 pytestmark = pytest.mark.integration
 
