@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from tests.integration import manifests
+from tests.support import manifests
 from tests.testbed.gitea_api import GiteaAPI
 from tests.testbed.kubelet_harness import KubeletHarness
 from tests.testbed.sandbox import Sandbox

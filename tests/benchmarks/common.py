@@ -18,8 +18,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration import manifests
-from tests.integration.conftest import allow_secrets, free_port, make_namespace, make_secret
+from tests.support import manifests
+from tests.support.testbed import allow_secrets, free_port, make_namespace, make_secret
 from tests.testbed.kube import KubeClient
 from tests.testbed.sandbox import Sandbox
 

@@ -33,8 +33,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from tests.benchmarks import common
-from tests.benchmarks.fake_gitea import FakeGitea, GroupScope, wait
-from tests.integration import manifests
+from tests.support import manifests
+from tests.support.fake_gitea import FakeGitea, GroupScope, wait
 from tests.testbed.kube import KubeClient
 from tests.testbed.sandbox import Sandbox
 

@@ -22,8 +22,8 @@ import sys
 import time
 import uuid
 
-from tests.integration import manifests
-from tests.integration.conftest import allow_secrets
+from tests.support import manifests
+from tests.support.testbed import allow_secrets
 from tests.testbed.gitea_api import GiteaAPI
 from tests.testbed.sandbox import Sandbox
 

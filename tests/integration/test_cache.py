@@ -18,8 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.integration.test_crd import group as crd_group
+from tests.integration.test_crd import rejection
+from tests.integration.test_runner_pods import ONE_JOB, namespace_with_access
+from tests.support import manifests
+from tests.support.testbed import (
     GROUPS,
     OPERATOR_NS,
     OPERATOR_SA,
@@ -33,9 +36,6 @@ from tests.integration.conftest import (
     unique,
     wait_until,
 )
-from tests.integration.test_crd import group as crd_group
-from tests.integration.test_crd import rejection
-from tests.integration.test_runner_pods import ONE_JOB, namespace_with_access
 from tests.testbed.kube import KubeClient
 
 pytestmark = pytest.mark.integration

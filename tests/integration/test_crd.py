@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import GROUPS
+from tests.support import manifests
+from tests.support.testbed import GROUPS
 from tests.testbed.kube import KubeClient, KubeError
-from tests.unit.test_runnergroup import spec_with
+from tests.unit.api.test_runnergroup import spec_with
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """Behaviour meant to be the same on both forges, run against each: Gitea (real, the
-testbed's 1.27.3) and Forgejo (the fake of tests/fakes/forgejo.py, built to the Forgejo 15
+testbed's 1.27.3) and Forgejo (the fake of tests/support/fake_forgejo.py, built to the Forgejo 15
 reference). Only the way jobs get queued differs: a pushed workflow on Gitea, the fake's
 queue on Forgejo."""
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.forgejo import FakeForgejo
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.fake_forgejo import FakeForgejo
+from tests.support.testbed import (
     group_status,
     kwok_image,
     make_secret,

@@ -18,8 +18,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.testbed import (
     group_status,
     kwok_image,
     make_namespace,

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from gitea_runner_operator.api.naming import runner_prefix
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.integration.test_lifecycle import registered, start_daemon
+from tests.support import manifests
+from tests.support.faulty_gitea import FaultyGitea
+from tests.support.testbed import (
     GROUPS,
     allow_secrets,
     delete_namespace,
@@ -27,8 +29,6 @@ from tests.integration.conftest import (
     unique,
     wait_until,
 )
-from tests.integration.faulty_gitea import FaultyGitea
-from tests.integration.test_lifecycle import registered, start_daemon
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gitea_runner_operator.api.naming import runner_prefix
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.testbed import (
     GROUPS,
     condition,
     group_status,
@@ -268,7 +268,7 @@ def test_teardown_removes_idle_runners_at_once_and_lets_a_busy_one_finish(
 def test_teardown_gives_up_after_the_drain_timeout_when_gitea_fails(
     kube, cluster, team_namespace, gitea_target, start_operator
 ):
-    from tests.integration.faulty_gitea import FaultyGitea
+    from tests.support.faulty_gitea import FaultyGitea
 
     ns = team_namespace
     make_tokens(kube, ns, cluster, gitea_target)

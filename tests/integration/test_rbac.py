@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.testbed import (
     OPERATOR_NS,
     OPERATOR_SA,
     delete_namespace,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.testbed import (
     GiteaTarget,
     allow_secrets,
     delete_namespace,

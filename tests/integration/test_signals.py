@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.testbed import (
     allow_secrets,
     condition,
     delete_namespace,

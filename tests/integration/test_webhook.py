@@ -27,8 +27,8 @@ from gitea_runner_operator.webhook import (
     WebhookServer,
 )
 from gitea_runner_operator.webhook.secrets import CREDENTIALS_LABEL
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.testbed import (
     GROUPS,
     OPERATOR_NS,
     OPERATOR_SA,

@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.testbed import (
     events,
     group_status,
     kwok_image,

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.testbed import (
     condition,
     events,
     group_status,
