@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.kinds import kinds_of
 
-pytest_plugins = ["tests.testbed.pytest_plugin", "tests.support.testbed"]
+pytest_plugins = ["tests.testbed.pytest_plugin", "tests.support.fixtures"]
 TESTS = Path(__file__).resolve().parent
 
 

@@ -18,8 +18,8 @@ import pytest
 
 from tests.support import manifests
 from tests.support.faulty_gitea import FaultyGitea
+from tests.support.launcher import OPERATOR_NS
 from tests.support.testbed import (
-    OPERATOR_NS,
     allow_secrets,
     condition,
     delete_namespace,

@@ -16,8 +16,9 @@ from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.runtime.trust import GiteaTrust
 from tests.support import manifests
-from tests.support.testbed import OPERATOR_NS, OPERATOR_SA, make_namespace, unique
-from tests.unit.runtime.test_trust import TEST_CA
+from tests.support.builders import TEST_CA
+from tests.support.launcher import OPERATOR_NS, OPERATOR_SA
+from tests.support.testbed import make_namespace, unique
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from gitea_runner_operator.api.naming import runner_prefix
-from tests.integration.test_lifecycle import registered, start_daemon
 from tests.support import manifests
 from tests.support.faulty_gitea import FaultyGitea
 from tests.support.testbed import (
@@ -23,9 +22,11 @@ from tests.support.testbed import (
     make_tokens,
     ready,
     register_runner,
+    registered,
     runner_group,
     runner_jobs,
     sample,
+    start_daemon,
     unique,
     wait_until,
 )

@@ -3,10 +3,6 @@ are removed (only provably ours), and deleting a group tears it down in order.""
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from gitea_runner_operator.api.naming import runner_prefix
@@ -19,12 +15,13 @@ from tests.support.testbed import (
     kwok_image,
     make_tokens,
     register_runner,
+    registered,
     runner_group,
     runner_jobs,
     sample,
+    start_daemon,
     wait_until,
 )
-from tests.testbed.kubelet_harness import runner_binary
 
 pytestmark = pytest.mark.integration
 
@@ -36,19 +33,6 @@ jobs:
     runs-on: gro-linux
     steps: [{run: echo build}]
 """
-
-
-def registered(gitea: Any, org: str) -> dict[str, dict[str, Any]]:
-    return {r["name"]: r for r in gitea.list_runners("org", owner=org)}
-
-
-def start_daemon(cwd: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [str(runner_binary()), "daemon"],
-        cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def test_a_runner_that_never_registers_is_reaped_and_not_churned(

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support import manifests
+from tests.support.launcher import OPERATOR_NS, OPERATOR_SA
 from tests.support.testbed import (
-    OPERATOR_NS,
-    OPERATOR_SA,
     delete_namespace,
     group_status,
     make_namespace,

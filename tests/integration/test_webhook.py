@@ -28,12 +28,10 @@ from gitea_runner_operator.webhook import (
 )
 from gitea_runner_operator.webhook.secrets import CREDENTIALS_LABEL
 from tests.support import manifests
+from tests.support.launcher import OPERATOR_NS, OPERATOR_SA, free_port
 from tests.support.testbed import (
     GROUPS,
-    OPERATOR_NS,
-    OPERATOR_SA,
     GiteaTarget,
-    free_port,
     group_status,
     make_secret,
     make_tokens,

@@ -25,15 +25,8 @@ import textwrap
 import pytest
 
 from gitea_runner_operator.api.cache import service_host
-from tests.integration.test_cache import allow_cache
-from tests.real_node.test_real_node import (  # noqa: F401 - fixtures
-    LOCAL,
-    Real,
-    node_gitea,
-    on_real_node,
-    real,
-)
-from tests.support.testbed import GROUPS, wait_until
+from tests.support.real_node import LOCAL, Real, on_real_node
+from tests.support.testbed import GROUPS, allow_cache, wait_until
 from tests.testbed import images
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
@@ -122,7 +115,7 @@ def workflow(a_url: str) -> str:
     return WORKFLOW.format(http=textwrap.indent(HTTP.strip(), " " * 10).lstrip(), a_url=a_url)
 
 
-def cache_pod_ip(real: Real, group: str) -> str:  # noqa: F811
+def cache_pod_ip(real: Real, group: str) -> str:
     def ip() -> str | None:
         pods = real.kube.get(
             f"/api/v1/namespaces/{real.ns}/pods", labelSelector=f"gitea.bpg.pw/cache-of={group}"
@@ -143,7 +136,7 @@ def cache_pod_ip(real: Real, group: str) -> str:  # noqa: F811
         raise AssertionError(real.pods_report()) from None
 
 
-def test_a_cached_entry_is_restored_by_the_next_runner_and_not_by_another_group(real):  # noqa: F811
+def test_a_cached_entry_is_restored_by_the_next_runner_and_not_by_another_group(real):
     allow_cache(real.kube, real.ns)
     image = LOCAL + images.RUNNER
     cache = {"enabled": True, "persistent": False, "size": "256Mi"}

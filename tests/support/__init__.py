@@ -8,6 +8,8 @@ from typing import Any
 
 # The repository's root: test modules sit at different depths, so none counts parents.
 REPO_ROOT = Path(__file__).resolve().parents[2]
+MONITORING = REPO_ROOT / "manifests" / "monitoring"
+CHART = REPO_ROOT / "charts" / "gitea-runner-operator"
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

@@ -1,31 +1,9 @@
-import copy
-
 import pytest
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.duration import parse_duration
 from gitea_runner_operator.api.runnergroup import InvalidSpec, Scope, parse_spec
-
-VALID = {
-    "scope": "repo",
-    "org": "acme",
-    "repo": "widgets",
-    "gitea": {"url": "https://gitea.example.com/"},
-    "labels": ["ubuntu-latest:docker://node:20-bookworm", "app-infra"],
-    "maxActiveRunners": 3,
-    "registrationToken": {"secretRef": {"name": "runner-secrets", "key": "registration"}},
-    "authToken": {"secretRef": {"name": "runner-secrets", "key": "api"}},
-}
-
-
-def spec_with(**changes):
-    raw = copy.deepcopy(VALID)
-    for key, value in changes.items():
-        if value is None:
-            raw.pop(key, None)
-        else:
-            raw[key] = value
-    return raw
+from tests.support.builders import spec_with
 
 
 def test_valid_spec_gets_defaults_and_normalised_url():

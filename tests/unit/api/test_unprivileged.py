@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from gitea_runner_operator.api.template_policy import RESTRICTED, check
-from tests.unit.kube.test_runner_pods import container, job_for, pod_of
+from tests.support.builders import container, job_for, pod_of
 
 # A namespace's range, as OpenShift annotates it: openshift.io/sa.scc.uid-range=1000680000/10000
 UID = 1000680000

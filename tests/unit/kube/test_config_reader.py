@@ -11,7 +11,7 @@ import pytest
 
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secret_store import SecretStore
-from tests.unit.runtime.test_trust import FakeCore
+from tests.support.fake_cluster import FakeCore
 
 
 def config_map(data: dict[str, str], binary: dict[str, bytes] | None = None) -> Any:

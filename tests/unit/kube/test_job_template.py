@@ -3,7 +3,7 @@ import json
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.runnergroup import parse_spec
 from gitea_runner_operator.kube.job_template import render_runner_job
-from tests.unit.api.test_runnergroup import VALID
+from tests.support.builders import VALID
 
 
 def render():

@@ -7,29 +7,7 @@ import pytest
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
-from gitea_runner_operator.kube.job_template import render_runner_job
-from tests.unit.api.test_runnergroup import spec_with
-
-TOKEN_REF = {"secretKeyRef": {"name": "runner-secrets", "key": "registration"}}
-
-
-def job_for(**changes):
-    return render_runner_job(
-        group_name="ci",
-        namespace="team-a",
-        group_uid="uid-1",
-        spec=parse_spec(spec_with(**changes)),
-        job_name="ci-0123abcd-bcdfg",
-    )
-
-
-def pod_of(job):
-    return job["spec"]["template"]["spec"]
-
-
-def container(pod, name="runner", field="containers"):
-    (found,) = [c for c in pod.get(field, []) if c["name"] == name]
-    return found
+from tests.support.builders import REALISTIC, TOKEN_REF, container, job_for, pod_of, spec_with
 
 
 def env(c):
@@ -148,32 +126,6 @@ def test_spec_image_overrides_the_modes_image():
         assert container(pod_of(job_for(mode=mode, image="registry.local/runner:1")))["image"] == (
             "registry.local/runner:1"
         )
-
-
-REALISTIC = {
-    "metadata": {"labels": {"team": "a"}, "annotations": {"example.com/cost": "ci"}},
-    "spec": {
-        "nodeSelector": {"ci": "true"},
-        "tolerations": [{"key": "ci", "operator": "Exists", "effect": "NoSchedule"}],
-        "priorityClassName": "ci",
-        "imagePullSecrets": [{"name": "registry"}],
-        "runtimeClassName": "gvisor",
-        "serviceAccountName": "runner",
-        "terminationGracePeriodSeconds": 120,
-        "hostAliases": [{"ip": "10.0.0.1", "hostnames": ["gitea.internal"]}],
-        "containers": [
-            {
-                "name": "runner",
-                "resources": {"limits": {"cpu": "2", "memory": "4Gi"}},
-                "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
-                "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
-            },
-            {"name": "cache-proxy", "image": "example/cache:1"},
-        ],
-        "initContainers": [{"name": "warm", "image": "busybox", "command": ["true"]}],
-        "volumes": [{"name": "cache", "emptyDir": {"sizeLimit": "10Gi"}}],
-    },
-}
 
 
 def test_template_fields_pass_through_to_the_runner_pod():

@@ -38,13 +38,8 @@ from gitea_runner_operator.kube.secrets import SecretProblem
 from gitea_runner_operator.reconcile.cache import DRIFT_RESYNC, RESYNC, CacheServers
 from gitea_runner_operator.reconcile.cache_plan import PVC_PENDING_WARNING
 from tests.support import REPO_ROOT
-from tests.unit.api.test_runnergroup import VALID
-from tests.unit.reconcile.test_reconciler import (
-    Clock,
-    FakeCluster,
-    make,
-    snapshot,
-)
+from tests.support.builders import VALID
+from tests.support.fake_cluster import Clock, FakeCluster, make, snapshot
 
 NS, NAME, UID = "team-a", "ci", "u1"
 OWNED = {"group_name": NAME, "namespace": NS, "group_uid": UID}

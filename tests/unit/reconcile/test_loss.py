@@ -21,7 +21,7 @@ from gitea_runner_operator.kube.disruption import loss_cause
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.views import RunnerJobView
 from gitea_runner_operator.reconcile.loss import decide, expired, find_losses, prior_reruns
-from tests.unit.api.test_runnergroup import VALID
+from tests.support.builders import VALID
 
 
 def pod(

@@ -6,7 +6,7 @@ import json
 
 from gitea_runner_operator.api.loss import LossRecord, LossState
 from gitea_runner_operator.api.naming import runner_prefix
-from tests.unit.reconcile.test_reconciler import KEY, T0, FakeCluster, make, snapshot
+from tests.support.fake_cluster import KEY, T0, FakeCluster, make, snapshot
 
 
 def losses(cluster: FakeCluster) -> dict[str, str]:

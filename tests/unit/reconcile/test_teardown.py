@@ -17,8 +17,8 @@ from gitea_runner_operator.reconcile.leftovers import Leftovers, describe
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.reconciler import FINALIZER
 from gitea_runner_operator.runtime.poller import GroupPoller
-from tests.unit.api.test_runnergroup import VALID
-from tests.unit.reconcile.test_reconciler import HOOKED, KEY, T0, FakeCluster, make, snapshot
+from tests.support.builders import VALID
+from tests.support.fake_cluster import HOOKED, KEY, T0, FakeCluster, make, snapshot
 
 GROUP = {"metadata": {"name": "ci", "namespace": "team-a", "uid": "u1"}}
 

@@ -28,16 +28,9 @@ from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.runtime.observer import Observer
-from tests.unit.api.test_runnergroup import VALID
-from tests.unit.reconcile.test_reconciler import (
-    KEY,
-    Clock,
-    FakeCache,
-    FakeCluster,
-    FakeSources,
-    snapshot,
-)
-from tests.unit.runtime.test_shared_observation import ORG_SPEC, FakeSecrets, gitea
+from tests.support.builders import VALID
+from tests.support.fake_cluster import KEY, Clock, FakeCache, FakeCluster, FakeSources, snapshot
+from tests.support.gitea_answers import ORG_SPEC, FakeSecrets, gitea
 
 
 def pod(**spec: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from gitea_runner_operator.reconcile.unmatched import (
     nearest_label,
 )
 from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
-from tests.unit.reconcile.test_reconciler import KEY, Clock, FakeCluster, make
+from tests.support.fake_cluster import KEY, Clock, FakeCluster, make
 
 URL = "https://g.test"
 QUEUED = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -184,7 +184,7 @@ async def test_the_operator_warns_the_observing_group_and_exports_the_metric():
 def test_the_shipped_rules_alert_on_unmatched_jobs_queued_for_ten_minutes():
     import yaml
 
-    from tests.unit.test_monitoring import CHART, MONITORING
+    from tests.support import CHART, MONITORING
 
     rule = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())["spec"]
     chart = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())

@@ -12,7 +12,7 @@ from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.reconcile.accounting import Answer, Claimant
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.waiting import HeldBack, explain_waiting, peers_serving
-from tests.unit.reconcile.test_reconciler import KEY, FakeCluster, make
+from tests.support.fake_cluster import KEY, FakeCluster, make
 
 QUEUED = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 QUOTA = HeldBack("JobCreateRefused", "RunnersHealthy")
@@ -126,7 +126,7 @@ async def test_a_quota_refused_group_shows_its_jobs_held_back_with_the_reason():
 def test_the_crd_keeps_every_field_written_and_kubectl_shows_the_oldest_waiting_job():
     import yaml
 
-    from tests.unit.test_monitoring import REPO
+    from tests.support import REPO_ROOT as REPO
 
     crd = yaml.safe_load((REPO / "manifests" / "crd.yaml").read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
@@ -151,7 +151,7 @@ def test_the_crd_keeps_every_field_written_and_kubectl_shows_the_oldest_waiting_
 async def test_a_group_refused_by_its_spec_or_the_policy_holds_its_last_known_jobs_back(
     spec_change, reason
 ):
-    from tests.unit.api.test_runnergroup import VALID
+    from tests.support.builders import VALID
 
     cluster = FakeCluster()
     cluster.status = {"queuedJobs": 4, "oldestQueuedTime": "2026-01-01T00:01:00Z"}

@@ -18,8 +18,8 @@ import pytest
 from gitea_runner_operator.api.runnergroup import parse_spec
 from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.runtime.observer import Observer
-from tests.unit.api.test_runnergroup import VALID
-from tests.unit.runtime.test_shared_observation import FakeSecrets
+from tests.support.builders import VALID
+from tests.support.gitea_answers import FakeSecrets
 
 
 @pytest.fixture

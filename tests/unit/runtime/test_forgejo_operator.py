@@ -36,8 +36,8 @@ from gitea_runner_operator.reconcile.scaling import (
 )
 from gitea_runner_operator.runtime.enroll import Enroller
 from gitea_runner_operator.runtime.observer import GiteaHandle
+from tests.support.builders import VALID
 from tests.support.fake_forgejo import FakeForgejo
-from tests.unit.api.test_runnergroup import VALID
 
 FORGEJO_SPEC = {
     **{k: v for k, v in VALID.items() if k != "registrationToken"},

@@ -14,7 +14,7 @@ from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kube.secrets import SecretProblem
 from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.observer import GiteaHandle
-from tests.unit.api.test_runnergroup import VALID
+from tests.support.builders import VALID
 
 KEY = "team-a/ci"
 DELIVERY = "http://op.example/hooks/gitea"

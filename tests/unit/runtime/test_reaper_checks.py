@@ -10,7 +10,7 @@ from typing import Any
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.scaling import ReapCandidate, ReapReason
-from tests.unit.runtime.test_poller import CANDIDATE, GROUP, IDLE, FakeGitea, _reaper, _run
+from tests.support.poller import CANDIDATE, GROUP, IDLE, FakeGitea, _reaper, _run
 
 JOB = "ci-h-jobxx"
 

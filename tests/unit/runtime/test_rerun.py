@@ -15,7 +15,7 @@ from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.runtime.observer import GiteaHandle
 from gitea_runner_operator.runtime.rerun import LossFollowUp
 from tests.support import merge_patch
-from tests.unit.api.test_runnergroup import VALID
+from tests.support.builders import VALID
 
 KEY = "team-a/ci"
 REPO = "acme/widgets"

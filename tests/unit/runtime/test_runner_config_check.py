@@ -13,7 +13,7 @@ from gitea_runner_operator.api.runner_config import runner_config_problem
 from gitea_runner_operator.api.runnergroup import RunnerMode, parse_spec
 from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.runtime.observer import Observer
-from tests.unit.runtime.test_shared_observation import ORG_SPEC, FakeSecrets, gitea
+from tests.support.gitea_answers import ORG_SPEC, FakeSecrets, gitea
 
 
 @pytest.mark.parametrize(

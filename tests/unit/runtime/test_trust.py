@@ -16,20 +16,8 @@ from gitea_runner_operator.forge.tls import CABundleError, bundle_id, ssl_contex
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.runtime.trust import GiteaTrust
-
-# A throwaway self-signed test CA (its key was discarded when it was made).
-TEST_CA = """-----BEGIN CERTIFICATE-----
-MIIBgzCCASmgAwIBAgIUFqMXcLHnx+3KpwZoAGiIA7HiTTcwCgYIKoZIzj0EAwIw
-FjEUMBIGA1UEAwwLZ3JvIHRlc3QgQ0EwIBcNMjYxMTIyMTIxOTMzWhgPMjEyNjEw
-MjkxMjE5MzNaMBYxFDASBgNVBAMMC2dybyB0ZXN0IENBMFkwEwYHKoZIzj0CAQYI
-KoZIzj0DAQcDQgAEiF+3pNPqYhrwiZR6q22FD2kQM8/LeJXiChUj9ub0HehXxlli
-cY3sPo7IaNaINuLGcMH/efSdXDWeDwJqHprTkKNTMFEwHQYDVR0OBBYEFPD6zS6E
-bcTYBBlF704ZmS4RUDyhMB8GA1UdIwQYMBaAFPD6zS6EbcTYBBlF704ZmS4RUDyh
-MA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIhAPp7Spc8waEINgw5
-EvspcUWF7Kh7fK8R6AFL6eWsqz1mAiBJUmtKygQf3Ug+V/hvrY+xPy/JXR+lm3f5
-Ua5hVp4vaw==
------END CERTIFICATE-----
-"""
+from tests.support.builders import TEST_CA
+from tests.support.fake_cluster import FakeCore
 
 
 def test_no_bundle_means_default_verification():
@@ -57,28 +45,6 @@ def test_a_bundle_is_trusted_in_addition_to_the_system():
 def test_an_unparsable_bundle_is_a_clear_error(pem, message):
     with pytest.raises(CABundleError, match=message):
         ssl_context_for(pem)
-
-
-class FakeCore:
-    def __init__(self, objects: dict[tuple[str, str], Any], status: int = 404) -> None:
-        self.objects = objects
-        self.status = status
-
-        self.reads = 0
-        self.timeouts: list[Any] = []
-
-    async def read_namespaced_config_map(self, name: str, namespace: str, **kw: Any) -> Any:
-        return self._get("ConfigMap", name, **kw)
-
-    async def read_namespaced_secret(self, name: str, namespace: str, **kw: Any) -> Any:
-        return self._get("Secret", name, **kw)
-
-    def _get(self, kind: str, name: str, **kw: Any) -> Any:
-        self.reads += 1
-        self.timeouts.append(kw.get("_request_timeout"))
-        if (kind, name) not in self.objects:
-            raise ApiException(status=self.status)
-        return self.objects[(kind, name)]
 
 
 def reader(

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from gitea_runner_operator.webhook.guard import QuietLog, WakeLimiter, repository_hint, signers
 from gitea_runner_operator.webhook.server import PATH
 from gitea_runner_operator.webhook.signature import sign
-from tests.unit.webhook.test_webhook_server import OPERATOR, SECRETS, A, Harness, body_for
+from tests.support.webhook import OPERATOR, SECRETS, A, Harness, body_for
 
 
 async def test_a_managed_hooks_url_names_the_only_secret_tried_and_nothing_is_parsed():

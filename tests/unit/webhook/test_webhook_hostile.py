@@ -21,7 +21,7 @@ from gitea_runner_operator.webhook import guard
 from gitea_runner_operator.webhook.guard import MAX_HINT_TRIES, PREFIX_BYTES, repository_hint
 from gitea_runner_operator.webhook.server import PATH
 from gitea_runner_operator.webhook.signature import sign
-from tests.unit.webhook.test_webhook_server import SECRETS, A, Harness, body_for
+from tests.support.webhook import SECRETS, A, Harness, body_for
 
 # Forged bodies that made the old hint rescan and re-parse the prefix per occurrence.
 HOSTILE = {
