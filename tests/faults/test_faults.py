@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support import manifests
+from tests.support.builders import workflow
 from tests.support.faulty_gitea import FaultyGitea
 from tests.support.launcher import OPERATOR_NS
 from tests.support.testbed import (
@@ -37,13 +38,7 @@ from tests.support.testbed import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-BURST = """\
-name: burst
-on: [push]
-jobs:
-""" + "".join(
-    f"  job-{i}:\n    runs-on: gro-linux\n    steps: [{{run: echo {i}}}]\n" for i in range(6)
-)
+BURST = workflow("burst", {f"job-{i}": "gro-linux" for i in range(6)})
 
 
 def figures(name: str, **values: Any) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support import manifests
+from tests.support.builders import workflow
 from tests.support.fake_forgejo import FakeForgejo
 from tests.support.testbed import (
     group_status,
@@ -27,23 +28,10 @@ from tests.support.testbed import (
 
 pytestmark = pytest.mark.integration
 
-WORKFLOW = """\
-name: parity
-on: [push]
-jobs:
-  build-1:
-    runs-on: gro-linux
-    steps: [{run: echo one}]
-  build-2:
-    runs-on: gro-linux
-    steps: [{run: echo two}]
-  build-3:
-    runs-on: gro-linux
-    steps: [{run: echo three}]
-  gpu:
-    runs-on: gro-gpu
-    steps: [{run: echo gpu}]
-"""
+WORKFLOW = workflow(
+    "parity",
+    {"build-1": "gro-linux", "build-2": "gro-linux", "build-3": "gro-linux", "gpu": "gro-gpu"},
+)
 
 
 @dataclass

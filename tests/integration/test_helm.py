@@ -19,6 +19,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import manifests
+from tests.support.builders import workflow
 from tests.support.testbed import (
     group_status,
     kwok_image,
@@ -39,17 +40,7 @@ pytestmark = pytest.mark.integration
 CHART = manifests.REPO / "charts" / "gitea-runner-operator"
 OPERATOR_RULE_RESOURCES = {"runnergroups", "jobs", "pods"}
 
-WORKFLOW = """\
-name: ci
-on: [push]
-jobs:
-  one:
-    runs-on: gro-linux
-    steps: [{run: echo one}]
-  two:
-    runs-on: gro-linux
-    steps: [{run: echo two}]
-"""
+WORKFLOW = workflow("ci", dict.fromkeys(["one", "two"], "gro-linux"))
 
 
 @pytest.fixture(scope="session")

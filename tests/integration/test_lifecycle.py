@@ -7,6 +7,7 @@ import pytest
 
 from gitea_runner_operator.api.naming import runner_prefix
 from tests.support import manifests
+from tests.support.builders import workflow
 from tests.support.testbed import (
     GROUPS,
     condition,
@@ -25,14 +26,7 @@ from tests.support.testbed import (
 
 pytestmark = pytest.mark.integration
 
-WORKFLOW = """\
-name: slow
-on: [push]
-jobs:
-  build:
-    runs-on: gro-linux
-    steps: [{run: echo build}]
-"""
+WORKFLOW = workflow("slow", {"build": "gro-linux"})
 
 
 def test_a_runner_that_never_registers_is_reaped_and_not_churned(

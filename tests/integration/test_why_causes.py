@@ -21,6 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import manifests
+from tests.support.builders import workflow
 from tests.support.testbed import (
     condition,
     events,
@@ -38,19 +39,9 @@ from tests.support.testbed import (
 
 pytestmark = pytest.mark.integration
 
-GPU = """\
-name: gpu
-on: [push]
-jobs:
-  train: {runs-on: gro-gpu, steps: [{run: echo train}]}
-"""
+GPU = workflow("gpu", {"train": "gro-gpu"})
 
-ONE = """\
-name: one
-on: [push]
-jobs:
-  build: {runs-on: gro-linux, steps: [{run: echo build}]}
-"""
+ONE = workflow("one", {"build": "gro-linux"})
 
 
 def metric(port: int, name: str, **labels: str) -> float | None:

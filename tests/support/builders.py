@@ -5,6 +5,7 @@ them, and a CA certificate. One definition each, shared by the unit and testbed 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from gitea_runner_operator.api.runnergroup import parse_spec
@@ -104,3 +105,14 @@ def group(name: str, **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": spec_with(**spec),
     }
+
+
+def workflow(name: str, jobs: Mapping[str, str], needs: Mapping[str, str] | None = None) -> str:
+    """A workflow run on push whose jobs (job name -> its ``runs-on`` label) each echo their
+    name, and ``needs`` (job -> the job it waits for): what the testbed suites queue when only
+    the jobs' labels and order matter."""
+    lines = [f"name: {name}", "on: [push]", "jobs:"]
+    for job, label in jobs.items():
+        after = f", needs: [{needs[job]}]" if needs and job in needs else ""
+        lines.append(f"  {job}: {{runs-on: {label}{after}, steps: [{{run: echo {job}}}]}}")
+    return "\n".join(lines) + "\n"

@@ -135,7 +135,10 @@ class FakeCache:
 
 
 class FakeSource:
-    def __init__(self, snapshot: Snapshot) -> None:
+    """A group's poll task as the reconciler sees it: its latest snapshot, wake-ups, reap
+    orders and the managed hook it keeps."""
+
+    def __init__(self, snapshot: Snapshot | None = None) -> None:
         self.latest: Snapshot | None = snapshot
         self.woken = 0
         self.orders: list[ReapOrder] = []
@@ -179,8 +182,8 @@ def snapshot(
 
 
 class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
 
     def __call__(self) -> float:
         return self.now
