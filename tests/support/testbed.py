@@ -47,22 +47,28 @@ def delete_namespace(kube: KubeClient, ns: str) -> None:
     kube.delete(f"/api/v1/namespaces/{ns}")
 
 
-def allow_secrets(kube: KubeClient, ns: str) -> None:
+def bind_operator(kube: KubeClient, ns: str, cluster_role: str) -> None:
+    """Bind one of the operator's ClusterRoles to its ServiceAccount in ``ns``, as a team
+    does to grant the operator what that role allows there."""
     manifests.apply(
         kube,
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": {"name": "gitea-runner-operator-secrets"},
+            "metadata": {"name": cluster_role},
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
                 "kind": "ClusterRole",
-                "name": "gitea-runner-operator-secrets",
+                "name": cluster_role,
             },
             "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_SA, "namespace": OPERATOR_NS}],
         },
         namespace=ns,
     )
+
+
+def allow_secrets(kube: KubeClient, ns: str) -> None:
+    bind_operator(kube, ns, "gitea-runner-operator-secrets")
 
 
 @dataclass
@@ -265,18 +271,4 @@ def start_daemon(cwd: Path) -> subprocess.Popen[bytes]:
 
 def allow_cache(kube: KubeClient, ns: str) -> None:
     """What a team does to use spec.cache: bind the -cache ClusterRole in its namespace."""
-    manifests.apply(
-        kube,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "gitea-runner-operator-cache"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "gitea-runner-operator-cache",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_SA, "namespace": OPERATOR_NS}],
-        },
-        namespace=ns,
-    )
+    bind_operator(kube, ns, "gitea-runner-operator-cache")
