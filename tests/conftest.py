@@ -1,5 +1,5 @@
-"""Test-suite wiring: the testbed's fixtures (session-wide sandbox, skip/fail rules, the
-operator launcher) for the suites against the testbed, and the markers each folder sets.
+"""Test-suite wiring: the testbed's fixtures (session-wide sandbox, skip/fail rules) for the
+suites against the testbed, and the markers each folder sets.
 Unit tests never touch the fixtures, so they need nothing but Python."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.kinds import kinds_of
 
-pytest_plugins = ["tests.testbed.pytest_plugin", "tests.support.fixtures"]
+pytest_plugins = ["tests.testbed.pytest_plugin"]
 TESTS = Path(__file__).resolve().parent
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.fixtures import *  # noqa: F403
 from tests.support.real_node import Real
 from tests.support.testbed import (
     make_tokens,

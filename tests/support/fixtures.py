@@ -1,5 +1,6 @@
-"""Fixtures for running the operator against the testbed (a pytest plugin, registered by
-tests/conftest.py for every folder): the project's CRD and RBAC installed from
+"""Fixtures for running the operator against the testbed, for the folders of tests against
+it (each one's conftest.py star-imports them; tests/testbed keeps the testbed plugin's own
+``kube`` and ``gitea``, which these override): the project's CRD and RBAC installed from
 ``manifests/``, a namespace per test prepared as a team would prepare it, a Gitea
 organisation and repository with real workflows, and the operator itself started as a user
 starts it (the CLI, in a subprocess, through the one launcher), with its own
@@ -26,6 +27,17 @@ from tests.support.testbed import (
 )
 from tests.testbed.gitea_api import GiteaAPI
 from tests.testbed.kube import KubeClient, wait_for
+
+__all__ = [
+    "cluster",
+    "gitea",
+    "gitea_target",
+    "kube",
+    "kwok",
+    "pytest_runtest_makereport",
+    "start_operator",
+    "team_namespace",
+]
 
 
 @pytest.fixture(scope="session")
