@@ -86,11 +86,7 @@ class FakeCluster:
         self.status = merge_patch(self.status, status)
 
     async def annotate_group(self, namespace: str, name: str, annotations: dict[str, Any]) -> None:
-        for k, v in annotations.items():
-            if v is None:
-                self.annotations.pop(k, None)
-            else:
-                self.annotations[k] = v
+        self.annotations = merge_patch(self.annotations, annotations)
 
     async def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str

@@ -189,11 +189,7 @@ class World:
         self, namespace: str, name: str, annotations: dict[str, str | None]
     ) -> None:
         group = self._owner(namespace, name)
-        for k, v in annotations.items():
-            if v is None:
-                group.annotations.pop(k, None)
-            else:
-                group.annotations[k] = v
+        group.annotations = merge_patch(group.annotations, annotations)
 
     async def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str
