@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+# Where a Pod finds its own namespace.
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 GITEA_STEP_DEADLINE = 60.0  # seconds; Settings.gitea_step_deadline
 
 
