@@ -21,7 +21,6 @@ import base64
 import binascii
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -30,6 +29,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.api.runnergroup import CABundleRef
+from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.http import REQUEST_TIMEOUT
 from gitea_runner_operator.kube.secret_store import SecretStore, SecretUnavailable
 
@@ -59,16 +59,6 @@ def unusable_secret(field: str, namespace: str, name: str, key: str) -> Referenc
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Kept:
-    """What is kept of one ConfigMap: the values of the keys asked for (None: no such key,
-    a Problem: not UTF-8 text), until ``expires``."""
-
-    expires: float
-    values: dict[str, str | Problem | None]
-    size: int
-
-
 class ConfigReader:
     """ConfigMaps: ``get`` with a timeout; the values of the keys used are kept for ``ttl``
     seconds per object (success only: a fixed object is seen on the next retry). Secret keys
@@ -86,60 +76,36 @@ class ConfigReader:
         # Any: the generated stubs insist on model objects and omit documented keywords.
         self._core: Any = client.CoreV1Api(api) if api is not None else None
         self._secrets = secrets
-        self._ttl = ttl
-        self._max_bytes = max_bytes
-        self._clock = clock
-        self._cache: dict[tuple[str, str], _Kept] = {}
-        self._bytes = 0
+        # The values of the keys asked for (None: no such key, a Problem: not UTF-8 text).
+        self._cache: TTLCache[tuple[str, str], dict[str, str | Problem | None]] = TTLCache(
+            ttl, max_entries=MAX_CACHED, max_bytes=max_bytes, clock=clock
+        )
         self.reads = 0  # API reads, for tests and benchmarks
 
     @property
     def bytes(self) -> int:
         """The bytes of the kept keys and values."""
-        return self._bytes
+        return self._cache.bytes
 
     async def _value(self, namespace: str, name: str, key: str) -> str | Problem | None:
         """One key of a ConfigMap, through the cache (Secrets go through the store)."""
         where = (namespace, name)
-        now = self._clock()
         kept = self._cache.get(where)
-        if kept is not None and kept.expires <= now:
-            kept = None
-        if kept is not None and key in kept.values:
-            return kept.values[key]
+        if kept is not None and key in kept:
+            return kept[key]
         self.reads += 1
         try:
             cm = await self._core.read_namespaced_config_map(
                 name, namespace, _request_timeout=REQUEST_TIMEOUT
             )
         except BaseException:
-            self._forget(where)
+            self._cache.pop(where)
             raise
-        keys = {key, *(kept.values if kept is not None else ())}
+        keys = {key, *(kept if kept is not None else ())}
         values = {k: _pick(cm, k) for k in keys}
-        self._forget(where)
         size = sum(len(k) + len(v) for k, v in values.items() if isinstance(v, str))
-        size += len(namespace) + len(name) + 128
-        if size <= self._max_bytes:
-            self._make_room(now, size)
-            self._cache[where] = _Kept(now + self._ttl, values, size)
-            self._bytes += size
+        self._cache.put(where, values, size=size + len(namespace) + len(name) + 128)
         return values[key]
-
-    def _forget(self, where: tuple[str, str]) -> None:
-        kept = self._cache.pop(where, None)
-        if kept is not None:
-            self._bytes -= kept.size
-
-    def _make_room(self, now: float, size: int) -> None:
-        """Expired entries go first, then the oldest, until ``size`` more bytes fit."""
-        if len(self._cache) >= MAX_CACHED or self._bytes + size > self._max_bytes:
-            for stale in [k for k, kept in self._cache.items() if kept.expires <= now]:
-                self._forget(stale)
-        while self._cache and (
-            len(self._cache) >= MAX_CACHED or self._bytes + size > self._max_bytes
-        ):
-            self._forget(next(iter(self._cache)))
 
     async def read_config_map_key(
         self, namespace: str, name: str, key: str, *, field: str, reason_prefix: str
