@@ -17,7 +17,7 @@ import structlog
 
 from gitea_runner_operator import __version__, logsetup, manager, uninstall, why
 from gitea_runner_operator.api.template_policy import PolicyError, TemplatePolicy
-from gitea_runner_operator.settings import SA_NAMESPACE_FILE, Settings
+from gitea_runner_operator.settings import SA_NAMESPACE_FILE, SECRETS_ROLE, Settings
 from gitea_runner_operator.webhook.secrets import (
     WebhookSecretError,
     parse_secret_location,
@@ -125,6 +125,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a ServiceAccount runner Pods may use besides 'default' (repeatable)",
     )
+    p.add_argument(
+        "--secrets-cluster-role",
+        default=SECRETS_ROLE,
+        metavar="NAME",
+        help="the ClusterRole namespaces bind to lend the operator their Secrets, named in "
+        "the messages about a Secret it may not read (the chart passes its own; default "
+        "%(default)s)",
+    )
     p.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
     p.add_argument("--log-level", default="info")
     return p
@@ -183,6 +191,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         template_policy=args.template_policy,
         template_service_accounts=tuple(args.template_service_account),
         own_namespace=own_namespace(),
+        secrets_cluster_role=args.secrets_cluster_role,
     )
 
 

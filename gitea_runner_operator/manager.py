@@ -157,7 +157,9 @@ async def run(settings: Settings) -> int:
         leadership = Leadership()
         # One Secret reader for the process: the webhook receiver and every leadership term
         # share its cache, so a Secret costs one GET per TTL whoever asks.
-        secrets = SecretStore(api, ttl=settings.secret_cache_ttl)
+        secrets = SecretStore(
+            api, ttl=settings.secret_cache_ttl, role=settings.secrets_cluster_role
+        )
 
         def make_controller() -> Controller:
             return Controller(api, settings, watch_api, metrics, secret_store=secrets)

@@ -2,9 +2,9 @@
 the operator must trust for the group's Gitea.
 
 Like Secrets, these are read with ``get`` in the group's namespace, where the namespace's
-owner bound the ``gitea-runner-operator-secrets`` ClusterRole; never listed or watched. Each
-failure becomes a :class:`Problem` whose reason says what is wrong and whose message names the
-field and the object, so it can go straight into ``Ready=False``.
+owner bound the operator's Secrets ClusterRole (``--secrets-cluster-role``); never listed or
+watched. Each failure becomes a :class:`Problem` whose reason says what is wrong and whose
+message names the field and the object, so it can go straight into ``Ready=False``.
 
 A Secret is read through the operator's one :class:`SecretStore` (opt-in label, timeout,
 cache), and whatever is wrong with one (missing, not opted in, no such key, not PEM) gives
@@ -34,7 +34,6 @@ from gitea_runner_operator.kube.http import REQUEST_TIMEOUT
 from gitea_runner_operator.kube.secret_store import SecretStore, SecretUnavailable
 
 CA_BUNDLE_FIELD = "spec.gitea.caBundle"
-BIND_HINT = "bind the ClusterRole gitea-runner-operator-secrets in this namespace"
 CACHE_TTL = 60.0
 MAX_CACHED = 4096
 MAX_CACHED_BYTES = 8 * 1024 * 1024  # of kept values; a larger value is not kept
@@ -118,7 +117,7 @@ class ConfigReader:
         try:
             value = await self._value(namespace, name, key)
         except ApiException as exc:
-            raise _api_problem(exc, field, what, reason_prefix) from None
+            raise _api_problem(exc, field, what, reason_prefix, self._secrets) from None
         if isinstance(value, str):
             return value
         if isinstance(value, Problem):
@@ -141,12 +140,9 @@ class ConfigReader:
             lent = await self._secrets.get(namespace, name, key)
         except SecretUnavailable as exc:
             if exc.reason == "Forbidden":
+                refused = self._secrets.refused(f"Secret {namespace}/{name}")
                 raise ReferenceProblem(
-                    Problem(
-                        f"{reason_prefix}Forbidden",
-                        f"{field}: the operator may not read Secret {namespace}/{name}; "
-                        f"{BIND_HINT}",
-                    )
+                    Problem(f"{reason_prefix}Forbidden", f"{field}: {refused}")
                 ) from None
             raise unusable_secret(field, namespace, name, key) from None
         raw = lent.decoded(key)
@@ -170,13 +166,13 @@ class ConfigReader:
         return await read(namespace, ref.name, ref.key, field=field, reason_prefix="CABundle")
 
 
-def _api_problem(exc: ApiException, field: str, what: str, prefix: str) -> Exception:
+def _api_problem(
+    exc: ApiException, field: str, what: str, prefix: str, secrets: SecretStore
+) -> Exception:
     if exc.status == 404:
         return ReferenceProblem(Problem(f"{prefix}NotFound", f"{field}: {what} not found"))
     if exc.status == 403:
-        return ReferenceProblem(
-            Problem(f"{prefix}Forbidden", f"{field}: the operator may not read {what}; {BIND_HINT}")
-        )
+        return ReferenceProblem(Problem(f"{prefix}Forbidden", f"{field}: {secrets.refused(what)}"))
     return exc
 
 

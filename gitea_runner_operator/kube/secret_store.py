@@ -41,6 +41,7 @@ from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import opted_in
 from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.http import REQUEST_TIMEOUT
+from gitea_runner_operator.settings import SECRETS_ROLE
 
 CACHE_TTL = 60.0
 NEGATIVE_TTL = 5.0
@@ -51,6 +52,14 @@ MAX_BYTES = 8 * 1024 * 1024
 _ENTRY_OVERHEAD = 256  # bytes counted per entry besides its strings
 
 Unavailability = Literal["NotFound", "Forbidden", "NotOptedIn"]
+
+
+def may_not_read(what: str, role: str) -> str:
+    """The one answer to a read that RBAC refused: what to bind, by the name it really has."""
+    return (
+        f"the operator may not read {what}; grant it `get` there: bind the ClusterRole "
+        f"{role} in that namespace, or a Role like manifests/examples/secret-access.yaml"
+    )
 
 
 class SecretUnavailable(Exception):
@@ -125,7 +134,9 @@ class SecretStore:
         max_entries: int = MAX_ENTRIES,
         max_bytes: int = MAX_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        role: str = SECRETS_ROLE,
     ) -> None:
+        self.role = role
         # Any: the generated stubs omit the documented ``_request_timeout`` keyword.
         self._core: Any = client.CoreV1Api(api) if api is not None else None
         self._ttl = ttl
@@ -148,6 +159,10 @@ class SecretStore:
 
     def __len__(self) -> int:
         return len(self._answers)
+
+    def refused(self, what: str) -> str:
+        """The message for a read of ``what`` that RBAC refused (:func:`may_not_read`)."""
+        return may_not_read(what, self.role)
 
     @property
     def bytes(self) -> int:

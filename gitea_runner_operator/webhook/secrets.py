@@ -67,10 +67,7 @@ async def read_secret(store: SecretStore, where: SecretLocation) -> bytes:
         if exc.reason == "NotFound":
             raise WebhookSecretError(f"{what} not found") from None
         if exc.reason == "Forbidden":
-            raise WebhookSecretError(
-                f"the operator may not read {what}; bind the"
-                " ClusterRole gitea-runner-operator-secrets in that namespace"
-            ) from None
+            raise WebhookSecretError(store.refused(what)) from None
         raise WebhookSecretError(f"{what} lacks the label {CREDENTIALS_LABEL}=true") from None
     except ApiException as exc:
         raise WebhookSecretError(f"reading {what} failed: HTTP {exc.status}") from None
