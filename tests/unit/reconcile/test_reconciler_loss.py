@@ -9,10 +9,6 @@ from gitea_runner_operator.api.naming import runner_prefix
 from tests.support.fake_cluster import KEY, T0, FakeCluster, make, snapshot
 
 
-def losses(cluster: FakeCluster) -> dict[str, str]:
-    return dict((cluster.status or {}).get("losses") or {})
-
-
 def _evicted(pod: str, job: str) -> dict:
     return {
         "metadata": {
@@ -41,7 +37,7 @@ async def test_a_busy_runner_evicted_and_gone_from_the_cache_is_recorded_once():
 
     again, sources, _ = make(cluster, snapshot(queued=0))
     await again.reconcile(KEY)
-    ((key, value),) = losses(cluster).items()
+    ((key, value),) = cluster.losses.items()
     assert key == name
     record = json.loads(value)
     assert (record["pod"], record["cause"], record["state"]) == (
@@ -51,10 +47,10 @@ async def test_a_busy_runner_evicted_and_gone_from_the_cache_is_recorded_once():
     )
     assert sources.source.woken == 1  # the poll task follows it up now, not in a minute
 
-    before = losses(cluster)
+    before = cluster.losses
     restarted, _, _ = make(cluster, snapshot(queued=0))
     await restarted.reconcile(KEY)
-    assert losses(cluster) == before  # a restart finds the record and writes nothing
+    assert cluster.losses == before  # a restart finds the record and writes nothing
 
 
 async def test_an_idle_runner_deleted_is_no_loss():
@@ -68,7 +64,7 @@ async def test_an_idle_runner_deleted_is_no_loss():
     cluster.gone_pods.append(gone)
     again, _, _ = make(cluster, snapshot(queued=0))
     await again.reconcile(KEY)
-    assert losses(cluster) == {}
+    assert cluster.losses == {}
 
 
 class TightCluster(FakeCluster):
