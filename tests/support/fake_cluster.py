@@ -246,6 +246,29 @@ def make(
     return reconciler, sources, cache
 
 
+async def first_runner(cluster: FakeCluster) -> str:
+    """One queued job and one pass: the name of the runner Job it created, once the watch
+    delivered it (the unpacking fails the test if the pass created none, or more)."""
+    first, _, _ = make(cluster, snapshot(queued=1))
+    await first.reconcile(KEY)
+    cluster.sync()
+    (name,) = cluster.jobs
+    return name
+
+
+def took_job(cluster: FakeCluster, name: str) -> None:
+    """The runner of Job ``name`` reported that it took its job (the annotation it writes)."""
+    cluster.jobs[name]["metadata"]["annotations"]["gitea.bpg.pw/took-job"] = "true"
+
+
+def runner_pod(job: str, name: str, **status: Any) -> dict[str, Any]:
+    """A running Pod of runner Job ``job``, as the Job controller labels it."""
+    return {
+        "metadata": {"name": name, "labels": {"batch.kubernetes.io/job-name": job}},
+        "status": {"phase": "Running", **status},
+    }
+
+
 HOOKED = {
     **VALID,
     "maxActiveRunners": 3,

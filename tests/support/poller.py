@@ -12,7 +12,7 @@ from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.scaling import ReapCandidate, ReapReason
 from gitea_runner_operator.runtime.observer import GiteaHandle
 from gitea_runner_operator.runtime.reaper import Reaper
-from tests.support.fake_cluster import FakeCache, FakeCluster
+from tests.support.fake_cluster import FakeCache, FakeCluster, runner_pod
 
 GROUP = {"metadata": {"name": "ci", "namespace": "team-a", "uid": "u1"}}
 
@@ -65,13 +65,7 @@ def _reaper(gitea: FakeGitea, jobs: list[str], pods: list[str]) -> tuple[Reaper,
     Gitea's log, so a test sees the order of the two."""
     cluster = FakeCluster(journal=gitea.log)
     cluster.put_jobs(*({"metadata": {"name": j, "creationTimestamp": None}} for j in jobs))
-    cluster.pods = [
-        {
-            "metadata": {"name": p, "labels": {"batch.kubernetes.io/job-name": p[:-6]}},
-            "status": {"phase": "Running"},
-        }
-        for p in pods
-    ]
+    cluster.pods = [runner_pod(p[:-6], p) for p in pods]
     return Reaper(cluster, FakeCache(cluster)), cluster  # type: ignore[arg-type]
 
 
