@@ -6,6 +6,7 @@ the same records: ``jobs``, ``deleted``, ``events`` (type, reason) and ``message
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -235,15 +236,23 @@ def make(
 ) -> tuple[Reconciler, FakeSources, FakeCache]:
     sources = FakeSources(snap)
     cache = FakeCache(cluster, spec or {**VALID, "maxActiveRunners": 3})
-    reconciler = Reconciler(
-        cache,
-        cluster,
-        sources,  # type: ignore[arg-type]
-        Expectations(),
-        clock=clock or Clock(),
-        wall_clock=lambda: wall,
-    )
-    return reconciler, sources, cache
+    return fresh_reconciler(cache, cluster, sources, clock, lambda: wall), sources, cache
+
+
+def fresh_reconciler(
+    cache: Any,
+    cluster: Any,
+    sources: Any,
+    clock: Clock | None,
+    wall_clock: Callable[[], float],
+    **options: Any,
+) -> Reconciler:
+    """The real Reconciler over fakes, with no expectations yet: what a started (or
+    restarted) operator runs."""
+    return Reconciler(
+        cache, cluster, sources, Expectations(), clock=clock or Clock(), wall_clock=wall_clock,
+        **options,
+    )  # fmt: skip
 
 
 async def first_runner(cluster: FakeCluster) -> str:
