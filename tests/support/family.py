@@ -40,17 +40,6 @@ def group_spec(
     return {**spec, **extra}
 
 
-def queued_job(
-    job_id: int, repo: str = "acme/app", labels: tuple[str, ...] = (LABEL,)
-) -> ActionJob:
-    return ActionJob(
-        id=job_id,
-        labels=labels,
-        status="queued",
-        url=f"{URL}/api/v1/repos/{repo}/actions/jobs/{job_id}",
-    )
-
-
 def answer(
     jobs: tuple[ActionJob, ...] = (),
     runners: tuple[ActionRunner, ...] = (),

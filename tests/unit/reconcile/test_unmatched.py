@@ -24,6 +24,7 @@ from gitea_runner_operator.reconcile.unmatched import (
     nearest_label,
 )
 from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
+from tests.support.builders import queued_job
 from tests.support.fake_cluster import KEY, Clock, FakeCluster, make
 
 URL = "https://g.test"
@@ -31,13 +32,7 @@ QUEUED = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def job(i: int, labels: tuple[str, ...] = ("ubuntu-latest",), repo: str = "acme/app") -> ActionJob:
-    return ActionJob(
-        id=i,
-        labels=labels,
-        status="queued",
-        url=f"{URL}/api/v1/repos/{repo}/actions/jobs/{i}",
-        created_at=QUEUED + dt.timedelta(minutes=i),
-    )
+    return queued_job(i, repo, labels, url=URL, created_at=QUEUED + dt.timedelta(minutes=i))
 
 
 def claimant(key: str, scope: Scope, org: str | None = None, repo: str | None = None,
