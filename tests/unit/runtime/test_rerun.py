@@ -122,6 +122,22 @@ async def step(gitea, cluster, cache, metrics, spec=None, *runners, now=1040.0) 
     await follow.run(KEY, parse_spec(spec or VALID), handle, snap(*runners))
 
 
+async def lost_and_failed(
+    gitea: FakeGitea,
+    cluster: FakeCluster,
+    cache: FakeCache,
+    metrics: Metrics,
+    spec: dict[str, Any] | None = None,
+) -> None:
+    """Job 10 runs on P1, whose runner Job J1 is lost; a pass follows it up, Gitea fails
+    the job, and another pass follows it up."""
+    gitea.add_job(10, P1, rid=7)
+    lose(cluster, J1, P1)
+    await step(gitea, cluster, cache, metrics, spec)
+    gitea.fail(10)
+    await step(gitea, cluster, cache, metrics, spec)
+
+
 def record(cluster: FakeCluster, runner_job: str) -> LossRecord:
     return loss_records({"metadata": {"name": "ci", "uid": "u1"}, "status": cluster.status})[
         runner_job
@@ -173,11 +189,7 @@ async def test_a_lost_runners_job_is_found_cleaned_up_and_rerun_once_gitea_faile
 
 async def test_the_rerun_lost_again_is_not_rerun_past_the_limit():
     gitea, cluster, cache, metrics = setup()
-    gitea.add_job(10, P1, rid=7)
-    lose(cluster, J1, P1)
-    await step(gitea, cluster, cache, metrics)
-    gitea.fail(10)
-    await step(gitea, cluster, cache, metrics)
+    await lost_and_failed(gitea, cluster, cache, metrics)
     assert gitea.reruns == [10]
     # job 11 (the re-run) runs on another runner, which is lost too
     gitea.in_progress.append(
@@ -214,20 +226,12 @@ async def test_a_job_that_succeeded_after_all_is_left_alone():
 async def test_zero_turns_it_off_and_old_gitea_says_unsupported():
     gitea, cluster, cache, metrics = setup()
     off = {**VALID, "retry": {"onRunnerLoss": 0}}
-    gitea.add_job(10, P1, rid=7)
-    lose(cluster, J1, P1)
-    await step(gitea, cluster, cache, metrics, off)
-    gitea.fail(10)
-    await step(gitea, cluster, cache, metrics, off)
+    await lost_and_failed(gitea, cluster, cache, metrics, off)
     assert record(cluster, J1).state is LossState.DISABLED and gitea.reruns == []
 
     gitea2, cluster2, cache2, metrics2 = setup()
     gitea2.rerun_status = 404  # Gitea 1.25/1.26: no such route
-    gitea2.add_job(10, P1, rid=7)
-    lose(cluster2, J1, P1)
-    await step(gitea2, cluster2, cache2, metrics2)
-    gitea2.fail(10)
-    await step(gitea2, cluster2, cache2, metrics2)
+    await lost_and_failed(gitea2, cluster2, cache2, metrics2)
     assert record(cluster2, J1).state is LossState.UNSUPPORTED
     assert "1.27" in cluster2.messages[-1]
 
@@ -260,11 +264,7 @@ async def test_a_405_is_an_old_gitea_and_a_400_a_refusal():
     for status, state in ((405, LossState.UNSUPPORTED), (400, LossState.REFUSED)):
         gitea, cluster, cache, metrics = setup()
         gitea.rerun_status = status
-        gitea.add_job(10, P1, rid=7)
-        lose(cluster, J1, P1)
-        await step(gitea, cluster, cache, metrics)
-        gitea.fail(10)
-        await step(gitea, cluster, cache, metrics)
+        await lost_and_failed(gitea, cluster, cache, metrics)
         assert record(cluster, J1).state is state
         assert cluster.events[-1] == ("Warning", "JobNotRerun")
 
