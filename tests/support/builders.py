@@ -101,11 +101,16 @@ Ua5hVp4vaw==
 def group(name: str, **spec: Any) -> dict[str, Any]:
     """A RunnerGroup whose spec is the unit tests' valid one, with ``spec`` changes (None
     removes a field)."""
+    return group_object(name, spec_with(**spec))
+
+
+def group_object(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The RunnerGroup object named ``name`` around ``spec``, as a user applies it."""
     return {
         "apiVersion": "gitea.bpg.pw/v1alpha1",
         "kind": "RunnerGroup",
         "metadata": {"name": name},
-        "spec": spec_with(**spec),
+        "spec": spec,
     }
 
 
