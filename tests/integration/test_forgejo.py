@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support import manifests
+from tests.support.builders import group_object
 from tests.support.fake_forgejo import FakeForgejo, Job
 from tests.support.testbed import (
     GROUPS,
@@ -59,12 +60,7 @@ def forgejo_group(name: str, url: str, **spec: Any) -> dict[str, Any]:
         "image": kwok_image(600),
     }
     body.update(spec)
-    return {
-        "apiVersion": "gitea.bpg.pw/v1alpha1",
-        "kind": "RunnerGroup",
-        "metadata": {"name": name},
-        "spec": body,
-    }
+    return group_object(name, body)
 
 
 def started(kube: Any, ns: str, group: str) -> list[dict[str, Any]]:

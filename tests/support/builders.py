@@ -5,9 +5,11 @@ them, and a CA certificate. One definition each, shared by the unit and testbed 
 from __future__ import annotations
 
 import copy
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import parse_spec
 from gitea_runner_operator.kube.job_template import render_runner_job
 
@@ -99,11 +101,16 @@ Ua5hVp4vaw==
 def group(name: str, **spec: Any) -> dict[str, Any]:
     """A RunnerGroup whose spec is the unit tests' valid one, with ``spec`` changes (None
     removes a field)."""
+    return group_object(name, spec_with(**spec))
+
+
+def group_object(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The RunnerGroup object named ``name`` around ``spec``, as a user applies it."""
     return {
         "apiVersion": "gitea.bpg.pw/v1alpha1",
         "kind": "RunnerGroup",
         "metadata": {"name": name},
-        "spec": spec_with(**spec),
+        "spec": spec,
     }
 
 
@@ -116,3 +123,22 @@ def workflow(name: str, jobs: Mapping[str, str], needs: Mapping[str, str] | None
         after = f", needs: [{needs[job]}]" if needs and job in needs else ""
         lines.append(f"  {job}: {{runs-on: {label}{after}, steps: [{{run: echo {job}}}]}}")
     return "\n".join(lines) + "\n"
+
+
+def queued_job(
+    job_id: int,
+    repo: str = "acme/app",
+    labels: tuple[str, ...] = ("linux",),
+    *,
+    url: str = "https://gitea.example.com",
+    created_at: dt.datetime | None = None,
+) -> ActionJob:
+    """A job Gitea lists as queued in ``repo``, with its API URL (where the operator reads
+    the repository from)."""
+    return ActionJob(
+        id=job_id,
+        labels=labels,
+        status="queued",
+        url=f"{url}/api/v1/repos/{repo}/actions/jobs/{job_id}",
+        created_at=created_at,
+    )

@@ -1,9 +1,12 @@
-"""The one in-memory cluster for unit tests of the reconciler: it plays the API server
-(Jobs, Pods, the group's status, annotations, finalizers, Events), the informer cache over
-it, the poll tasks' snapshots, and a CoreV1 API for Secret and ConfigMap reads."""
+"""The one in-memory cluster for unit tests: it plays the API server (Jobs, Pods, the group's
+status, annotations, finalizers, Events, runner Secrets), the informer cache over it, the poll
+tasks' snapshots, and a CoreV1 API for Secret and ConfigMap reads. The reconciler, the reaper,
+the loss follow-up and the Forgejo enroller all write to it, so a test of any of them reads
+the same records: ``jobs``, ``deleted``, ``events`` (type, reason) and ``messages``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -29,8 +32,11 @@ class FakeCluster:
     ``sync`` is called, like a watch that lags behind the create. ``watch="eager"``: the
     watch event is delivered before the create call returns, which real clusters also do."""
 
-    def __init__(self, watch: str = "lagging") -> None:
+    def __init__(self, watch: str = "lagging", journal: list[str] | None = None) -> None:
         self.watch = watch
+        # Shared with a fake Gitea, it shows the order of deletions across the two.
+        self.journal = journal if journal is not None else []
+        self.uid = "u1"
         self.jobs: dict[str, dict[str, Any]] = {}
         self.pods: list[dict[str, Any]] = []
         self.gone_pods: list[dict[str, Any]] = []
@@ -38,6 +44,7 @@ class FakeCluster:
         self.unsynced: list[dict[str, Any]] = []
         self.status: dict[str, Any] | None = None
         self.events: list[tuple[str, str]] = []
+        self.messages: list[str] = []  # each Event's message, in the order of ``events``
         self.deleted: list[str] = []
         self.creates = 0
         self.refuse: str | None = None
@@ -70,8 +77,18 @@ class FakeCluster:
     def all_created(self) -> int:
         return len(self.jobs) + len(self.unsynced)
 
+    def put_jobs(self, *manifests: dict[str, Any]) -> None:
+        """Jobs that already exist, in the API server and in the cache, oldest first."""
+        for manifest in manifests:
+            self.jobs[manifest["metadata"]["name"]] = manifest
+
+    @property
+    def losses(self) -> dict[str, str]:
+        return dict((self.status or {}).get("losses") or {})
+
     async def delete_job(self, namespace: str, name: str) -> bool:
         self.deleted.append(name)
+        self.journal.append(f"delete job {name}")
         return self.jobs.pop(name, None) is not None
 
     async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
@@ -95,19 +112,41 @@ class FakeCluster:
 
     async def emit_event(self, group: Any, event_type: str, reason: str, message: str) -> None:
         self.events.append((event_type, reason))
+        self.messages.append(message)
+
+
+class FakeCredentials:
+    """The runner credentials writer the Forgejo enroller uses: Secrets, and resuming a
+    suspended runner Job of the cluster."""
+
+    def __init__(self, cluster: FakeCluster, fail: Exception | None = None) -> None:
+        self.cluster = cluster
+        self.secrets: dict[str, dict[str, Any]] = {}
+        self.fail = fail
+
+    async def create_secret(self, manifest: dict[str, Any]) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.secrets[manifest["metadata"]["name"]] = manifest
+
+    async def resume_job(self, namespace: str, name: str) -> bool:
+        self.cluster.jobs[name]["spec"]["suspend"] = False
+        return True
 
 
 class FakeCache:
-    def __init__(self, cluster: FakeCluster, spec: dict[str, Any]) -> None:
+    """The informer cache over a ``FakeCluster``: what the cluster holds, as a watch saw it."""
+
+    def __init__(self, cluster: FakeCluster, spec: dict[str, Any] | None = None) -> None:
         self.cluster = cluster
-        self.spec = spec
+        self.spec = spec if spec is not None else VALID
         self.released: list[Release] = []
 
     def group(self, key: str) -> dict[str, Any]:
         meta: dict[str, Any] = {
             "name": "ci",
             "namespace": "team-a",
-            "uid": "u1",
+            "uid": self.cluster.uid,
             "generation": 1,
             "resourceVersion": "7",
             "finalizers": list(self.cluster.finalizers),
@@ -116,6 +155,9 @@ class FakeCache:
         if self.cluster.deletion:
             meta["deletionTimestamp"] = self.cluster.deletion
         return {"metadata": meta, "spec": self.spec, "status": self.cluster.status}
+
+    def group_keys(self) -> list[str]:
+        return [KEY]
 
     def runner_jobs(self, key: str) -> list[dict[str, Any]]:
         return list(self.cluster.jobs.values())
@@ -194,15 +236,46 @@ def make(
 ) -> tuple[Reconciler, FakeSources, FakeCache]:
     sources = FakeSources(snap)
     cache = FakeCache(cluster, spec or {**VALID, "maxActiveRunners": 3})
-    reconciler = Reconciler(
-        cache,
-        cluster,
-        sources,  # type: ignore[arg-type]
-        Expectations(),
-        clock=clock or Clock(),
-        wall_clock=lambda: wall,
-    )
-    return reconciler, sources, cache
+    return fresh_reconciler(cache, cluster, sources, clock, lambda: wall), sources, cache
+
+
+def fresh_reconciler(
+    cache: Any,
+    cluster: Any,
+    sources: Any,
+    clock: Clock | None,
+    wall_clock: Callable[[], float],
+    **options: Any,
+) -> Reconciler:
+    """The real Reconciler over fakes, with no expectations yet: what a started (or
+    restarted) operator runs."""
+    return Reconciler(
+        cache, cluster, sources, Expectations(), clock=clock or Clock(), wall_clock=wall_clock,
+        **options,
+    )  # fmt: skip
+
+
+async def first_runner(cluster: FakeCluster) -> str:
+    """One queued job and one pass: the name of the runner Job it created, once the watch
+    delivered it (the unpacking fails the test if the pass created none, or more)."""
+    first, _, _ = make(cluster, snapshot(queued=1))
+    await first.reconcile(KEY)
+    cluster.sync()
+    (name,) = cluster.jobs
+    return name
+
+
+def took_job(cluster: FakeCluster, name: str) -> None:
+    """The runner of Job ``name`` reported that it took its job (the annotation it writes)."""
+    cluster.jobs[name]["metadata"]["annotations"]["gitea.bpg.pw/took-job"] = "true"
+
+
+def runner_pod(job: str, name: str, **status: Any) -> dict[str, Any]:
+    """A running Pod of runner Job ``job``, as the Job controller labels it."""
+    return {
+        "metadata": {"name": name, "labels": {"batch.kubernetes.io/job-name": job}},
+        "status": {"phase": "Running", **status},
+    }
 
 
 HOOKED = {

@@ -387,28 +387,36 @@ class FakeForgejo:
             body = [self._runner_json(r) for r in found]
         return web.json_response(body, headers=headers)
 
-    async def get_runner(self, request: web.Request, kind: str) -> web.Response:
-        scope, error = self._target(request, kind, write=False)
+    def _runner_at(
+        self, request: web.Request, kind: str, write: bool
+    ) -> tuple[dict[str, Any], Runner] | web.Response:
+        """The runner the path names, with the caller's scope filter, or the error answer:
+        a runner outside what the caller may see is a 404, as if it did not exist. The
+        caller holds the lock (re-entrant) so the runner stays as found."""
+        scope, error = self._target(request, kind, write=write)
         if error is not None:
             return error
         assert scope is not None
+        runner = self.runners.get(_int(request.match_info["id"]))
+        if runner is None or not self._visible_runner(scope, runner, visible=True):
+            return _not_found()
+        return scope, runner
+
+    async def get_runner(self, request: web.Request, kind: str) -> web.Response:
         with self.lock:
-            runner = self.runners.get(_int(request.match_info["id"]))
-            if runner is None or not self._visible_runner(scope, runner, visible=True):
-                return _not_found()
-            return web.json_response(self._runner_json(runner))
+            found = self._runner_at(request, kind, write=False)
+            if isinstance(found, web.Response):
+                return found
+            return web.json_response(self._runner_json(found[1]))
 
     async def delete_runner(self, request: web.Request, kind: str) -> web.Response:
         """No status check: a busy runner goes too, and its job stays ``running`` until
         the zombie-task cron (not simulated) stops it."""
-        scope, error = self._target(request, kind, write=True)
-        if error is not None:
-            return error
-        assert scope is not None
         with self.lock:
-            runner = self.runners.get(_int(request.match_info["id"]))
-            if runner is None or not self._visible_runner(scope, runner, visible=True):
-                return _not_found()
+            found = self._runner_at(request, kind, write=True)
+            if isinstance(found, web.Response):
+                return found
+            scope, runner = found
             if not self._editable(scope, runner):
                 return _not_found()
             self.deleted_runners.append((runner.id, runner.name, self.runner_status(runner)))

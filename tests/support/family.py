@@ -13,11 +13,10 @@ from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Problem, Snapshot
 from gitea_runner_operator.kube.cache import Release
 from gitea_runner_operator.kube.cluster import CreateRefused
-from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import FINALIZER, Reconciler
 from tests.support import merge_patch
-from tests.support.fake_cluster import CREATED, T0, Clock, FakeSource
+from tests.support.fake_cluster import CREATED, T0, Clock, FakeSource, fresh_reconciler
 
 URL = "https://gitea.example.com"
 LABEL = "linux"
@@ -39,17 +38,6 @@ def group_spec(
     if repo is not None:
         spec["repo"] = repo
     return {**spec, **extra}
-
-
-def queued_job(
-    job_id: int, repo: str = "acme/app", labels: tuple[str, ...] = (LABEL,)
-) -> ActionJob:
-    return ActionJob(
-        id=job_id,
-        labels=labels,
-        status="queued",
-        url=f"{URL}/api/v1/repos/{repo}/actions/jobs/{job_id}",
-    )
 
 
 def answer(
@@ -210,14 +198,6 @@ def reconciler(
 ) -> tuple[Reconciler, Sources, Ledger]:
     sources = Sources()
     ledger = ledger if ledger is not None else Ledger(min_interval=0.0, clock=clock or Clock())
-    rec = Reconciler(
-        world,
-        world,
-        sources,  # type: ignore[arg-type]
-        Expectations(),
-        clock=clock or Clock(),
-        wall_clock=wall or Clock(T0 + 30),
-        ledger=ledger,
-        **options,
-    )
+    rec = fresh_reconciler(world, world, sources, clock, wall or Clock(T0 + 30), ledger=ledger,
+                           **options)  # fmt: skip
     return rec, sources, ledger

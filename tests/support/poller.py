@@ -1,5 +1,5 @@
 """Fakes for the poll task's reaper: Gitea's runner registrations (which a test can make
-busy at a chosen call), the cluster's runner Jobs and Pods, and a reap run."""
+busy at a chosen call), a reaper over the one fake cluster, and a reap run."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.scaling import ReapCandidate, ReapReason
 from gitea_runner_operator.runtime.observer import GiteaHandle
 from gitea_runner_operator.runtime.reaper import Reaper
+from tests.support.fake_cluster import FakeCache, FakeCluster, runner_pod
 
 GROUP = {"metadata": {"name": "ci", "namespace": "team-a", "uid": "u1"}}
 
@@ -58,40 +59,14 @@ class FakeGitea:
         return self.runners.pop(runner_id, None) is not None
 
 
-class FakeCluster:
-    def __init__(self, gitea: FakeGitea) -> None:
-        self.gitea = gitea
-        self.events: list[str] = []
-
-    async def delete_job(self, namespace: str, name: str) -> bool:
-        self.gitea.log.append(f"delete job {name}")
-        return True
-
-    async def emit_event(self, group: Any, kind: str, reason: str, message: str) -> None:
-        self.events.append(reason)
-
-
-class FakeCache:
-    def __init__(self, jobs: list[str], pods: list[str]) -> None:
-        self.jobs = jobs
-        self.pods = pods
-
-    def runner_jobs(self, key: str) -> list[dict[str, Any]]:
-        return [{"metadata": {"name": j, "creationTimestamp": None}} for j in self.jobs]
-
-    def runner_pods(self, key: str) -> list[dict[str, Any]]:
-        return [
-            {
-                "metadata": {"name": p, "labels": {"batch.kubernetes.io/job-name": p[:-6]}},
-                "status": {"phase": "Running"},
-            }
-            for p in self.pods
-        ]
-
-
 def _reaper(gitea: FakeGitea, jobs: list[str], pods: list[str]) -> tuple[Reaper, FakeCluster]:
-    cluster = FakeCluster(gitea)
-    return Reaper(cluster, FakeCache(jobs, pods)), cluster  # type: ignore[arg-type]
+    """A reaper over the one fake cluster holding these runner Jobs and their running Pods
+    (a Pod's name is its Job's and five letters); the cluster's deletions go to the fake
+    Gitea's log, so a test sees the order of the two."""
+    cluster = FakeCluster(journal=gitea.log)
+    cluster.put_jobs(*({"metadata": {"name": j, "creationTimestamp": None}} for j in jobs))
+    cluster.pods = [runner_pod(p[:-6], p) for p in pods]
+    return Reaper(cluster, FakeCache(cluster)), cluster  # type: ignore[arg-type]
 
 
 def _run(reaper: Reaper, gitea: FakeGitea, order: ReapOrder, runners: list[ActionRunner]) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.support import manifests
+from tests.support.builders import group_object
 from tests.support.launcher import OPERATOR_NS, OPERATOR_SA
 from tests.testbed.kube import KubeClient, KubeError, wait_for
 from tests.testbed.kubelet_harness import runner_binary
@@ -148,12 +149,7 @@ def runner_group(name: str, *, target: GiteaTarget, url: str, **spec: Any) -> di
         "pollInterval": "5s",
     }
     body.update(spec)
-    return {
-        "apiVersion": "gitea.bpg.pw/v1alpha1",
-        "kind": "RunnerGroup",
-        "metadata": {"name": name},
-        "spec": body,
-    }
+    return group_object(name, body)
 
 
 def group_uid(kube: KubeClient, ns: str, name: str) -> str:

@@ -5,6 +5,7 @@ Forgejo 15 reference; a real Forgejo cannot be built here. Cases tagged [inf] in
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import aiohttp
 import pytest
@@ -47,6 +48,13 @@ async def session():
 
 def client(session, fake, token=None) -> ForgejoClient:
     return ForgejoClient(session, fake.url, token or fake.admin_token, attempts=1)
+
+
+async def declared(fake: FakeForgejo, c: ForgejoClient, name: str) -> Any:
+    """A runner registered in ORG that declared the label ``docker``, as forgejo-runner starts."""
+    reg = await c.register_runner(ORG, name)
+    await rpc(fake, reg, "Declare", {"labels": ["docker"]})
+    return reg
 
 
 class RPCRefused(Exception):
@@ -200,15 +208,13 @@ async def test_handle_binding_takes_that_attempt_or_nothing(forgejo, session):
     c = client(session, forgejo)
     older = forgejo.add_job("acme", "app", ["docker"])
     mine = forgejo.add_job("acme", "app", ["docker"])
-    reg = await c.register_runner(ORG, "bound")
-    await rpc(forgejo, reg, "Declare", {"labels": ["docker"]})
+    reg = await declared(forgejo, c, "bound")
     got = await rpc(forgejo, reg, "FetchSingleTask", {"tasksVersion": 0, "handle": mine.handle})
     assert got["task"]["jobId"] == str(mine.id)  # not the older one it would take unbound
     assert forgejo.jobs[older.id].status == "waiting"
     # Ephemeral: a second fetch gets nothing, whatever the handle.
     assert "task" not in await rpc(forgejo, reg, "FetchTask", {"tasksVersion": 0})
-    gone = await c.register_runner(ORG, "stale")
-    await rpc(forgejo, gone, "Declare", {"labels": ["docker"]})
+    gone = await declared(forgejo, c, "stale")
     stale = forgejo.rerun(older.id).handle
     forgejo.rerun(older.id)  # the handle is regenerated: the old one names nothing now
     assert "task" not in await rpc(forgejo, gone, "FetchSingleTask", {"handle": stale})
@@ -218,16 +224,14 @@ async def test_concurrency_held_jobs_are_listed_but_never_picked(forgejo, sessio
     c = client(session, forgejo)
     held = forgejo.add_job("acme", "app", ["docker"], held=True)
     assert [j.id for j in (await c.list_jobs(ORG)).items] == [held.id]
-    reg = await c.register_runner(ORG, "r")
-    await rpc(forgejo, reg, "Declare", {"labels": ["docker"]})
+    reg = await declared(forgejo, c, "r")
     assert "task" not in await rpc(forgejo, reg, "FetchSingleTask", {"handle": held.handle})
 
 
 async def test_deleting_a_busy_runner_leaves_its_job_running(forgejo, session):
     c = client(session, forgejo)
     job = forgejo.add_job("acme", "app", ["docker"])
-    reg = await c.register_runner(ORG, "busy")
-    await rpc(forgejo, reg, "Declare", {"labels": ["docker"]})
+    reg = await declared(forgejo, c, "busy")
     await rpc(forgejo, reg, "FetchSingleTask", {"handle": job.handle})
     await rpc(forgejo, reg, "UpdateTask", {"state": {"id": forgejo.jobs[job.id].task_id}})
     assert (await c.get_runner(ORG, reg.id)).busy
@@ -242,8 +246,7 @@ async def test_deleting_a_busy_runner_leaves_its_job_running(forgejo, session):
 async def test_a_final_report_removes_an_ephemeral_runner(forgejo, session):
     c = client(session, forgejo)
     job = forgejo.add_job("acme", "app", ["docker"])
-    reg = await c.register_runner(ORG, "done")
-    await rpc(forgejo, reg, "Declare", {"labels": ["docker"]})
+    reg = await declared(forgejo, c, "done")
     await rpc(forgejo, reg, "FetchSingleTask", {"handle": job.handle})
     task_id = forgejo.jobs[job.id].task_id
     await rpc(forgejo, reg, "UpdateTask", {"state": {"id": task_id, "result": "RESULT_SUCCESS"}})

@@ -10,7 +10,8 @@ from typing import Any
 
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
-from tests.support.family import T0, Clock, World, answer, group_spec, queued_job, reconciler
+from tests.support.builders import queued_job
+from tests.support.family import T0, Clock, World, answer, group_spec, reconciler
 
 JOBS = tuple(queued_job(i) for i in range(1, 4))
 

@@ -28,8 +28,11 @@ from tests.support.fake_cluster import (
     FakeCache,
     FakeCluster,
     FakeSources,
+    first_runner,
     make,
+    runner_pod,
     snapshot,
+    took_job,
 )
 
 
@@ -73,10 +76,7 @@ async def test_the_finalizer_is_added_before_anything_else():
 
 async def test_failed_runner_jobs_turn_runners_healthy_false_and_warn_once():
     cluster = FakeCluster()
-    first, _, _ = make(cluster, snapshot(queued=1))
-    await first.reconcile(KEY)
-    cluster.sync()
-    (job,) = cluster.jobs.values()
+    job = cluster.jobs[await first_runner(cluster)]
     job["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
     again, _, _ = make(cluster, snapshot(queued=1))
     for _ in range(2):
@@ -120,11 +120,8 @@ async def test_a_restarted_operator_counts_the_jobs_in_the_cluster():
 
 async def test_a_runner_marked_as_having_taken_its_job_no_longer_covers_demand():
     cluster = FakeCluster()
-    first, _, _ = make(cluster, snapshot(queued=1))
-    await first.reconcile(KEY)
-    cluster.sync()
-    (name,) = cluster.jobs
-    cluster.jobs[name]["metadata"]["annotations"]["gitea.bpg.pw/took-job"] = "true"
+    name = await first_runner(cluster)
+    took_job(cluster, name)
     again, _, _ = make(cluster, snapshot(queued=1))
     await again.reconcile(KEY)
     assert len(cluster.unsynced) == 1  # the busy one no longer covers the new job
@@ -241,21 +238,11 @@ async def test_a_refused_create_is_reported_backs_off_and_tries_one_not_all():
     assert condition(cluster, "RunnersHealthy")["status"] == "True"
 
 
-def _pod(job: str, name: str, **status: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {"batch.kubernetes.io/job-name": job}},
-        "status": {"phase": "Running", **status},
-    }
-
-
 async def test_idle_runners_are_proposed_to_the_poll_task_never_deleted_here():
     cluster = FakeCluster()
-    first, _, _ = make(cluster, snapshot(queued=1))
-    await first.reconcile(KEY)
-    cluster.sync()
-    (name,) = cluster.jobs
+    name = await first_runner(cluster)
     pod = f"{name}-bcdfg"
-    cluster.pods = [_pod(name, pod)]
+    cluster.pods = [runner_pod(name, pod)]
     late = T0 + 3600  # an hour later, nothing queued, the runner idle
     again, sources, _ = make(cluster, snapshot(runners=(ActionRunner(id=5, name=pod),)), wall=late)
     await again.reconcile(KEY)
@@ -271,12 +258,9 @@ async def test_idle_runners_are_proposed_to_the_poll_task_never_deleted_here():
 
 async def test_runners_idle_while_jobs_wait_hold_creation_back_and_say_why():
     cluster = FakeCluster()
-    first, _, _ = make(cluster, snapshot(queued=1))
-    await first.reconcile(KEY)
-    cluster.sync()
-    (name,) = cluster.jobs
+    name = await first_runner(cluster)
     pod = f"{name}-bcdfg"
-    cluster.pods = [_pod(name, pod)]
+    cluster.pods = [runner_pod(name, pod)]
     late = T0 + 3600
     stuck = snapshot(queued=1, runners=(ActionRunner(id=5, name=pod),))
     again, sources, _ = make(cluster, stuck, wall=late)
@@ -294,13 +278,10 @@ async def test_runners_idle_while_jobs_wait_hold_creation_back_and_say_why():
 
 async def test_pods_that_cannot_start_turn_runners_healthy_false_with_their_reason():
     cluster = FakeCluster()
-    first, _, _ = make(cluster, snapshot(queued=1))
-    await first.reconcile(KEY)
-    cluster.sync()
-    (name,) = cluster.jobs
+    name = await first_runner(cluster)
     waiting = {"waiting": {"reason": "ImagePullBackOff", "message": "pull access denied"}}
     cluster.pods = [
-        _pod(
+        runner_pod(
             name,
             f"{name}-bcdfg",
             phase="Pending",
@@ -317,13 +298,10 @@ async def test_pods_that_cannot_start_turn_runners_healthy_false_with_their_reas
 
 async def test_teardown_drains_then_releases_the_finalizer():
     cluster = FakeCluster()
-    first, _, _ = make(cluster, snapshot(queued=1))
-    await first.reconcile(KEY)
-    cluster.sync()
-    (name,) = cluster.jobs
+    name = await first_runner(cluster)
     pod = f"{name}-bcdfg"
-    cluster.pods = [_pod(name, pod)]
-    cluster.jobs[name]["metadata"]["annotations"]["gitea.bpg.pw/took-job"] = "true"
+    cluster.pods = [runner_pod(name, pod)]
+    took_job(cluster, name)
     cluster.deletion = "2026-01-01T00:01:00Z"
     busy = snapshot(
         runners=(ActionRunner(id=5, name=pod, busy=True, ephemeral=True),), started_at=200.0
@@ -368,7 +346,10 @@ async def test_only_busy_runner_pods_are_guarded_against_node_scale_down():
     await first.reconcile(KEY)
     cluster.sync()
     busy_job, idle_job = sorted(cluster.jobs)
-    cluster.pods = [_pod(busy_job, f"{busy_job}-bcdfg"), _pod(idle_job, f"{idle_job}-bcdfg")]
+    cluster.pods = [
+        runner_pod(busy_job, f"{busy_job}-bcdfg"),
+        runner_pod(idle_job, f"{idle_job}-bcdfg"),
+    ]
     runners = (
         ActionRunner(id=1, name=f"{busy_job}-bcdfg", busy=True),
         ActionRunner(id=2, name=f"{idle_job}-bcdfg"),

@@ -6,42 +6,36 @@ import json
 
 from gitea_runner_operator.api.loss import LossRecord, LossState
 from gitea_runner_operator.api.naming import runner_prefix
-from tests.support.fake_cluster import KEY, T0, FakeCluster, make, snapshot
-
-
-def losses(cluster: FakeCluster) -> dict[str, str]:
-    return dict((cluster.status or {}).get("losses") or {})
+from tests.support.fake_cluster import (
+    KEY,
+    T0,
+    FakeCluster,
+    first_runner,
+    make,
+    runner_pod,
+    snapshot,
+    took_job,
+)
 
 
 def _evicted(pod: str, job: str) -> dict:
-    return {
-        "metadata": {
-            "name": pod,
-            "labels": {"batch.kubernetes.io/job-name": job},
-            "deletionTimestamp": "2026-01-01T00:00:20Z",
-        },
-        "status": {
-            "phase": "Running",
-            "conditions": [
-                {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
-            ],
-        },
-    }
+    evicted = runner_pod(job, pod, conditions=[
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    ])  # fmt: skip
+    evicted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:20Z"
+    return evicted
 
 
 async def test_a_busy_runner_evicted_and_gone_from_the_cache_is_recorded_once():
     cluster = FakeCluster()
-    first, _, _ = make(cluster, snapshot(queued=1))
-    await first.reconcile(KEY)
-    cluster.sync()
-    (name,) = cluster.jobs
-    cluster.jobs[name]["metadata"]["annotations"]["gitea.bpg.pw/took-job"] = "true"
+    name = await first_runner(cluster)
+    took_job(cluster, name)
     # the Pod was evicted and deleted before the reconcile ran: only its last state is left
     cluster.gone_pods.append(_evicted(f"{name}-abcde", name))
 
     again, sources, _ = make(cluster, snapshot(queued=0))
     await again.reconcile(KEY)
-    ((key, value),) = losses(cluster).items()
+    ((key, value),) = cluster.losses.items()
     assert key == name
     record = json.loads(value)
     assert (record["pod"], record["cause"], record["state"]) == (
@@ -51,24 +45,21 @@ async def test_a_busy_runner_evicted_and_gone_from_the_cache_is_recorded_once():
     )
     assert sources.source.woken == 1  # the poll task follows it up now, not in a minute
 
-    before = losses(cluster)
+    before = cluster.losses
     restarted, _, _ = make(cluster, snapshot(queued=0))
     await restarted.reconcile(KEY)
-    assert losses(cluster) == before  # a restart finds the record and writes nothing
+    assert cluster.losses == before  # a restart finds the record and writes nothing
 
 
 async def test_an_idle_runner_deleted_is_no_loss():
     cluster = FakeCluster()
-    first, _, _ = make(cluster, snapshot(queued=1))
-    await first.reconcile(KEY)
-    cluster.sync()
-    (name,) = cluster.jobs
+    name = await first_runner(cluster)
     gone = _evicted(f"{name}-abcde", name)
     gone["status"]["conditions"] = []  # deleted (reaped), not evicted
     cluster.gone_pods.append(gone)
     again, _, _ = make(cluster, snapshot(queued=0))
     await again.reconcile(KEY)
-    assert losses(cluster) == {}
+    assert cluster.losses == {}
 
 
 class TightCluster(FakeCluster):
@@ -94,11 +85,8 @@ async def test_a_flood_of_losses_never_stops_creation():
     """2,500 evicted busy runners used to give 0 runners for the queued jobs: every pass
     failed writing one more record before it created."""
     cluster = TightCluster()
-    first, _, _ = make(cluster, snapshot(queued=1))
-    await first.reconcile(KEY)
-    cluster.sync()
-    (name,) = cluster.jobs
-    cluster.jobs[name]["metadata"]["annotations"]["gitea.bpg.pw/took-job"] = "true"
+    name = await first_runner(cluster)
+    took_job(cluster, name)
     cluster.gone_pods.append(_evicted(f"{name}-abcde", name))
     prefix = runner_prefix("ci", "u1")
     alphabet = "bcdfghjklmnpqrstvwxz2456789"

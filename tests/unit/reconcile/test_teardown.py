@@ -23,18 +23,6 @@ from tests.support.fake_cluster import HOOKED, KEY, T0, FakeCluster, make, snaps
 GROUP = {"metadata": {"name": "ci", "namespace": "team-a", "uid": "u1"}}
 
 
-class TalkingCluster(FakeCluster):
-    """Keeps the Events' messages too: the admin reads them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages: list[str] = []
-
-    async def emit_event(self, group: Any, event_type: str, reason: str, message: str) -> None:
-        await super().emit_event(group, event_type, reason, message)
-        self.messages.append(message)
-
-
 def _leftover(uid: str = "uid-1") -> ActionRunner:
     """A registration named like this group's runners (its UID hash)."""
     from gitea_runner_operator.api.naming import new_job_name
@@ -46,7 +34,7 @@ def _leftover(uid: str = "uid-1") -> ActionRunner:
 async def test_a_refusing_gitea_cannot_hold_the_finalizer_past_the_drain_timeout():
     """Measured before: Gitea answered 403 to every runner delete and the group (drainTimeout
     30s) was still there 181 s after the delete, with no Event."""
-    cluster = TalkingCluster()
+    cluster = FakeCluster()
     cluster.deletion = "2026-01-01T00:01:00Z"
     reconciler, sources, cache = make(cluster, snapshot(started_at=200.0), wall=T0 + 90)
     uid = cache.group(KEY)["metadata"]["uid"]  # type: ignore[index]
@@ -69,7 +57,7 @@ async def test_a_refusing_gitea_cannot_hold_the_finalizer_past_the_drain_timeout
 
 
 async def test_a_group_without_runners_whose_secrets_are_gone_goes_at_once():
-    cluster = TalkingCluster()
+    cluster = FakeCluster()
     cluster.deletion = "2026-01-01T00:01:00Z"
     gone = snapshot(
         problem=Problem("SecretNotFound", "Secret team-a/t not found", ProblemKind.SECRET),
@@ -82,7 +70,7 @@ async def test_a_group_without_runners_whose_secrets_are_gone_goes_at_once():
 
 
 async def test_a_hook_gitea_refuses_to_remove_is_named_and_does_not_hold_the_group():
-    cluster = TalkingCluster()
+    cluster = FakeCluster()
     cluster.deletion = "2026-01-01T00:01:00Z"
     answered = snapshot(started_at=200.0)
     waiting, sources, _ = make(cluster, answered, spec=HOOKED, wall=T0 + 90)
@@ -193,7 +181,7 @@ async def test_a_deleting_group_never_keeps_its_hook_even_between_orders():
 
 
 async def test_a_secret_read_that_failed_once_does_not_release_the_group_early():
-    cluster = TalkingCluster()
+    cluster = FakeCluster()
     cluster.deletion = "2026-01-01T00:01:00Z"
     hiccup = snapshot(
         problem=Problem("SecretReadFailed", "retrying", ProblemKind.SECRET), started_at=200.0
@@ -206,7 +194,7 @@ async def test_a_secret_read_that_failed_once_does_not_release_the_group_early()
 async def test_a_pass_on_the_stale_copy_after_the_release_warns_no_second_time():
     """Seen on the testbed: the finalizer's own update queued one more pass before the watch
     showed the object gone, and that pass gave up (and warned) again."""
-    cluster = TalkingCluster()
+    cluster = FakeCluster()
     cluster.deletion = "2026-01-01T00:01:00Z"
     down = snapshot(problem=Problem("GiteaUnreachable", "no answer"), started_at=200.0)
     reconciler, _, _ = make(cluster, down, wall=T0 + 60 + 301)

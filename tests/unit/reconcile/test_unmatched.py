@@ -24,6 +24,7 @@ from gitea_runner_operator.reconcile.unmatched import (
     nearest_label,
 )
 from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
+from tests.support.builders import queued_job
 from tests.support.fake_cluster import KEY, Clock, FakeCluster, make
 
 URL = "https://g.test"
@@ -31,13 +32,7 @@ QUEUED = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def job(i: int, labels: tuple[str, ...] = ("ubuntu-latest",), repo: str = "acme/app") -> ActionJob:
-    return ActionJob(
-        id=i,
-        labels=labels,
-        status="queued",
-        url=f"{URL}/api/v1/repos/{repo}/actions/jobs/{i}",
-        created_at=QUEUED + dt.timedelta(minutes=i),
-    )
+    return queued_job(i, repo, labels, url=URL, created_at=QUEUED + dt.timedelta(minutes=i))
 
 
 def claimant(key: str, scope: Scope, org: str | None = None, repo: str | None = None,
@@ -145,11 +140,11 @@ def test_nothing_is_recomputed_while_no_group_of_that_gitea_reported_anything_ne
 class EventCluster(FakeCluster):
     def __init__(self) -> None:
         super().__init__()
-        self.messages: list[tuple[str, str, str]] = []
+        self.said: list[tuple[str, str, str]] = []
 
     async def emit_event(self, group: Any, event_type: str, reason: str, message: str) -> None:
         await super().emit_event(group, event_type, reason, message)
-        self.messages.append((group["metadata"]["name"], reason, message))
+        self.said.append((group["metadata"]["name"], reason, message))
 
 
 def scrape(metrics: Metrics) -> str:
@@ -169,7 +164,7 @@ async def test_the_operator_warns_the_observing_group_and_exports_the_metric():
     reconciler, _, _ = make(cluster, snap)
     await reconciler.reconcile(KEY)
     await reconciler.reconcile(KEY)
-    (event,) = [m for m in cluster.messages if m[1] == "UnmatchedJobs"]
+    (event,) = [m for m in cluster.said if m[1] == "UnmatchedJobs"]
     assert event[0] == "ci"
     assert "did you mean 'ubuntu-latest'?" in event[2]
     assert typo.url in event[2]

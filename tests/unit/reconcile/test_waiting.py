@@ -12,6 +12,7 @@ from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.reconcile.accounting import Answer, Claimant
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.waiting import HeldBack, explain_waiting, peers_serving
+from tests.support.builders import queued_job
 from tests.support.fake_cluster import KEY, FakeCluster, make
 
 QUEUED = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -19,13 +20,7 @@ QUOTA = HeldBack("JobCreateRefused", "RunnersHealthy")
 
 
 def job(i: int, labels: tuple[str, ...] = ("ubuntu-latest",)) -> ActionJob:
-    return ActionJob(
-        id=i,
-        labels=labels,
-        status="queued",
-        url=f"https://gitea.example.com/api/v1/repos/acme/widgets/actions/jobs/{i}",
-        created_at=QUEUED + dt.timedelta(minutes=i),
-    )
+    return queued_job(i, "acme/widgets", labels, created_at=QUEUED + dt.timedelta(minutes=i))
 
 
 @pytest.mark.parametrize(

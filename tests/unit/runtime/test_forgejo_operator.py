@@ -37,6 +37,7 @@ from gitea_runner_operator.reconcile.scaling import (
 from gitea_runner_operator.runtime.enroll import Enroller
 from gitea_runner_operator.runtime.observer import GiteaHandle
 from tests.support.builders import VALID
+from tests.support.fake_cluster import FakeCache, FakeCluster, FakeCredentials
 from tests.support.fake_forgejo import FakeForgejo
 
 FORGEJO_SPEC = {
@@ -240,55 +241,14 @@ def test_status_forge_shows_the_detection_or_keeps_the_last_known():
 # -- enrollment ------------------------------------------------------------------------------
 
 
-class FakeCache:
-    def __init__(self, jobs: list[dict[str, Any]], deleting: bool = False) -> None:
-        self.jobs = jobs
-        self.deleting = deleting
-
-    def group_keys(self) -> list[str]:
-        return ["team-a/ci"]
-
-    def group(self, key: str) -> dict[str, Any]:
-        meta = {"name": "ci", "namespace": "team-a", "uid": UID}
-        if self.deleting:
-            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-        return {"metadata": meta}
-
-    def runner_jobs(self, key: str) -> list[dict[str, Any]]:
-        return self.jobs
-
-
-class FakeCluster:
-    def __init__(self, cache: FakeCache) -> None:
-        self.cache = cache
-        self.deleted: list[str] = []
-
-    async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        for j in self.cache.jobs:
-            if j["metadata"]["name"] == name:
-                j["metadata"].setdefault("annotations", {}).update(annotations)
-
-    async def delete_job(self, namespace: str, name: str) -> bool:
-        self.deleted.append(name)
-        return True
-
-
-class FakeCredentials:
-    def __init__(self, cache: FakeCache, fail: Exception | None = None) -> None:
-        self.cache = cache
-        self.secrets: dict[str, dict[str, Any]] = {}
-        self.fail = fail
-
-    async def create_secret(self, manifest: dict[str, Any]) -> None:
-        if self.fail is not None:
-            raise self.fail
-        self.secrets[manifest["metadata"]["name"]] = manifest
-
-    async def resume_job(self, namespace: str, name: str) -> bool:
-        for j in self.cache.jobs:
-            if j["metadata"]["name"] == name:
-                j["spec"]["suspend"] = False
-        return True
+def cluster_of(*jobs: dict[str, Any], deleting: bool = False) -> FakeCluster:
+    """The one fake cluster holding this group's runner Jobs."""
+    cluster = FakeCluster()
+    cluster.uid = UID
+    cluster.put_jobs(*jobs)
+    if deleting:
+        cluster.deletion = "2026-01-01T00:00:00Z"
+    return cluster
 
 
 def suspended(name: str, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
@@ -326,16 +286,16 @@ async def test_each_suspended_job_gets_its_own_registration_and_a_distinct_job(f
     older = fake_forgejo.add_job("acme", "app", ["docker"])
     newer = fake_forgejo.add_job("acme", "app", ["docker"])
     fake_forgejo.add_job("acme", "app", ["gpu"])  # not ours to take
-    cache = FakeCache([suspended("ci-a", "2026-01-01T00:00:01Z"),
-                       suspended("ci-b", "2026-01-01T00:00:02Z"), suspended("ci-c")])  # fmt: skip
-    creds = FakeCredentials(cache)
-    enroller = Enroller(FakeCluster(cache), cache, creds)  # type: ignore[arg-type]
+    cluster = cluster_of(suspended("ci-a", "2026-01-01T00:00:01Z"),
+                         suspended("ci-b", "2026-01-01T00:00:02Z"), suspended("ci-c"))  # fmt: skip
+    creds = FakeCredentials(cluster)
+    enroller = Enroller(cluster, FakeCache(cluster), creds)  # type: ignore[arg-type]
     async with aiohttp.ClientSession() as session:
         handle, snapshot = await observe(fake_forgejo, session)
         outcome = await enroller.run("team-a/ci", handle, snapshot, spec())
     # Oldest Job first gets the oldest job; two jobs, three runner Jobs: one stays suspended.
     assert outcome.enrolled == [("ci-c", older.handle), ("ci-a", newer.handle)]
-    assert [j["spec"]["suspend"] for j in cache.jobs] == [False, True, False]
+    assert [j["spec"]["suspend"] for j in cluster.jobs.values()] == [False, True, False]
     assert sorted(name for _, name in fake_forgejo.registered) == ["ci-a", "ci-c"]
     for name, job_ in (("ci-c", older), ("ci-a", newer)):
         data = decoded(creds.secrets[name])
@@ -344,13 +304,11 @@ async def test_each_suspended_job_gets_its_own_registration_and_a_distinct_job(f
         assert runner.ephemeral
         owner = creds.secrets[name]["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", name, f"uid-{name}")
-        annotations = next(j for j in cache.jobs if j["metadata"]["name"] == name)["metadata"][
-            "annotations"
-        ]
+        annotations = cluster.jobs[name]["metadata"]["annotations"]
         assert annotations[HANDLE_ANNOTATION] == job_.handle
         assert annotations[RUNNER_ID_ANNOTATION] == str(runner.id)
     # The token never reaches a log line, an annotation or the Job: only the Secret.
-    assert not any(r.token in json.dumps(cache.jobs) for r in fake_forgejo.runners.values())
+    assert not any(r.token in json.dumps(cluster.jobs) for r in fake_forgejo.runners.values())
     # A second pass (a slow watch) registers nothing twice.
     async with aiohttp.ClientSession() as session:
         handle, snapshot = await observe(fake_forgejo, session)
@@ -362,9 +320,9 @@ async def test_a_failed_secret_removes_the_registration_and_a_cut_off_enrollment
     fake_forgejo,
 ):
     fake_forgejo.add_job("acme", "app", ["docker"])
-    cache = FakeCache([suspended("ci-a")])
-    cluster = FakeCluster(cache)
-    enroller = Enroller(cluster, cache, FakeCredentials(cache, fail=SecretExists("ci-a")))  # type: ignore[arg-type]
+    cluster = cluster_of(suspended("ci-a"))
+    creds = FakeCredentials(cluster, fail=SecretExists("ci-a"))
+    enroller = Enroller(cluster, FakeCache(cluster), creds)  # type: ignore[arg-type]
     async with aiohttp.ClientSession() as session:
         handle, snapshot = await observe(fake_forgejo, session)
         await enroller.run("team-a/ci", handle, snapshot, spec())
@@ -375,7 +333,7 @@ async def test_a_failed_secret_removes_the_registration_and_a_cut_off_enrollment
         client = ForgejoClient(session, fake_forgejo.url, fake_forgejo.token, attempts=1)
         earlier = await client.register_runner(ScopeRef(Scope.ORG, "acme"), "ci-b")
         leftover["metadata"]["annotations"][RUNNER_ID_ANNOTATION] = str(earlier.id)
-        cache.jobs = [leftover]
+        cluster.put_jobs(leftover)
         handle, snapshot = await observe(fake_forgejo, session)
         outcome = await enroller.run("team-a/ci", handle, snapshot, spec())
     assert outcome.abandoned == ["ci-b"] and earlier.id not in fake_forgejo.runners
@@ -386,9 +344,9 @@ async def test_a_registration_whose_answer_was_lost_is_removed_before_registerin
     fake_forgejo,
 ):
     job_ = fake_forgejo.add_job("acme", "app", ["docker"])
-    cache = FakeCache([suspended("ci-a")])
-    creds = FakeCredentials(cache)
-    enroller = Enroller(FakeCluster(cache), cache, creds)  # type: ignore[arg-type]
+    cluster = cluster_of(suspended("ci-a"))
+    creds = FakeCredentials(cluster)
+    enroller = Enroller(cluster, FakeCache(cluster), creds)  # type: ignore[arg-type]
     async with aiohttp.ClientSession() as session:
         client = ForgejoClient(session, fake_forgejo.url, fake_forgejo.token, attempts=1)
         # Forgejo made it; the answer (the only copy of its token) never came back.
@@ -403,8 +361,8 @@ async def test_a_registration_whose_answer_was_lost_is_removed_before_registerin
 
 async def test_no_runner_is_enrolled_while_the_group_is_torn_down(fake_forgejo):
     fake_forgejo.add_job("acme", "app", ["docker"])
-    cache = FakeCache([suspended("ci-a")], deleting=True)
-    enroller = Enroller(FakeCluster(cache), cache, FakeCredentials(cache))  # type: ignore[arg-type]
+    cluster = cluster_of(suspended("ci-a"), deleting=True)
+    enroller = Enroller(cluster, FakeCache(cluster), FakeCredentials(cluster))  # type: ignore[arg-type]
     async with aiohttp.ClientSession() as session:
         handle, snapshot = await observe(fake_forgejo, session)
         assert (await enroller.run("team-a/ci", handle, snapshot, spec())).enrolled == []
@@ -412,9 +370,9 @@ async def test_no_runner_is_enrolled_while_the_group_is_torn_down(fake_forgejo):
 
 
 async def test_warm_runners_are_enrolled_unbound(fake_forgejo):
-    cache = FakeCache([suspended("ci-a")])
-    creds = FakeCredentials(cache)
-    enroller = Enroller(FakeCluster(cache), cache, creds)  # type: ignore[arg-type]
+    cluster = cluster_of(suspended("ci-a"))
+    creds = FakeCredentials(cluster)
+    enroller = Enroller(cluster, FakeCache(cluster), creds)  # type: ignore[arg-type]
     async with aiohttp.ClientSession() as session:
         handle, snapshot = await observe(fake_forgejo, session)
         cold = await enroller.run("team-a/ci", handle, snapshot, spec())

@@ -10,7 +10,8 @@ from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.settings import Settings
-from tests.support.family import World, answer, group_spec, queued_job, reconciler
+from tests.support.builders import queued_job
+from tests.support.family import World, answer, group_spec, reconciler
 
 
 async def test_the_controller_uses_the_process_secret_store_even_when_empty():

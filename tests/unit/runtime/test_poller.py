@@ -94,7 +94,7 @@ async def test_an_idle_runner_is_disabled_rechecked_then_job_deleted_before_regi
     assert outcome.reaped == [("ci-h-jobxx", ReapReason.IDLE)]
     assert gitea.calls[:3] == [("disable", 7), ("jobs", 0), ("get", 7)]
     assert gitea.log == ["delete job ci-h-jobxx", "deregister 7"]  # Job first
-    assert cluster.events == ["RunnerReaped"]
+    assert cluster.events == [("Normal", "RunnerReaped")]
 
 
 @pytest.mark.parametrize("can_disable", [True, False])

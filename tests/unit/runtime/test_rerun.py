@@ -16,6 +16,7 @@ from gitea_runner_operator.runtime.observer import GiteaHandle
 from gitea_runner_operator.runtime.rerun import LossFollowUp
 from tests.support import merge_patch
 from tests.support.builders import VALID
+from tests.support.fake_cluster import FakeCache, FakeCluster
 
 KEY = "team-a/ci"
 REPO = "acme/widgets"
@@ -100,53 +101,9 @@ class FakeGitea:
         raise AssertionError(path)
 
 
-class FakeCluster:
-    def __init__(self) -> None:
-        self.status: dict[str, Any] = {}
-        self.user_annotations: dict[str, str] = {}  # anyone who may edit the group writes these
-        self.deleted_jobs: list[str] = []
-        self.events: list[tuple[str, str, str]] = []
-
-    @property
-    def losses(self) -> dict[str, str]:
-        return dict(self.status.get("losses") or {})
-
-    async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.status = merge_patch(self.status, status)
-
-    async def annotate_group(self, namespace: str, name: str, annotations: dict[str, Any]) -> None:
-        self.user_annotations = merge_patch(self.user_annotations, annotations)
-
-    async def delete_job(self, namespace: str, name: str) -> bool:
-        self.deleted_jobs.append(name)
-        return True
-
-    async def emit_event(self, group: Any, kind: str, reason: str, message: str) -> None:
-        self.events.append((kind, reason, message))
-
-
-class FakeCache:
-    def __init__(self, cluster: FakeCluster, spec: dict[str, Any]) -> None:
-        self.cluster = cluster
-        self.spec = spec
-        self.pods: list[dict[str, Any]] = []
-
-    def group(self, key: str) -> dict[str, Any]:
-        meta = {
-            "name": "ci",
-            "namespace": "team-a",
-            "uid": "u1",
-            "annotations": dict(self.cluster.user_annotations),
-        }
-        return {"metadata": meta, "spec": self.spec, "status": dict(self.cluster.status)}
-
-    def runner_pods(self, key: str) -> list[dict[str, Any]]:
-        return self.pods
-
-
 def setup(spec: dict[str, Any] | None = None) -> tuple[FakeGitea, FakeCluster, Any, Metrics]:
     gitea, cluster, metrics = FakeGitea(), FakeCluster(), Metrics()
-    cache = FakeCache(cluster, spec or VALID)
+    cache = FakeCache(cluster, spec)
     return gitea, cluster, cache, metrics
 
 
@@ -163,6 +120,22 @@ async def step(gitea, cluster, cache, metrics, spec=None, *runners, now=1040.0) 
     follow = LossFollowUp(cluster, cache, metrics, wall_clock=lambda: now)  # type: ignore[arg-type]
     handle = GiteaHandle(gitea, None)  # type: ignore[arg-type]
     await follow.run(KEY, parse_spec(spec or VALID), handle, snap(*runners))
+
+
+async def lost_and_failed(
+    gitea: FakeGitea,
+    cluster: FakeCluster,
+    cache: FakeCache,
+    metrics: Metrics,
+    spec: dict[str, Any] | None = None,
+) -> None:
+    """Job 10 runs on P1, whose runner Job J1 is lost; a pass follows it up, Gitea fails
+    the job, and another pass follows it up."""
+    gitea.add_job(10, P1, rid=7)
+    lose(cluster, J1, P1)
+    await step(gitea, cluster, cache, metrics, spec)
+    gitea.fail(10)
+    await step(gitea, cluster, cache, metrics, spec)
 
 
 def record(cluster: FakeCluster, runner_job: str) -> LossRecord:
@@ -194,7 +167,7 @@ async def test_a_lost_runners_job_is_found_cleaned_up_and_rerun_once_gitea_faile
         7,
     )
     # gone for good: its registration and its runner Job go at once
-    assert gitea.deleted_runners == [7] and cluster.deleted_jobs == [J1]
+    assert gitea.deleted_runners == [7] and cluster.deleted == [J1]
 
     await step(gitea, cluster, cache, metrics)  # Gitea still counts the job running
     assert record(cluster, J1).state is LossState.HELD and gitea.reruns == []
@@ -204,8 +177,8 @@ async def test_a_lost_runners_job_is_found_cleaned_up_and_rerun_once_gitea_faile
     done = record(cluster, J1)
     assert (done.state, done.reruns, done.rerun_job_id) == (LossState.RERUN, 1, 11)
     assert gitea.reruns == [10]
-    ((kind, reason, message),) = cluster.events
-    assert (kind, reason) == ("Normal", "JobRerun")
+    assert cluster.events == [("Normal", "JobRerun")]
+    (message,) = cluster.messages
     assert P1 in message and "OOMKilled" in message and "'build'" in message
     assert rerun_count(metrics) == 1
 
@@ -216,11 +189,7 @@ async def test_a_lost_runners_job_is_found_cleaned_up_and_rerun_once_gitea_faile
 
 async def test_the_rerun_lost_again_is_not_rerun_past_the_limit():
     gitea, cluster, cache, metrics = setup()
-    gitea.add_job(10, P1, rid=7)
-    lose(cluster, J1, P1)
-    await step(gitea, cluster, cache, metrics)
-    gitea.fail(10)
-    await step(gitea, cluster, cache, metrics)
+    await lost_and_failed(gitea, cluster, cache, metrics)
     assert gitea.reruns == [10]
     # job 11 (the re-run) runs on another runner, which is lost too
     gitea.in_progress.append(
@@ -241,7 +210,7 @@ async def test_the_rerun_lost_again_is_not_rerun_past_the_limit():
     await step(gitea, cluster, cache, metrics)
     assert record(cluster, J2).state is LossState.LIMIT
     assert gitea.reruns == [10]
-    assert cluster.events[-1][:2] == ("Warning", "JobNotRerun")
+    assert cluster.events[-1] == ("Warning", "JobNotRerun")
 
 
 async def test_a_job_that_succeeded_after_all_is_left_alone():
@@ -257,22 +226,14 @@ async def test_a_job_that_succeeded_after_all_is_left_alone():
 async def test_zero_turns_it_off_and_old_gitea_says_unsupported():
     gitea, cluster, cache, metrics = setup()
     off = {**VALID, "retry": {"onRunnerLoss": 0}}
-    gitea.add_job(10, P1, rid=7)
-    lose(cluster, J1, P1)
-    await step(gitea, cluster, cache, metrics, off)
-    gitea.fail(10)
-    await step(gitea, cluster, cache, metrics, off)
+    await lost_and_failed(gitea, cluster, cache, metrics, off)
     assert record(cluster, J1).state is LossState.DISABLED and gitea.reruns == []
 
     gitea2, cluster2, cache2, metrics2 = setup()
     gitea2.rerun_status = 404  # Gitea 1.25/1.26: no such route
-    gitea2.add_job(10, P1, rid=7)
-    lose(cluster2, J1, P1)
-    await step(gitea2, cluster2, cache2, metrics2)
-    gitea2.fail(10)
-    await step(gitea2, cluster2, cache2, metrics2)
+    await lost_and_failed(gitea2, cluster2, cache2, metrics2)
     assert record(cluster2, J1).state is LossState.UNSUPPORTED
-    assert "1.27" in cluster2.events[-1][2]
+    assert "1.27" in cluster2.messages[-1]
 
 
 async def test_a_crash_after_the_rerun_call_never_reruns_twice():
@@ -296,20 +257,16 @@ async def test_a_runner_that_held_no_job_is_settled_and_kept_no_registration_ali
     lose(cluster, J1, P1, "EvictionByEvictionAPI")
     await step(gitea, cluster, cache, metrics)
     assert record(cluster, J1).state is LossState.NO_JOB
-    assert cluster.deleted_jobs == [] and gitea.reruns == []
+    assert cluster.deleted == [] and gitea.reruns == []
 
 
 async def test_a_405_is_an_old_gitea_and_a_400_a_refusal():
     for status, state in ((405, LossState.UNSUPPORTED), (400, LossState.REFUSED)):
         gitea, cluster, cache, metrics = setup()
         gitea.rerun_status = status
-        gitea.add_job(10, P1, rid=7)
-        lose(cluster, J1, P1)
-        await step(gitea, cluster, cache, metrics)
-        gitea.fail(10)
-        await step(gitea, cluster, cache, metrics)
+        await lost_and_failed(gitea, cluster, cache, metrics)
         assert record(cluster, J1).state is state
-        assert cluster.events[-1][:2] == ("Warning", "JobNotRerun")
+        assert cluster.events[-1] == ("Warning", "JobNotRerun")
 
 
 # -- what a group's users can write never reaches past the group ------------------------------
@@ -323,7 +280,7 @@ async def test_a_forged_annotation_deletes_nothing_and_reruns_nothing():
     gitea, cluster, cache, metrics = setup()
     gitea.add_job(10, FOREIGN_POD, rid=7)  # another team's busy runner on a shared scope
     prefix = "runner-loss.gitea.bpg.pw/"
-    cluster.user_annotations = {
+    cluster.annotations = {
         prefix + FOREIGN_JOB: LossRecord(FOREIGN_POD, "OOMKilled", 1000.0).encode(),
         prefix + J1: LossRecord(
             P1, "OOMKilled", 1000.0, LossState.HELD, "other/secret", 5, 10, "build", 7
@@ -332,7 +289,7 @@ async def test_a_forged_annotation_deletes_nothing_and_reruns_nothing():
     await step(gitea, cluster, cache, metrics)
     gitea.fail(10)
     await step(gitea, cluster, cache, metrics)
-    assert gitea.deleted_runners == [] and cluster.deleted_jobs == [] and gitea.reruns == []
+    assert gitea.deleted_runners == [] and cluster.deleted == [] and gitea.reruns == []
 
 
 async def test_a_record_naming_a_foreign_runner_or_job_is_ignored_and_removed():
@@ -341,7 +298,7 @@ async def test_a_record_naming_a_foreign_runner_or_job_is_ignored_and_removed():
     lose(cluster, FOREIGN_JOB, FOREIGN_POD)  # not this group's runner Job
     lose(cluster, J1, FOREIGN_POD)  # this group's Job, another's Pod
     await step(gitea, cluster, cache, metrics)
-    assert gitea.deleted_runners == [] and cluster.deleted_jobs == [] and gitea.reruns == []
+    assert gitea.deleted_runners == [] and cluster.deleted == [] and gitea.reruns == []
     assert cluster.losses == {}
 
 
