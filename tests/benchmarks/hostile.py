@@ -60,6 +60,7 @@ from tests.testbed.sandbox import Sandbox
 
 LEASE_NS = common.OPERATOR[0]
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/gitea-runner-operator"
+ATTACKS = "webhook,forge,secrets,cache,ca"
 RENEW_DEADLINE = 10.0  # settings.renew_deadline
 SELECTOR = "gitea.bpg.pw/managed-by=gitea-runner-operator"
 GROUP_LABEL = "gitea.bpg.pw/runnergroup-name"
@@ -74,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll", default="5s")
     parser.add_argument("--secrets", type=int, default=12, help="Secrets of 1 MiB")
     parser.add_argument("--ca-groups", type=int, default=20)
+    parser.add_argument(
+        "--attacks",
+        default=ATTACKS,
+        help=f"which attacks to run (comma-separated, default all: {ATTACKS})",
+    )
     parser.add_argument(
         "--shared-address",
         action="store_true",
@@ -112,12 +118,14 @@ def main(argv: list[str] | None = None) -> int:
                 run.start()
                 run.phase("baseline", args.baseline)
                 attack = WebhookAttack(op.webhook_port, shared_address=args.shared_address)
-                attack.start()
+                if "webhook" in args.attacks.split(","):
+                    attack.start()
                 apply_evil_groups(kube, fake, forge, args)
                 run.phase("attack", args.attack / 2)
                 set_cache(kube, enabled=False)
                 run.phase("attack", args.attack / 2)
                 attack.stop()
+                run.attack_ended = run.now()
                 run.drain(30)
                 run.stop()
                 run.peak = _peak_rss(run)
@@ -128,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             forge.stop()
     report(run, attack, forge, uids, after, load, args)
     if args.plot:
-        plot(run.rss, run.latencies, run.attack_started, args.plot)
+        plot(run.rss, run.latencies, (run.attack_started, run.attack_ended), args.plot)
     return 0
 
 
@@ -155,6 +163,7 @@ class Run:
         self.rss: list[tuple[float, float]] = []
         self.renewals: list[tuple[float, str, str]] = []
         self.attack_started: float | None = None
+        self.attack_ended: float | None = None
         self.peak = 0.0
         self._n = 0
         self._stop = threading.Event()

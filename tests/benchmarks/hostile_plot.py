@@ -10,7 +10,7 @@ CHART_LIMIT_MIB = 384  # charts/gitea-runner-operator/values.yaml: resources.lim
 def plot(
     rss: list[tuple[float, float]],
     latencies: list[tuple[float, float, str]],
-    attack_started: float | None,
+    attack: tuple[float | None, float | None],
     target: str,
 ) -> None:
     try:
@@ -31,9 +31,10 @@ def plot(
     bottom.set_xlabel("seconds")
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
-        if attack_started is not None:
-            end = max((t for t, _ in rss), default=attack_started)
-            ax.axvspan(attack_started, end, color="orange", alpha=0.15, label="attack")
+        start, end = attack
+        if start is not None:
+            end = end if end is not None else max(t for t, _ in rss)
+            ax.axvspan(start, end, color="orange", alpha=0.15, label="attack")
     top.set_title("20 healthy groups while hostile tenants attack (shaded)")
     fig.tight_layout()
     fig.savefig(target, dpi=110)

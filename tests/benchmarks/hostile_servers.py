@@ -186,7 +186,8 @@ class WebhookAttack(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
-        self.join(timeout=30)
+        if self.is_alive():
+            self.join(timeout=30)
 
     def run(self) -> None:
         asyncio.run(self._run())
