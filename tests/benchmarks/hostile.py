@@ -21,7 +21,8 @@ deliveries' answers, the operator's peak RSS (VmHWM of its process), the longest
 answers of a /healthz probe sent every 100 ms (the longest event-loop stall, give or take
 the probe's own 100 ms), and the Lease's renewals missed (gaps between renewTimes longer than
 the 10 s renew deadline) and leader changes. ``--plot FILE`` (matplotlib, the ``bench``
-extra) draws RSS and per-job latency over time.
+extra) draws RSS and per-job latency over time. The attackers and the hostile forge run in
+processes of their own, so their work does not slow this process's measuring threads.
 
     python -m tests.benchmarks.hostile [--groups 20] [--baseline 60] [--attack 90] [--plot F]
 """
@@ -41,12 +42,13 @@ import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import Any
 
 from gitea_runner_operator.webhook.signature import sign
 from tests.benchmarks import common
 from tests.benchmarks.fake_gitea import FakeGitea
 from tests.benchmarks.hostile_plot import plot
-from tests.benchmarks.hostile_servers import HostileForge, WebhookAttack
+from tests.benchmarks.hostile_servers import Remote
 from tests.benchmarks.hostile_tenants import (
     apply_evil_groups,
     foreign_objects,
@@ -88,13 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", help="draw RSS and latency over time into this PNG")
     args = parser.parse_args(argv)
 
-    fake, forge = FakeGitea(), HostileForge()
+    fake, forge = FakeGitea(), Remote("--forge")
+    forge_url = forge.line()
+    attack, counts = None, {}
     healthy = [f"ok-{i}" for i in range(4)]
     evil = ["evil-forge", "evil-secrets", "evil-ca", "evil-cache"]
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)
         fake.start(None)
-        forge.start()
         try:
             hooks = {ns: uuid.uuid4().hex for ns in healthy}
             for ns in healthy + evil:
@@ -117,14 +120,14 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(15)
                 run.start()
                 run.phase("baseline", args.baseline)
-                attack = WebhookAttack(op.webhook_port, shared_address=args.shared_address)
                 if "webhook" in args.attacks.split(","):
-                    attack.start()
-                apply_evil_groups(kube, fake, forge, args)
+                    shared = ("--shared-address",) if args.shared_address else ()
+                    attack = Remote("--webhook", str(op.webhook_port), *shared)
+                apply_evil_groups(kube, fake, forge_url, args)
                 run.phase("attack", args.attack / 2)
                 set_cache(kube, enabled=False)
                 run.phase("attack", args.attack / 2)
-                attack.stop()
+                counts = attack.finish() if attack is not None else {}
                 run.attack_ended = run.now()
                 run.drain(30)
                 run.stop()
@@ -133,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
                 load = os.getloadavg()
         finally:
             fake.stop()
-            forge.stop()
-    report(run, attack, forge, uids, after, load, args)
+            counts |= forge.finish()
+    report(run, counts, uids, after, load, args)
     if args.plot:
         plot(run.rss, run.latencies, (run.attack_started, run.attack_ended), args.plot)
     return 0
@@ -164,6 +167,7 @@ class Run:
         self.renewals: list[tuple[float, str, str]] = []
         self.attack_started: float | None = None
         self.attack_ended: float | None = None
+        self.cpu: dict[str, tuple[float, float]] = {}  # phase -> (started at, CPU seconds)
         self.peak = 0.0
         self._n = 0
         self._stop = threading.Event()
@@ -180,6 +184,7 @@ class Run:
             thread.start()
 
     def stop(self) -> None:
+        self.cpu["end"] = (self.now(), self.op.cpu_seconds())
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=40)
@@ -189,6 +194,7 @@ class Run:
         return time.monotonic() - self.t0
 
     def phase(self, name: str, seconds: float) -> None:
+        self.cpu.setdefault(name, (self.now(), self.op.cpu_seconds()))
         if name == "attack" and self.attack_started is None:
             self.attack_started = self.now()
         counter = self.deliveries.setdefault(name, collections.Counter())
@@ -302,8 +308,7 @@ def _parse(stamp: str) -> float:
 
 def report(
     run: Run,
-    attack: WebhookAttack,
-    forge: HostileForge,
+    counts: dict[str, Any],
     before: dict[str, str],
     after: dict[str, str],
     load: tuple[float, float, float],
@@ -324,6 +329,10 @@ def report(
             f"{max(values, default=float('nan')):7.2f}s {run.stall(phase):12.2f}s  "
             f"{dict(run.deliveries.get(phase, {}))}"
         )
+    marks = list(run.cpu.values())
+    cores = [(c1 - c0) / max(1e-9, t1 - t0) for (t0, c0), (t1, c1) in itertools.pairwise(marks)]
+    phases = ", ".join(f"{n} {c:.2f}" for n, c in zip(run.cpu, cores, strict=False))
+    print(f"operator CPU, cores used per phase (the attack's includes the drain): {phases}")
     missed, longest, changes = run.lease()
     peak = run.peak
     print(
@@ -332,8 +341,8 @@ def report(
         "leader changes"
     )
     print(
-        f"forged deliveries {dict(attack.forged)}; silent connections ended by "
-        f"{dict(attack.held)}; hostile forge requests {dict(forge.requests)}"
+        f"forged deliveries {counts.get('forged')}; silent connections ended by "
+        f"{counts.get('held')}; hostile forge requests {counts.get('requests')}"
     )
     kept = sorted(k for k in before if after.get(k) == before[k])
     print(

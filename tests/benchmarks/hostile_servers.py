@@ -20,12 +20,16 @@ headers, then nothing; it counts the answers.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import collections
 import contextlib
 import itertools
 import json
 import secrets
+import signal
+import subprocess
+import sys
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -250,3 +254,62 @@ class WebhookAttack(threading.Thread):
             finally:
                 if writer is not None:
                     writer.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a hostile tool in a process of its own, so its work never competes with the
+    benchmark's measuring threads for one interpreter: ``--forge`` prints its URL, then
+    serves; ``--webhook PORT`` attacks. Both print their counts (JSON) on SIGTERM."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--forge", action="store_true")
+    parser.add_argument("--webhook", type=int, metavar="PORT")
+    parser.add_argument("--shared-address", action="store_true")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if args.forge:
+        forge = HostileForge()
+        forge.start()
+        print(forge.url, flush=True)
+        while not stop.wait(0.5):
+            pass
+        forge.stop()
+        print(json.dumps({"requests": dict(forge.requests)}), flush=True)
+        return 0
+    attack = WebhookAttack(args.webhook, shared_address=args.shared_address)
+    attack.start()
+    while not stop.wait(0.5):
+        pass
+    attack.stop()
+    print(json.dumps({"forged": dict(attack.forged), "held": dict(attack.held)}), flush=True)
+    return 0
+
+
+class Remote:
+    """A hostile tool (:func:`main`) in its own process, as the benchmark drives it."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.benchmarks.hostile_servers", *args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def line(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
+
+    def finish(self) -> dict[str, Any]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return {}
+        lines = out.strip().splitlines()
+        return dict(json.loads(lines[-1])) if lines else {}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -13,7 +13,7 @@ import tempfile
 
 from tests.benchmarks import common
 from tests.benchmarks.fake_gitea import FakeGitea
-from tests.benchmarks.hostile_servers import MODES, HostileForge
+from tests.benchmarks.hostile_servers import MODES
 from tests.integration import manifests
 from tests.integration.conftest import make_secret
 from tests.integration.test_cache import allow_cache
@@ -83,13 +83,13 @@ def prepare_evil(kube: KubeClient, args: argparse.Namespace) -> None:
 
 
 def apply_evil_groups(
-    kube: KubeClient, fake: FakeGitea, forge: HostileForge, args: argparse.Namespace
+    kube: KubeClient, fake: FakeGitea, forge_url: str, args: argparse.Namespace
 ) -> None:
     """The hostile tenants' groups, for the attacks ``args.attacks`` names."""
     attacks = set(args.attacks.split(","))
     for mode in MODES if "forge" in attacks else ():
         for k in range(2):
-            body = common.group(f"{mode}-{k}", "evil", f"{forge.url}/{mode}", ["e"])
+            body = common.group(f"{mode}-{k}", "evil", f"{forge_url}/{mode}", ["e"])
             if k == 1 and mode == "tiny":
                 body["spec"]["gitea"]["flavor"] = "forgejo"
             manifests.apply(kube, body, "evil-forge")
