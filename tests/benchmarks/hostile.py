@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         fake.start(None)
         try:
             hooks = {ns: uuid.uuid4().hex for ns in healthy}
-            for ns in healthy + evil:
-                common.team(kube, ns, "registration-token", "api-token")
+            for ns in healthy + evil:  # each team its own token, as in a real cluster
+                common.team(kube, ns, "registration-token", f"api-token-{ns}")
             for ns, secret in hooks.items():
                 make_secret(kube, ns, "hook", {"secret": secret})
             prepare_evil(kube, args)
