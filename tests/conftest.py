@@ -1,11 +1,26 @@
 """Test-suite wiring: the testbed's fixtures (session-wide sandbox, skip/fail rules) for the
-integration and e2e suites. Unit tests never touch them, so they need nothing but Python."""
+suites against the testbed, and the markers each folder sets.
+Unit tests never touch the fixtures, so they need nothing but Python."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from tests.support.kinds import kinds_of
+
 pytest_plugins = ["tests.testbed.pytest_plugin"]
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test's folder says what it needs (tests/unit nothing, tests/e2e a runner on the
+    testbed, ...): mark it so, before ``-m`` selects, so a file's place decides its suite."""
+    for item in items:
+        for kind in sorted(kinds_of(item.path.relative_to(TESTS))):
+            item.add_marker(kind)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

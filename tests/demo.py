@@ -11,13 +11,11 @@ success in Gitea, and the runner Jobs finish. Ctrl-C stops everything.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import subprocess
-import sys
 import time
 
-from tests.integration import manifests
+from tests.support import manifests
+from tests.support.launcher import OPERATOR_NS, OPERATOR_SA, OperatorProcess, launch
 from tests.testbed.gitea_api import GiteaAPI
 from tests.testbed.kubelet_harness import KubeletHarness
 from tests.testbed.sandbox import Sandbox
@@ -47,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     sandbox = Sandbox()
     sandbox.start()
     harness = None
-    operator = None
+    operator: OperatorProcess | None = None
     try:
         kube = sandbox.kube
         assert kube is not None and sandbox.gitea_url and sandbox.gitea_token
@@ -84,15 +82,15 @@ def main(argv: list[str] | None = None) -> int:
         harness = KubeletHarness(kube, instance_url=sandbox.gitea_url).start()
 
         kubeconfig = sandbox.kubeconfig_for_token(
-            kube.create_token("gitea-runner-operator", "gitea-runner-operator", seconds=86400)
+            kube.create_token(OPERATOR_NS, OPERATOR_SA, seconds=86400)
         )
-        operator = subprocess.Popen(
-            [sys.executable, "-m", "gitea_runner_operator", "--kubeconfig", str(kubeconfig),
-             "--namespace", NS, "--leader-election-namespace", "gitea-runner-operator",
-             "--health-port", "0", "--webhook-port", "0", "--log-format", "console",
-             "--job-ttl-seconds", "60"],
-            env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
-        )  # fmt: skip
+        operator = launch(
+            kubeconfig,
+            [NS],
+            log_path=None,  # the operator's log is the demo's output
+            log_format="console",
+            extra=("--job-ttl-seconds", "60"),
+        )
         group = {
             "apiVersion": "gitea.bpg.pw/v1alpha1",
             "kind": "RunnerGroup",
@@ -130,19 +128,15 @@ Ctrl-C stops the operator and the sandbox.
             flush=True,
         )
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-        operator.wait()
-        return int(operator.returncode or 0)
+        operator.proc.wait()
+        return int(operator.proc.returncode or 0)
     except KeyboardInterrupt:
         return 0
     finally:
         # A second Ctrl-C (tox forwards one too) must not cut the clean-up short.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if operator is not None and operator.poll() is None:
-            operator.send_signal(signal.SIGTERM)
-            try:
-                operator.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                operator.kill()
+        if operator is not None:
+            operator.stop(timeout=30)
         if harness is not None:
             harness.stop()
         sandbox.stop()

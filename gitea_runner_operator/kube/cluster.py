@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send
+from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send, send_unless_gone
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 log = structlog.get_logger(__name__)
@@ -79,21 +79,15 @@ class Cluster:
     async def delete_job(self, namespace: str, name: str) -> bool:
         """Delete a runner Job and its Pods; False if it was already gone."""
         await self._limiter.acquire(namespace)
-        try:
-            await send(
-                self._batch.delete_namespaced_job(
-                    name,
-                    namespace,
-                    propagation_policy="Background",
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                )
+        return await send_unless_gone(
+            self._batch.delete_namespaced_job(
+                name,
+                namespace,
+                propagation_policy="Background",
+                _preload_content=False,
+                _request_timeout=TIMEOUT,
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+        )
 
     async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         await self._annotate(self._batch.patch_namespaced_job, namespace, name, annotations)
@@ -106,67 +100,54 @@ class Cluster:
     ) -> None:
         """Merge annotations into one object; one that is gone already needs none."""
         await self._limiter.acquire(namespace)
-        try:
-            await send(
-                patch(
-                    name,
-                    namespace,
-                    {"metadata": {"annotations": annotations}},
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                )
+        await send_unless_gone(
+            patch(
+                name,
+                namespace,
+                {"metadata": {"annotations": annotations}},
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=TIMEOUT,
             )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        )
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await self._limiter.acquire(namespace)
-        try:
-            await send(
-                self._custom.patch_namespaced_custom_object_status(
-                    constants.GROUP,
-                    constants.VERSION,
-                    namespace,
-                    constants.PLURAL,
-                    name,
-                    {"status": status},
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                )
-            )
-        except ApiException as exc:
-            if exc.status != 404:  # deleted meanwhile: nothing to report on
-                raise
+        await self._patch_group(namespace, name, {"status": status}, subresource=True)
 
     async def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str
     ) -> None:
         """Replace the group's finalizers, only if it has not changed since we read it (the
         resourceVersion makes this a compare-and-swap; a 409 means read again)."""
-        await self._limiter.acquire(namespace)
         meta: dict[str, Any] = {"finalizers": finalizers}
         if resource_version:
             meta["resourceVersion"] = resource_version
-        try:
-            await send(
-                self._custom.patch_namespaced_custom_object(
-                    constants.GROUP,
-                    constants.VERSION,
-                    namespace,
-                    constants.PLURAL,
-                    name,
-                    {"metadata": meta},
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                )
+        await self._patch_group(namespace, name, {"metadata": meta})
+
+    async def _patch_group(
+        self, namespace: str, name: str, body: dict[str, Any], *, subresource: bool = False
+    ) -> None:
+        """Merge-patch a RunnerGroup (``subresource``: its status). One deleted meanwhile
+        needs neither a report nor a release."""
+        await self._limiter.acquire(namespace)
+        patch = (
+            self._custom.patch_namespaced_custom_object_status
+            if subresource
+            else self._custom.patch_namespaced_custom_object
+        )
+        await send_unless_gone(
+            patch(
+                constants.GROUP,
+                constants.VERSION,
+                namespace,
+                constants.PLURAL,
+                name,
+                body,
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=TIMEOUT,
             )
-        except ApiException as exc:
-            if exc.status != 404:  # gone already: nothing to release
-                raise
+        )
 
     async def emit_event(
         self, group: dict[str, Any], event_type: str, reason: str, message: str

@@ -32,3 +32,15 @@ async def send(call: Awaitable[Any]) -> dict[str, Any]:
         return json.loads(raw) if raw else {}
     finally:
         resp.release()
+
+
+async def send_unless_gone(call: Awaitable[Any]) -> bool:
+    """:func:`send`, for a write to an object that may have been deleted meanwhile: False
+    when it was (404), so a delete, patch or release of something gone is not an error."""
+    try:
+        await send(call)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True

@@ -5,25 +5,17 @@ of its /metrics and its process statistics. Benchmarks print figures; they asser
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
+import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from tests.integration import manifests
-from tests.integration.conftest import allow_secrets, free_port, make_namespace, make_secret
+from tests.support import manifests
+from tests.support.launcher import OPERATOR_NS, OPERATOR_SA, OperatorProcess, launch
+from tests.support.testbed import allow_secrets, make_namespace, make_secret
 from tests.testbed.kube import KubeClient
 from tests.testbed.sandbox import Sandbox
 
-OPERATOR = ("gitea-runner-operator", "gitea-runner-operator")
 KWOK_IMAGE = "kwok.invalid/act_runner:complete-after-3600s"
 
 
@@ -62,64 +54,20 @@ def group(name: str, org: str, url: str, labels: list[str], **spec: Any) -> dict
     }
 
 
-@dataclass
-class Operator:
-    proc: subprocess.Popen[bytes]
-    health_port: int
-    webhook_port: int
-    log_path: Path | None = None
-
-    def log_count(self, text: str) -> int:
-        """Lines of the operator's log that contain ``text``."""
-        if self.log_path is None:
-            return 0
-        return sum(1 for line in self.log_path.read_text().splitlines() if text in line)
-
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.health_port}/metrics", timeout=10
-        ) as resp:
-            text = resp.read().decode()
-        out = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-        return out
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
-
-
 @contextlib.contextmanager
 def operator(
     sandbox: Sandbox, namespaces: list[str], *extra: str, leader_elect: bool = False
-) -> Iterator[Operator]:
+) -> Iterator[OperatorProcess]:
     kube = sandbox.kube
     assert kube is not None
-    token = kube.create_token(*OPERATOR)
-    kubeconfig = sandbox.kubeconfig_for_token(token)
-    health, hook = free_port(), free_port()
-    log_path = sandbox.workdir / f"operator-{health}.log"
-    log = open(log_path, "wb")  # noqa: SIM115
-    args = [
-        sys.executable, "-m", "gitea_runner_operator", "--kubeconfig", str(kubeconfig),
-        *([] if leader_elect else ["--no-leader-elect"]),
-        "--health-host", "127.0.0.1", "--health-port", str(health),
-        "--webhook-host", "127.0.0.1", "--webhook-port", str(hook), "--log-format", "json",
-        *[a for ns in namespaces for a in ("--namespace", ns)], *extra,
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        args, stdout=log, stderr=subprocess.STDOUT,
-        env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
-    )  # fmt: skip
-    op = Operator(proc, health, hook, log_path)
+    kubeconfig = sandbox.kubeconfig_for_token(kube.create_token(OPERATOR_NS, OPERATOR_SA))
+    op = launch(
+        kubeconfig,
+        namespaces,
+        log_path=sandbox.workdir / f"operator-{uuid.uuid4().hex[:6]}.log",
+        extra=extra,
+        leader_election_namespace=OPERATOR_NS if leader_elect else None,
+    )
     try:
         for _ in range(120):
             with contextlib.suppress(Exception):
@@ -128,12 +76,7 @@ def operator(
             time.sleep(0.5)
         yield op
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        op.stop()
 
 
 def total(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str) -> float:

@@ -46,7 +46,6 @@ from typing import Any
 
 from gitea_runner_operator.webhook.signature import sign
 from tests.benchmarks import common
-from tests.benchmarks.fake_gitea import FakeGitea
 from tests.benchmarks.hostile_plot import plot
 from tests.benchmarks.hostile_servers import Remote
 from tests.benchmarks.hostile_tenants import (
@@ -55,12 +54,14 @@ from tests.benchmarks.hostile_tenants import (
     prepare_evil,
     set_cache,
 )
-from tests.integration import manifests
-from tests.integration.conftest import make_secret
+from tests.support import manifests
+from tests.support.fake_gitea import FakeGitea
+from tests.support.launcher import OPERATOR_NS, OperatorProcess
+from tests.support.testbed import make_secret
 from tests.testbed.kube import KubeClient
 from tests.testbed.sandbox import Sandbox
 
-LEASE_NS = common.OPERATOR[0]
+LEASE_NS = OPERATOR_NS
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/gitea-runner-operator"
 ATTACKS = "webhook,forge,secrets,cache,ca"
 RENEW_DEADLINE = 10.0  # settings.renew_deadline
@@ -106,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                 make_secret(kube, ns, "hook", {"secret": secret})
             prepare_evil(kube, args)
             uids = foreign_objects(kube, "evil-cache")
-            extra = ("--leader-election-namespace", LEASE_NS)
-            with common.operator(sandbox, healthy + evil, *extra, leader_elect=True) as op:
+            with common.operator(sandbox, healthy + evil, leader_elect=True) as op:
                 run = Run(kube, op, fake, healthy, hooks, args)
                 for i in range(args.groups):
                     spec = {
@@ -150,7 +150,7 @@ class Run:
     def __init__(
         self,
         kube: KubeClient,
-        op: common.Operator,
+        op: OperatorProcess,
         fake: FakeGitea,
         namespaces: list[str],
         hooks: dict[str, str],

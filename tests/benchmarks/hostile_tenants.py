@@ -12,11 +12,10 @@ import subprocess
 import tempfile
 
 from tests.benchmarks import common
-from tests.benchmarks.fake_gitea import FakeGitea
 from tests.benchmarks.hostile_servers import MODES
-from tests.integration import manifests
-from tests.integration.conftest import make_secret
-from tests.integration.test_cache import allow_cache
+from tests.support import manifests
+from tests.support.fake_gitea import FakeGitea
+from tests.support.testbed import allow_cache, make_secret
 from tests.testbed.kube import KubeClient
 
 FOREIGN = {

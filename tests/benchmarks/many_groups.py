@@ -21,7 +21,7 @@ import time
 import uuid
 
 from tests.benchmarks import common
-from tests.integration import manifests
+from tests.support import manifests
 from tests.testbed.gitea_api import GiteaAPI
 from tests.testbed.sandbox import Sandbox
 

@@ -33,8 +33,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from tests.benchmarks import common
-from tests.benchmarks.fake_gitea import FakeGitea, GroupScope, wait
-from tests.integration import manifests
+from tests.support import manifests
+from tests.support.fake_gitea import FakeGitea, GroupScope, wait
+from tests.support.launcher import OperatorProcess
 from tests.testbed.kube import KubeClient
 from tests.testbed.sandbox import Sandbox
 
@@ -57,17 +58,14 @@ def group(name: str, url: str, owner: str, repo: str | None, **spec: Any) -> dic
 @contextmanager
 def bench(
     namespaces: list[str], fake: FakeGitea, simulate: bool, *extra: str, leader: bool = False
-) -> Iterator[tuple[KubeClient, common.Operator]]:
+) -> Iterator[tuple[KubeClient, OperatorProcess]]:
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)
         fake.start(kube if simulate else None)
         try:
             for ns in namespaces:
                 common.team(kube, ns, "registration-token", "api-token")
-            args = [*extra]
-            if leader:
-                args += ["--leader-election-namespace", common.OPERATOR[0]]
-            with common.operator(sandbox, namespaces, *args, leader_elect=leader) as op:
+            with common.operator(sandbox, namespaces, *extra, leader_elect=leader) as op:
                 yield kube, op
         finally:
             fake.stop()
@@ -88,7 +86,7 @@ def alive(jobs: list[dict[str, Any]]) -> int:
     return sum(1 for j in jobs if not done(j))
 
 
-def reconcile_quantiles(op: common.Operator) -> str:
+def reconcile_quantiles(op: OperatorProcess) -> str:
     m = op.metrics()
     p50 = common.histogram_quantile(m, RECONCILE, 0.5)
     p99 = common.histogram_quantile(m, RECONCILE, 0.99)
@@ -96,7 +94,7 @@ def reconcile_quantiles(op: common.Operator) -> str:
     return f"{_ms(p50)} / {_ms(p99)} over {count:.0f} reconciles"
 
 
-def _writes(op: common.Operator) -> float:
+def _writes(op: OperatorProcess) -> float:
     return common.total(op.metrics(), "gitea_runner_operator_kube_writes_total")
 
 

@@ -15,15 +15,12 @@ not image pulls. Figures vary with machine load: run it a few times.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 
-from tests.integration import manifests
-from tests.integration.conftest import allow_secrets
+from tests.support import manifests
+from tests.support.launcher import OPERATOR_NS, OPERATOR_SA, launch
+from tests.support.testbed import allow_secrets
 from tests.testbed.gitea_api import GiteaAPI
 from tests.testbed.sandbox import Sandbox
 
@@ -70,16 +67,13 @@ def run(sandbox: Sandbox, kube: object, gitea: GiteaAPI, interval: str, n: int) 
         },
         namespace=ns,
     )
-    token = kube.create_token("gitea-runner-operator", "gitea-runner-operator")  # type: ignore[attr-defined]
-    kubeconfig = sandbox.kubeconfig_for_token(token)
-    log = open(sandbox.workdir / f"operator-{suffix}.log", "wb")  # noqa: SIM115
-    operator = subprocess.Popen(
-        [sys.executable, "-m", "gitea_runner_operator", "--kubeconfig", str(kubeconfig),
-         "--namespace", ns, "--no-leader-elect", "--health-port", "0", "--webhook-port", "0",
-         "--log-format", "json"],
-        stdout=log, stderr=subprocess.STDOUT,
-        env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
-    )  # fmt: skip
+    token = kube.create_token(OPERATOR_NS, OPERATOR_SA)  # type: ignore[attr-defined]
+    operator = launch(
+        sandbox.kubeconfig_for_token(token),
+        [ns],
+        log_path=sandbox.workdir / f"operator-{suffix}.log",
+        leader_election_namespace=None,
+    )
     try:
         manifests.apply(
             kube,  # type: ignore[arg-type]
@@ -124,9 +118,7 @@ def run(sandbox: Sandbox, kube: object, gitea: GiteaAPI, interval: str, n: int) 
         first_job = f"{first:9.2f}s" if first is not None else "   never"
         print(f"{interval:>12} {n:>5} {first_job:>10} {all_jobs:>10} {most:>9}", flush=True)
     finally:
-        operator.send_signal(signal.SIGTERM)
-        operator.wait(timeout=30)
-        log.close()
+        operator.stop(timeout=30)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ import uuid
 from typing import Any
 
 from tests.benchmarks import common
-from tests.integration import manifests
-from tests.integration.conftest import make_secret
+from tests.support import manifests
+from tests.support.testbed import make_secret
 from tests.testbed.gitea_api import GiteaAPI
 from tests.testbed.sandbox import Sandbox
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.builders import workflow
+from tests.support.testbed import (
     group_status,
     kwok_image,
     make_tokens,
@@ -19,13 +20,7 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.integration
 
-FOUR = """\
-name: four
-on: [push]
-jobs:
-""" + "".join(
-    f"  j{i}:\n    runs-on: gro-linux\n    steps: [{{run: echo {i}}}]\n" for i in range(4)
-)
+FOUR = workflow("four", {f"j{i}": "gro-linux" for i in range(4)})
 
 
 def test_overlapping_groups_start_one_runner_per_queued_job(

@@ -15,9 +15,10 @@ from gitea_runner_operator.api.runnergroup import GiteaRef
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.runtime.trust import GiteaTrust
-from tests.integration import manifests
-from tests.integration.conftest import OPERATOR_NS, OPERATOR_SA, make_namespace, unique
-from tests.unit.test_trust import TEST_CA
+from tests.support import manifests
+from tests.support.builders import TEST_CA
+from tests.support.launcher import OPERATOR_NS, OPERATOR_SA
+from tests.support.testbed import make_namespace, unique
 
 pytestmark = pytest.mark.integration
 

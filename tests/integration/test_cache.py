@@ -18,24 +18,24 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.builders import group as crd_group
+from tests.support.testbed import (
     GROUPS,
-    OPERATOR_NS,
-    OPERATOR_SA,
+    ONE_JOB,
+    allow_cache,
     delete_namespace,
     group_uid,
     kwok_image,
     make_tokens,
+    namespace_with_access,
+    rejection,
     runner_group,
     runner_jobs,
     sample,
     unique,
     wait_until,
 )
-from tests.integration.test_crd import group as crd_group
-from tests.integration.test_crd import rejection
-from tests.integration.test_runner_pods import ONE_JOB, namespace_with_access
 from tests.testbed.kube import KubeClient
 
 pytestmark = pytest.mark.integration
@@ -46,25 +46,6 @@ OWNED = {
     "PersistentVolumeClaim": "/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}",
     "Secret": "/api/v1/namespaces/{ns}/secrets/{name}",
 }
-
-
-def allow_cache(kube: KubeClient, ns: str) -> None:
-    """What a team does to use spec.cache: bind the -cache ClusterRole in its namespace."""
-    manifests.apply(
-        kube,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "gitea-runner-operator-cache"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "gitea-runner-operator-cache",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_SA, "namespace": OPERATOR_NS}],
-        },
-        namespace=ns,
-    )
 
 
 @pytest.fixture

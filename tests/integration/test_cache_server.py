@@ -24,9 +24,9 @@ import pytest
 from gitea_runner_operator.api.cache import server_config
 from gitea_runner_operator.api.runnergroup import parse_spec
 from gitea_runner_operator.kube.cache_server import CONFIG_DIR, DATA_DIR, render_deployment
-from tests.integration.conftest import free_port
+from tests.support.builders import VALID
+from tests.support.launcher import free_port
 from tests.testbed import runners
-from tests.unit.test_runnergroup import VALID
 
 pytestmark = pytest.mark.integration
 

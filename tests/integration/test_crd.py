@@ -4,40 +4,15 @@ operator could not serve, with the CRD's own messages."""
 from __future__ import annotations
 
 import copy
-import json
-from typing import Any
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import GROUPS
-from tests.testbed.kube import KubeClient, KubeError
-from tests.unit.test_runnergroup import spec_with
+from tests.support import manifests
+from tests.support.builders import group
+from tests.support.testbed import GROUPS, api_message, rejection
+from tests.testbed.kube import KubeError
 
 pytestmark = pytest.mark.integration
-
-
-def group(name: str, **spec: Any) -> dict[str, Any]:
-    """A RunnerGroup whose spec is the unit tests' valid one, with ``spec`` changes (None
-    removes a field)."""
-    return {
-        "apiVersion": "gitea.bpg.pw/v1alpha1",
-        "kind": "RunnerGroup",
-        "metadata": {"name": name},
-        "spec": spec_with(**spec),
-    }
-
-
-def rejection(kube: KubeClient, ns: str, obj: dict[str, Any]) -> str:
-    with pytest.raises(KubeError) as err:
-        kube.post(GROUPS.format(ns=ns), obj)
-    assert err.value.status == 422, err.value
-    return api_message(err.value)
-
-
-def api_message(error: KubeError) -> str:
-    """The API server's own message (the Status object's), not our client's summary."""
-    return str(json.loads(error.body)["message"])
 
 
 def test_valid_group_is_accepted_with_defaults(kube, team_namespace):

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.builders import workflow
+from tests.support.testbed import (
     allow_secrets,
     condition,
     delete_namespace,
@@ -25,13 +26,7 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.integration
 
-FOUR = """\
-name: fair
-on: [push]
-jobs:
-""" + "".join(
-    f"  j{i}:\n    runs-on: gro-linux\n    steps: [{{run: echo {i}}}]\n" for i in range(4)
-)
+FOUR = workflow("fair", {f"j{i}": "gro-linux" for i in range(4)})
 
 
 def test_a_quota_blocked_group_leaves_every_job_to_a_healthy_one(

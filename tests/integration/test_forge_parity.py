@@ -1,5 +1,5 @@
 """Behaviour meant to be the same on both forges, run against each: Gitea (real, the
-testbed's 1.27.3) and Forgejo (the fake of tests/fakes/forgejo.py, built to the Forgejo 15
+testbed's 1.27.3) and Forgejo (the fake of tests/support/fake_forgejo.py, built to the Forgejo 15
 reference). Only the way jobs get queued differs: a pushed workflow on Gitea, the fake's
 queue on Forgejo."""
 
@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.forgejo import FakeForgejo
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.builders import workflow
+from tests.support.fake_forgejo import FakeForgejo
+from tests.support.testbed import (
     group_status,
     kwok_image,
     make_secret,
@@ -27,23 +28,10 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.integration
 
-WORKFLOW = """\
-name: parity
-on: [push]
-jobs:
-  build-1:
-    runs-on: gro-linux
-    steps: [{run: echo one}]
-  build-2:
-    runs-on: gro-linux
-    steps: [{run: echo two}]
-  build-3:
-    runs-on: gro-linux
-    steps: [{run: echo three}]
-  gpu:
-    runs-on: gro-gpu
-    steps: [{run: echo gpu}]
-"""
+WORKFLOW = workflow(
+    "parity",
+    {"build-1": "gro-linux", "build-2": "gro-linux", "build-3": "gro-linux", "gpu": "gro-gpu"},
+)
 
 
 @dataclass

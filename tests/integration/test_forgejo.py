@@ -1,6 +1,6 @@
 """The operator's Forgejo path on the testbed: a real API server, controller-manager (the Job
 controller, the garbage collector), kwok running the runner Pods, and the operator as a
-process, against the fake Forgejo of tests/fakes/forgejo.py (a real Forgejo cannot be built
+process, against the fake Forgejo of tests/support/fake_forgejo.py (a real Forgejo cannot be built
 here; the fake follows the Forgejo 15 reference). The test plays each runner Pod's
 forgejo-runner over the fake's runner RPC, with the credentials the operator put in that
 runner's Secret: the only way those credentials could reach it."""
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.forgejo import FakeForgejo, Job
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.fake_forgejo import FakeForgejo, Job
+from tests.support.testbed import (
     GROUPS,
     condition,
     group_status,

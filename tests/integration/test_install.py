@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import wait_until
+from tests.support import manifests
+from tests.support.testbed import wait_until
 from tests.testbed.kube import KubeError
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from gitea_runner_operator.api.naming import runner_prefix
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.faulty_gitea import FaultyGitea
+from tests.support.testbed import (
     GROUPS,
     allow_secrets,
     delete_namespace,
@@ -21,14 +22,14 @@ from tests.integration.conftest import (
     make_tokens,
     ready,
     register_runner,
+    registered,
     runner_group,
     runner_jobs,
     sample,
+    start_daemon,
     unique,
     wait_until,
 )
-from tests.integration.faulty_gitea import FaultyGitea
-from tests.integration.test_lifecycle import registered, start_daemon
 
 pytestmark = pytest.mark.integration
 

@@ -3,15 +3,12 @@ are removed (only provably ours), and deleting a group tears it down in order.""
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from gitea_runner_operator.api.naming import runner_prefix
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.builders import workflow
+from tests.support.testbed import (
     GROUPS,
     condition,
     group_status,
@@ -19,36 +16,17 @@ from tests.integration.conftest import (
     kwok_image,
     make_tokens,
     register_runner,
+    registered,
     runner_group,
     runner_jobs,
     sample,
+    start_daemon,
     wait_until,
 )
-from tests.testbed.kubelet_harness import runner_binary
 
 pytestmark = pytest.mark.integration
 
-WORKFLOW = """\
-name: slow
-on: [push]
-jobs:
-  build:
-    runs-on: gro-linux
-    steps: [{run: echo build}]
-"""
-
-
-def registered(gitea: Any, org: str) -> dict[str, dict[str, Any]]:
-    return {r["name"]: r for r in gitea.list_runners("org", owner=org)}
-
-
-def start_daemon(cwd: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [str(runner_binary()), "daemon"],
-        cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+WORKFLOW = workflow("slow", {"build": "gro-linux"})
 
 
 def test_a_runner_that_never_registers_is_reaped_and_not_churned(
@@ -268,7 +246,7 @@ def test_teardown_removes_idle_runners_at_once_and_lets_a_busy_one_finish(
 def test_teardown_gives_up_after_the_drain_timeout_when_gitea_fails(
     kube, cluster, team_namespace, gitea_target, start_operator
 ):
-    from tests.integration.faulty_gitea import FaultyGitea
+    from tests.support.faulty_gitea import FaultyGitea
 
     ns = team_namespace
     make_tokens(kube, ns, cluster, gitea_target)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import make_namespace, unique
+from tests.support import manifests
+from tests.support.testbed import make_namespace, unique
 
 pytestmark = pytest.mark.integration
 

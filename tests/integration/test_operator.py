@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.testbed import (
     group_status,
     job_done,
     kwok_image,

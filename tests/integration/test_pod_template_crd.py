@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import GROUPS
-from tests.integration.test_crd import api_message, group
+from tests.support.builders import REALISTIC, group
+from tests.support.testbed import GROUPS, api_message
 from tests.testbed import gen_pod_template_schema
 from tests.testbed.kube import KubeClient, KubeError
-from tests.unit.test_runner_pods import REALISTIC
 
 pytestmark = pytest.mark.integration
 

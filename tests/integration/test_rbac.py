@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
-    OPERATOR_NS,
-    OPERATOR_SA,
+from tests.support import manifests
+from tests.support.launcher import OPERATOR_NS, OPERATOR_SA
+from tests.support.testbed import (
     delete_namespace,
     group_status,
     make_namespace,

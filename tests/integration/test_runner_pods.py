@@ -9,14 +9,16 @@ from typing import Any
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.testbed import (
+    ONE_JOB,
     GiteaTarget,
     allow_secrets,
     delete_namespace,
     kwok_image,
     make_namespace,
     make_tokens,
+    namespace_with_access,
     runner_group,
     runner_jobs,
     sample,
@@ -27,14 +29,6 @@ from tests.testbed.kube import KubeClient
 
 pytestmark = pytest.mark.integration
 
-ONE_JOB = """\
-name: one
-on: [push]
-jobs:
-  build:
-    runs-on: gro-linux
-    steps: [{run: echo build}]
-"""
 
 LIMITS = {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "100m", "memory": "128Mi"}}
 
@@ -53,15 +47,6 @@ def start_group(
     gitea.wait_for_jobs(target.org, target.repo, "queued", count=1)
     group = runner_group("pods", target=target, url=cluster.gitea_url, **spec)
     manifests.apply(kube, group, namespace=ns)
-
-
-def namespace_with_access(kube: KubeClient, name: str, labels: dict[str, str]) -> str:
-    manifests.apply(
-        kube,
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
-    )
-    allow_secrets(kube, name)
-    return name
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.builders import workflow
+from tests.support.testbed import (
     allow_secrets,
     condition,
     delete_namespace,
@@ -28,14 +29,7 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.integration
 
-THREE = """\
-name: three
-on: [push]
-jobs:
-  a: {runs-on: gro-linux, steps: [{run: echo a}]}
-  b: {runs-on: gro-linux, steps: [{run: echo b}]}
-  c: {runs-on: gro-linux, steps: [{run: echo c}]}
-"""
+THREE = workflow("three", dict.fromkeys("abc", "gro-linux"))
 
 
 def test_a_quota_refusal_is_a_condition_and_an_event_not_a_loop(

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.testbed import (
     group_status,
     kwok_image,
     make_secret,

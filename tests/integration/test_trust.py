@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.faulty_gitea import FaultyGitea
+from tests.support.testbed import (
     group_status,
     make_tokens,
     ready,
     runner_group,
     wait_until,
 )
-from tests.integration.faulty_gitea import FaultyGitea
 
 pytestmark = pytest.mark.integration
 

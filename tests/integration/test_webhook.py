@@ -27,13 +27,12 @@ from gitea_runner_operator.webhook import (
     WebhookServer,
 )
 from gitea_runner_operator.webhook.secrets import CREDENTIALS_LABEL
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.builders import workflow
+from tests.support.launcher import OPERATOR_NS, OPERATOR_SA, free_port
+from tests.support.testbed import (
     GROUPS,
-    OPERATOR_NS,
-    OPERATOR_SA,
     GiteaTarget,
-    free_port,
     group_status,
     make_secret,
     make_tokens,
@@ -47,18 +46,7 @@ from tests.testbed.kube import KubeClient
 pytestmark = pytest.mark.integration
 
 # One job that is queued at once, and one held by needs: (delivered as "waiting").
-WORKFLOW = """\
-name: ci
-on: [push]
-jobs:
-  build:
-    runs-on: gro-linux
-    steps: [{run: echo build}]
-  after:
-    runs-on: gro-linux
-    needs: [build]
-    steps: [{run: echo after}]
-"""
+WORKFLOW = workflow("ci", dict.fromkeys(["build", "after"], "gro-linux"), needs={"after": "build"})
 
 
 def labelled_secret(kube: KubeClient, ns: str, name: str, value: str, labelled: bool) -> None:

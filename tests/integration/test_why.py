@@ -12,8 +12,9 @@ import subprocess
 
 import pytest
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.builders import workflow
+from tests.support.testbed import (
     events,
     group_status,
     kwok_image,
@@ -26,21 +27,9 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.integration
 
-TYPO = """\
-name: typo
-on: [push]
-jobs:
-  build: {runs-on: gro-linx, steps: [{run: echo typo}]}
-"""
+TYPO = workflow("typo", {"build": "gro-linx"})
 
-THREE = """\
-name: three
-on: [push]
-jobs:
-  a: {runs-on: gro-linux, steps: [{run: echo a}]}
-  b: {runs-on: gro-linux, steps: [{run: echo b}]}
-  c: {runs-on: gro-linux, steps: [{run: echo c}]}
-"""
+THREE = workflow("three", dict.fromkeys("abc", "gro-linux"))
 
 
 def test_a_typo_label_is_named_with_the_label_it_meant(

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration import manifests
-from tests.integration.conftest import (
+from tests.support import manifests
+from tests.support.builders import workflow
+from tests.support.testbed import (
     condition,
     events,
     group_status,
@@ -38,19 +39,9 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.integration
 
-GPU = """\
-name: gpu
-on: [push]
-jobs:
-  train: {runs-on: gro-gpu, steps: [{run: echo train}]}
-"""
+GPU = workflow("gpu", {"train": "gro-gpu"})
 
-ONE = """\
-name: one
-on: [push]
-jobs:
-  build: {runs-on: gro-linux, steps: [{run: echo build}]}
-"""
+ONE = workflow("one", {"build": "gro-linux"})
 
 
 def metric(port: int, name: str, **labels: str) -> float | None:

@@ -1,8 +1,15 @@
-"""Shared test builders (no test module imports another's fixtures)."""
+"""What the tests share: fakes, builders, the operator launcher and the testbed helpers live
+here (or in a conftest.py), never in a test module, so that no test imports another's."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+# The repository's root: test modules sit at different depths, so none counts parents.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MONITORING = REPO_ROOT / "manifests" / "monitoring"
+CHART = REPO_ROOT / "charts" / "gitea-runner-operator"
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

@@ -10,19 +10,16 @@ from typing import Any
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
-from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Observation, Problem, Snapshot
 from gitea_runner_operator.kube.cache import Release
 from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import Ledger
-from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.reconciler import FINALIZER, Reconciler
 from tests.support import merge_patch
+from tests.support.fake_cluster import CREATED, T0, Clock, FakeSource
 
 URL = "https://gitea.example.com"
-CREATED = "2026-01-01T00:00:00Z"
-T0 = 1767225600.0  # CREATED as a timestamp
 LABEL = "linux"
 
 
@@ -66,39 +63,15 @@ def answer(
     return Snapshot(started_at=started_at, checked_at=CREATED, observation=obs, problem=problem)
 
 
-class Clock:
-    def __init__(self, now: float = 100.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Source:
-    def __init__(self) -> None:
-        self.latest: Snapshot | None = None
-        self.woken = 0
-        self.orders: list[ReapOrder] = []
-        self.hook: HookStatus | None = None
-        self.hook_removed = False
-        self.kept_hook_id: int | None = None
-
-    def wake(self) -> None:
-        self.woken += 1
-
-    def submit(self, order: ReapOrder) -> None:
-        self.orders.append(order)
-
-
 class Sources:
     def __init__(self) -> None:
-        self.by_key: dict[str, Source] = {}
+        self.by_key: dict[str, FakeSource] = {}
         self.stopped: list[str] = []
 
-    def get(self, key: str) -> Source:
-        return self.by_key.setdefault(key, Source())
+    def get(self, key: str) -> FakeSource:
+        return self.by_key.setdefault(key, FakeSource())
 
-    async def ensure(self, key: str, spec: Any) -> Source:
+    async def ensure(self, key: str, spec: Any) -> FakeSource:
         return self.get(key)
 
     async def stop(self, key: str) -> None:
@@ -216,11 +189,7 @@ class World:
         self, namespace: str, name: str, annotations: dict[str, str | None]
     ) -> None:
         group = self._owner(namespace, name)
-        for k, v in annotations.items():
-            if v is None:
-                group.annotations.pop(k, None)
-            else:
-                group.annotations[k] = v
+        group.annotations = merge_patch(group.annotations, annotations)
 
     async def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str

@@ -7,7 +7,7 @@ version) from ``mmdebstrap`` with the machine's own apt sources, the wheel built
 checkout installed with its dependencies (``pip install --target`` with the host's Python
 3.11, so the compiled dependencies match the image's interpreter), a small entry-point
 script, user 65532, nothing written to the root filesystem, the same ENTRYPOINT, ENV and
-EXPOSE. ``tests/unit/test_operator_image_recipe.py`` keeps these constants in step with
+EXPOSE. ``tests/unit/project/test_operator_image_recipe.py`` keeps these constants in step with
 ``Containerfile``.
 
 The tag is the package's ``__version__`` under the name the chart's default

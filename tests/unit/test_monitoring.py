@@ -12,10 +12,9 @@ import yaml
 
 from gitea_runner_operator.metrics import PREFIX, Metrics
 from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
+from tests.support import CHART, MONITORING, REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
-MONITORING = REPO / "manifests" / "monitoring"
-CHART = REPO / "charts" / "gitea-runner-operator"
+REPO = REPO_ROOT
 NAME = re.compile(rf"\b{PREFIX}[a-z0-9_]+\b")
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 
 import pytest
 import yaml
 
 from gitea_runner_operator import __version__
 from gitea_runner_operator.cli import main
+from tests.support import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 
 
 def test_version_flag_prints_the_version_and_exits_0(capsys):

@@ -14,7 +14,7 @@ from gitea_runner_operator.cli import main as cli_main
 from gitea_runner_operator.forge.errors import GiteaNotFound
 from gitea_runner_operator.reconcile.explain import explain, render
 from gitea_runner_operator.why import JobRef, UsageError, group_views, main, parse_job_url
-from tests.unit.test_runnergroup import spec_with
+from tests.support.builders import spec_with
 
 GITEA = "https://gitea.example.com"
 NOW = dt.datetime(2026, 1, 1, 0, 12, tzinfo=dt.UTC)

@@ -1,0 +1,138 @@
+"""Prometheus metrics: what the operator saw, decided and did, for dashboards and alerts.
+
+Why it looks like this:
+- One :class:`Metrics` object owns its own ``CollectorRegistry`` (never the process-global
+  one), so every test, and every Controller in one process, starts from zero.
+- Series are labelled by ``namespace`` and ``runnergroup`` plus small fixed label sets
+  (state, reason, endpoint class, status code, verb, outcome, result), never by runner, Pod
+  or job: the number of series grows with the number of RunnerGroups, not with CI traffic.
+- Callers use typed methods (``group_observed``, ``runners_created`` ...) instead of touching
+  prometheus objects, so the names and labels live in one module (``names.py``) that the
+  docs' table and the alert rules are checked against.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+from gitea_runner_operator import __version__
+from gitea_runner_operator.metrics.groups import GroupSeries
+from gitea_runner_operator.metrics.names import (
+    PREFIX,
+    REQUEST_BUCKETS,
+    endpoint_class,
+    status_code_label,
+)
+from gitea_runner_operator.metrics.workqueue import WorkQueueMetrics
+
+
+class Metrics(GroupSeries):
+    """Every series the operator exports, on a registry of its own: the groups' series
+    (inherited) and the process's own (Gitea, Kubernetes, reconcile, webhook, work queue)."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # ``*_created`` timestamp series double every counter and no rule here uses them.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+
+        info = Gauge(
+            PREFIX + "build_info", "Always 1; the version label names the running release.",
+            ["version"], registry=r,
+        )  # fmt: skip
+        info.labels(version=__version__).set(1)
+        self._leader = Gauge(
+            PREFIX + "leader", "1 while this replica holds the Lease and acts, else 0.",
+            registry=r,
+        )  # fmt: skip
+
+        super().__init__(r, clock)
+
+        # -- Gitea ----------------------------------------------------------------------------
+        self._gitea_requests = Counter(
+            PREFIX + "gitea_requests",
+            "HTTP requests to Gitea by endpoint class and status code ('error': no answer).",
+            ["endpoint", "code"], registry=r,
+        )  # fmt: skip
+        self._gitea_latency = Histogram(
+            PREFIX + "gitea_request_duration_seconds", "Latency of one HTTP request to Gitea.",
+            ["endpoint"], buckets=REQUEST_BUCKETS, registry=r,
+        )  # fmt: skip
+        self._rate_waits = Counter(
+            PREFIX + "gitea_rate_limit_waits",
+            "Times the operator waited because Gitea asked it to (429/503 Retry-After).",
+            registry=r,
+        )
+        self._rate_wait_seconds = Counter(
+            PREFIX + "gitea_rate_limit_wait_seconds", "Seconds spent waiting on Retry-After.",
+            registry=r,
+        )  # fmt: skip
+
+        # -- Kubernetes, reconcile, webhook ---------------------------------------------------
+        self._kube_writes = Counter(
+            PREFIX + "kube_writes", "Kubernetes API writes by verb, resource and outcome.",
+            ["verb", "resource", "outcome"], registry=r,
+        )  # fmt: skip
+        self._reconcile = Histogram(
+            PREFIX + "reconcile_duration_seconds", "Duration of one reconcile pass.",
+            ["result"], buckets=REQUEST_BUCKETS, registry=r,
+        )  # fmt: skip
+        self._reconcile_errors = Counter(
+            PREFIX + "reconcile_errors", "Reconcile passes that raised (and were retried).",
+            registry=r,
+        )  # fmt: skip
+        self._webhook = Counter(
+            PREFIX + "webhook_deliveries", "Gitea webhook deliveries received, by outcome.",
+            ["outcome"], registry=r,
+        )  # fmt: skip
+        self.workqueue = WorkQueueMetrics(r)
+
+    # -- exposition ---------------------------------------------------------------------------
+
+    def render(self) -> bytes:
+        """The registry in Prometheus text format (what ``GET /metrics`` returns)."""
+        return generate_latest(self.registry)
+
+    # -- Gitea --------------------------------------------------------------------------------
+
+    def gitea_request(self, endpoint: str, code: str, seconds: float) -> None:
+        self._gitea_requests.labels(endpoint, code).inc()
+        self._gitea_latency.labels(endpoint).observe(max(0.0, seconds))
+
+    def observe_gitea(self, method: str, path: str, status: int | None, seconds: float) -> None:
+        """The hook of ``GiteaClient(on_request=...)``: classifies the path first."""
+        self.gitea_request(endpoint_class(method, path), status_code_label(status), seconds)
+
+    def gitea_rate_limit_wait(self, seconds: float) -> None:
+        self._rate_waits.inc()
+        self._rate_wait_seconds.inc(max(0.0, seconds))
+
+    # -- Kubernetes, reconcile, webhook, leadership ------------------------------------------
+
+    def kube_write(self, verb: str, outcome: str, resource: str = "other") -> None:
+        self._kube_writes.labels(verb, resource, outcome).inc()
+
+    def reconcile_done(self, seconds: float, error: bool) -> None:
+        self._reconcile.labels("error" if error else "success").observe(max(0.0, seconds))
+        if error:
+            self._reconcile_errors.inc()
+
+    def webhook_delivery(self, outcome: str) -> None:
+        self._webhook.labels(outcome).inc()
+
+    def set_leader(self, leader: bool) -> None:
+        self._leader.set(1 if leader else 0)

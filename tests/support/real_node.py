@@ -1,0 +1,121 @@
+"""What the real-node suite's tests share: the Pod template that puts runner Pods on the
+testbed's real node, and ``Real``, a team namespace with the operator running there."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from tests.support import manifests
+from tests.support.testbed import (
+    runner_group,
+    wait_until,
+)
+from tests.testbed.realnode import NODE_LABEL
+
+TOLERATION = {"key": NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+LOCAL = "docker.io/"  # the kubelet's name for local/x:1, as the images were imported
+
+
+def on_real_node(
+    runner: dict[str, Any] | None = None,
+    init: list[dict[str, Any]] | None = None,
+    **pod: Any,
+) -> dict[str, Any]:
+    """A ``spec.template`` that puts runner Pods on the real node, with local images only."""
+    spec: dict[str, Any] = {
+        "nodeSelector": {NODE_LABEL: "true"},
+        "tolerations": [TOLERATION],
+        "terminationGracePeriodSeconds": 10,
+        "containers": [{"name": "runner", "imagePullPolicy": "Never", **(runner or {})}],
+        **pod,
+    }
+    if init:
+        spec["initContainers"] = init
+    return {"spec": spec}
+
+
+class Real:
+    def __init__(self, kube, cluster, ns, target, url, node, op) -> None:
+        self.kube, self.cluster, self.ns, self.target = kube, cluster, ns, target
+        self.url, self.node, self.op = url, node, op
+        self.gitea = cluster.gitea_client()
+
+    def group(self, name: str, *, url: str | None = None, **spec: Any) -> None:
+        body = runner_group(name, target=self.target, url=url or self.url, **spec)
+        manifests.apply(self.kube, body, namespace=self.ns)
+
+    def push(self, name: str, workflow: str) -> None:
+        self.gitea.push_workflow(self.target.org, self.target.repo, name, workflow)
+
+    def jobs(self) -> dict[str, dict[str, Any]]:
+        found = self.gitea.list_jobs("repo", self.target.org, self.target.repo, status=None)
+        return {j["name"]: j for j in found}
+
+    def wait_done(self, names: set[str], timeout: float = 300) -> dict[str, str]:
+        """Wait until Gitea reports every named job completed; name -> conclusion."""
+
+        def done() -> dict[str, str] | None:
+            jobs = self.jobs()
+            if names <= set(jobs) and all(jobs[n]["status"] == "completed" for n in names):
+                return {n: jobs[n].get("conclusion") or "" for n in names}
+            return None
+
+        try:
+            return wait_until(done, timeout=timeout, what=f"jobs {sorted(names)} completed")
+        except TimeoutError:
+            raise AssertionError(f"jobs not done: {self.jobs()}\n{self.pods_report()}") from None
+
+    def job_log(self, name: str) -> str:
+        job = self.jobs()[name]
+        req = urllib.request.Request(
+            f"{self.cluster.gitea_url}/api/v1/repos/{self.target.org}/{self.target.repo}"
+            f"/actions/jobs/{job['id']}/logs",
+            headers={"Authorization": f"token {self.cluster.gitea_token}"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return str(resp.read().decode(errors="replace"))
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
+            return f"(no log: Gitea answered 404; job {job['status']}/{job.get('conclusion')})"
+
+    def pods(self, group: str) -> list[dict[str, Any]]:
+        selector = f"gitea.bpg.pw/runnergroup-name={group}"
+        return self.kube.get(f"/api/v1/namespaces/{self.ns}/pods", labelSelector=selector)["items"]
+
+    def pods_report(self) -> str:
+        pods = self.kube.get(f"/api/v1/namespaces/{self.ns}/pods")["items"]
+        lines = []
+        for p in pods:
+            st = p.get("status") or {}
+            lines.append(
+                f"{p['metadata']['name']} {st.get('phase')} node={p['spec'].get('nodeName')} "
+                + json.dumps(
+                    [
+                        (c["name"], c.get("state"))
+                        for c in (st.get("initContainerStatuses") or [])
+                        + (st.get("containerStatuses") or [])
+                    ]
+                )[:1500]
+            )
+            for c in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+                lines.append(f"--- {c['name']} log:\n{self.container_log(p, c['name'])}")
+        return "\n".join(lines) + "\n--- kubelet:\n" + self.node.log_tail("kubelet", 15)
+
+    def container_log(self, pod: dict[str, Any], container: str) -> str:
+        """``pods/log`` through the API server (which asks the kubelet on its InternalIP)."""
+        name = pod["metadata"]["name"]
+        url = (
+            f"{self.kube.server}/api/v1/namespaces/{self.ns}/pods/{name}/log"
+            f"?container={container}&tailLines=40"
+        )
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.kube.token}"})
+        try:
+            with urllib.request.urlopen(req, context=self.kube._ctx, timeout=10) as resp:
+                return str(resp.read().decode(errors="replace"))
+        except Exception as e:  # a container that never started has no log
+            return f"({e})"

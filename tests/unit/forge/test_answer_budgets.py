@@ -1,0 +1,127 @@
+"""A forge answer is bounded by what it parses into, not only by its bytes: a page of tiny
+objects is refused before it is parsed, a page holds at most its page size, one observation
+reads and keeps a bounded amount over all its pages (Forgejo's unpaged job list included),
+and big answers are parsed off the event loop. Past a bound the group says
+``GiteaAnswerTooLarge``."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import tracemalloc
+
+import aiohttp
+import pytest
+from aioresponses import aioresponses
+
+from gitea_runner_operator.api.runnergroup import Scope, parse_spec
+from gitea_runner_operator.forge import limits
+from gitea_runner_operator.forge.client import GiteaClient, SessionPool
+from gitea_runner_operator.forge.errors import GiteaAnswerTooLarge
+from gitea_runner_operator.forge.forgejo import ForgejoClient
+from gitea_runner_operator.forge.hooks import HookClient
+from gitea_runner_operator.forge.limits import AnswerBudget
+from gitea_runner_operator.forge.scope import ScopeRef
+from gitea_runner_operator.runtime.observer import Observer
+from tests.support.gitea_answers import JOBS, ORG_SPEC, RUNNERS, FakeSecrets, is_gitea
+
+BASE = "http://gitea.test"
+REPO = ScopeRef(Scope.REPO, "acme", "widgets")
+REPO_RUNNERS = re.compile(r"^http://gitea\.test/api/v1/repos/acme/widgets/actions/runners\?.*$")
+FORGEJO_JOBS = re.compile(r"^http://gitea\.test/api/v1/repos/acme/widgets/actions/runners/jobs")
+
+
+def runners(count: int) -> dict[str, object]:
+    return {
+        "runners": [{"id": i, "name": f"r{i}", "status": "online"} for i in range(count)],
+        "total_count": 10_000,
+    }
+
+
+@pytest.fixture
+async def session():
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+async def test_a_page_of_tiny_objects_is_refused_before_it_is_parsed(session):
+    client = GiteaClient(session, BASE, "tok", attempts=1)
+    body = b'{"runners":[' + b",".join([b"{}"] * 1_000_000) + b'],"total_count":1}'
+    with aioresponses() as mock:
+        mock.get(REPO_RUNNERS, status=200, body=body)
+        tracemalloc.start()
+        try:
+            with pytest.raises(GiteaAnswerTooLarge) as err:
+                await client.list_runners(REPO)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert err.value.reason == "GiteaAnswerTooLarge" and "JSON values" in str(err.value)
+    # 3 MB of bytes, copied a few times; parsed, it was 1,000,000 dicts (over 100 MB).
+    assert peak < 32 * 1024 * 1024
+
+
+async def test_a_page_holds_at_most_its_page_size(session):
+    client = GiteaClient(session, BASE, "tok", attempts=1, page_size=50)
+    with aioresponses() as mock:
+        mock.get(REPO_RUNNERS, payload=runners(51))
+        with pytest.raises(GiteaAnswerTooLarge, match="holds 51 items, more than the 50"):
+            await client.list_runners(REPO)
+
+
+async def test_a_page_of_hooks_holds_at_most_its_page_size(session):
+    client = GiteaClient(session, BASE, "tok", attempts=1)
+    hooks = [{"id": i, "config": {"url": "http://x"}} for i in range(51)]
+    with aioresponses() as mock:
+        mock.get(re.compile(r"^http://gitea\.test/api/v1/orgs/acme/hooks\?.*$"), payload=hooks)
+        with pytest.raises(GiteaAnswerTooLarge, match="holds 51 items"):
+            await HookClient(client.call).list_hooks(ScopeRef(Scope.ORG, "acme"))
+
+
+async def test_forgejos_unpaged_job_list_is_bounded_by_the_observation_budget(session):
+    jobs = [{"id": i, "status": "waiting", "runs_on": ["docker"]} for i in range(1, 102)]
+    client = ForgejoClient(session, BASE, "tok", attempts=1).metered(AnswerBudget(max_items=100))
+    with aioresponses() as mock:
+        mock.get(FORGEJO_JOBS, payload=jobs)
+        with pytest.raises(GiteaAnswerTooLarge, match="more than 100 runners and jobs"):
+            await client.list_forgejo_jobs(REPO)
+
+
+@pytest.mark.parametrize("budget", [{"max_answer_items": 120}, {"max_answer_bytes": 20_000}])
+async def test_an_observation_past_its_budget_reports_gitea_answer_too_large(budget):
+    pool = SessionPool()
+    observer = Observer(FakeSecrets({"a": "t1"}), pool, **budget)  # type: ignore[arg-type]
+    try:
+        with aioresponses() as mock:
+            is_gitea(mock)
+            mock.get("http://g.test/api/v1/orgs/acme", payload={"id": 1}, repeat=True)
+            # Every page is a fine page of 50; there are just too many of them.
+            mock.get(RUNNERS, payload=runners(50), repeat=True)
+            mock.get(JOBS, payload={"jobs": [], "total_count": 0}, repeat=True)
+            snapshot, handle = await observer.observe("a", parse_spec(ORG_SPEC))
+    finally:
+        await pool.close()
+    assert snapshot.problem is not None and snapshot.problem.reason == "GiteaAnswerTooLarge"
+    assert snapshot.observation is None and handle is None
+
+
+async def test_a_big_answer_is_parsed_off_the_event_loop(session, monkeypatch):
+    threads: list[str] = []
+    parse = limits.parse
+
+    def recording(body: bytes, where: str) -> object:
+        threads.append(threading.current_thread().name)
+        return parse(body, where)
+
+    monkeypatch.setattr(limits, "parse", recording)
+    client = GiteaClient(session, BASE, "tok", attempts=1)
+    big = runners(50)
+    big["runners"][0]["name"] = "x" * (limits.OFF_LOOP_BYTES + 1)  # type: ignore[index]
+    with aioresponses() as mock:
+        mock.get(f"{BASE}/api/v1/version", payload={"version": "1.27.3"})
+        mock.get(f"{BASE}/api/v1/version", body=json.dumps(big))
+        await client.call("GET", "/api/v1/version")
+        await client.call("GET", "/api/v1/version")
+    main = threading.current_thread().name
+    assert threads[0] == main and threads[1] != main

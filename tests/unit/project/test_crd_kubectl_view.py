@@ -1,0 +1,52 @@
+"""What ``kubectl get rg`` and ``kubectl explain runnergroup.spec`` show a user: the printer
+columns they need at a glance, and a description for every field they can set (the pod
+template's fields are Kubernetes' own and documented by its generated schema)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from tests.support import REPO_ROOT
+
+REPO = REPO_ROOT
+CRD = yaml.safe_load((REPO / "manifests" / "crd.yaml").read_text())
+VERSION = CRD["spec"]["versions"][0]
+SPEC = VERSION["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def _undocumented(schema: dict[str, Any], path: str) -> list[str]:
+    missing = []
+    for name, prop in (schema.get("properties") or {}).items():
+        where = f"{path}.{name}"
+        if not prop.get("description"):
+            missing.append(where)
+        if where == "spec.template":
+            continue  # Kubernetes' PodTemplateSpec, generated with its own descriptions
+        missing += _undocumented(prop, where)
+        if isinstance(prop.get("items"), dict):
+            missing += _undocumented(prop["items"], f"{where}[]")
+    return missing
+
+
+def test_kubectl_explain_documents_the_spec_and_every_field_under_it():
+    assert SPEC.get("description")
+    assert _undocumented(SPEC, "spec") == []
+
+
+def test_kubectl_get_rg_shows_scope_target_capacity_demand_and_readiness():
+    assert "rg" in CRD["spec"]["names"]["shortNames"]
+    columns = {c["name"]: c for c in VERSION["additionalPrinterColumns"]}
+    default = [name for name, c in columns.items() if not c.get("priority")]
+    assert default == [
+        "Scope", "Target", "Max", "Active", "Queued", "Ready", "Oldest waiting", "Age",
+    ]  # fmt: skip
+    # -o wide adds why a group is not Ready
+    assert columns["Reason"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].reason'
+    assert columns["Mode"]["priority"] == 1
+
+
+def test_the_charts_crd_is_the_same_file():
+    chart = REPO / "charts" / "gitea-runner-operator" / "crds" / "crd.yaml"
+    assert chart.read_text() == (REPO / "manifests" / "crd.yaml").read_text()

@@ -1,0 +1,131 @@
+"""The webhook receiver stays cheap to attack: verification before parsing where the secret
+is known without the body, a bounded prefix otherwise, bounded concurrent work (429 beyond,
+never a 5xx), de-duplication of verified deliveries, 400 for any malformed body (never a
+RecursionError), and wake-ups per group rate-limited."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from gitea_runner_operator.webhook.guard import QuietLog, WakeLimiter, repository_hint, signers
+from gitea_runner_operator.webhook.server import PATH
+from gitea_runner_operator.webhook.signature import sign
+from tests.support.webhook import OPERATOR, SECRETS, A, Harness, body_for
+
+
+async def test_a_managed_hooks_url_names_the_only_secret_tried_and_nothing_is_parsed():
+    h = Harness()
+    body = body_for()
+    status, _ = await h.post(body, SECRETS[A], params_group="team-a/widgets")
+    assert status == 202
+    assert h.lookups == [A]  # one secret fetched: the named group's
+    assert "team-a/widgets" in h.woken
+    h.lookups.clear()
+    status, _ = await h.post(b"[" * 4000, b"wrong", params_group="team-a/widgets")
+    assert status == 401  # forged: refused without parsing the body at all
+
+
+async def test_the_operator_secret_is_tried_before_anything_is_parsed_or_fetched():
+    h = Harness()
+    status, _ = await h.post(body_for(), OPERATOR)
+    assert status == 202 and h.lookups == []
+
+
+async def test_a_deeply_nested_body_is_400_never_a_traceback():
+    h = Harness(max_body=1 << 20)
+    nested = b"[" * 500_000 + b"]" * 500_000
+    status, _ = await h.post(nested[: (1 << 20) - 1], b"wrong")
+    assert status == 400
+    status, _ = await h.post(b'{"action": "queued", "x": ' + b"[" * 100_000, OPERATOR)
+    assert status == 400  # signed by the admin, still malformed: 400
+
+
+def test_the_repository_is_read_from_a_bounded_prefix_only():
+    late = json.dumps(
+        {"action": "queued", "pad": "x" * 100_000, "repository": {"full_name": "acme/w"}}
+    ).encode()
+    assert repository_hint(late) is None  # beyond 64 KiB: not read
+    early = body_for()
+    hint = repository_hint(early)
+    assert hint is not None and hint.full_name == "acme/widgets"
+
+
+async def test_a_redelivered_verified_delivery_wakes_nobody_again():
+    h = Harness()
+    body = body_for()
+    first, _ = await h.post(body, OPERATOR, **{"X-Gitea-Delivery": "d-1"})
+    woken = len(h.woken)
+    again, text = await h.post(body, OPERATOR, **{"X-Gitea-Delivery": "d-1"})
+    assert (first, again) == (202, 202) and "already seen" in text
+    assert len(h.woken) == woken
+
+
+async def test_a_forger_cannot_burn_a_real_delivery_id():
+    h = Harness()
+    await h.post(body_for(), b"wrong", **{"X-Gitea-Delivery": "d-2"})
+    status, text = await h.post(body_for(), OPERATOR, **{"X-Gitea-Delivery": "d-2"})
+    assert status == 202 and "woke" in text
+
+
+async def test_concurrent_unauthenticated_work_is_bounded_with_429_not_5xx():
+    release = asyncio.Event()
+    h = Harness()
+
+    async def slow(where):
+        await release.wait()
+        return SECRETS.get(where)
+
+    h.server._group_secret = slow
+    h.server._slots = asyncio.Semaphore(2)
+    h.server._slot_wait = 0.2
+    hdrs = {"X-Gitea-Event": "workflow_job", "X-Gitea-Signature": sign(b"wrong", body_for())}
+    async with TestClient(TestServer(h.server.app())) as client:
+        posts = [
+            asyncio.create_task(client.post(PATH, data=body_for(), headers=hdrs)) for _ in range(6)
+        ]
+        await asyncio.sleep(0.5)
+        release.set()
+        statuses = sorted([(await p).status for p in posts])
+    assert statuses.count(401) == 2 and statuses.count(429) == 4
+
+
+async def test_wake_ups_per_group_are_limited_and_the_last_one_is_deferred_not_lost():
+    woken: list[str] = []
+    now = [0.0]
+    limiter = WakeLimiter(woken.append, 0.2, clock=lambda: now[0])
+    limiter("a")
+    limiter("a")
+    limiter("a")
+    limiter("b")
+    assert woken == ["a", "b"]
+    now[0] = 0.2
+    await asyncio.sleep(0.3)
+    assert woken == ["a", "b", "a"]  # one trailing wake for the two within the interval
+    limiter.close()
+
+
+def test_a_flood_of_rejections_is_one_log_line_then_a_count():
+    lines: list[tuple[str, dict]] = []
+
+    class Log:
+        def info(self, event: str, **fields: object) -> None:
+            lines.append((event, fields))
+
+    now = [0.0]
+    quiet = QuietLog(Log(), every=10, clock=lambda: now[0])
+    for _ in range(500):
+        quiet("webhook delivery rejected", remote="x")
+    now[0] = 10.0
+    quiet("webhook delivery rejected", remote="x")
+    assert [f["suppressed"] for _, f in lines] == [0, 499]
+
+
+async def test_big_signatures_are_checked_off_the_event_loop_with_the_same_verdict():
+    body = b"x" * (1 << 20)
+    candidates = [(i, f"s{i}".encode()) for i in range(8)]
+    good = sign(b"s5", body)
+    assert await signers(candidates, body, bytes.fromhex(good)) == [5]
+    assert await signers(candidates, body, bytes(32)) == []
