@@ -1,0 +1,368 @@
+"""Benchmark: what a hostile tenant can do to everyone else (issue 24).
+
+On the testbed (real API server, controller-manager, kwok) one operator, holding the Lease,
+serves GROUPS healthy groups (a fake Gitea, fake_gitea.py, with one job queued every EVERY
+seconds, round robin, each announced by a correctly signed webhook delivery as Gitea would
+send it). Phase "baseline" runs that alone; phase "attack" runs it while hostile tenants, in
+their own namespaces with their own RunnerGroups, attack at the same time:
+
+- the webhook: forged deliveries built to make the pre-signature parse expensive, and
+  connections that send headers and then nothing (hostile_servers.WebhookAttack);
+- ``spec.gitea.url`` at a hostile server (hostile_servers.HostileForge): a page of 5 million
+  tiny items (Gitea and Forgejo job lists), 200 MiB, no answer, 403, ever new 200-character
+  repository names;
+- Secrets of 1 MiB named by templates;
+- a cache take-over: a group ``db`` turns ``spec.cache`` on, then off, where another
+  application owns ``db-cache`` objects (they must still be there afterwards);
+- many CA bundle variants (ConfigMaps: a few certificates, each in many texts).
+
+It prints, per phase, the healthy groups' queued -> runner Job p50 and p99, the genuine
+deliveries' answers, the operator's peak RSS (VmHWM of its process), the longest gap between
+answers of a /healthz probe sent every 100 ms (the longest event-loop stall, give or take
+the probe's own 100 ms), and the Lease's renewals missed (gaps between renewTimes longer than
+the 10 s renew deadline) and leader changes. ``--plot FILE`` (matplotlib, the ``bench``
+extra) draws RSS and per-job latency over time. The attackers and the hostile forge run in
+processes of their own, so their work does not slow this process's measuring threads.
+
+    python -m tests.benchmarks.hostile [--groups 20] [--baseline 60] [--attack 90] [--plot F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import itertools
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+from gitea_runner_operator.webhook.signature import sign
+from tests.benchmarks import common
+from tests.benchmarks.hostile_plot import plot
+from tests.benchmarks.hostile_servers import Remote
+from tests.benchmarks.hostile_tenants import (
+    apply_evil_groups,
+    foreign_objects,
+    prepare_evil,
+    set_cache,
+)
+from tests.support import manifests
+from tests.support.fake_gitea import FakeGitea
+from tests.support.launcher import OPERATOR_NS, OperatorProcess
+from tests.support.testbed import make_secret
+from tests.testbed.kube import KubeClient
+from tests.testbed.sandbox import Sandbox
+
+LEASE_NS = OPERATOR_NS
+LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/gitea-runner-operator"
+ATTACKS = "webhook,forge,secrets,cache,ca"
+RENEW_DEADLINE = 10.0  # settings.renew_deadline
+SELECTOR = "gitea.bpg.pw/managed-by=gitea-runner-operator"
+GROUP_LABEL = "gitea.bpg.pw/runnergroup-name"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--groups", type=int, default=20)
+    parser.add_argument("--every", type=float, default=0.5, help="seconds between jobs")
+    parser.add_argument("--baseline", type=float, default=60)
+    parser.add_argument("--attack", type=float, default=90)
+    parser.add_argument("--poll", default="5s")
+    parser.add_argument("--secrets", type=int, default=12, help="Secrets of 1 MiB")
+    parser.add_argument("--ca-groups", type=int, default=20)
+    parser.add_argument(
+        "--attacks",
+        default=ATTACKS,
+        help=f"which attacks to run (comma-separated, default all: {ATTACKS})",
+    )
+    parser.add_argument(
+        "--shared-address",
+        action="store_true",
+        help="the attackers send from Gitea's address (127.0.0.1), as behind one ingress",
+    )
+    parser.add_argument("--plot", help="draw RSS and latency over time into this PNG")
+    args = parser.parse_args(argv)
+
+    fake, forge = FakeGitea(), Remote("--forge")
+    forge_url = forge.line()
+    attack, counts = None, {}
+    healthy = [f"ok-{i}" for i in range(4)]
+    evil = ["evil-forge", "evil-secrets", "evil-ca", "evil-cache"]
+    with Sandbox(gitea=False, harness_node=False) as sandbox:
+        kube = common.install(sandbox)
+        fake.start(None)
+        try:
+            hooks = {ns: uuid.uuid4().hex for ns in healthy}
+            for ns in healthy + evil:  # each team its own token, as in a real cluster
+                common.team(kube, ns, "registration-token", f"api-token-{ns}")
+            for ns, secret in hooks.items():
+                make_secret(kube, ns, "hook", {"secret": secret})
+            prepare_evil(kube, args)
+            uids = foreign_objects(kube, "evil-cache")
+            with common.operator(sandbox, healthy + evil, leader_elect=True) as op:
+                run = Run(kube, op, fake, healthy, hooks, args)
+                for i in range(args.groups):
+                    spec = {
+                        "pollInterval": args.poll,
+                        "maxActiveRunners": 200,
+                        "webhook": {"secretRef": {"name": "hook", "key": "secret"}},
+                    }
+                    body = common.group(f"h{i}", "healthy", fake.url, [f"h{i}"], **spec)
+                    manifests.apply(kube, body, run.namespace_of(i))
+                time.sleep(15)
+                run.start()
+                run.phase("baseline", args.baseline)
+                if "webhook" in args.attacks.split(","):
+                    shared = ("--shared-address",) if args.shared_address else ()
+                    attack = Remote("--webhook", str(op.webhook_port), *shared)
+                apply_evil_groups(kube, fake, forge_url, args)
+                run.phase("attack", args.attack / 2)
+                set_cache(kube, enabled=False)
+                run.phase("attack", args.attack / 2)
+                counts = attack.finish() if attack is not None else {}
+                run.attack_ended = run.now()
+                run.drain(30)
+                run.stop()
+                run.peak = _peak_rss(run)
+                after = foreign_objects(kube, "evil-cache")
+                load = os.getloadavg()
+        finally:
+            fake.stop()
+            counts |= forge.finish()
+    report(run, counts, uids, after, load, args)
+    if args.plot:
+        plot(run.rss, run.latencies, (run.attack_started, run.attack_ended), args.plot)
+    return 0
+
+
+class Run:
+    """Queues the healthy groups' jobs and watches the operator: runner Jobs, /healthz, the
+    Lease and the process's RSS."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        op: OperatorProcess,
+        fake: FakeGitea,
+        namespaces: list[str],
+        hooks: dict[str, str],
+        args: argparse.Namespace,
+    ) -> None:
+        self.kube, self.op, self.fake, self.args = kube, op, fake, args
+        self.namespaces, self.hooks = namespaces, hooks
+        self.t0 = time.monotonic()
+        self.queued: dict[str, list[tuple[float, str]]] = collections.defaultdict(list)
+        self.created: dict[str, dict[str, float]] = collections.defaultdict(dict)
+        self.deliveries: dict[str, collections.Counter[int | str]] = {}
+        self.answers: list[float] = []
+        self.rss: list[tuple[float, float]] = []
+        self.renewals: list[tuple[float, str, str]] = []
+        self.attack_started: float | None = None
+        self.attack_ended: float | None = None
+        self.cpu: dict[str, tuple[float, float]] = {}  # phase -> (started at, CPU seconds)
+        self.peak = 0.0
+        self._n = 0
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=8)
+        self._threads = [
+            threading.Thread(target=f, daemon=True) for f in (self._probe, self._watch)
+        ]
+
+    def namespace_of(self, i: int) -> str:
+        return self.namespaces[i % len(self.namespaces)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self.cpu["end"] = (self.now(), self.op.cpu_seconds())
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=40)
+        self._pool.shutdown(wait=True)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def phase(self, name: str, seconds: float) -> None:
+        self.cpu.setdefault(name, (self.now(), self.op.cpu_seconds()))
+        if name == "attack" and self.attack_started is None:
+            self.attack_started = self.now()
+        counter = self.deliveries.setdefault(name, collections.Counter())
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            i = self._n % self.args.groups
+            self._n += 1
+            self.fake.queue("healthy", "app", (f"h{i}",))
+            self.queued[f"h{i}"].append((self.now(), name))
+            self._pool.submit(self._deliver, i, counter)
+            time.sleep(self.args.every)
+
+    def drain(self, seconds: float) -> None:
+        """Wait until every queued job has its runner Job (or ``seconds`` pass)."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and any(
+            len(self.created[g]) < len(q) for g, q in self.queued.items()
+        ):
+            time.sleep(0.5)
+
+    def _deliver(self, i: int, counter: collections.Counter[int | str]) -> None:
+        body = json.dumps(
+            {
+                "action": "queued",
+                "repository": {
+                    "full_name": "healthy/app",
+                    "html_url": f"{self.fake.url}/healthy/app",
+                },
+                "workflow_job": {"labels": [f"h{i}"], "name": "j"},
+                "sender": {"login": "bench"},
+            }
+        ).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.op.webhook_port}/hooks/gitea",
+            data=body,
+            method="POST",
+            headers={
+                "X-Gitea-Event": "workflow_job",
+                "X-Gitea-Delivery": str(uuid.uuid4()),
+                "X-Gitea-Signature": sign(self.hooks[self.namespace_of(i)].encode(), body),
+                "Content-Type": "application/json",
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                counter[resp.status] += 1
+        except urllib.error.HTTPError as exc:
+            counter[exc.code] += 1
+        except Exception as exc:
+            counter[type(exc).__name__] += 1
+
+    def _probe(self) -> None:
+        url = f"http://127.0.0.1:{self.op.health_port}/healthz"
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception), urllib.request.urlopen(url, timeout=60) as r:
+                r.read()
+                self.answers.append(self.now())
+            time.sleep(0.1)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                for ns in self.namespaces:
+                    path = f"/apis/batch/v1/namespaces/{ns}/jobs"
+                    for job in self.kube.get(path, labelSelector=SELECTOR)["items"]:
+                        group = job["metadata"]["labels"].get(GROUP_LABEL, "")
+                        self.created[group].setdefault(job["metadata"]["name"], self.now())
+                spec = self.kube.get(LEASE).get("spec") or {}
+                renew = str(spec.get("renewTime"))
+                if not self.renewals or self.renewals[-1][1] != renew:
+                    self.renewals.append((self.now(), renew, str(spec.get("holderIdentity"))))
+                self.rss.append((self.now(), self.op.rss_mb()))
+            time.sleep(0.3)
+
+    @property
+    def latencies(self) -> list[tuple[float, float, str]]:
+        """(queued at, queued -> runner Job, phase) per job, matched in order per group."""
+        out = []
+        for group, queued in self.queued.items():
+            created = sorted(self.created[group].values())
+            for (at, phase), seen in zip(queued, created, strict=False):
+                out.append((at, max(0.0, seen - at), phase))
+        return out
+
+    def lease(self) -> tuple[int, float, int]:
+        """(renewals missed, longest gap between renewTimes, holder changes) while watched."""
+        times = [_parse(r) for _, r, _ in self.renewals]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        if times:  # a renewal still missing at the end counts too
+            gaps.append(time.time() - times[-1] if self._stop.is_set() else 0.0)
+        holders = [h for _, _, h in self.renewals]
+        changes = sum(1 for a, b in itertools.pairwise(holders) if a != b)
+        return sum(1 for g in gaps if g > RENEW_DEADLINE), max(gaps, default=0.0), changes
+
+    def stall(self, phase: str) -> float:
+        start = self.attack_started or self.now()
+        gaps = [
+            (b - a)
+            for a, b in zip(self.answers, self.answers[1:], strict=False)
+            if (b > start) == (phase == "attack")
+        ]
+        return max(gaps, default=0.0)
+
+
+def _parse(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+# -- the figures ----------------------------------------------------------------------------
+
+
+def report(
+    run: Run,
+    counts: dict[str, Any],
+    before: dict[str, str],
+    after: dict[str, str],
+    load: tuple[float, float, float],
+    args: argparse.Namespace,
+) -> None:
+    print()
+    print(
+        f"{'phase':>9} {'jobs':>5} {'p50':>8} {'p99':>8} {'max':>8} {'/healthz gap':>13}"
+        "  genuine deliveries"
+    )
+    lat = run.latencies
+    for phase in ("baseline", "attack"):
+        values = [d for _, d, p in lat if p == phase]
+        queued = sum(1 for q in run.queued.values() for _, p in q if p == phase)
+        p50, p99 = (common.percentile(values, q) if values else float("nan") for q in (0.5, 0.99))
+        print(
+            f"{phase:>9} {len(values):>3}/{queued:<3} {p50:7.2f}s {p99:7.2f}s "
+            f"{max(values, default=float('nan')):7.2f}s {run.stall(phase):12.2f}s  "
+            f"{dict(run.deliveries.get(phase, {}))}"
+        )
+    marks = list(run.cpu.values())
+    cores = [(c1 - c0) / max(1e-9, t1 - t0) for (t0, c0), (t1, c1) in itertools.pairwise(marks)]
+    phases = ", ".join(f"{n} {c:.2f}" for n, c in zip(run.cpu, cores, strict=False))
+    print(f"operator CPU, cores used per phase (the attack's includes the drain): {phases}")
+    missed, longest, changes = run.lease()
+    peak = run.peak
+    print(
+        f"operator peak RSS {peak:.0f} MiB (chart limit 384 Mi); Lease: {missed} renewals "
+        f"missed (gap > {RENEW_DEADLINE:.0f} s), longest gap {longest:.1f} s, {changes} "
+        "leader changes"
+    )
+    print(
+        f"forged deliveries {counts.get('forged')}; silent connections ended by "
+        f"{counts.get('held')}; hostile forge requests {counts.get('requests')}"
+    )
+    kept = sorted(k for k in before if after.get(k) == before[k])
+    print(
+        f"the other application's db-cache objects intact after cache on/off: {kept} "
+        f"of {sorted(before)}"
+    )
+    print(
+        f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+        f"{args.groups} healthy groups, a job every {args.every}s, poll {args.poll}"
+    )
+
+
+def _peak_rss(run: Run) -> float:
+    """The operator's peak RSS (VmHWM: the kernel's high-water mark, no sample missed)."""
+    with contextlib.suppress(OSError):
+        for line in open(f"/proc/{run.op.proc.pid}/status"):  # noqa: SIM115
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return max((r for _, r in run.rss), default=0.0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
