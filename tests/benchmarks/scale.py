@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tests.benchmarks import common
+from tests.benchmarks import busy_trace, common
 from tests.benchmarks.fake_gitea import FakeGitea, GroupScope, wait
 from tests.integration import manifests
 from tests.testbed.kube import KubeClient
@@ -169,18 +169,20 @@ def busy(args: argparse.Namespace) -> None:
     owner = f"busy-{uuid.uuid4().hex[:4]}"
     fake = FakeGitea(job_seconds=args.job_seconds, start_delay=args.start)
     ns = f"{owner}-team"
-    with bench([ns], fake, True) as (kube, op):
+    with bench([ns], fake, True, *args.operator_args) as (kube, op):
         fake.group(ns, "busy", GroupScope(owner, None, (LABEL,)))
         manifests.apply(
             kube,
             group("busy", fake.url, owner, None, maxActiveRunners=args.max,
-                  image=kwok_image(3600), pollInterval="10s"),
+                  image=kwok_image(3600), pollInterval=args.poll_interval),
             namespace=ns,
         )  # fmt: skip
         time.sleep(10)
-        cpu0 = op.cpu_seconds()
+        cpu0, writes0 = op.cpu_seconds(), _writes(op)
+        tracer = busy_trace.Tracer(kube, ns, fake)
         fake.queue(owner, "app", (LABEL,), args.jobs)
         t0 = time.monotonic()
+        tracer.start(t0)
         samples: list[tuple[float, int]] = []
         drain: float | None = None  # from when no job is left queued: fewer can be busy
         while time.monotonic() - t0 < args.timeout:
@@ -191,6 +193,7 @@ def busy(args: argparse.Namespace) -> None:
                 break
             time.sleep(1)
         total = time.monotonic() - t0
+        tracer.stop()
         drain = drain if drain is not None else total
         waves = -(-args.jobs // args.max)
         ideal = waves * (args.job_seconds + args.start)
@@ -201,13 +204,21 @@ def busy(args: argparse.Namespace) -> None:
         print(f"total time: {total:.0f}s; ideal {ideal:.0f}s ({waves} waves of "
               f"{args.start:.0f}s start + {args.job_seconds:.0f}s job): "
               f"{total / ideal:.2f}x")  # fmt: skip
-        print(f"mean busy runners from first fill ({filled}s) to drain ({drain:.0f}s): "
+        print(f"first fill (95% busy) at {filled}s; poll interval {args.poll_interval}")
+        print(f"mean busy runners from first fill to drain ({drain:.0f}s): "
               f"{mean:.1f} of {args.max} ({100 * mean / args.max:.0f}%)")  # fmt: skip
         print(f"lowest busy in that window: {min(window) if window else 'n/a'}")
         print(f"reconcile p50 / p99: {reconcile_quantiles(op)}")
+        print(f"Kubernetes writes: {_writes(op) - writes0:.0f} "
+              f"({(_writes(op) - writes0) / max(1, args.jobs):.1f} per runner)")  # fmt: skip
         print(
             f"operator CPU: {(op.cpu_seconds() - cpu0) / total:.2f} cores; RSS {op.rss_mb():.0f} MB"
         )
+        busy_trace.report(tracer, args.max)
+        if args.plot:
+            title = (f"one group, max {args.max}, {args.jobs} jobs of {args.job_seconds:.0f}s: "
+                     f"{100 * mean / args.max:.0f}% busy, {total / ideal:.2f}x ideal")  # fmt: skip
+            busy_trace.plot(tracer, args.plot, title, args.max)
 
 
 def fairness(args: argparse.Namespace) -> None:
@@ -307,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--job-seconds", type=float, default=60.0)
     p.add_argument("--start", type=float, default=5.0)
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--poll-interval", default="10s")
+    p.add_argument("--plot", help="draw busy runners over time into this PNG (matplotlib)")
+    p.add_argument("operator_args", nargs="*", help="extra operator flags, after --")
     p = sub.add_parser("fairness")
     p.add_argument("--burst", type=int, default=1000)
     p.add_argument("--qps", type=float, default=50.0)
