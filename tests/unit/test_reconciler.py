@@ -642,3 +642,22 @@ async def test_a_second_leadership_term_builds_a_reconciler_over_the_same_regist
         )
         await reconciler.reconcile(KEY)
         assert len(cluster.unsynced) == 1
+
+
+async def test_a_runner_whose_pod_succeeded_frees_its_slot_before_its_job_is_complete():
+    """A busy group at its maximum: the moment a runner's Pod succeeds (the runner exited
+    after its job), its replacement is made; waiting for the Job controller's Complete
+    condition cost seconds per runner under load (issue 27)."""
+    cluster = FakeCluster()
+    first, _, _ = make(cluster, snapshot(queued=10))
+    await first.reconcile(KEY)
+    cluster.sync()
+    names = sorted(cluster.jobs)
+    for name in names:
+        cluster.jobs[name]["metadata"]["annotations"]["gitea.bpg.pw/took-job"] = "true"
+    cluster.pods = [_pod(names[0], f"{names[0]}-a", phase="Succeeded")]
+    cluster.pods += [_pod(n, f"{n}-a") for n in names[1:]]
+    again, _, _ = make(cluster, snapshot(queued=7))
+    await again.reconcile(KEY)
+    assert len(cluster.unsynced) == 1  # one slot free: one replacement, not zero, not more
+    assert cluster.status is not None and cluster.status["activeRunners"] == 3
