@@ -5,8 +5,10 @@ the picture of busy runners over time.
 Who owns each step, so that the operator's share is told apart from the simulation's:
 - job done -> Pod Succeeded: the fake (its loop notices the job's end, then patches the Pod);
 - Pod Succeeded -> runner Job complete: the Job controller (kube-controller-manager);
-- runner Job complete -> replacement Job created: the operator;
-- Job created -> Pod Running: the scheduler and kwok;
+- Pod Succeeded -> replacement Job created: the operator (a Pod that succeeded frees its
+  slot; before, the operator waited for the Job's Complete condition);
+- Job created -> its Pod exists: the Job controller;
+- Pod exists -> Pod Running: the scheduler and kwok;
 - Pod Running -> registered: the fake's registration delay (``--start``) and its loop;
 - registered -> job taken: the fake's dispatch (same loop pass).
 """
@@ -46,6 +48,7 @@ class Tracer:
     job_created: dict[str, float] = field(default_factory=dict)  # first seen
     job_complete: dict[str, float] = field(default_factory=dict)  # first seen complete
     pod_job: dict[str, str] = field(default_factory=dict)
+    pod_seen: dict[str, float] = field(default_factory=dict)  # first seen, any phase
     pod_running: dict[str, float] = field(default_factory=dict)
     pod_succeeded: dict[str, float] = field(default_factory=dict)
     pod_gone: dict[str, float] = field(default_factory=dict)
@@ -86,6 +89,7 @@ class Tracer:
                 meta, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
                 present.add(meta["name"])
                 self.pod_job[meta["name"]] = meta.get("labels", {}).get("job-name", "")
+                self.pod_seen.setdefault(meta["name"], now)
                 if phase == "Running":
                     self.pod_running.setdefault(meta["name"], now)
                 elif phase == "Succeeded":
@@ -134,7 +138,9 @@ def breakdown(tr: Tracer, slots: int) -> dict[str, list[float]]:
 
     for job, pod in by_job.items():
         f = fake.get(pod, {})
-        add("created -> Pod Running (scheduler, kwok)", tr.job_created.get(job),
+        add("Job created -> its Pod exists (Job controller)", tr.job_created.get(job),
+            tr.pod_seen.get(pod))  # fmt: skip
+        add("Pod exists -> Pod Running (scheduler, kwok)", tr.pod_seen.get(pod),
             tr.pod_running.get(pod))  # fmt: skip
         add("Pod Running -> registered (fake: delay + loop)", tr.pod_running.get(pod),
             f.get("registered"))  # fmt: skip
@@ -143,9 +149,9 @@ def breakdown(tr: Tracer, slots: int) -> dict[str, list[float]]:
         add("Pod Succeeded -> Job complete (Job controller)", f.get("succeeded"),
             tr.job_complete.get(job))  # fmt: skip
     created = sorted(tr.job_created.values())[slots:]
-    completed = sorted(tr.job_complete.values())
-    for done, new in zip(completed, created, strict=False):
-        steps["Job complete -> replacement created (operator)"].append(new - done)
+    exited = sorted(f["succeeded"] for f in fake.values() if "succeeded" in f)
+    for done, new in zip(exited, created, strict=False):
+        steps["Pod Succeeded -> replacement created (operator)"].append(new - done)
     dones = sorted(f["done"] for f in fake.values() if "done" in f)
     tooks = sorted(f["took"] for f in fake.values() if "took" in f)[slots:]
     for done, took in zip(dones, tooks, strict=False):
@@ -156,8 +162,9 @@ def breakdown(tr: Tracer, slots: int) -> dict[str, list[float]]:
 STEP_NAMES = (
     "job done -> Pod Succeeded (fake)",
     "Pod Succeeded -> Job complete (Job controller)",
-    "Job complete -> replacement created (operator)",
-    "created -> Pod Running (scheduler, kwok)",
+    "Pod Succeeded -> replacement created (operator)",
+    "Job created -> its Pod exists (Job controller)",
+    "Pod exists -> Pod Running (scheduler, kwok)",
     "Pod Running -> registered (fake: delay + loop)",
     "registered -> job taken (fake)",
     "slot idle: job done -> next job taken (all)",

@@ -100,6 +100,10 @@ def _writes(op: common.Operator) -> float:
     return common.total(op.metrics(), "gitea_runner_operator_kube_writes_total")
 
 
+def _recs(op: common.Operator) -> float:
+    return common.total(op.metrics(), f"{RECONCILE}_count")
+
+
 def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
 
@@ -113,7 +117,7 @@ def overlap(args: argparse.Namespace) -> None:
     namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
     jobs = args.repos * args.jobs_per_repo
     extra = ("--kube-write-qps", str(args.qps), "--kube-write-burst", str(int(args.qps * 2)))
-    with bench(namespaces, fake, False, *extra, leader=True) as (kube, op):
+    with bench(namespaces, fake, False, *extra, leader=not args.no_leader) as (kube, op):
         fake.group(namespaces[0], "fallback", GroupScope(owner, None, (LABEL,)))
         started = time.monotonic()
         manifests.apply(
@@ -135,6 +139,15 @@ def overlap(args: argparse.Namespace) -> None:
             f"created 1 org group + {args.repos} repo groups in {time.monotonic() - started:.0f}s"
         )
         time.sleep(args.settle)
+        # Quiet: every group polling, no job queued (the "quiet" targets of issue 27).
+        cpu_q, t_q, req_q, rec_q = op.cpu_seconds(), time.monotonic(), fake.requests, _recs(op)
+        writes_q = _writes(op)
+        time.sleep(args.quiet)
+        quiet = time.monotonic() - t_q
+        print(f"quiet {quiet:.0f}s: CPU {(op.cpu_seconds() - cpu_q) / quiet:.3f} cores, RSS "
+              f"{op.rss_mb():.0f} MB, reconciles {(_recs(op) - rec_q) / quiet:.1f}/s, Gitea "
+              f"requests {(fake.requests - req_q) / quiet:.1f}/s, Kubernetes writes "
+              f"{(_writes(op) - writes_q) / quiet:.1f}/s", flush=True)  # fmt: skip
         cpu0, t0, writes0 = op.cpu_seconds(), time.monotonic(), _writes(op)
         for i in range(args.repos):
             fake.queue(owner, f"r{i:04d}", (LABEL,), args.jobs_per_repo)
@@ -310,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--poll-interval", default="15s")
     p.add_argument("--settle", type=float, default=30.0)
     p.add_argument("--hold", type=float, default=30.0, help="seconds watched after the fill")
+    p.add_argument("--quiet", type=float, default=60.0, help="seconds measured before jobs")
+    p.add_argument("--no-leader", action="store_true", help="without leader election")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--qps", type=float, default=50.0, help="--kube-write-qps (default 50)")
     p = sub.add_parser("busy")
