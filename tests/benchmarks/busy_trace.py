@@ -31,7 +31,7 @@ STEP = 0.5
 class Sample:
     t: float
     queued: int
-    runner_jobs: int  # alive (not complete)
+    runner_jobs: int  # holding a slot (not complete, no Pod succeeded)
     registered: int
     busy: int
 
@@ -76,13 +76,18 @@ class Tracer:
                 time.sleep(STEP)
                 continue
             now = time.monotonic()
-            alive = 0
+            exited = {
+                (p["metadata"].get("labels") or {}).get("job-name")
+                for p in pods["items"]
+                if (p.get("status") or {}).get("phase") == "Succeeded"
+            }
+            alive = 0  # holding a slot as the operator counts: not complete, runner not exited
             for job in jobs["items"]:
                 name = job["metadata"]["name"]
                 self.job_created.setdefault(name, now)
                 if _complete(job):
                     self.job_complete.setdefault(name, now)
-                else:
+                elif name not in exited:
                     alive += 1
             present = set()
             for pod in pods["items"]:
@@ -193,7 +198,8 @@ def plot(tr: Tracer, target: str, title: str, slots: int) -> None:
     fig, ax = plt.subplots(figsize=(9, 4.2))
     ax.plot(t, [s.busy for s in tr.samples], label="busy runners", lw=2)
     ax.plot(t, [s.registered for s in tr.samples], label="registered runners", lw=1)
-    ax.plot(t, [s.runner_jobs for s in tr.samples], label="runner Jobs alive", lw=1, ls="--")
+    jobs = [s.runner_jobs for s in tr.samples]
+    ax.plot(t, jobs, label="runner Jobs holding a slot", lw=1, ls="--")
     ax.plot(t, [min(s.queued, slots * 1.2) for s in tr.samples], label="queued jobs (clipped)",
             lw=1, ls=":")  # fmt: skip
     ax.axhline(slots, color="grey", lw=0.8)
