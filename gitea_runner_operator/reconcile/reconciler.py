@@ -77,6 +77,10 @@ FINALIZER = f"{constants.GROUP}/teardown"
 STUCK_BACKOFF_BASE = 60.0
 STUCK_BACKOFF_MAX = 1800.0
 CREATE_BACKOFF_BASE = 5.0
+# Annotation writes (took-job, scale-down guards) one pass makes at most, and how soon the
+# next pass comes for the rest: a pass stays short, so a finished runner is replaced at once.
+BOOKKEEPING_PER_PASS = 20
+BOOKKEEPING_REQUEUE = 0.05
 CREATE_BACKOFF_MAX = 300.0
 # A deleting group waits this long for a fresh answer from Gitea before giving up on it.
 TEARDOWN_ANSWER_GRACE = 60.0
@@ -237,18 +241,9 @@ class Reconciler:
         if state.create_error is not None and self._clock() < state.create_retry_at:
             # Try again, and claim jobs again (accounting), once the create back-off ends.
             requeue = min(requeue or CREATE_BACKOFF_MAX, state.create_retry_at - self._clock())
-        for job_name in decision.mark_took_job:
-            await self._cluster.annotate_job(
-                meta["namespace"], job_name, {constants.TOOK_JOB_ANNOTATION: "true"}
-            )
-        # A node autoscaler must not evict a running CI job; idle and starting runners never
-        # get this, so they never hold a node.
-        for view in views:
-            if decision.states.get(view.name) is RunnerState.BUSY:
-                for pod in view.unguarded_pods:
-                    await self._cluster.annotate_pod(
-                        meta["namespace"], pod, dict(SCALE_DOWN_ANNOTATIONS)
-                    )
+        if await self._mark_busy(meta["namespace"], views, decision):
+            # More bookkeeping is left: come back at once, after the events queued meanwhile.
+            requeue = min(requeue or BOOKKEEPING_REQUEUE, BOOKKEEPING_REQUEUE)
         await self._status.write(
             key,
             group,
@@ -479,6 +474,32 @@ class Reconciler:
             )
 
     # -- acting ---------------------------------------------------------------------------------
+
+    async def _mark_busy(self, namespace: str, views: list[RunnerJobView], decision: Plan) -> bool:
+        """Mark runners that took their job (``took-job``) and guard their Pods against node
+        scale-down (a node autoscaler must not evict a running CI job; idle and starting
+        runners never get this, so they never hold a node). At most
+        ``BOOKKEEPING_PER_PASS`` writes, concurrently: when a wave of runners turns busy at
+        once, one pass writing them all one after the other took 10 s and more, and a runner
+        finishing meanwhile waited that long for its replacement (issue 27). True when some
+        are left for the next pass."""
+        took = {constants.TOOK_JOB_ANNOTATION: "true"}
+        marks = [(self._cluster.annotate_job, name, took) for name in decision.mark_took_job]
+        guards = [
+            (self._cluster.annotate_pod, pod, dict(SCALE_DOWN_ANNOTATIONS))
+            for view in views
+            if decision.states.get(view.name) is RunnerState.BUSY
+            for pod in view.unguarded_pods
+        ]
+        writes = [*marks, *guards]
+        now, later = writes[:BOOKKEEPING_PER_PASS], writes[BOOKKEEPING_PER_PASS:]
+        results = await asyncio.gather(
+            *(write(namespace, name, body) for write, name, body in now), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return bool(later)
 
     async def _record_losses(
         self, key: str, group: dict[str, Any], views: list[RunnerJobView], snapshot: Snapshot
