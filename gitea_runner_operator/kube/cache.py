@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.informer import Informer, Obj, object_key, slim_job, slim_pod
-from gitea_runner_operator.kube.views import job_finished
+from gitea_runner_operator.kube.views import job_finished, runner_exited
 
 GroupKey = str  # "namespace/name"
 # Releases kept per group: far more than finish between two Gitea answers.
@@ -60,6 +60,9 @@ class ClusterCache:
         self._clock = clock
         self._changed: dict[GroupKey, float] = {}
         self._released: dict[GroupKey, deque[Release]] = {}
+        # Jobs released when their runner Pod succeeded (views.runner_exited): their Job's
+        # own Complete event later is the same release, not a second one.
+        self._exited: dict[GroupKey, set[str]] = {}
         self._group_listeners: list[Listener] = []
         self._owned_listeners: list[Listener] = []
         # group key -> object name -> object: reconciles look up a group's Jobs and Pods by
@@ -197,6 +200,7 @@ class ClusterCache:
     def forget(self, key: GroupKey) -> None:
         self._changed.pop(key, None)
         self._released.pop(key, None)
+        self._exited.pop(key, None)
         self._deleted_pods.pop(key, None)
 
     # -- events -------------------------------------------------------------------------------
@@ -211,21 +215,45 @@ class ClusterCache:
         if key is None:
             return
         self._index(self._index_jobs, key, kind, obj)
-        if frees_slot(kind, obj, before):
-            now = self._clock()
-            self._changed[key] = now
-            meta = obj.get("metadata") or {}
-            took = (meta.get("annotations") or {}).get(constants.TOOK_JOB_ANNOTATION) == "true"
-            self._released.setdefault(key, deque(maxlen=MAX_RELEASES)).append(
-                Release(now, meta.get("name", ""), took)
-            )
+        name = (obj.get("metadata") or {}).get("name", "")
+        exited = self._exited.get(key)
+        if exited is not None and name in exited and (kind == "DELETED" or not _holds_slot(obj)):
+            exited.discard(name)  # released already, when its runner Pod succeeded
+            if not exited:
+                del self._exited[key]
+        elif frees_slot(kind, obj, before):
+            self._release(key, obj)
         self._notify_owned(key, kind, obj, before)
+
+    def _release(self, key: GroupKey, job: Obj) -> None:
+        now = self._clock()
+        self._changed[key] = now
+        meta = job.get("metadata") or {}
+        took = (meta.get("annotations") or {}).get(constants.TOOK_JOB_ANNOTATION) == "true"
+        self._released.setdefault(key, deque(maxlen=MAX_RELEASES)).append(
+            Release(now, meta.get("name", ""), took)
+        )
+
+    def _pod_exit_releases(self, key: GroupKey, obj: Obj, before: Obj | None) -> None:
+        """A runner Pod that just succeeded frees its Job's slot (views.runner_exited)
+        before the Job controller marks the Job Complete: release it now, once."""
+        if not runner_exited([obj]) or (before is not None and runner_exited([before])):
+            return
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        job_name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+        job = self._index_jobs.get(key, {}).get(job_name or "")
+        if job is None or not _holds_slot(job) or job_name in self._exited.get(key, ()):
+            return
+        self._exited.setdefault(key, set()).add(job["metadata"]["name"])
+        self._release(key, job)
 
     def _on_pod(self, kind: str, obj: Obj, before: Obj | None) -> None:
         key = group_key_of_owned(obj)
         if key is None:
             return
         self._index(self._index_pods, key, kind, obj)
+        if kind != "DELETED":
+            self._pod_exit_releases(key, obj, before)
         if kind == "DELETED":
             now = self._clock()
             self._expire_deleted(now)

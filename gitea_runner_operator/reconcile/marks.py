@@ -2,20 +2,47 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ports import ClusterWrites
 from gitea_runner_operator.reconcile.scaling import Plan, RunnerState
 
+# Annotation writes (took-job, scale-down guards) one pass makes at most, and how soon the next
+# pass comes for the rest: a pass stays short, so a finished runner is replaced at once.
+MARKS_PER_PASS = 20
+MARKS_REQUEUE = 0.05
 
-async def mark(cluster: ClusterWrites, p: GroupPass, decision: Plan) -> None:
+Write = Callable[[str, str, dict[str, str]], Awaitable[None]]
+
+
+async def mark(cluster: ClusterWrites, p: GroupPass, decision: Plan) -> bool:
     """A runner that took a job never covers demand again (its Job says so, for the next
     pass and the next process). A node autoscaler must not evict a running CI job; idle and
-    starting runners never get that guard, so they never hold a node."""
-    for job_name in decision.mark_took_job:
-        await cluster.annotate_job(p.namespace, job_name, {constants.TOOK_JOB_ANNOTATION: "true"})
-    for view in p.views:
-        if decision.states.get(view.name) is RunnerState.BUSY:
-            for pod in view.unguarded_pods:
-                await cluster.annotate_pod(p.namespace, pod, dict(SCALE_DOWN_ANNOTATIONS))
+    starting runners never get that guard, so they never hold a node.
+
+    At most ``MARKS_PER_PASS`` writes, concurrently: when a wave of runners turns busy at once,
+    one pass writing them all one after the other took 10 s and more, and a runner finishing
+    meanwhile waited that long for its replacement (issue 27). True when some are left for the
+    next pass, which should then come at once (``MARKS_REQUEUE``)."""
+    took = {constants.TOOK_JOB_ANNOTATION: "true"}
+    writes: list[tuple[Write, str, dict[str, str]]] = [
+        (cluster.annotate_job, name, took) for name in decision.mark_took_job
+    ]
+    writes += [
+        (cluster.annotate_pod, pod, dict(SCALE_DOWN_ANNOTATIONS))
+        for view in p.views
+        if decision.states.get(view.name) is RunnerState.BUSY
+        for pod in view.unguarded_pods
+    ]
+    now, later = writes[:MARKS_PER_PASS], writes[MARKS_PER_PASS:]
+    results = await asyncio.gather(
+        *(write(p.namespace, name, body) for write, name, body in now), return_exceptions=True
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return bool(later)

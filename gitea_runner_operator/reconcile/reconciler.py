@@ -29,7 +29,7 @@ from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.inputs import GroupPass, read_pass, with_answer
 from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.losses import record_losses
-from gitea_runner_operator.reconcile.marks import mark
+from gitea_runner_operator.reconcile.marks import MARKS_REQUEUE, mark
 from gitea_runner_operator.reconcile.planning import decide
 from gitea_runner_operator.reconcile.ports import (
     ClusterReads,
@@ -204,7 +204,9 @@ class Reconciler:
         if blocked and self._ledger.share(key) is not None:
             # Holding no share, it still reports the demand it sees (status.queuedJobs).
             seen = len(matching_demand(observation.queued, spec.label_names))
-        await mark(self._cluster, p, decision)
+        if await mark(self._cluster, p, decision):
+            # More marks are left: come back at once, after the events queued meanwhile.
+            requeue = min(requeue or MARKS_REQUEUE, MARKS_REQUEUE)
         await self._status.write(
             p, None, state, spec=spec, decision=decision, snapshot=snapshot, seen=seen,
             created=created,

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tests.benchmarks import common
+from tests.benchmarks import busy_trace, common
 from tests.support import manifests
 from tests.support.fake_gitea import FakeGitea, GroupScope, wait
 from tests.support.launcher import OperatorProcess
@@ -98,6 +98,10 @@ def _writes(op: OperatorProcess) -> float:
     return common.total(op.metrics(), "gitea_runner_operator_kube_writes_total")
 
 
+def _recs(op: common.Operator) -> float:
+    return common.total(op.metrics(), f"{RECONCILE}_count")
+
+
 def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
 
@@ -111,7 +115,7 @@ def overlap(args: argparse.Namespace) -> None:
     namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
     jobs = args.repos * args.jobs_per_repo
     extra = ("--kube-write-qps", str(args.qps), "--kube-write-burst", str(int(args.qps * 2)))
-    with bench(namespaces, fake, False, *extra, leader=True) as (kube, op):
+    with bench(namespaces, fake, False, *extra, leader=not args.no_leader) as (kube, op):
         fake.group(namespaces[0], "fallback", GroupScope(owner, None, (LABEL,)))
         started = time.monotonic()
         manifests.apply(
@@ -133,6 +137,15 @@ def overlap(args: argparse.Namespace) -> None:
             f"created 1 org group + {args.repos} repo groups in {time.monotonic() - started:.0f}s"
         )
         time.sleep(args.settle)
+        # Quiet: every group polling, no job queued (the "quiet" targets of issue 27).
+        cpu_q, t_q, req_q, rec_q = op.cpu_seconds(), time.monotonic(), fake.requests, _recs(op)
+        writes_q = _writes(op)
+        time.sleep(args.quiet)
+        quiet = time.monotonic() - t_q
+        print(f"quiet {quiet:.0f}s: CPU {(op.cpu_seconds() - cpu_q) / quiet:.3f} cores, RSS "
+              f"{op.rss_mb():.0f} MB, reconciles {(_recs(op) - rec_q) / quiet:.1f}/s, Gitea "
+              f"requests {(fake.requests - req_q) / quiet:.1f}/s, Kubernetes writes "
+              f"{(_writes(op) - writes_q) / quiet:.1f}/s", flush=True)  # fmt: skip
         cpu0, t0, writes0 = op.cpu_seconds(), time.monotonic(), _writes(op)
         for i in range(args.repos):
             fake.queue(owner, f"r{i:04d}", (LABEL,), args.jobs_per_repo)
@@ -167,18 +180,20 @@ def busy(args: argparse.Namespace) -> None:
     owner = f"busy-{uuid.uuid4().hex[:4]}"
     fake = FakeGitea(job_seconds=args.job_seconds, start_delay=args.start)
     ns = f"{owner}-team"
-    with bench([ns], fake, True) as (kube, op):
+    with bench([ns], fake, True, *args.operator_args) as (kube, op):
         fake.group(ns, "busy", GroupScope(owner, None, (LABEL,)))
         manifests.apply(
             kube,
             group("busy", fake.url, owner, None, maxActiveRunners=args.max,
-                  image=kwok_image(3600), pollInterval="10s"),
+                  image=kwok_image(3600), pollInterval=args.poll_interval),
             namespace=ns,
         )  # fmt: skip
         time.sleep(10)
-        cpu0 = op.cpu_seconds()
+        cpu0, writes0 = op.cpu_seconds(), _writes(op)
+        tracer = busy_trace.Tracer(kube, ns, fake)
         fake.queue(owner, "app", (LABEL,), args.jobs)
         t0 = time.monotonic()
+        tracer.start(t0)
         samples: list[tuple[float, int]] = []
         drain: float | None = None  # from when no job is left queued: fewer can be busy
         while time.monotonic() - t0 < args.timeout:
@@ -189,6 +204,7 @@ def busy(args: argparse.Namespace) -> None:
                 break
             time.sleep(1)
         total = time.monotonic() - t0
+        tracer.stop()
         drain = drain if drain is not None else total
         waves = -(-args.jobs // args.max)
         ideal = waves * (args.job_seconds + args.start)
@@ -199,13 +215,21 @@ def busy(args: argparse.Namespace) -> None:
         print(f"total time: {total:.0f}s; ideal {ideal:.0f}s ({waves} waves of "
               f"{args.start:.0f}s start + {args.job_seconds:.0f}s job): "
               f"{total / ideal:.2f}x")  # fmt: skip
-        print(f"mean busy runners from first fill ({filled}s) to drain ({drain:.0f}s): "
+        print(f"first fill (95% busy) at {filled}s; poll interval {args.poll_interval}")
+        print(f"mean busy runners from first fill to drain ({drain:.0f}s): "
               f"{mean:.1f} of {args.max} ({100 * mean / args.max:.0f}%)")  # fmt: skip
         print(f"lowest busy in that window: {min(window) if window else 'n/a'}")
         print(f"reconcile p50 / p99: {reconcile_quantiles(op)}")
+        print(f"Kubernetes writes: {_writes(op) - writes0:.0f} "
+              f"({(_writes(op) - writes0) / max(1, args.jobs):.1f} per runner)")  # fmt: skip
         print(
             f"operator CPU: {(op.cpu_seconds() - cpu0) / total:.2f} cores; RSS {op.rss_mb():.0f} MB"
         )
+        busy_trace.report(tracer, args.max)
+        if args.plot:
+            title = (f"one group, max {args.max}, {args.jobs} jobs of {args.job_seconds:.0f}s: "
+                     f"{100 * mean / args.max:.0f}% busy, {total / ideal:.2f}x ideal")  # fmt: skip
+            busy_trace.plot(tracer, args.plot, title, args.max)
 
 
 def fairness(args: argparse.Namespace) -> None:
@@ -297,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--poll-interval", default="15s")
     p.add_argument("--settle", type=float, default=30.0)
     p.add_argument("--hold", type=float, default=30.0, help="seconds watched after the fill")
+    p.add_argument("--quiet", type=float, default=60.0, help="seconds measured before jobs")
+    p.add_argument("--no-leader", action="store_true", help="without leader election")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--qps", type=float, default=50.0, help="--kube-write-qps (default 50)")
     p = sub.add_parser("busy")
@@ -305,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--job-seconds", type=float, default=60.0)
     p.add_argument("--start", type=float, default=5.0)
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--poll-interval", default="10s")
+    p.add_argument("--plot", help="draw busy runners over time into this PNG (matplotlib)")
+    p.add_argument("operator_args", nargs="*", help="extra operator flags, after --")
     p = sub.add_parser("fairness")
     p.add_argument("--burst", type=int, default=1000)
     p.add_argument("--qps", type=float, default=50.0)

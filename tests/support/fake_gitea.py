@@ -79,6 +79,11 @@ class FakeGitea:
         self.requests = 0
         self._ids = 0
         self._pods_seen: dict[str, float] = {}
+        # Per runner Pod name, when the fake did what (monotonic seconds): "running" (first
+        # seen Running), "registered", "took", "done" (its job), "succeeded" (Pod patched).
+        # And how long each pass of the simulation loop took: its own share of the delays.
+        self.trace: dict[str, dict[str, float]] = {}
+        self.loop_seconds: list[float] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -125,8 +130,12 @@ class FakeGitea:
 
     # -- the runners ----------------------------------------------------------------------
 
+    def _mark(self, pod: str, what: str, at: float) -> None:
+        self.trace.setdefault(pod, {}).setdefault(what, at)
+
     def _simulate(self, kube: KubeClient) -> None:
         while not self._stop.is_set():
+            began = time.monotonic()
             try:
                 pods = kube.get("/api/v1/pods", labelSelector=SELECTOR)["items"]
             except Exception:
@@ -144,6 +153,7 @@ class FakeGitea:
             with self.lock:
                 for name, (ns, group) in running.items():
                     first = self._pods_seen.setdefault(name, now)
+                    self._mark(name, "running", first)
                     scope = self.groups.get((ns, group))
                     if scope is None or now - first < self.start_delay:
                         continue
@@ -152,12 +162,14 @@ class FakeGitea:
                         self.runners[self._ids] = Runner(
                             self._ids, name, scope.owner, scope.repo, scope.labels, ns
                         )
+                        self._mark(name, "registered", now)
                 for name in [n for n in self._pods_seen if n not in running]:
                     del self._pods_seen[name]
                 for rid, runner in list(self.runners.items()):
                     job = self.jobs.get(runner.job) if runner.job is not None else None
                     if job is not None and now - (job.started_at or now) >= self.job_seconds:
                         job.status, job.done_at = "success", now
+                        self._mark(runner.name, "done", now)
                         del self.runners[rid]  # ephemeral: gone with its one job
                         finished.append((runner.namespace, runner.name))
                     elif runner.name not in running and job is None:
@@ -166,15 +178,17 @@ class FakeGitea:
             # The runners exit: their Pods succeed (in parallel: one at a time, the fake
             # itself would be what spreads a wave's ends over a minute).
             list(self._pool.map(lambda pod: self._succeed(kube, *pod), finished))
+            self.loop_seconds.append(time.monotonic() - began)
             time.sleep(0.5)
 
-    @staticmethod
-    def _succeed(kube: KubeClient, namespace: str, name: str) -> None:
+    def _succeed(self, kube: KubeClient, namespace: str, name: str) -> None:
         with contextlib.suppress(Exception):  # gone already
             kube.patch(
                 f"/api/v1/namespaces/{namespace}/pods/{name}/status",
                 {"status": {"phase": "Succeeded"}},
             )
+            with self.lock:
+                self._mark(name, "succeeded", time.monotonic())
 
     def _dispatch(self, now: float) -> None:
         queued = sorted((j for j in self.jobs.values() if j.status == "queued"), key=lambda j: j.id)
@@ -188,6 +202,7 @@ class FakeGitea:
                 job.status, job.started_at = "in_progress", now
                 job.runner_id, job.runner_name = runner.id, runner.name
                 runner.job = job.id
+                self._mark(runner.name, "took", now)
                 break
 
     # -- the API --------------------------------------------------------------------------

@@ -526,6 +526,9 @@ class Sandbox:
                 "*",
                 "--v",
                 "1",
+                # Benchmarks only: e.g. "--kube-api-qps 100 --kube-api-burst 200" to show how
+                # much of a busy group's churn is the Job controller's client limit (20/s).
+                *os.environ.get("GRO_TESTBED_KCM_ARGS", "").split(),
             ],
         )
         sched_port = free_port()

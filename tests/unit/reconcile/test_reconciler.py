@@ -7,6 +7,7 @@ deleted group is torn down in order."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.kube.cache import Release
 from gitea_runner_operator.reconcile.expectations import Expectations
+from gitea_runner_operator.reconcile.marks import MARKS_PER_PASS
 from gitea_runner_operator.reconcile.reconciler import FINALIZER, Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
 from tests.support.builders import VALID
@@ -438,3 +440,80 @@ async def test_a_second_leadership_term_builds_a_reconciler_over_the_same_regist
         )
         await reconciler.reconcile(KEY)
         assert len(cluster.unsynced) == 1
+
+
+async def test_a_runner_whose_pod_succeeded_frees_its_slot_before_its_job_is_complete():
+    """A busy group at its maximum: the moment a runner's Pod succeeds (the runner exited
+    after its job), its replacement is made; waiting for the Job controller's Complete
+    condition cost seconds per runner under load (issue 27)."""
+    cluster = FakeCluster()
+    first, _, _ = make(cluster, snapshot(queued=10))
+    await first.reconcile(KEY)
+    cluster.sync()
+    names = sorted(cluster.jobs)
+    for name in names:
+        cluster.jobs[name]["metadata"]["annotations"]["gitea.bpg.pw/took-job"] = "true"
+    cluster.pods = [runner_pod(names[0], f"{names[0]}-a", phase="Succeeded")]
+    cluster.pods += [runner_pod(n, f"{n}-a") for n in names[1:]]
+    again, _, _ = make(cluster, snapshot(queued=7))
+    await again.reconcile(KEY)
+    assert len(cluster.unsynced) == 1  # one slot free: one replacement, not zero, not more
+    assert cluster.status is not None and cluster.status["activeRunners"] == 3
+
+
+class CountingCluster(FakeCluster):
+    """Counts annotation writes, and how many are under way at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.annotations_written = 0
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def _write(self) -> None:
+        self.annotations_written += 1
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(0)
+        self.in_flight -= 1
+
+    async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        await self._write()
+        await super().annotate_job(namespace, name, annotations)
+
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        await self._write()
+        await super().annotate_pod(namespace, name, annotations)
+
+
+async def test_a_wave_of_busy_runners_is_marked_over_short_passes_not_one_long_one():
+    """50 runners take their jobs at once: 100 annotation writes (took-job, scale-down
+    guard). One pass writing them one by one held the group for seconds, and a runner that
+    finished meanwhile waited that long for its replacement (issue 27). Each pass writes a
+    bounded few, concurrently, and comes back at once for the rest."""
+    cluster = CountingCluster()
+    spec = {**VALID, "maxActiveRunners": 50}
+    first, _, _ = make(cluster, snapshot(queued=50), spec=spec)
+    await first.reconcile(KEY)
+    cluster.sync()
+    names = sorted(cluster.jobs)
+    cluster.pods = [runner_pod(n, f"{n}-a") for n in names]
+    busy = tuple(
+        ActionRunner(id=i, name=f"{n}-a", status="online", busy=True, ephemeral=True)
+        for i, n in enumerate(names)
+    )
+    reconciler, _, _ = make(cluster, snapshot(queued=0, runners=busy), spec=spec)
+    passes = 0
+    while True:
+        before = cluster.annotations_written
+        result = await reconciler.reconcile(KEY)
+        passes += 1
+        assert cluster.annotations_written - before <= MARKS_PER_PASS
+        if result.requeue_after is None:
+            break
+        assert result.requeue_after <= 0.1 and passes < 10
+    assert cluster.annotations_written == 100 and cluster.most_in_flight > 1
+    assert all(
+        j["metadata"]["annotations"].get("gitea.bpg.pw/took-job") for j in cluster.jobs.values()
+    )
+    assert all(p["metadata"]["annotations"] for p in cluster.pods)
