@@ -131,12 +131,7 @@ class CacheServers:
         try:
             user_config, external_secret = await self._inputs(meta, spec)
             digest = fingerprint(
-                group_name=meta["name"],
-                namespace=meta["namespace"],
-                group_uid=uid,
-                spec=spec,
-                user_config=user_config,
-                external_secret=external_secret,
+                meta, spec, user_config=user_config, external_secret=external_secret
             )
             unchanged = memo is not None and memo.config_ok and memo.digest == digest
             if unchanged and memo is not None and now < memo.resync_at:
