@@ -147,9 +147,9 @@ class CacheServers:
         else:
             return await self._applied(group, spec, previous, generation, digest, now)
         status = {"ready": False, "reason": refused.reason, "message": refused.message}
-        self._remember(key, _Memo(uid, generation, now, now, False, False))
-        await self._report(group, previous, status)
-        return False
+        return await self._settle(
+            group, previous, status, _Memo(uid, generation, now, now, False, False)
+        )
 
     async def _applied(
         self,
@@ -183,9 +183,7 @@ class CacheServers:
             digest,
             resync_at,
         )
-        self._remember(f"{meta['namespace']}/{meta['name']}", memo)
-        await self._report(group, previous, status)
-        return True
+        return await self._settle(group, previous, status, memo)
 
     async def _refresh(
         self,
@@ -202,6 +200,20 @@ class CacheServers:
         memo.status_at, memo.ready = now, bool(status["ready"])
         await self._report(group, previous, status)
         return True
+
+    async def _settle(
+        self,
+        group: dict[str, Any],
+        previous: dict[str, Any] | None,
+        status: dict[str, Any],
+        memo: _Memo,
+    ) -> bool:
+        """Remember what this pass found and report it; True when runners may start (their
+        config Secret is written)."""
+        meta = group["metadata"]
+        self._remember(f"{meta['namespace']}/{meta['name']}", memo)
+        await self._report(group, previous, status)
+        return memo.config_ok
 
     def _remember(self, key: str, memo: _Memo) -> None:
         self._memo.pop(key, None)
