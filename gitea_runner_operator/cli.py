@@ -25,6 +25,14 @@ from gitea_runner_operator.webhook.secrets import (
 
 log = structlog.get_logger("gitea_runner_operator")
 
+# Settings whose flag has the same name (``--health-port`` -> ``health_port``).
+SAME_NAMES = (
+    "kubeconfig", "context", "workers", "health_host", "health_port", "leader_elect",
+    "job_ttl_seconds", "gitea_backoff_max", "kube_write_qps", "kube_write_burst",
+    "webhook_host", "webhook_port", "webhook_secret", "webhook_secret_file", "webhook_url",
+    "template_policy", "secrets_cluster_role",
+)  # fmt: skip
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -168,30 +176,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             parse_secret_location(args.webhook_secret)
         except WebhookSecretError as exc:
             raise SystemExit(str(exc)) from None
+    # Flags named like their setting are copied as they are; the others are spelled out.
+    same = {name: getattr(args, name) for name in SAME_NAMES}
     return Settings(
+        **same,
         namespaces=tuple(dict.fromkeys(args.namespace)),
-        kubeconfig=args.kubeconfig,
-        context=args.context,
-        workers=args.workers,
-        health_host=args.health_host,
-        health_port=args.health_port,
-        leader_elect=args.leader_elect,
         lease_namespace=args.leader_election_namespace,
         identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
-        job_ttl_seconds=args.job_ttl_seconds,
         allowed_gitea_urls=tuple(args.allowed_gitea_url),
-        gitea_backoff_max=args.gitea_backoff_max,
-        kube_write_qps=args.kube_write_qps,
-        kube_write_burst=args.kube_write_burst,
-        webhook_host=args.webhook_host,
-        webhook_port=args.webhook_port,
-        webhook_secret=args.webhook_secret,
-        webhook_secret_file=args.webhook_secret_file,
-        webhook_url=args.webhook_url,
-        template_policy=args.template_policy,
         template_service_accounts=tuple(args.template_service_account),
         own_namespace=own_namespace(),
-        secrets_cluster_role=args.secrets_cluster_role,
     )
 
 

@@ -30,6 +30,7 @@ from gitea_runner_operator.api.cache import (
     cache_object_name,
     service_host,
 )
+from gitea_runner_operator.api.naming import owner_reference
 from gitea_runner_operator.api.pod_template import RUNNER_CONTAINER
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kube.security import restricted_container_security
@@ -77,16 +78,7 @@ def _meta(group_name: str, namespace: str, group_uid: str) -> dict[str, Any]:
         "name": cache_object_name(group_name),
         "namespace": namespace,
         "labels": cache_labels(group_name),
-        "ownerReferences": [
-            {
-                "apiVersion": constants.API_VERSION,
-                "kind": constants.KIND,
-                "name": group_name,
-                "uid": group_uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": [owner_reference(group_name, group_uid)],
     }
 
 

@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send, send_unless_gone
+from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send, write_unless_gone
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 log = structlog.get_logger(__name__)
@@ -78,15 +78,16 @@ class Cluster:
 
     async def delete_job(self, namespace: str, name: str) -> bool:
         """Delete a runner Job and its Pods; False if it was already gone."""
-        await self._limiter.acquire(namespace)
-        return await send_unless_gone(
-            self._batch.delete_namespaced_job(
+        return await write_unless_gone(
+            self._limiter,
+            namespace,
+            lambda: self._batch.delete_namespaced_job(
                 name,
                 namespace,
                 propagation_policy="Background",
                 _preload_content=False,
                 _request_timeout=TIMEOUT,
-            )
+            ),
         )
 
     async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
@@ -99,16 +100,17 @@ class Cluster:
         self, patch: Any, namespace: str, name: str, annotations: dict[str, str]
     ) -> None:
         """Merge annotations into one object; one that is gone already needs none."""
-        await self._limiter.acquire(namespace)
-        await send_unless_gone(
-            patch(
+        await write_unless_gone(
+            self._limiter,
+            namespace,
+            lambda: patch(
                 name,
                 namespace,
                 {"metadata": {"annotations": annotations}},
                 _content_type=MERGE_PATCH,
                 _preload_content=False,
                 _request_timeout=TIMEOUT,
-            )
+            ),
         )
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
@@ -129,14 +131,15 @@ class Cluster:
     ) -> None:
         """Merge-patch a RunnerGroup (``subresource``: its status). One deleted meanwhile
         needs neither a report nor a release."""
-        await self._limiter.acquire(namespace)
         patch = (
             self._custom.patch_namespaced_custom_object_status
             if subresource
             else self._custom.patch_namespaced_custom_object
         )
-        await send_unless_gone(
-            patch(
+        await write_unless_gone(
+            self._limiter,
+            namespace,
+            lambda: patch(
                 constants.GROUP,
                 constants.VERSION,
                 namespace,
@@ -146,7 +149,7 @@ class Cluster:
                 _content_type=MERGE_PATCH,
                 _preload_content=False,
                 _request_timeout=TIMEOUT,
-            )
+            ),
         )
 
     async def emit_event(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 # Every Kubernetes API request's timeout (seconds): a request that hangs must not hold a
 # reconcile, a Secret read or a cache write for longer.
@@ -34,11 +36,16 @@ async def send(call: Awaitable[Any]) -> dict[str, Any]:
         resp.release()
 
 
-async def send_unless_gone(call: Awaitable[Any]) -> bool:
-    """:func:`send`, for a write to an object that may have been deleted meanwhile: False
-    when it was (404), so a delete, patch or release of something gone is not an error."""
+async def write_unless_gone(
+    limiter: TokenBucket, namespace: str, request: Callable[[], Awaitable[Any]]
+) -> bool:
+    """One write of the operator's to an object that may have been deleted meanwhile: under
+    the namespace's share of the write limit, then :func:`send`; False when the object was
+    gone (404), so a delete, patch or release of something gone is not an error.
+    ``request`` makes the call once the limiter lets it go."""
+    await limiter.acquire(namespace)
     try:
-        await send(call)
+        await send(request())
     except ApiException as exc:
         if exc.status == 404:
             return False

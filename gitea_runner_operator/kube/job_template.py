@@ -17,6 +17,7 @@ from typing import Any
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.cache import uses_cache
+from gitea_runner_operator.api.naming import owner_reference
 from gitea_runner_operator.api.pod_template import REGISTER_CONTAINER, RUNNER_CONTAINER
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
 from gitea_runner_operator.kube.cache_server import runner_config_volume
@@ -44,17 +45,6 @@ def group_labels(group_name: str) -> dict[str, str]:
         constants.APP_LABEL: group_name,
         constants.MANAGED_BY_LABEL: constants.MANAGED_BY_VALUE,
         constants.GROUP_NAME_LABEL: group_name,
-    }
-
-
-def owner_reference(group_name: str, group_uid: str) -> dict[str, Any]:
-    return {
-        "apiVersion": constants.API_VERSION,
-        "kind": constants.KIND,
-        "name": group_name,
-        "uid": group_uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
     }
 
 

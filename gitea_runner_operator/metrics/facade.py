@@ -18,9 +18,6 @@ from collections.abc import Callable
 
 from prometheus_client import (
     CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
     disable_created_metrics,
     generate_latest,
 )
@@ -28,8 +25,8 @@ from prometheus_client import (
 from gitea_runner_operator import __version__
 from gitea_runner_operator.metrics.groups import GroupSeries
 from gitea_runner_operator.metrics.names import (
-    PREFIX,
     REQUEST_BUCKETS,
+    Series,
     endpoint_class,
     status_code_label,
 )
@@ -49,56 +46,56 @@ class Metrics(GroupSeries):
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
+        series = Series(r)
 
-        info = Gauge(
-            PREFIX + "build_info", "Always 1; the version label names the running release.",
-            ["version"], registry=r,
-        )  # fmt: skip
+        info = series.gauge(
+            "build_info", "Always 1; the version label names the running release.", ["version"]
+        )
         info.labels(version=__version__).set(1)
-        self._leader = Gauge(
-            PREFIX + "leader", "1 while this replica holds the Lease and acts, else 0.",
-            registry=r,
-        )  # fmt: skip
+        self._leader = series.gauge(
+            "leader", "1 while this replica holds the Lease and acts, else 0."
+        )
 
         super().__init__(r, clock)
 
         # -- Gitea ----------------------------------------------------------------------------
-        self._gitea_requests = Counter(
-            PREFIX + "gitea_requests",
+        self._gitea_requests = series.counter(
+            "gitea_requests",
             "HTTP requests to Gitea by endpoint class and status code ('error': no answer).",
-            ["endpoint", "code"], registry=r,
-        )  # fmt: skip
-        self._gitea_latency = Histogram(
-            PREFIX + "gitea_request_duration_seconds", "Latency of one HTTP request to Gitea.",
-            ["endpoint"], buckets=REQUEST_BUCKETS, registry=r,
-        )  # fmt: skip
-        self._rate_waits = Counter(
-            PREFIX + "gitea_rate_limit_waits",
-            "Times the operator waited because Gitea asked it to (429/503 Retry-After).",
-            registry=r,
+            ["endpoint", "code"],
         )
-        self._rate_wait_seconds = Counter(
-            PREFIX + "gitea_rate_limit_wait_seconds", "Seconds spent waiting on Retry-After.",
-            registry=r,
-        )  # fmt: skip
+        self._gitea_latency = series.histogram(
+            "gitea_request_duration_seconds",
+            "Latency of one HTTP request to Gitea.",
+            ["endpoint"],
+            buckets=REQUEST_BUCKETS,
+        )
+        self._rate_waits = series.counter(
+            "gitea_rate_limit_waits",
+            "Times the operator waited because Gitea asked it to (429/503 Retry-After).",
+        )
+        self._rate_wait_seconds = series.counter(
+            "gitea_rate_limit_wait_seconds", "Seconds spent waiting on Retry-After."
+        )
 
         # -- Kubernetes, reconcile, webhook ---------------------------------------------------
-        self._kube_writes = Counter(
-            PREFIX + "kube_writes", "Kubernetes API writes by verb, resource and outcome.",
-            ["verb", "resource", "outcome"], registry=r,
-        )  # fmt: skip
-        self._reconcile = Histogram(
-            PREFIX + "reconcile_duration_seconds", "Duration of one reconcile pass.",
-            ["result"], buckets=REQUEST_BUCKETS, registry=r,
-        )  # fmt: skip
-        self._reconcile_errors = Counter(
-            PREFIX + "reconcile_errors", "Reconcile passes that raised (and were retried).",
-            registry=r,
-        )  # fmt: skip
-        self._webhook = Counter(
-            PREFIX + "webhook_deliveries", "Gitea webhook deliveries received, by outcome.",
-            ["outcome"], registry=r,
-        )  # fmt: skip
+        self._kube_writes = series.counter(
+            "kube_writes",
+            "Kubernetes API writes by verb, resource and outcome.",
+            ["verb", "resource", "outcome"],
+        )
+        self._reconcile = series.histogram(
+            "reconcile_duration_seconds",
+            "Duration of one reconcile pass.",
+            ["result"],
+            buckets=REQUEST_BUCKETS,
+        )
+        self._reconcile_errors = series.counter(
+            "reconcile_errors", "Reconcile passes that raised (and were retried)."
+        )
+        self._webhook = series.counter(
+            "webhook_deliveries", "Gitea webhook deliveries received, by outcome.", ["outcome"]
+        )
         self.workqueue = WorkQueueMetrics(r)
 
     # -- exposition ---------------------------------------------------------------------------

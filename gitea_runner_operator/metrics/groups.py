@@ -14,10 +14,10 @@ from gitea_runner_operator.metrics.names import (
     DURATION_BUCKETS,
     GROUP_LABELS,
     LATENCY_BUCKETS,
-    PREFIX,
     RUNNER_STATES,
     SEEN_JOBS_PER_GROUP,
     SEEN_JOBS_TTL,
+    Series,
     label_sets,
     remove_series,
 )
@@ -28,57 +28,54 @@ class GroupSeries:
 
     def __init__(self, registry: CollectorRegistry, clock: Callable[[], float]) -> None:
         self._clock = clock
-        r = registry
+        series = Series(registry)
         g = GROUP_LABELS
-        self._queued = Gauge(
-            PREFIX + "queued_jobs",
+        self._queued = series.gauge(
+            "queued_jobs",
             "Queued Gitea jobs the group's labels can run, at the last poll (demand).",
-            g, registry=r,
-        )  # fmt: skip
-        self._runners = Gauge(
-            PREFIX + "runners", "Alive runner Jobs of the group by state.",
-            [*g, "state"], registry=r,
-        )  # fmt: skip
-        self._desired = Gauge(
-            PREFIX + "desired_runners",
+            g,
+        )
+        self._runners = series.gauge(
+            "runners", "Alive runner Jobs of the group by state.", [*g, "state"]
+        )
+        self._desired = series.gauge(
+            "desired_runners",
             "Runner Jobs the group wants alive after this pass (alive + to create - to reap).",
-            g, registry=r,
-        )  # fmt: skip
-        self._max = Gauge(
-            PREFIX + "max_active_runners", "The group's spec.maxActiveRunners.", g, registry=r
+            g,
         )
-        self._ready = Gauge(
-            PREFIX + "ready", "1 when the group's Ready condition is True, else 0.", g, registry=r
+        self._max = series.gauge("max_active_runners", "The group's spec.maxActiveRunners.", g)
+        self._ready = series.gauge(
+            "ready", "1 when the group's Ready condition is True, else 0.", g
         )
-        self._failed_now = Gauge(
-            PREFIX + "failed_runner_jobs",
+        self._failed_now = series.gauge(
+            "failed_runner_jobs",
             "Failed runner Jobs of the group that exist now (kept for ttlSecondsAfterFinished).",
-            g, registry=r,
-        )  # fmt: skip
-        self._created = Counter(PREFIX + "runners_created", "Runner Jobs created.", g, registry=r)
-        self._reaped = Counter(
-            PREFIX + "runners_reaped", "Runner Jobs deleted by the operator, by reason.",
-            [*g, "reason"], registry=r,
-        )  # fmt: skip
-        self._reruns = Counter(
-            PREFIX + "jobs_rerun",
+            g,
+        )
+        self._created = series.counter("runners_created", "Runner Jobs created.", g)
+        self._reaped = series.counter(
+            "runners_reaped", "Runner Jobs deleted by the operator, by reason.", [*g, "reason"]
+        )
+        self._reruns = series.counter(
+            "jobs_rerun",
             "Gitea jobs re-run because their runner was lost, by cause (docs/lost-runners.md).",
-            [*g, "reason"], registry=r,
-        )  # fmt: skip
-        self._failed = Counter(
-            PREFIX + "runner_jobs_failed", "Runner Jobs seen Failed for the first time.",
-            g, registry=r,
-        )  # fmt: skip
-        self._startup = Histogram(
-            PREFIX + "job_startup_latency_seconds",
+            [*g, "reason"],
+        )
+        self._failed = series.counter(
+            "runner_jobs_failed", "Runner Jobs seen Failed for the first time.", g
+        )
+        self._startup = series.histogram(
+            "job_startup_latency_seconds",
             "Gitea job created -> taken by one of the group's runners (Gitea's timestamps).",
-            g, buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
-        self._duration = Histogram(
-            PREFIX + "job_duration_seconds",
+            g,
+            buckets=LATENCY_BUCKETS,
+        )
+        self._duration = series.histogram(
+            "job_duration_seconds",
             "Gitea job started -> finished on one of the group's runners (Gitea's timestamps).",
-            g, buckets=DURATION_BUCKETS, registry=r,
-        )  # fmt: skip
+            g,
+            buckets=DURATION_BUCKETS,
+        )
         self._group_series: tuple[Gauge | Counter | Histogram, ...] = (
             self._queued, self._desired, self._max, self._ready, self._failed_now,
             self._created, self._failed, self._startup, self._duration,

@@ -4,9 +4,10 @@ sets fixed: one file that the docs' table and the alert rules are checked agains
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Final
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 PREFIX: Final = "gitea_runner_operator_"
@@ -80,3 +81,22 @@ def label_sets(metric: Gauge | Counter | Histogram) -> list[tuple[str, ...]]:
 def remove_series(metric: Gauge | Counter | Histogram, labels: tuple[str, ...]) -> None:
     if labels in label_sets(metric):
         metric.remove(*labels)
+
+
+class Series:
+    """Makes series on one registry, each named under :data:`PREFIX`: the naming rule of
+    every series the operator exports, written once."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def gauge(self, name: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
+        return Gauge(PREFIX + name, doc, labels, registry=self._registry)
+
+    def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(PREFIX + name, doc, labels, registry=self._registry)
+
+    def histogram(
+        self, name: str, doc: str, labels: Sequence[str] = (), *, buckets: Sequence[float]
+    ) -> Histogram:
+        return Histogram(PREFIX + name, doc, labels, buckets=buckets, registry=self._registry)

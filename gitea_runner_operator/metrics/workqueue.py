@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
-from gitea_runner_operator.metrics.names import PREFIX, QUEUE_BUCKETS
+from gitea_runner_operator.metrics.names import QUEUE_BUCKETS, Series
 
 
 class WorkQueueMetrics:
@@ -14,33 +14,25 @@ class WorkQueueMetrics:
     longest-running are read from the queue at scrape time (``bind``), so they are never stale."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._depth = Gauge(
-            PREFIX + "workqueue_depth", "RunnerGroup keys waiting in the work queue.",
-            registry=registry,
-        )  # fmt: skip
-        self._longest = Gauge(
-            PREFIX + "workqueue_longest_running_processor_seconds",
+        series = Series(registry)
+        self._depth = series.gauge("workqueue_depth", "RunnerGroup keys waiting in the work queue.")
+        self._longest = series.gauge(
+            "workqueue_longest_running_processor_seconds",
             "How long the longest reconcile in progress has been running.",
-            registry=registry,
         )
-        self._adds = Counter(
-            PREFIX + "workqueue_adds", "Keys queued (after de-duplication).", registry=registry
+        self._adds = series.counter("workqueue_adds", "Keys queued (after de-duplication).")
+        self._retries = series.counter(
+            "workqueue_retries", "Keys re-queued with back-off after a failed reconcile."
         )
-        self._retries = Counter(
-            PREFIX + "workqueue_retries", "Keys re-queued with back-off after a failed reconcile.",
-            registry=registry,
-        )  # fmt: skip
-        self._queued = Histogram(
-            PREFIX + "workqueue_queue_duration_seconds",
+        self._queued = series.histogram(
+            "workqueue_queue_duration_seconds",
             "How long a key waited in the queue before a worker took it.",
             buckets=QUEUE_BUCKETS,
-            registry=registry,
         )
-        self._work = Histogram(
-            PREFIX + "workqueue_work_duration_seconds",
+        self._work = series.histogram(
+            "workqueue_work_duration_seconds",
             "How long a worker held a key (one reconcile pass).",
             buckets=QUEUE_BUCKETS,
-            registry=registry,
         )
 
     def bind(self, depth: Callable[[], int], longest_running: Callable[[], float]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -31,21 +32,15 @@ CREATE_BACKOFF_BASE = 5.0
 CREATE_BACKOFF_MAX = 300.0
 
 
+@dataclass(frozen=True, slots=True)
 class Creator:
-    def __init__(
-        self,
-        cluster: ClusterWrites,
-        expectations: Expectations,
-        metrics: Metrics,
-        *,
-        job_ttl_seconds: int = 600,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._cluster = cluster
-        self._expectations = expectations
-        self._metrics = metrics
-        self._job_ttl = job_ttl_seconds
-        self._clock = clock
+    """The create step, with what it writes through and counts with."""
+
+    cluster: ClusterWrites
+    expectations: Expectations
+    metrics: Metrics
+    job_ttl_seconds: int = 600
+    clock: Callable[[], float] = time.monotonic
 
     async def create(
         self, p: GroupPass, decision: Plan, state: GroupState, on_forgejo: bool = False
@@ -60,10 +55,10 @@ class Creator:
             size = min(batch, remaining)
             names = [new_job_name(p.name, p.uid) for _ in range(size)]
             for name in names:  # before the create: the watch may beat the response
-                self._expectations.expect(key, name)
+                self.expectations.expect(key, name)
             results = await asyncio.gather(
                 *(
-                    self._cluster.create_job(self.render(group, spec, name, on_forgejo))
+                    self.cluster.create_job(self.render(group, spec, name, on_forgejo))
                     for name in names
                 ),
                 return_exceptions=True,
@@ -72,7 +67,7 @@ class Creator:
             for name, res in zip(names, results, strict=True):
                 if isinstance(res, CreateRefused):
                     # A definite no from the API server: the Job does not exist.
-                    self._expectations.lower(key, name)
+                    self.expectations.lower(key, name)
                     error = res
                 elif isinstance(res, BaseException):
                     # A timeout or a lost connection: the Job may well exist. It stays
@@ -83,12 +78,12 @@ class Creator:
                     created.append(name)
             if unsure is not None:
                 if created:
-                    self._metrics.runners_created(p.namespace, p.name, len(created))
+                    self.metrics.runners_created(p.namespace, p.name, len(created))
                 raise unsure
             remaining -= size
             batch *= 2
         logger = log.bind(group=key)
-        self._metrics.runners_created(p.namespace, p.name, len(created))
+        self.metrics.runners_created(p.namespace, p.name, len(created))
         if created:
             logger.info(
                 "created runner jobs",
@@ -97,7 +92,7 @@ class Creator:
                 alive=decision.alive,
                 not_busy=decision.not_busy,
             )
-            await self._cluster.emit_event(
+            await self.cluster.emit_event(
                 group,
                 "Normal",
                 "RunnersCreated",
@@ -108,12 +103,12 @@ class Creator:
             first = state.create_error is None
             state.create_error = f"creating a runner Job was refused: {error}"
             state.create_failures += 1
-            state.create_retry_at = self._clock() + doubling(
+            state.create_retry_at = self.clock() + doubling(
                 CREATE_BACKOFF_BASE, CREATE_BACKOFF_MAX, state.create_failures
             )
             if first:
                 logger.warning("runner job creation refused", error=str(error))
-                await self._cluster.emit_event(group, "Warning", "JobCreateRefused", str(error))
+                await self.cluster.emit_event(group, "Warning", "JobCreateRefused", str(error))
         elif created:
             state.create_error, state.create_failures = None, 0
         return len(created)
@@ -128,5 +123,5 @@ class Creator:
             group_uid=meta["uid"],
             spec=spec,
             job_name=name,
-            ttl_seconds_after_finished=self._job_ttl,
+            ttl_seconds_after_finished=self.job_ttl_seconds,
         )
