@@ -90,6 +90,10 @@ class Operator:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def snapshot(self) -> None:
+        """Ask an operator started with ``memprobe`` for a tracemalloc snapshot (memprobe.py)."""
+        self.proc.send_signal(signal.SIGUSR2)
+
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -99,8 +103,14 @@ class Operator:
 
 @contextlib.contextmanager
 def operator(
-    sandbox: Sandbox, namespaces: list[str], *extra: str, leader_elect: bool = False
+    sandbox: Sandbox,
+    namespaces: list[str],
+    *extra: str,
+    leader_elect: bool = False,
+    memprobe: Path | None = None,
 ) -> Iterator[Operator]:
+    """The operator as a subprocess; with ``memprobe`` (a directory) under tracemalloc, its
+    snapshots written there on ``Operator.snapshot()``."""
     kube = sandbox.kube
     assert kube is not None
     token = kube.create_token(*OPERATOR)
@@ -109,7 +119,9 @@ def operator(
     log_path = sandbox.workdir / f"operator-{health}.log"
     log = open(log_path, "wb")  # noqa: SIM115
     args = [
-        sys.executable, "-m", "gitea_runner_operator", "--kubeconfig", str(kubeconfig),
+        sys.executable, "-m",
+        *(["tests.benchmarks.memprobe", str(memprobe)] if memprobe else ["gitea_runner_operator"]),
+        "--kubeconfig", str(kubeconfig),
         *([] if leader_elect else ["--no-leader-elect"]),
         "--health-host", "127.0.0.1", "--health-port", str(health),
         "--webhook-host", "127.0.0.1", "--webhook-port", str(hook), "--log-format", "json",
