@@ -50,6 +50,8 @@ QUEUE_BUCKETS: Final = (0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 # running jobs, the newest finished), so an id not listed for SEEN_JOBS_TTL has left them
 # for good; the size cap bounds a group whose pages churn faster than that.
 SEEN_JOBS_PER_GROUP: Final = 500
+# Distinct values of a ``reason`` label per metric (reaped, rerun); the rest are "other".
+MAX_REASONS: Final = 24
 SEEN_JOBS_TTL: Final = 1800.0
 
 ENDPOINT_CLASSES: Final = ("jobs", "runners", "runner_delete", "scope", "other")
@@ -215,15 +217,22 @@ class Metrics:
             "Gitea job created -> taken by one of the group's runners (Gitea's timestamps).",
             g, buckets=LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
+        # Per namespace, not per group: how long a tenant's jobs run is the tenant's figure
+        # (capacity planning), and 14 series per group were a third of a group's series.
         self._duration = Histogram(
             PREFIX + "job_duration_seconds",
-            "Gitea job started -> finished on one of the group's runners (Gitea's timestamps).",
-            g, buckets=DURATION_BUCKETS, registry=r,
+            "Gitea job started -> finished on a runner of a group in this namespace "
+            "(Gitea's timestamps).",
+            ["namespace"], buckets=DURATION_BUCKETS, registry=r,
         )  # fmt: skip
         self._group_series: tuple[Gauge | Counter | Histogram, ...] = (
             self._queued, self._desired, self._max, self._ready, self._failed_now,
-            self._created, self._failed, self._startup, self._duration,
+            self._created, self._failed, self._startup,
         )  # fmt: skip
+        # Distinct ``reason`` values seen per metric; past MAX_REASONS they count as "other".
+        self._reasons: dict[str, set[str]] = {}
+        # The groups that fed a namespace's duration histogram: it goes with the last of them.
+        self._duration_groups: dict[str, set[str]] = {}
 
         # -- Gitea ----------------------------------------------------------------------------
         self._gitea_requests = Counter(
@@ -308,12 +317,22 @@ class Metrics:
             self._created.labels(namespace, name).inc(n)
 
     def job_rerun(self, namespace: str, name: str, reason: str) -> None:
-        self._reruns.labels(namespace, name, reason).inc()
+        """``reason`` is a Pod's cause of loss, which Kubernetes components name freely."""
+        self._reruns.labels(namespace, name, self._bounded("reruns", reason)).inc()
 
     def runner_reaped(self, namespace: str, name: str, reason: str, n: int = 1) -> None:
         """``reason`` is a short fixed word (``idle_timeout``, ``teardown`` ...), never a name."""
         if n > 0:
-            self._reaped.labels(namespace, name, reason).inc(n)
+            self._reaped.labels(namespace, name, self._bounded("reaped", reason)).inc(n)
+
+    def _bounded(self, metric: str, reason: str) -> str:
+        """The first MAX_REASONS distinct reasons of a metric keep their name; later ones
+        count as ``other``, so a reason nobody foresaw cannot multiply the series."""
+        seen = self._reasons.setdefault(metric, set())
+        if reason in seen or len(seen) < MAX_REASONS:
+            seen.add(reason)
+            return reason
+        return "other"
 
     def runner_job_failed(self, namespace: str, name: str, n: int = 1) -> None:
         if n > 0:
@@ -323,7 +342,8 @@ class Metrics:
         self._startup.labels(namespace, name).observe(max(0.0, seconds))
 
     def job_duration(self, namespace: str, name: str, seconds: float) -> None:
-        self._duration.labels(namespace, name).observe(max(0.0, seconds))
+        self._duration_groups.setdefault(namespace, set()).add(name)
+        self._duration.labels(namespace).observe(max(0.0, seconds))
 
     def observe_jobs(
         self,
@@ -372,6 +392,11 @@ class Metrics:
             _remove(metric, (namespace, name))
         for state in RUNNER_STATES:
             _remove(self._runners, (namespace, name, state))
+        fed = self._duration_groups.get(namespace, set())
+        fed.discard(name)
+        if not fed:
+            self._duration_groups.pop(namespace, None)
+            _remove(self._duration, (namespace,))
         for counter in (self._reaped, self._reruns):
             for labels in _label_sets(counter):
                 if labels[:2] == (namespace, name):
