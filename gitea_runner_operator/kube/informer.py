@@ -212,10 +212,29 @@ def slim_job(obj: Obj) -> Obj:
     return {"metadata": slim_meta, "status": {"conditions": conditions}}
 
 
+_POD_STATUS = ("phase", "reason", "message", "conditions")
+_CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
+_CONTAINER_STATUS = ("name", "state", "lastState", "ready", "started", "restartCount")
+
+
 def slim_pod(obj: Obj) -> Obj:
-    """A runner Pod as the operator reads it: metadata and status, not its (large) spec."""
+    """A runner Pod as the operator reads it (kube/views.py, kube/disruption.py): metadata,
+    and of its status the phase, reason, conditions and each container's name and states.
+    Not its spec, nor the kubelet's bookkeeping (images, ids, IPs, resources, volume
+    mounts), which is most of a running Pod's status: thousands of runner Pods are cached."""
     obj = strip_managed_fields(obj)
-    return {k: v for k, v in obj.items() if k != "spec"}
+    status = obj.get("status") or {}
+    slim_status: Obj = {k: status[k] for k in _POD_STATUS if k in status}
+    if "conditions" in slim_status:
+        slim_status["conditions"] = [_pick(c, _CONDITION) for c in status["conditions"] or []]
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if status.get(key):
+            slim_status[key] = [_pick(c, _CONTAINER_STATUS) for c in status[key]]
+    return {"metadata": obj.get("metadata") or {}, "status": slim_status}
+
+
+def _pick(item: Obj, keys: tuple[str, ...]) -> Obj:
+    return {k: item[k] for k in keys if k in item}
 
 
 def _rv(obj: Mapping[str, Any]) -> str:

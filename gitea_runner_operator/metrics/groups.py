@@ -14,6 +14,7 @@ from gitea_runner_operator.metrics.names import (
     DURATION_BUCKETS,
     GROUP_LABELS,
     LATENCY_BUCKETS,
+    MAX_REASONS,
     RUNNER_STATES,
     SEEN_JOBS_PER_GROUP,
     SEEN_JOBS_TTL,
@@ -70,16 +71,23 @@ class GroupSeries:
             g,
             buckets=LATENCY_BUCKETS,
         )
+        # Per namespace, not per group: how long a tenant's jobs run is the tenant's figure
+        # (capacity planning), and 14 series per group were a third of a group's series.
         self._duration = series.histogram(
             "job_duration_seconds",
-            "Gitea job started -> finished on one of the group's runners (Gitea's timestamps).",
-            g,
+            "Gitea job started -> finished on a runner of a group in this namespace "
+            "(Gitea's timestamps).",
+            ["namespace"],
             buckets=DURATION_BUCKETS,
         )
         self._group_series: tuple[Gauge | Counter | Histogram, ...] = (
             self._queued, self._desired, self._max, self._ready, self._failed_now,
-            self._created, self._failed, self._startup, self._duration,
+            self._created, self._failed, self._startup,
         )  # fmt: skip
+        # Distinct ``reason`` values seen per metric; past MAX_REASONS they count as "other".
+        self._reasons: dict[str, set[str]] = {}
+        # The groups that fed a namespace's duration histogram: it goes with the last of them.
+        self._duration_groups: dict[str, set[str]] = {}
 
         # Job ids already observed per group, so a level-triggered caller that lists the
         # same job on every poll observes it once (bounded: oldest ids are forgotten).
@@ -118,12 +126,22 @@ class GroupSeries:
             self._created.labels(namespace, name).inc(n)
 
     def job_rerun(self, namespace: str, name: str, reason: str) -> None:
-        self._reruns.labels(namespace, name, reason).inc()
+        """``reason`` is a Pod's cause of loss, which Kubernetes components name freely."""
+        self._reruns.labels(namespace, name, self._bounded("reruns", reason)).inc()
 
     def runner_reaped(self, namespace: str, name: str, reason: str, n: int = 1) -> None:
         """``reason`` is a short fixed word (``idle_timeout``, ``teardown`` ...), never a name."""
         if n > 0:
-            self._reaped.labels(namespace, name, reason).inc(n)
+            self._reaped.labels(namespace, name, self._bounded("reaped", reason)).inc(n)
+
+    def _bounded(self, metric: str, reason: str) -> str:
+        """The first MAX_REASONS distinct reasons of a metric keep their name; later ones
+        count as ``other``, so a reason nobody foresaw cannot multiply the series."""
+        seen = self._reasons.setdefault(metric, set())
+        if reason in seen or len(seen) < MAX_REASONS:
+            seen.add(reason)
+            return reason
+        return "other"
 
     def runner_job_failed(self, namespace: str, name: str, n: int = 1) -> None:
         if n > 0:
@@ -133,7 +151,8 @@ class GroupSeries:
         self._startup.labels(namespace, name).observe(max(0.0, seconds))
 
     def job_duration(self, namespace: str, name: str, seconds: float) -> None:
-        self._duration.labels(namespace, name).observe(max(0.0, seconds))
+        self._duration_groups.setdefault(namespace, set()).add(name)
+        self._duration.labels(namespace).observe(max(0.0, seconds))
 
     def observe_jobs(
         self,
@@ -182,6 +201,11 @@ class GroupSeries:
             remove_series(metric, (namespace, name))
         for state in RUNNER_STATES:
             remove_series(self._runners, (namespace, name, state))
+        fed = self._duration_groups.get(namespace, set())
+        fed.discard(name)
+        if not fed:
+            self._duration_groups.pop(namespace, None)
+            remove_series(self._duration, (namespace,))
         for counter in (self._reaped, self._reruns):
             for labels in label_sets(counter):
                 if labels[:2] == (namespace, name):

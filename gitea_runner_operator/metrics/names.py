@@ -27,6 +27,8 @@ QUEUE_BUCKETS: Final = (0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 # running jobs, the newest finished), so an id not listed for SEEN_JOBS_TTL has left them
 # for good; the size cap bounds a group whose pages churn faster than that.
 SEEN_JOBS_PER_GROUP: Final = 500
+# Distinct values of a ``reason`` label per metric (reaped, rerun); the rest are "other".
+MAX_REASONS: Final = 24
 SEEN_JOBS_TTL: Final = 1800.0
 
 ENDPOINT_CLASSES: Final = ("jobs", "runners", "runner_delete", "scope", "other")

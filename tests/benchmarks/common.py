@@ -8,6 +8,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from tests.support import manifests
@@ -56,8 +57,13 @@ def group(name: str, org: str, url: str, labels: list[str], **spec: Any) -> dict
 
 @contextlib.contextmanager
 def operator(
-    sandbox: Sandbox, namespaces: list[str], *extra: str, leader_elect: bool = False
+    sandbox: Sandbox,
+    namespaces: list[str],
+    *extra: str,
+    leader_elect: bool = False,
+    memprobe: Path | None = None,
 ) -> Iterator[OperatorProcess]:
+    """The operator as a subprocess; with ``memprobe`` (a directory) under tracemalloc."""
     kube = sandbox.kube
     assert kube is not None
     kubeconfig = sandbox.kubeconfig_for_token(kube.create_token(OPERATOR_NS, OPERATOR_SA))
@@ -67,6 +73,7 @@ def operator(
         log_path=sandbox.workdir / f"operator-{uuid.uuid4().hex[:6]}.log",
         extra=extra,
         leader_election_namespace=OPERATOR_NS if leader_elect else None,
+        memprobe=memprobe,
     )
     try:
         for _ in range(120):

@@ -5,7 +5,7 @@ Gitea cannot queue thousands of jobs quickly). They print figures and assert not
     python -m tests.benchmarks.scale overlap  [--repos 1000] [--jobs-per-repo 2]
     python -m tests.benchmarks.scale busy     [--max 150] [--jobs 450] [--job-seconds 60]
     python -m tests.benchmarks.scale fairness [--burst 1000]
-    python -m tests.benchmarks.scale soak     [--groups 1000] [--minutes 30]
+    python -m tests.benchmarks.scale soak     [--groups 1000] [--minutes 30] (soak.py)
 
 - overlap: 1 org group plus N repo groups, all offering ``ubuntu-latest``, jobs queued in
   every repository. Runners never register (kwok Pods that run an hour), so the queue stays
@@ -24,15 +24,16 @@ Gitea cannot queue thousands of jobs quickly). They print figures and assert not
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from tests.benchmarks import busy_trace, common
+from tests.benchmarks import soak as soak_module
 from tests.support import manifests
 from tests.support.fake_gitea import FakeGitea, GroupScope, wait
 from tests.support.launcher import OperatorProcess
@@ -57,7 +58,12 @@ def group(name: str, url: str, owner: str, repo: str | None, **spec: Any) -> dic
 
 @contextmanager
 def bench(
-    namespaces: list[str], fake: FakeGitea, simulate: bool, *extra: str, leader: bool = False
+    namespaces: list[str],
+    fake: FakeGitea,
+    simulate: bool,
+    *extra: str,
+    leader: bool = False,
+    memprobe: Path | None = None,
 ) -> Iterator[tuple[KubeClient, OperatorProcess]]:
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)
@@ -65,7 +71,9 @@ def bench(
         try:
             for ns in namespaces:
                 common.team(kube, ns, "registration-token", "api-token")
-            with common.operator(sandbox, namespaces, *extra, leader_elect=leader) as op:
+            with common.operator(
+                sandbox, namespaces, *extra, leader_elect=leader, memprobe=memprobe
+            ) as op:
                 yield kube, op
         finally:
             fake.stop()
@@ -98,7 +106,7 @@ def _writes(op: OperatorProcess) -> float:
     return common.total(op.metrics(), "gitea_runner_operator_kube_writes_total")
 
 
-def _recs(op: common.Operator) -> float:
+def _recs(op: OperatorProcess) -> float:
     return common.total(op.metrics(), f"{RECONCILE}_count")
 
 
@@ -265,50 +273,7 @@ def fairness(args: argparse.Namespace) -> None:
 
 
 def soak(args: argparse.Namespace) -> None:
-    owner = f"soak-{uuid.uuid4().hex[:4]}"
-    fake = FakeGitea(job_seconds=20, start_delay=2)
-    namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
-    with bench(namespaces, fake, True) as (kube, op):
-        names = []
-        for i in range(args.groups):
-            ns, name = namespaces[i % len(namespaces)], f"g{i:04d}"
-            fake.group(ns, name, GroupScope(owner, f"r{i:04d}", (LABEL,)))
-            manifests.apply(
-                kube,
-                group(name, fake.url, owner, f"r{i:04d}", maxActiveRunners=3,
-                      image=kwok_image(3600), pollInterval="15s"),
-                namespace=ns,
-            )  # fmt: skip
-            names.append(name)
-        time.sleep(30)
-        t0, cpu0 = time.monotonic(), op.cpu_seconds()
-        samples: list[tuple[float, float]] = []
-        next_sample = t0
-        while time.monotonic() - t0 < args.minutes * 60:
-            fake.queue(owner, f"r{random.randrange(args.groups):04d}", (LABEL,), 1)  # noqa: S311
-            if time.monotonic() >= next_sample:
-                samples.append(((time.monotonic() - t0) / 3600, op.rss_mb()))
-                print(f"  t={samples[-1][0] * 60:5.1f} min RSS {samples[-1][1]:.0f} MB", flush=True)
-                next_sample += 60
-            time.sleep(args.every)
-        elapsed = time.monotonic() - t0
-        half = [s for s in samples if s[0] >= samples[-1][0] / 2] or samples
-        slope = _slope(half)
-        print(f"soak: {args.groups} groups, {elapsed / 60:.0f} min, jobs done "
-              f"{fake.count('success')}, still queued {fake.count('queued')}")  # fmt: skip
-        print(f"RSS slope over the second half: {slope:+.1f} MB/hour; peak "
-              f"{max(r for _, r in samples):.0f} MB")  # fmt: skip
-        print(f"operator CPU: {(op.cpu_seconds() - cpu0) / elapsed:.3f} cores")
-        print(f"reconcile p50 / p99: {reconcile_quantiles(op)}")
-
-
-def _slope(points: list[tuple[float, float]]) -> float:
-    if len(points) < 2:
-        return 0.0
-    mx = statistics.mean(x for x, _ in points)
-    my = statistics.mean(y for _, y in points)
-    den = sum((x - mx) ** 2 for x, _ in points)
-    return sum((x - mx) * (y - my) for x, y in points) / den if den else 0.0
+    soak_module.run(args, bench, group, LABEL, kwok_image(3600))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -338,10 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--burst", type=int, default=1000)
     p.add_argument("--qps", type=float, default=50.0)
     p = sub.add_parser("soak")
-    p.add_argument("--groups", type=int, default=1000)
-    p.add_argument("--namespaces", type=int, default=50)
-    p.add_argument("--minutes", type=float, default=30.0)
-    p.add_argument("--every", type=float, default=0.5, help="seconds between queued jobs")
+    soak_module.add_arguments(p)
     args = parser.parse_args(argv)
     {"overlap": overlap, "busy": busy, "fairness": fairness, "soak": soak}[args.scenario](args)
     return 0

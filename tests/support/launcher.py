@@ -85,6 +85,10 @@ class OperatorProcess:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def snapshot(self) -> None:
+        """Ask an operator started with ``memprobe`` for a tracemalloc snapshot."""
+        self.proc.send_signal(signal.SIGUSR2)
+
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -122,10 +126,13 @@ def launch(
     leader_election_namespace: str | None = OPERATOR_NS,
     log_format: str = "json",
     env: dict[str, str] | None = None,
+    memprobe: Path | None = None,
 ) -> OperatorProcess:
     """Start the operator; ``leader_election_namespace=None`` runs it without leader
     election, ``log_path=None`` leaves its log on this process's terminal. The caller's
-    KUBECONFIG is dropped so that only ``kubeconfig`` (the ServiceAccount's) is used."""
+    KUBECONFIG is dropped so that only ``kubeconfig`` (the ServiceAccount's) is used. With
+    ``memprobe`` (a directory) it runs under tracemalloc (tests/benchmarks/memprobe.py), its
+    snapshots written there on ``OperatorProcess.snapshot()``."""
     health, hook = free_port(), free_port()
     election = (
         ["--leader-election-namespace", leader_election_namespace]
@@ -133,7 +140,8 @@ def launch(
         else ["--no-leader-elect"]
     )
     args = [
-        sys.executable, "-m", "gitea_runner_operator",
+        sys.executable, "-m",
+        *(["tests.benchmarks.memprobe", str(memprobe)] if memprobe else ["gitea_runner_operator"]),
         "--kubeconfig", str(kubeconfig), *election,
         "--health-host", "127.0.0.1", "--health-port", str(health),
         "--webhook-host", "127.0.0.1", "--webhook-port", str(hook),

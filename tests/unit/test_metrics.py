@@ -91,7 +91,29 @@ def test_latency_histograms_count_observations_in_their_buckets():
     assert value(m, "job_startup_latency_seconds_bucket", **group(), le="5.0") == 1
     assert value(m, "job_startup_latency_seconds_bucket", **group(), le="60.0") == 2
     assert value(m, "job_startup_latency_seconds_sum", **group()) == 54
-    assert value(m, "job_duration_seconds_count", **group()) == 1
+    assert value(m, "job_duration_seconds_count", namespace="team-a") == 1
+
+
+def test_a_group_costs_a_bounded_number_of_series_whatever_reasons_come():
+    """Memory and scrape size grow with groups: one histogram per group, and a reason label
+    that cannot take unbounded values."""
+    m = Metrics()
+    observe(m, failed=1)
+    m.runners_created("team-a", "ci", 3)
+    m.runner_job_failed("team-a", "ci")
+    m.job_startup_latency("team-a", "ci", 4.0)
+    m.job_duration("team-a", "ci", 100.0)
+    for i in range(100):
+        m.job_rerun("team-a", "ci", f"SomeControllerReason{i}")
+        m.runner_reaped("team-a", "ci", "idle")
+    per_group = [k for k in scrape(m) if ("runnergroup", "ci") in k[1]]
+    histograms = {n.rsplit("_", 1)[0] for n, _ in per_group if n.endswith("_bucket")}
+    assert histograms == {PREFIX + "job_startup_latency_seconds"}
+    reruns = [k for k in per_group if k[0] == PREFIX + "jobs_rerun_total"]
+    assert len(reruns) <= 25
+    assert value(m, "jobs_rerun_total", **group(), reason="other") == 100 - (len(reruns) - 1)
+    assert value(m, "runners_reaped_total", **group(), reason="idle") == 100
+    assert len(per_group) <= 60
 
 
 def test_forgetting_a_group_removes_only_its_series():
@@ -361,8 +383,8 @@ def test_job_latency_comes_from_gitea_timestamps_once_per_job_and_never_from_zer
         m.observe_jobs("team-a", "ci", jobs, ours)
     assert value(m, "job_startup_latency_seconds_count", **group()) == 2
     assert value(m, "job_startup_latency_seconds_sum", **group()) == 12 + 60
-    assert value(m, "job_duration_seconds_count", **group()) == 1
-    assert value(m, "job_duration_seconds_sum", **group()) == 120
+    assert value(m, "job_duration_seconds_count", namespace="team-a") == 1
+    assert value(m, "job_duration_seconds_sum", namespace="team-a") == 120
 
     m.forget_group("team-a", "ci")
     m.observe_jobs("team-a", "ci", jobs[:1], ours)  # a re-created group starts afresh

@@ -160,6 +160,63 @@ def test_cached_objects_drop_what_the_operator_never_reads():
     assert job == {"metadata": {"name": "j"}, "spec": {}}
 
 
+def test_a_runner_pod_is_kept_without_the_kubelets_bookkeeping_yet_reads_the_same():
+    """A running Pod's status as a kubelet writes it is mostly images, ids, IPs, resources
+    and mounts; the cache keeps what the views read, and every view answers the same."""
+
+    from gitea_runner_operator.kube.disruption import loss_cause
+    from gitea_runner_operator.kube.informer import slim_pod
+    from gitea_runner_operator.kube.views import (
+        job_view,
+        pod_problem,
+        pod_started_at,
+        unschedulable_since,
+    )
+
+    def container(name: str, state: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": name, "state": state, "ready": True, "restartCount": 1, "started": True,
+            "lastState": {"terminated": {"exitCode": 137, "reason": "Error"}},
+            "image": "docker.io/gitea/act_runner:0.2.11", "imageID": "sha256:" + "a" * 64,
+            "containerID": "containerd://" + "b" * 64,
+            "resources": {"limits": {"cpu": "2"}}, "allocatedResources": {"cpu": "2"},
+            "volumeMounts": [{"name": f"v{i}", "mountPath": f"/m/{i}"} for i in range(8)],
+            "user": {"linux": {"uid": 1000, "gid": 1000, "supplementalGroups": [1000]}},
+        }  # fmt: skip
+
+    pod = {
+        "metadata": {"name": "ci-abc-1-x", "namespace": "team-a", "uid": "u",
+                     "labels": {"batch.kubernetes.io/job-name": "ci-abc-1"},
+                     "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+                     "deletionTimestamp": "2026-01-01T00:10:00Z"},
+        "spec": {"containers": [{"name": "runner", "env": ["x"] * 50}]},
+        "status": {
+            "phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.1.0.1", "qosClass": "Burstable",
+            "podIPs": [{"ip": "10.1.0.1"}], "hostIPs": [{"ip": "10.0.0.1"}],
+            "startTime": "2026-01-01T00:00:00Z",
+            "conditions": [
+                {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                 "message": "Eviction API", "lastTransitionTime": "2026-01-01T00:09:00Z",
+                 "lastProbeTime": None},
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "lastTransitionTime": "2026-01-01T00:00:01Z"},
+            ],
+            "initContainerStatuses": [container("gro-register", {"waiting": {
+                "reason": "ErrImageNeverPull", "message": "not present"}})],
+            "containerStatuses": [
+                container("runner", {"running": {"startedAt": "2026-01-01T00:00:05Z"}}),
+                container("dind", {"running": {"startedAt": "2026-01-01T00:00:04Z"}}),
+            ],
+        },
+    }  # fmt: skip
+    slim = slim_pod(pod)
+    for read in (loss_cause, pod_problem, pod_started_at, unschedulable_since):
+        assert read(slim) == read(pod), read.__name__
+    job = {"metadata": {"name": "ci-abc-1", "creationTimestamp": "2026-01-01T00:00:00Z"}}
+    assert job_view(job, [slim]) == job_view(job, [pod])
+    assert len(json.dumps(slim)) < len(json.dumps(pod)) / 2
+
+
 def test_a_runner_job_is_kept_without_its_spec_yet_reads_the_same():
     """The Job informer keeps identity, labels, our annotations and conditions, never the
     tenant's Pod template, and the runner's view of it is unchanged."""
