@@ -100,6 +100,30 @@ def _writes(op: common.Operator) -> float:
     return common.total(op.metrics(), "gitea_runner_operator_kube_writes_total")
 
 
+def _writes_by_kind(op: common.Operator) -> dict[str, float]:
+    """Writes so far by verb and resource (``create jobs``, ``patch runnergroups/status``...)."""
+    out: dict[str, float] = {}
+    for (name, labels), value in op.metrics().items():
+        if name == "gitea_runner_operator_kube_writes_total":
+            d = dict(labels)
+            kind = f"{d.get('verb', '?')} {d.get('resource', '?')}"
+            out[kind] = out.get(kind, 0.0) + value
+    return out
+
+
+def _print_writes_per_runner(
+    before: dict[str, float], after: dict[str, float], runners: int
+) -> None:
+    """What each runner created cost in writes, by kind: the figure issue 27 asks to cut."""
+    total = 0.0
+    for kind in sorted(after):
+        n = after[kind] - before.get(kind, 0.0)
+        if n:
+            total += n
+            print(f"  {kind}: {n:.0f} ({n / max(runners, 1):.2f} per runner)")
+    print(f"  all writes: {total:.0f} ({total / max(runners, 1):.2f} per runner created)")
+
+
 def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
 
@@ -136,6 +160,7 @@ def overlap(args: argparse.Namespace) -> None:
         )
         time.sleep(args.settle)
         cpu0, t0, writes0 = op.cpu_seconds(), time.monotonic(), _writes(op)
+        kinds0 = _writes_by_kind(op)
         for i in range(args.repos):
             fake.queue(owner, f"r{i:04d}", (LABEL,), args.jobs_per_repo)
         most, done_at, rss = 0, None, 0.0
@@ -161,6 +186,7 @@ def overlap(args: argparse.Namespace) -> None:
         print(f"leader changes: {op.log_count('became leader') - 1}")
         print(f"Kubernetes writes: {_writes(op) - writes0:.0f} in {elapsed:.0f}s "
               f"(limit {args.qps}/s)")  # fmt: skip
+        _print_writes_per_runner(kinds0, _writes_by_kind(op), len(runner_jobs(kube)))
         print(f"operator peak RSS: {rss:.0f} MB; CPU: {(op.cpu_seconds() - cpu0) / elapsed:.2f}"
               f" cores over {elapsed:.0f}s")  # fmt: skip
 
