@@ -31,8 +31,8 @@ from gitea_runner_operator.kit.backoff import doubling
 from gitea_runner_operator.reconcile.forgejo import NO_JOB_EVENTS
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.runtime.enroll import Enroller
+from gitea_runner_operator.runtime.fetch import GiteaHandle
 from gitea_runner_operator.runtime.hooks import HookKeeper
-from gitea_runner_operator.runtime.observer import GiteaHandle
 from gitea_runner_operator.runtime.reaper import Reaper
 from gitea_runner_operator.runtime.rerun import LossFollowUp
 from gitea_runner_operator.runtime.triggers import RESYNC, answer_key
