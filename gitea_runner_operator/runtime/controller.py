@@ -236,7 +236,9 @@ class Controller:
                 log.debug("reconcile failure detail", group=key, exc_info=True)
                 self.queue.add_rate_limited(key)
             else:
-                self.metrics.reconcile_done(time.monotonic() - started, error=False)
+                took = time.monotonic() - started
+                self.metrics.reconcile_done(took, error=False)
+                log.debug("reconciled", group=key, took=round(took, 4))
                 self.queue.forget(key)
                 if result.requeue_after is not None:
                     self.queue.add_after(key, result.requeue_after)

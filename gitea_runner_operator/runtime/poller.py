@@ -98,6 +98,7 @@ class GroupPoller:
         self._handed: tuple[object, ...] | None = None  # answer_key of the last one handed
         self._handed_at = float("-inf")
         self._asked = False  # a wake-up came since the last observation started
+        self._asked_at = 0.0  # when the first of those came (for the wake-up path's spans)
         self.notified = 0  # answers handed to the reconcile, for tests and benchmarks
         self.key = key
         self._losses = losses
@@ -134,8 +135,10 @@ class GroupPoller:
             and (latest.problem.kind is ProblemKind.GITEA)
         ):
             return
-        self._wanted_after = max(self._wanted_after, self._clock())
-        self._asked = True
+        now = self._clock()
+        self._wanted_after = max(self._wanted_after, now)
+        if not self._asked:
+            self._asked, self._asked_at = True, now
         self._wake.set()
 
     @property
@@ -167,6 +170,7 @@ class GroupPoller:
             self._wake.clear()
             asked, self._asked = self._asked, False
             started = self._clock()
+            asked_at = self._asked_at
             snapshot: Snapshot | None = None
             handle: GiteaHandle | None = None
             interval = self.spec.poll_interval_seconds
@@ -176,6 +180,13 @@ class GroupPoller:
             except Exception:
                 log.exception("poll failed unexpectedly", group=self.key)
             self.observations += 1
+            if asked:  # the wake-up path's spans (tests/benchmarks/webhook_latency.py)
+                log.debug(
+                    "observed after a wake-up",
+                    group=self.key,
+                    waited=round(started - asked_at, 4),
+                    took=round(self._clock() - started, 4),
+                )
             kind = None
             if snapshot is None or snapshot.problem is not None:
                 failures += 1
