@@ -12,12 +12,18 @@ that starts later still takes a job, at worst leaving a peer's runner to idle ou
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 
+from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kube.views import RunnerJobView
-from gitea_runner_operator.reconcile.accounting import Claimant
+from gitea_runner_operator.reconcile.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.inputs import GroupPass
+from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.scaling import RunnerState
+from gitea_runner_operator.reconcile.state import GroupState
+from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
 
 # How long a runner may take to start (Pod scheduled, image pulled, registered) before it
 # stops covering a job in its family's accounting.
@@ -69,3 +75,74 @@ def claimant(
         spare=0 if blocked or late else spec.max_active_runners - alive,
         busy_since=busy_since,
     )
+
+
+def can_create(p: GroupPass, state: GroupState, cache_ok: bool, now: float) -> bool:
+    """Whether the group could start a runner now: only then does it claim jobs by its
+    spare capacity, so a broken group never holds jobs a healthy peer could run."""
+    if p.snapshot is not None and p.snapshot.problem is not None:
+        return False  # not Ready: Gitea, a Secret or the configuration is at fault
+    if not cache_ok:
+        return False  # runners would not start before its cache config exists
+    if now < state.blocked_until:
+        return False  # backing off after runners that could not start
+    return state.create_error is None or now >= state.create_retry_at
+
+
+class Claims:
+    """The claims step: tell the ledger (and the unmatched-jobs book) what this group knows
+    of itself, its runners, its room, its latest answer. Costs this group's own Jobs only."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        unmatched: UnmatchedBook,
+        *,
+        start_bound: float = START_BOUND,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._ledger = ledger
+        self._unmatched = unmatched
+        self._start_bound = start_bound
+        self._clock = clock
+        self._wall = wall_clock
+
+    def report(self, p: GroupPass, state: GroupState, cache_ok: bool) -> bool:
+        """Report ``p`` (read with its spec and answer). True when the group is blocked: it
+        holds no share of its family's jobs."""
+        assert p.spec is not None
+        snapshot, observation, states = p.snapshot, p.observation, p.states
+        blocked = not can_create(p, state, cache_ok, self._clock())
+        if snapshot is not None and observation is not None:
+            for name, runner in states.items():
+                if runner is RunnerState.BUSY:
+                    state.busy_since.setdefault(name, snapshot.started_at)
+        state.busy_since = {
+            n: t for n, t in state.busy_since.items() if states.get(n) is RunnerState.BUSY
+        }
+        group = claimant(
+            p.key,
+            p.spec,
+            p.views,
+            states,
+            pending=p.pending,
+            released=p.released,
+            blocked=blocked,
+            now=self._wall(),
+            start_bound=self._start_bound,
+            busy_since=tuple(sorted(state.busy_since.values())),
+        )
+        answer = None
+        if snapshot is not None and observation is not None and snapshot.problem is None:
+            answer = Answer(p.key, snapshot.started_at, observation.queued)
+        url = normalise_url(p.spec.gitea.url)
+        self._ledger.report(
+            url,
+            group,
+            answer,
+            (*observation.in_progress, *observation.finished) if observation else (),
+        )
+        self._unmatched.report(url, group, answer.jobs if answer else None)
+        late = late_runners(p.views, states, self._wall(), self._start_bound)
+        return blocked or late > 0

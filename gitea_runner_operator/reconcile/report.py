@@ -12,11 +12,10 @@ import structlog
 
 from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
-from gitea_runner_operator.kube.views import RunnerJobView
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile import status as st
-from gitea_runner_operator.reconcile.expectations import Expectations
+from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.ports import ClusterWrites, Sources
 from gitea_runner_operator.reconcile.scaling import Plan, RunnerState, matching_demand
@@ -40,7 +39,6 @@ class StatusWriter:
         self,
         cluster: ClusterWrites,
         sources: Sources,
-        expectations: Expectations,
         metrics: Metrics,
         why_metrics: WhyMetrics,
         ledger: Ledger,
@@ -50,7 +48,6 @@ class StatusWriter:
     ) -> None:
         self._cluster = cluster
         self._sources = sources
-        self._expectations = expectations
         self._metrics = metrics
         self._why_metrics = why_metrics
         self._ledger = ledger
@@ -59,12 +56,10 @@ class StatusWriter:
 
     async def write(
         self,
-        key: str,
-        group: dict[str, Any],
+        p: GroupPass,
         problem: Problem | None,
         state: GroupState,
         *,
-        views: list[RunnerJobView],
         spec: RunnerGroupSpec | None = None,
         decision: Plan | None = None,
         snapshot: Snapshot | None = None,
@@ -73,10 +68,10 @@ class StatusWriter:
     ) -> None:
         """``seen``: the matching jobs a blocked group sees, reported as its demand although
         its family's accounting gave them to its peers."""
-        meta = group["metadata"]
+        key, group, views, pending = p.key, p.group, p.views, p.pending
+        meta = p.meta
         previous = group.get("status") or {}
-        pending = self._expectations.pending(key, {v.name for v in views})
-        alive = sum(1 for v in views if v.alive) + pending
+        alive = p.alive
         counts: dict[str, int] | None = None
         queued: int | None = None
         complete = True

@@ -16,7 +16,7 @@ import structlog
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.api.template_policy import TemplatePolicy
-from gitea_runner_operator.forge.client import SessionPool
+from gitea_runner_operator.forge.sessions import SessionPool
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
 from gitea_runner_operator.kube.cache_objects import CacheObjects
 from gitea_runner_operator.kube.cluster import Cluster
