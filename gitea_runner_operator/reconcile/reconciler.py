@@ -43,6 +43,7 @@ from gitea_runner_operator.reconcile.scaling import matching_demand
 from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.stuck import STUCK_BACKOFF_MAX, note_stuck
 from gitea_runner_operator.reconcile.teardown import FINALIZER, Teardown
+from gitea_runner_operator.reconcile.timers import next_due
 from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
 from gitea_runner_operator.reconcile.unmatched_book import publish as publish_unmatched
 from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
@@ -77,6 +78,7 @@ class Reconciler:
         start_bound: float = claims.START_BOUND,
     ) -> None:
         self._template_policy = template_policy
+        self._start_bound = start_bound
         self._own_namespace = own_namespace
         # ``is None``, not ``or``: an empty Ledger is falsy (``__len__``), and the one passed
         # in (with its ``notify``) must be the one used.
@@ -205,6 +207,17 @@ class Reconciler:
             # Holding no share, it still reports the demand it sees (status.queuedJobs).
             seen = len(matching_demand(observation.queued, spec.label_names))
         await mark(self._cluster, p, decision)
+        due = next_due(
+            p.views,
+            decision.states,
+            now=self._wall(),
+            startup_timeout=spec.startup_timeout_seconds,
+            idle_timeout=spec.idle_timeout_seconds,
+            warm_max_age=spec.warm_runner_max_age_seconds,
+            start_bound=self._start_bound,
+        )
+        if due is not None:  # a runner's timer: no poll queues this pass any more
+            requeue = min(requeue or due, due)
         await self._status.write(
             p, None, state, spec=spec, decision=decision, snapshot=snapshot, seen=seen,
             created=created,

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gitea_runner_operator.api.gitea import ActionJob
+import pytest
+
+from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, parse_spec
 from gitea_runner_operator.kube.views import RunnerJobView
@@ -211,3 +213,28 @@ def test_a_changed_share_queues_the_peer_even_when_its_own_answer_did_not_change
     report(ledger, group("x/o", Scope.ORG, "other"), [job(2, "other/x")])
     ledger.share("x/o")
     assert not ledger.has_peers("x/o")  # alone in its family: unchanged answers are skipped
+
+
+async def test_a_reconcile_with_an_idle_runner_asks_to_come_back_when_its_timer_expires():
+    """With no poll queueing a pass for an unchanged answer, the reconcile itself asks to
+    come back when its idle runner's idleTimeout ends, and that pass proposes the reap."""
+    from tests.unit.test_reconciler import T0, FakeCluster, _pod, make, snapshot
+
+    cluster = FakeCluster()
+    first, _, _ = make(cluster, snapshot(queued=1))
+    await first.reconcile(KEY)
+    cluster.sync()
+    (name,) = cluster.jobs
+    pod = f"{name}-bcdfg"
+    cluster.pods = [_pod(name, pod)]  # created at T0; no start time: idle counts from then
+    idle = snapshot(runners=(ActionRunner(id=5, name=pod),))
+    spec = {**VALID, "maxActiveRunners": 3, "idleTimeout": "300s"}
+    now = T0 + 100
+    quiet, sources, _ = make(cluster, idle, spec=spec, wall=now)
+    result = await quiet.reconcile(KEY)
+    assert sources.source.orders[-1].candidates == ()  # not idle long enough yet
+    assert result.requeue_after == pytest.approx(200 + SLACK)
+    later, sources, _ = make(cluster, idle, spec=spec, wall=now + result.requeue_after)
+    await later.reconcile(KEY)
+    (candidate,) = sources.source.orders[-1].candidates
+    assert candidate.job_name == name
