@@ -1,11 +1,18 @@
 """Writes to the cluster. Each method does one API call, with a timeout, and maps API errors
-to outcomes callers can act on. (Secrets, the one uncached read, live in ``secrets.py``.)"""
+to outcomes callers can act on. (Secrets, the one uncached read, live in ``secrets.py``.)
+
+API Priority and Fairness: an API server that is short of seats answers ``429 Too Many
+Requests`` with a ``Retry-After``. Every write here then pauses the operator's whole write
+budget for that long (``TokenBucket.pause``: the server is telling all of us, not one call)
+and is tried again, up to ``THROTTLE_ATTEMPTS`` times; after that it raises
+:class:`Throttled`, which is a definite no (the write did not happen), so callers can undo
+what they expected and retry the decision later. A 429 slows the operator down; it never
+turns into a decision lost."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -14,6 +21,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.kube.events import EventRecorder
 from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
@@ -23,6 +31,25 @@ MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "gitea-runner-operator"
 # Seconds for any single read or write; a hung API server must not hang a worker.
 TIMEOUT = REQUEST_TIMEOUT
+# A 429 is tried again this many times in all, each after the server's Retry-After (or
+# THROTTLE_DEFAULT when it gave none), capped at THROTTLE_MAX.
+THROTTLE_ATTEMPTS = 4
+THROTTLE_DEFAULT = 1.0
+THROTTLE_MAX = 10.0
+
+
+class Throttled(Exception):
+    """The API server answered 429 to every attempt: the write did not happen."""
+
+
+def retry_after(exc: ApiException) -> float:
+    """The server's Retry-After in seconds (bounded), or THROTTLE_DEFAULT."""
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        value = float(headers.get("Retry-After", THROTTLE_DEFAULT))
+    except (TypeError, ValueError):
+        value = THROTTLE_DEFAULT
+    return min(max(value, 0.0), THROTTLE_MAX)
 
 
 class CreateRefused(Exception):
@@ -53,6 +80,23 @@ class Cluster:
         self._batch: Any = client.BatchV1Api(api)
         self._custom: Any = client.CustomObjectsApi(api)
         self._identity = identity
+        self.events = EventRecorder(self._create_event, self._patch_event)
+        self.throttled = 0  # 429 answers seen, for tests and benchmarks
+
+    async def _write(self, namespace: str, call: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
+        """One write under the write budget; a 429 pauses the budget and tries again."""
+        for attempt in range(THROTTLE_ATTEMPTS):
+            await self._limiter.acquire(namespace)
+            try:
+                return await send(call())
+            except ApiException as exc:
+                if exc.status != 429:
+                    raise
+                self.throttled += 1
+                wait = retry_after(exc)
+                log.info("API server throttled a write", attempt=attempt + 1, retry_after=wait)
+                self._limiter.pause(wait)
+        raise Throttled(f"the API server answered 429 to {THROTTLE_ATTEMPTS} attempts")
 
     @property
     def limiter(self) -> TokenBucket:
@@ -61,12 +105,12 @@ class Cluster:
 
     async def create_job(self, manifest: dict[str, Any]) -> str:
         namespace = manifest["metadata"]["namespace"]
-        await self._limiter.acquire(namespace)
         try:
-            body = await send(
-                self._batch.create_namespaced_job(
+            body = await self._write(
+                namespace,
+                lambda: self._batch.create_namespaced_job(
                     namespace, manifest, _preload_content=False, _request_timeout=TIMEOUT
-                )
+                ),
             )
         except ApiException as exc:
             if exc.status in (400, 403, 422):
@@ -78,16 +122,16 @@ class Cluster:
 
     async def delete_job(self, namespace: str, name: str) -> bool:
         """Delete a runner Job and its Pods; False if it was already gone."""
-        await self._limiter.acquire(namespace)
         try:
-            await send(
-                self._batch.delete_namespaced_job(
+            await self._write(
+                namespace,
+                lambda: self._batch.delete_namespaced_job(
                     name,
                     namespace,
                     propagation_policy="Background",
                     _preload_content=False,
                     _request_timeout=TIMEOUT,
-                )
+                ),
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -105,27 +149,27 @@ class Cluster:
         self, patch: Any, namespace: str, name: str, annotations: dict[str, str]
     ) -> None:
         """Merge annotations into one object; one that is gone already needs none."""
-        await self._limiter.acquire(namespace)
         try:
-            await send(
-                patch(
+            await self._write(
+                namespace,
+                lambda: patch(
                     name,
                     namespace,
                     {"metadata": {"annotations": annotations}},
                     _content_type=MERGE_PATCH,
                     _preload_content=False,
                     _request_timeout=TIMEOUT,
-                )
+                ),
             )
         except ApiException as exc:
             if exc.status != 404:
                 raise
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await self._limiter.acquire(namespace)
         try:
-            await send(
-                self._custom.patch_namespaced_custom_object_status(
+            await self._write(
+                namespace,
+                lambda: self._custom.patch_namespaced_custom_object_status(
                     constants.GROUP,
                     constants.VERSION,
                     namespace,
@@ -135,7 +179,7 @@ class Cluster:
                     _content_type=MERGE_PATCH,
                     _preload_content=False,
                     _request_timeout=TIMEOUT,
-                )
+                ),
             )
         except ApiException as exc:
             if exc.status != 404:  # deleted meanwhile: nothing to report on
@@ -146,13 +190,13 @@ class Cluster:
     ) -> None:
         """Replace the group's finalizers, only if it has not changed since we read it (the
         resourceVersion makes this a compare-and-swap; a 409 means read again)."""
-        await self._limiter.acquire(namespace)
         meta: dict[str, Any] = {"finalizers": finalizers}
         if resource_version:
             meta["resourceVersion"] = resource_version
         try:
-            await send(
-                self._custom.patch_namespaced_custom_object(
+            await self._write(
+                namespace,
+                lambda: self._custom.patch_namespaced_custom_object(
                     constants.GROUP,
                     constants.VERSION,
                     namespace,
@@ -162,7 +206,7 @@ class Cluster:
                     _content_type=MERGE_PATCH,
                     _preload_content=False,
                     _request_timeout=TIMEOUT,
-                )
+                ),
             )
         except ApiException as exc:
             if exc.status != 404:  # gone already: nothing to release
@@ -171,15 +215,11 @@ class Cluster:
     async def emit_event(
         self, group: dict[str, Any], event_type: str, reason: str, message: str
     ) -> None:
-        """Best effort: an Event that cannot be written must not fail a reconcile."""
+        """Best effort: an Event that cannot be written must not fail a reconcile. Repeats
+        of the same type and reason for the group are aggregated (kube/events.py)."""
         meta = group["metadata"]
-        await self._limiter.acquire(meta["namespace"])
-        now = dt.datetime.now(dt.UTC)
         event = {
-            "metadata": {
-                "name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
-                "namespace": meta["namespace"],
-            },
+            "metadata": {"namespace": meta["namespace"]},
             "involvedObject": {
                 "apiVersion": constants.API_VERSION,
                 "kind": constants.KIND,
@@ -189,19 +229,41 @@ class Cluster:
             },
             "type": event_type,
             "reason": reason,
-            "message": message[:1024],
+            "message": message,
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT,
             "reportingInstance": self._identity,
-            "firstTimestamp": now.isoformat(),
-            "lastTimestamp": now.isoformat(),
-            "count": 1,
         }
+        await self.events.record(event)
+
+    async def _create_event(self, namespace: str, event: dict[str, Any]) -> bool:
         try:
-            await send(
-                self._core.create_namespaced_event(
-                    meta["namespace"], event, _preload_content=False, _request_timeout=TIMEOUT
-                )
+            await self._write(
+                namespace,
+                lambda: self._core.create_namespaced_event(
+                    namespace, event, _preload_content=False, _request_timeout=TIMEOUT
+                ),
             )
-        except (ApiException, TimeoutError, aiohttp.ClientError) as exc:
-            log.warning("could not write event", reason=reason, error=type(exc).__name__)
+        except (ApiException, Throttled, TimeoutError, aiohttp.ClientError) as exc:
+            log.warning("could not write event", reason=event["reason"], error=type(exc).__name__)
+            return False
+        return True
+
+    async def _patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> bool:
+        try:
+            await self._write(
+                namespace,
+                lambda: self._core.patch_namespaced_event(
+                    name,
+                    namespace,
+                    patch,
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=TIMEOUT,
+                ),
+            )
+        except (ApiException, Throttled, TimeoutError, aiohttp.ClientError) as exc:
+            if not (isinstance(exc, ApiException) and exc.status == 404):
+                log.warning("could not update event", event=name, error=type(exc).__name__)
+            return False
+        return True

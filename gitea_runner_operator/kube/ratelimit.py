@@ -47,6 +47,12 @@ class TokenBucket:
         self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
         self._last = now
 
+    def pause(self, seconds: float) -> None:
+        """Hand out no token for ``seconds`` (the API server said 429 with Retry-After): the
+        bucket goes into debt, and every waiter, whatever its key, waits it out in turn."""
+        self._refill()
+        self._tokens = min(self._tokens, 0.0) - seconds * self._qps
+
     async def acquire(self, key: str = "") -> None:
         """Wait for a write token; ``key`` (a namespace) decides whose turn it is."""
         if not self._queues:
@@ -85,6 +91,8 @@ class TokenBucket:
                 self.waited += wait
                 await self._sleep(wait)
                 self._refill()
+                if self._tokens < 1 - 1e-6:
+                    continue  # paused meanwhile (the API server's 429): wait out the debt
                 # The wait was for one token: rounding must not make it sleep again.
                 self._tokens = max(self._tokens, 1.0)
             nxt = self._next(mine)
