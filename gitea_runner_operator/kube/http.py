@@ -28,7 +28,8 @@ async def send(call: Awaitable[Any]) -> dict[str, Any]:
         if resp.status >= 400:
             exc = ApiException(status=resp.status, reason=resp.reason)
             exc.body = raw.decode(errors="replace")
-            exc.headers = resp.headers  # Retry-After of a 429 (API Priority and Fairness)
+            # Retry-After of a 429 (API Priority and Fairness)
+            exc.headers = getattr(resp, "headers", None)
             raise exc
         return json.loads(raw) if raw else {}
     finally:

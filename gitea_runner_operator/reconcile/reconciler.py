@@ -135,15 +135,13 @@ class Reconciler:
             await self._drop_claims(key)
             await self._sources.stop(key)
             problem = Problem("InvalidSpec", exc.message, ProblemKind.CONFIG)
-            await self._status.write(p, problem, state)
-            return Result()
+            return Result(requeue_after=await self._status.write(p, problem, state))
         if (
             refusal := refused(p.meta, spec, self._template_policy, self._own_namespace)
         ) is not None:
             self._ledger.remove(key)  # it creates nothing: its peers take its jobs
             await self._sources.stop(key)  # no Gitea calls, no Jobs: nothing to do for it
-            await self._status.write(p, refusal, state)
-            return Result()
+            return Result(requeue_after=await self._status.write(p, refusal, state))
         finalizers = p.meta.get("finalizers") or []
         if FINALIZER not in finalizers:
             version = str(p.meta.get("resourceVersion") or "")
@@ -162,8 +160,7 @@ class Reconciler:
             return Result()  # the poll task enqueues the group when it has one
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
-            await self._status.write(p, problem, state, spec=spec)
-            return Result()
+            return Result(requeue_after=await self._status.write(p, problem, state, spec=spec))
         if p.released:
             # Runners finished after Gitea was asked: plan now (churn.py), and ask again so
             # the next pass counts the real demand.
@@ -218,10 +215,12 @@ class Reconciler:
         )
         if due is not None:  # a runner's timer: no poll queues this pass any more
             requeue = min(requeue or due, due)
-        await self._status.write(
+        held = await self._status.write(
             p, None, state, spec=spec, decision=decision, snapshot=snapshot, seen=seen,
             created=created,
         )  # fmt: skip
+        if held is not None:  # the status write waits for its turn (report.py)
+            requeue = min(requeue or held, held)
         return Result(requeue_after=self._requeue(key, state, requeue))
 
     def _requeue(self, key: str, state: GroupState, requeue: float | None) -> float | None:
@@ -258,6 +257,7 @@ class Reconciler:
         await self._drop_claims(key)
         self._expectations.forget(key)
         self._states.pop(key, None)
+        self._status.forget(key)
         namespace, _, name = key.partition("/")
         self._metrics.forget_group(namespace, name)
         self._why_metrics.forget_group(namespace, name)

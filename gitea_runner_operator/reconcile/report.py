@@ -4,6 +4,7 @@ own field, api/loss.py). Pure decisions live in :mod:`.status`; this module writ
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,12 @@ log = structlog.get_logger(__name__)
 
 # A problem that persists is logged again this often (not once per poll).
 LOG_REMINDER = 600.0
+# A group's status is patched at most once per this many seconds: passes in between (a
+# filling group reconciles several times a second) are folded into the next patch.
+STATUS_MIN_INTERVAL = 1.0
+# The status this process last wrote counts as current for this long, even before the
+# watch shows it (the next pass must not write the same status again meanwhile).
+WRITTEN_TRUSTED_FOR = 10.0
 
 
 class StatusWriter:
@@ -53,6 +60,23 @@ class StatusWriter:
         self._ledger = ledger
         self._clock = clock
         self._wall = wall_clock
+        self._written: dict[str, tuple[float, int]] = {}  # key -> (when, hash of the status)
+
+    def forget(self, key: str) -> None:
+        self._written.pop(key, None)
+
+    def _hold_back(self, key: str, wanted: dict[str, Any]) -> tuple[bool, float | None]:
+        """Whether to skip this write, and if so when to come back (None: never, it was
+        written already). At most one patch per group per STATUS_MIN_INTERVAL."""
+        now = self._clock()
+        digest = hash(json.dumps(wanted, sort_keys=True, default=str))
+        last = self._written.get(key)
+        if last is not None and last[1] == digest and now - last[0] < WRITTEN_TRUSTED_FOR:
+            return True, None
+        if last is not None and now - last[0] < STATUS_MIN_INTERVAL:
+            return True, last[0] + STATUS_MIN_INTERVAL - now
+        self._written[key] = (now, digest)
+        return False, None
 
     async def write(
         self,
@@ -65,9 +89,10 @@ class StatusWriter:
         snapshot: Snapshot | None = None,
         seen: int | None = None,
         created: int = 0,
-    ) -> None:
+    ) -> float | None:
         """``seen``: the matching jobs a blocked group sees, reported as its demand although
-        its family's accounting gave them to its peers."""
+        its family's accounting gave them to its peers. Returns when to come back (seconds)
+        if the write was held back (STATUS_MIN_INTERVAL), else None."""
         key, group, views, pending = p.key, p.group, p.views, p.pending
         meta = p.meta
         previous = group.get("status") or {}
@@ -144,7 +169,10 @@ class StatusWriter:
         else:
             self._metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
         if not st.status_differs(previous, wanted, now=self._wall()):
-            return
+            return None
+        skip, come_back = self._hold_back(key, wanted)
+        if skip:
+            return come_back
         await self._cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
         # Events mark transitions, not every pass.
         if problem is not None and st.find_condition(previous, st.READY).get("reason") != (
@@ -157,6 +185,7 @@ class StatusWriter:
         hook_before = st.find_condition(previous, st.WEBHOOK).get("reason")
         if hook is not None and not hook.ok and hook_before != hook.reason:
             await self._cluster.emit_event(group, "Warning", hook.reason, hook.message)
+        return None
 
     def _waiting(
         self,

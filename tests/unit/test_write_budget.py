@@ -13,7 +13,7 @@ from gitea_runner_operator.kube.cluster import Cluster, Throttled
 from gitea_runner_operator.kube.events import EventRecorder
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 from tests.unit.test_ratelimit import FakeTime
-from tests.unit.test_reconciler import KEY, FakeCluster, make, snapshot
+from tests.unit.test_reconciler import KEY, Clock, FakeCluster, make, snapshot
 
 
 class FakeResponse:
@@ -159,3 +159,32 @@ async def test_an_event_is_reused_only_within_its_window_then_created_again():
     await recorder.record(_event("RunnersCreated", "2"))
     assert len(sink.created) == 2 and sink.patched == []
     await recorder.close()
+
+
+class CountingCluster(FakeCluster):
+    def __init__(self) -> None:
+        super().__init__()
+        self.status_patches = 0
+
+    async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.status_patches += 1
+        await super().patch_group_status(namespace, name, status)
+
+
+async def test_status_is_patched_at_most_once_a_second_and_the_last_change_is_not_lost():
+    cluster = CountingCluster()
+    clock = Clock()
+    reconciler, sources, _ = make(cluster, snapshot(queued=1), clock=clock)
+    await reconciler.reconcile(KEY)
+    assert cluster.status_patches == 1
+    cluster.sync()
+    for queued in (2, 3):  # two more passes within the second, each changing the status
+        clock.now += 0.2
+        sources.source.latest = snapshot(queued=queued)
+        result = await reconciler.reconcile(KEY)
+        assert cluster.status_patches == 1
+        assert result.requeue_after is not None and result.requeue_after <= 1.0
+    clock.now += result.requeue_after  # the pass the reconcile asked for
+    await reconciler.reconcile(KEY)
+    assert cluster.status_patches == 2
+    assert cluster.status is not None and cluster.status["queuedJobs"] == 3
