@@ -2,8 +2,8 @@
 
 Split from observer.py, which decides *whether* to ask (allow-list, Secrets, trust, shared
 answers); this module *asks*: resolve the scope (cached), list the runners, then the queued
-jobs (runners first: see observer.py), and at most once a minute a sample of running and
-finished jobs for the latency metrics. Every answer is metered (``forge/limits.py``) and
+jobs (runners first: see observer.py), and at most once a minute, alongside, a sample of
+running and finished jobs for the latency metrics. Every answer is metered (``forge/limits.py``) and
 bounded by the observation's deadline.
 """
 
@@ -113,17 +113,25 @@ class ScopeFetcher:
                 if scope is None:
                     scope = await client.resolve_scope(wanted)
                     self.resolved[cache_key] = scope
-                runners = await client.list_runners(scope)
                 in_progress: tuple[ActionJob, ...]
                 finished: tuple[ActionJob, ...]
                 if isinstance(client, ForgejoClient):
+                    runners = await client.list_runners(scope)
                     # One unpaged answer holds both; running jobs carry the handles that
                     # tell which bound runner took its job. Nothing final is listed.
                     queued, running = await client.list_active_jobs(scope)
                     in_progress, finished = running.items, ()
                 else:
-                    queued = await client.list_jobs(scope, "queued")
-                    in_progress, finished = await self._progress(client, scope, cache_key)
+                    # The metrics' sample beside the answer, not before it: it must not
+                    # delay the runners a webhook woke the group for.
+                    sample = asyncio.ensure_future(self._progress(client, scope, cache_key))
+                    try:
+                        runners = await client.list_runners(scope)
+                        queued = await client.list_jobs(scope, "queued")
+                        in_progress, finished = await sample
+                    finally:
+                        if not sample.done():
+                            sample.cancel()
         except TimeoutError:
             problem = Problem(
                 "GiteaUnreachable", f"{url}: no complete answer within {self._deadline:.0f}s"
