@@ -83,10 +83,13 @@ class Cluster:
         self.events = EventRecorder(self._create_event, self._patch_event)
         self.throttled = 0  # 429 answers seen, for tests and benchmarks
 
-    async def _write(self, namespace: str, call: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
-        """One write under the write budget; a 429 pauses the budget and tries again."""
+    async def _write(
+        self, namespace: str, call: Callable[[], Awaitable[Any]], *, urgent: bool = False
+    ) -> dict[str, Any]:
+        """One write under the write budget (``urgent``: a runner create, served before the
+        writes that only report); a 429 pauses the budget and tries again."""
         for attempt in range(THROTTLE_ATTEMPTS):
-            await self._limiter.acquire(namespace)
+            await self._limiter.acquire(namespace, urgent=urgent)
             try:
                 return await send(call())
             except ApiException as exc:
@@ -111,6 +114,7 @@ class Cluster:
                 lambda: self._batch.create_namespaced_job(
                     namespace, manifest, _preload_content=False, _request_timeout=TIMEOUT
                 ),
+                urgent=True,
             )
         except ApiException as exc:
             if exc.status in (400, 403, 422):

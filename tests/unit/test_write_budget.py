@@ -188,3 +188,22 @@ async def test_status_is_patched_at_most_once_a_second_and_the_last_change_is_no
     await reconciler.reconcile(KEY)
     assert cluster.status_patches == 2
     assert cluster.status is not None and cluster.status["queuedJobs"] == 3
+
+
+async def test_runner_creates_take_the_next_tokens_before_writes_that_only_report():
+    time_ = FakeTime()
+    bucket = TokenBucket(qps=10, burst=1, clock=time_, sleep=time_.sleep)
+    await bucket.acquire("a")  # the burst is spent: everyone below waits
+    served: list[str] = []
+
+    async def write(name: str, key: str, urgent: bool = False) -> None:
+        await bucket.acquire(key, urgent=urgent)
+        served.append(name)
+
+    tasks = [asyncio.create_task(write(f"status {i}", "a")) for i in range(3)]
+    await asyncio.sleep(0)
+    tasks += [asyncio.create_task(write(f"create {i}", k, True)) for i, k in enumerate("bc")]
+    await asyncio.gather(*tasks)
+    # The first status write had its token before the creates asked; the creates that
+    # came later are still served before the other status writes.
+    assert served == ["status 0", "create 0", "create 1", "status 1", "status 2"]
