@@ -208,6 +208,7 @@ class Controller:
                     await task
             await self.pollers.stop_all()
             await self.reaper.close()
+            await self.cluster.events.close()  # aggregated Events still pending are written
             if self._housekeeping:
                 await asyncio.wait(list(self._housekeeping), timeout=5)
             await self.observer.close()

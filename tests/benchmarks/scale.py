@@ -136,7 +136,11 @@ def overlap(args: argparse.Namespace) -> None:
     fake = FakeGitea()
     namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
     jobs = args.repos * args.jobs_per_repo
-    extra = ("--kube-write-qps", str(args.qps), "--kube-write-burst", str(int(args.qps * 2)))
+    extra = (
+        ("--kube-write-qps", str(args.qps), "--kube-write-burst", str(int(args.qps * 2)))
+        if args.qps is not None
+        else ()  # the operator's defaults
+    )
     with bench(namespaces, fake, False, *extra, leader=True) as (kube, op):
         fake.group(namespaces[0], "fallback", GroupScope(owner, None, (LABEL,)))
         started = time.monotonic()
@@ -185,7 +189,7 @@ def overlap(args: argparse.Namespace) -> None:
         print(f"reconcile p50 / p99: {reconcile_quantiles(op)}")
         print(f"leader changes: {op.log_count('became leader') - 1}")
         print(f"Kubernetes writes: {_writes(op) - writes0:.0f} in {elapsed:.0f}s "
-              f"(limit {args.qps}/s)")  # fmt: skip
+              f"(limit {args.qps or 'default'}/s)")  # fmt: skip
         _print_writes_per_runner(kinds0, _writes_by_kind(op), len(runner_jobs(kube)))
         print(f"operator peak RSS: {rss:.0f} MB; CPU: {(op.cpu_seconds() - cpu0) / elapsed:.2f}"
               f" cores over {elapsed:.0f}s")  # fmt: skip
@@ -326,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", type=float, default=30.0)
     p.add_argument("--hold", type=float, default=30.0, help="seconds watched after the fill")
     p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--qps", type=float, default=50.0, help="--kube-write-qps (default 50)")
+    p.add_argument(
+        "--qps", type=float, default=None, help="--kube-write-qps (default: the operator's)"
+    )
     p = sub.add_parser("busy")
     p.add_argument("--max", type=int, default=150)
     p.add_argument("--jobs", type=int, default=450)
