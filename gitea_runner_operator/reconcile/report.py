@@ -65,17 +65,15 @@ class StatusWriter:
     def forget(self, key: str) -> None:
         self._written.pop(key, None)
 
-    def _hold_back(self, key: str, wanted: dict[str, Any]) -> tuple[bool, float | None]:
+    def _hold_back(self, key: str, digest: int) -> tuple[bool, float | None]:
         """Whether to skip this write, and if so when to come back (None: never, it was
         written already). At most one patch per group per STATUS_MIN_INTERVAL."""
         now = self._clock()
-        digest = hash(json.dumps(wanted, sort_keys=True, default=str))
         last = self._written.get(key)
         if last is not None and last[1] == digest and now - last[0] < WRITTEN_TRUSTED_FOR:
             return True, None
         if last is not None and now - last[0] < STATUS_MIN_INTERVAL:
             return True, last[0] + STATUS_MIN_INTERVAL - now
-        self._written[key] = (now, digest)
         return False, None
 
     async def write(
@@ -170,10 +168,12 @@ class StatusWriter:
             self._metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
         if not st.status_differs(previous, wanted, now=self._wall()):
             return None
-        skip, come_back = self._hold_back(key, wanted)
+        digest = hash(json.dumps(wanted, sort_keys=True, default=str))
+        skip, come_back = self._hold_back(key, digest)
         if skip:
             return come_back
         await self._cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
+        self._written[key] = (self._clock(), digest)  # only once it is written
         # Events mark transitions, not every pass.
         if problem is not None and st.find_condition(previous, st.READY).get("reason") != (
             problem.reason
