@@ -91,16 +91,26 @@ async def test_a_wake_up_always_reaches_the_reconcile_even_with_the_same_answer(
 async def test_a_lost_event_converges_within_the_resync():
     """Nothing changes in Gitea and no event comes: the group is still reconciled once per
     resync, so whatever was missed is recomputed then (level-triggered)."""
+    now = [0.0]
     answers = Answers((1,))
+    real_call = answers.__call__
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> Any:
+        now[0] += 0.05  # each poll, 50 ms later by the poller's clock
+        await asyncio.sleep(0.001)  # the poller's own sleeps are all in the past
+        return await real_call(namespace, spec, newer_than)
+
     notified: list[str] = []
-    poller = GroupPoller(KEY, _spec(), answers, notified.append, min_refresh=0.0, resync=0.1)
+    poller = GroupPoller(
+        KEY, _spec(), observe, notified.append, min_refresh=0.0, resync=0.1, clock=lambda: now[0]
+    )
     poller.start()
     try:
-        await asyncio.sleep(0.35)
+        await _polls(answers, 9)
     finally:
         await poller.stop()
-    assert answers.calls >= 10
-    assert 3 <= len(notified) <= 5  # the first answer, then about one per 0.1 s
+    # Nine identical answers 50 ms apart with a 100 ms resync: the first, then every second.
+    assert len(notified) == 5
 
 
 async def test_a_group_with_peers_hands_over_every_answer():
