@@ -268,6 +268,6 @@ class Cluster:
             )
         except (ApiException, Throttled, TimeoutError, aiohttp.ClientError) as exc:
             if not (isinstance(exc, ApiException) and exc.status == 404):
-                log.warning("could not update event", event=name, error=type(exc).__name__)
+                log.warning("could not update event", event_name=name, error=type(exc).__name__)
             return False
         return True

@@ -208,7 +208,8 @@ class Controller:
                     await task
             await self.pollers.stop_all()
             await self.reaper.close()
-            await self.cluster.events.close()  # aggregated Events still pending are written
+            with contextlib.suppress(Exception):  # best effort, like every Event
+                await self.cluster.events.close()  # aggregated Events still pending
             if self._housekeeping:
                 await asyncio.wait(list(self._housekeeping), timeout=5)
             await self.observer.close()
