@@ -96,20 +96,23 @@ async def test_a_lost_event_converges_within_the_resync():
     real_call = answers.__call__
 
     async def observe(namespace: str, spec: Any, newer_than: float) -> Any:
-        now[0] += 0.05  # each poll, 50 ms later by the poller's clock
+        if answers.calls == 9:
+            await asyncio.Event().wait()  # the tenth poll never ends: nine answers in all
+        now[0] += 0.0625  # each poll, 62.5 ms later by the poller's clock (exact in binary)
         await asyncio.sleep(0.001)  # the poller's own sleeps are all in the past
         return await real_call(namespace, spec, newer_than)
 
     notified: list[str] = []
     poller = GroupPoller(
-        KEY, _spec(), observe, notified.append, min_refresh=0.0, resync=0.1, clock=lambda: now[0]
+        KEY, _spec(), observe, notified.append, min_refresh=0.0, resync=0.125, clock=lambda: now[0]
     )
     poller.start()
     try:
         await _polls(answers, 9)
     finally:
         await poller.stop()
-    # Nine identical answers 50 ms apart with a 100 ms resync: the first, then every second.
+    # Nine identical answers 62.5 ms apart with a 125 ms resync: the first, then every
+    # second one.
     assert len(notified) == 5
 
 
