@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+# Where a Pod finds its own namespace.
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# Default name of the ClusterRole that lends the operator a namespace's Secrets.
+SECRETS_ROLE = "gitea-runner-operator-secrets"
 GITEA_STEP_DEADLINE = 60.0  # seconds; Settings.gitea_step_deadline
 
 
@@ -61,3 +66,6 @@ class Settings:
     # The operator's own namespace (POD_NAMESPACE or the in-cluster ServiceAccount's):
     # RunnerGroups there are refused. None when unknown (run from a workstation).
     own_namespace: str | None = None
+    # The ClusterRole namespaces bind to lend the operator their Secrets: named in every
+    # "may not read" message. The chart passes its own name (release-dependent).
+    secrets_cluster_role: str = SECRETS_ROLE

@@ -17,12 +17,12 @@ from __future__ import annotations
 import hashlib
 import re
 from typing import Any, Self
-from urllib.parse import urlsplit
 
 import yaml
 from pydantic import Field, field_validator, model_validator
 
 from gitea_runner_operator.api.refs import CamelModel, SecretKeyRef
+from gitea_runner_operator.api.urls import http_url
 
 CACHE_PORT = 8088
 DEFAULT_SIZE = "10Gi"
@@ -45,15 +45,8 @@ class ExternalCacheServer(CamelModel):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.username is not None or parts.password is not None:
-            raise ValueError("must not carry credentials (user:password@); use secretRef")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{value!r} is not an http(s) URL with a host")
-        if parts.query or parts.fragment:
-            raise ValueError(f"{value!r} must not carry a query or fragment")
         # actions/cache appends "_apis/artifactcache/..." to ACTIONS_CACHE_URL as it is.
-        return value.rstrip("/") + "/"
+        return http_url(value, credentials_hint="use secretRef") + "/"
 
 
 class CacheSpec(CamelModel):

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from gitea_runner_operator.api.gitea import Payload
 
 # Forgejo 15 added the runner registration API (POST .../actions/runners) and job handles;
 # older releases cannot give a runner its own credentials.
@@ -60,11 +60,7 @@ def forgejo_supported(version: str) -> bool:
     return major is not None and major >= MIN_FORGEJO_MAJOR
 
 
-class _Payload(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class ForgejoJob(_Payload):
+class ForgejoJob(Payload):
     """One entry of ``GET …/actions/runners/jobs`` (``structs.ActionRunJob``)."""
 
     id: int
@@ -79,7 +75,7 @@ class ForgejoJob(_Payload):
     status: str
 
 
-class ForgejoRunner(_Payload):
+class ForgejoRunner(Payload):
     """One entry of ``GET …/actions/runners`` (``structs.ActionRunner``); no ``busy``."""
 
     id: int

@@ -14,11 +14,13 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class _Payload(BaseModel):
+class Payload(BaseModel):
+    """A forge API answer: unknown fields ignored (forges add them), values frozen."""
+
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class ActionJob(_Payload):
+class ActionJob(Payload):
     """One workflow job as ``/actions/jobs`` lists it."""
 
     id: int
@@ -37,16 +39,16 @@ class ActionJob(_Payload):
     handle: str = ""
 
 
-class JobList(_Payload):
+class JobList(Payload):
     jobs: list[ActionJob] | None = Field(default=None)
     total_count: int = 0
 
 
-class RunnerLabelPayload(_Payload):
+class RunnerLabelPayload(Payload):
     name: str
 
 
-class ActionRunner(_Payload):
+class ActionRunner(Payload):
     """A registered runner. Names are not unique in Gitea; ours are Pod names, which are."""
 
     id: int
@@ -61,7 +63,7 @@ class ActionRunner(_Payload):
         return self.status == "online"
 
 
-class RunnerList(_Payload):
+class RunnerList(Payload):
     runners: list[ActionRunner] | None = Field(default=None)
     total_count: int = 0
 

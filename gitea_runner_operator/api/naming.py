@@ -13,6 +13,9 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from typing import Any
+
+from gitea_runner_operator.api import constants
 
 # The alphabet of Kubernetes' generateName suffixes (no vowels, no look-alikes).
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -45,3 +48,16 @@ def job_name_pattern(group_name: str, uid: str) -> re.Pattern[str]:
     """Runner Job names of this group: ``{prefix}{job5}``. A Forgejo runner is registered
     through the API before its Pod exists, so its registration carries the Job's name."""
     return re.compile(rf"^{re.escape(runner_prefix(group_name, uid))}{_SUFFIX}$")
+
+
+def owner_reference(group_name: str, group_uid: str) -> dict[str, Any]:
+    """The RunnerGroup as the controlling owner of an object it made (runner Jobs, cache
+    objects): deleting the group deletes them, and the group's label alone proves nothing."""
+    return {
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.KIND,
+        "name": group_name,
+        "uid": group_uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

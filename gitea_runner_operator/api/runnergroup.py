@@ -13,7 +13,6 @@ import re
 from enum import StrEnum
 from functools import cached_property
 from typing import Any, Self
-from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -28,6 +27,7 @@ from gitea_runner_operator.api.refs import GITEA_NAME as _GITEA_NAME
 from gitea_runner_operator.api.refs import SECRET_KEY as _SECRET_KEY
 from gitea_runner_operator.api.refs import CamelModel as _CamelModel
 from gitea_runner_operator.api.refs import SecretKeyRef
+from gitea_runner_operator.api.urls import http_url
 
 
 class Scope(StrEnum):
@@ -121,16 +121,7 @@ class GiteaRef(_CamelModel):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.username is not None or parts.password is not None:
-            # Checked first and never echoed: credentials in the URL would travel by value
-            # into every runner Job's env, the status, Events and logs. Tokens go in Secrets.
-            raise ValueError("must not carry credentials (user:password@); use the Secrets")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{value!r} is not an http(s) URL with a host")
-        if parts.query or parts.fragment:
-            raise ValueError(f"{value!r} must not carry a query or fragment")
-        return value.rstrip("/")
+        return http_url(value, credentials_hint="use the Secrets")
 
 
 class RunnerGroupSpec(_CamelModel):

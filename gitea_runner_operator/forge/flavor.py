@@ -22,7 +22,10 @@ from gitea_runner_operator.api.observation import Problem, ProblemKind
 from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.errors import GiteaNotFound
 from gitea_runner_operator.forge.forgejo import ForgejoClient
+from gitea_runner_operator.kit.ttlcache import TTLCache
 
+# Detections remembered at most (besides forget(): URLs, tokens and trusts in use).
+MAX_KNOWN = 4096
 FORGEJO_VERSION_PATH = "/api/forgejo/v1/version"
 GITEA_VERSION_PATH = "/api/v1/version"
 
@@ -89,21 +92,20 @@ class FlavorCache:
     upgrade is noticed within that time). Bounded by the URLs in use (:meth:`forget`)."""
 
     def __init__(self, ttl: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self._ttl = ttl
-        self._clock = clock
-        self._known: dict[tuple[str, str, str, Flavor], tuple[float, ForgeInfo]] = {}
+        self._known: TTLCache[tuple[str, str, str, Flavor], ForgeInfo] = TTLCache(
+            ttl, max_entries=MAX_KNOWN, clock=clock
+        )
 
     async def info(
         self, client: GiteaClient, wanted: Flavor, key: tuple[str, str, str]
     ) -> ForgeInfo:
         full = (*key, wanted)
         known = self._known.get(full)
-        if known is not None and self._clock() - known[0] < self._ttl:
-            return known[1]
+        if known is not None:
+            return known
         info = await detect(client, wanted)
-        self._known[full] = (self._clock(), info)
+        self._known.put(full, info)
         return info
 
     def forget(self, urls_in_use: set[str]) -> None:
-        for key in [k for k in self._known if k[0] not in urls_in_use]:
-            del self._known[key]
+        self._known.retain(lambda key: key[0] in urls_in_use)

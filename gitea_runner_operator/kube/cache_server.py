@@ -30,8 +30,10 @@ from gitea_runner_operator.api.cache import (
     cache_object_name,
     service_host,
 )
+from gitea_runner_operator.api.naming import owner_reference
 from gitea_runner_operator.api.pod_template import RUNNER_CONTAINER
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.kube.security import restricted_container_security
 
 CACHE_OF_LABEL: Final = f"{constants.GROUP}/cache-of"
 CONTAINER: Final = "cache-server"
@@ -76,16 +78,7 @@ def _meta(group_name: str, namespace: str, group_uid: str) -> dict[str, Any]:
         "name": cache_object_name(group_name),
         "namespace": namespace,
         "labels": cache_labels(group_name),
-        "ownerReferences": [
-            {
-                "apiVersion": constants.API_VERSION,
-                "kind": constants.KIND,
-                "name": group_name,
-                "uid": group_uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": [owner_reference(group_name, group_uid)],
     }
 
 
@@ -160,18 +153,6 @@ def cache_image(spec: RunnerGroupSpec) -> str:
     return str(_template_runner(spec).get("image") or spec.image or constants.PLAIN_IMAGE)
 
 
-def restricted_container_security() -> dict[str, Any]:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": UID,
-        "runAsGroup": UID,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
 def render_deployment(
     *, group_name: str, namespace: str, group_uid: str, spec: RunnerGroupSpec
 ) -> dict[str, Any]:
@@ -200,7 +181,7 @@ def render_deployment(
         "ports": [{"name": "http", "containerPort": CACHE_PORT, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
         "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 20},
-        "securityContext": restricted_container_security(),
+        "securityContext": restricted_container_security(UID, read_only_root=True),
         "volumeMounts": [
             {"name": "data", "mountPath": DATA_DIR},
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},

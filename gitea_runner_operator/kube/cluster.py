@@ -1,18 +1,9 @@
 """Writes to the cluster. Each method does one API call, with a timeout, and maps API errors
-to outcomes callers can act on. (Secrets, the one uncached read, live in ``secrets.py``.)
-
-API Priority and Fairness: an API server that is short of seats answers ``429 Too Many
-Requests`` with a ``Retry-After``. Every write here then pauses the operator's whole write
-budget for that long (``TokenBucket.pause``: the server is telling all of us, not one call)
-and is tried again, up to ``THROTTLE_ATTEMPTS`` times; after that it raises
-:class:`Throttled`, which is a definite no (the write did not happen), so callers can undo
-what they expected and retry the decision later. A 429 slows the operator down; it never
-turns into a decision lost."""
+to outcomes callers can act on. (Secrets, the one uncached read, live in ``secrets.py``.)"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -22,7 +13,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.events import EventRecorder
-from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send
+from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, Throttled, write, write_unless_gone
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 log = structlog.get_logger(__name__)
@@ -31,25 +22,6 @@ MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "gitea-runner-operator"
 # Seconds for any single read or write; a hung API server must not hang a worker.
 TIMEOUT = REQUEST_TIMEOUT
-# A 429 is tried again this many times in all, each after the server's Retry-After (or
-# THROTTLE_DEFAULT when it gave none), capped at THROTTLE_MAX.
-THROTTLE_ATTEMPTS = 4
-THROTTLE_DEFAULT = 1.0
-THROTTLE_MAX = 10.0
-
-
-class Throttled(Exception):
-    """The API server answered 429 to every attempt: the write did not happen."""
-
-
-def retry_after(exc: ApiException) -> float:
-    """The server's Retry-After in seconds (bounded), or THROTTLE_DEFAULT."""
-    headers = getattr(exc, "headers", None) or {}
-    try:
-        value = float(headers.get("Retry-After", THROTTLE_DEFAULT))
-    except (TypeError, ValueError):
-        value = THROTTLE_DEFAULT
-    return min(max(value, 0.0), THROTTLE_MAX)
 
 
 class CreateRefused(Exception):
@@ -81,25 +53,6 @@ class Cluster:
         self._custom: Any = client.CustomObjectsApi(api)
         self._identity = identity
         self.events = EventRecorder(self._create_event, self._patch_event)
-        self.throttled = 0  # 429 answers seen, for tests and benchmarks
-
-    async def _write(
-        self, namespace: str, call: Callable[[], Awaitable[Any]], *, urgent: bool = False
-    ) -> dict[str, Any]:
-        """One write under the write budget (``urgent``: a runner create, served before the
-        writes that only report); a 429 pauses the budget and tries again."""
-        for attempt in range(THROTTLE_ATTEMPTS):
-            await self._limiter.acquire(namespace, urgent=urgent)
-            try:
-                return await send(call())
-            except ApiException as exc:
-                if exc.status != 429:
-                    raise
-                self.throttled += 1
-                wait = retry_after(exc)
-                log.info("API server throttled a write", attempt=attempt + 1, retry_after=wait)
-                self._limiter.pause(wait)
-        raise Throttled(f"the API server answered 429 to {THROTTLE_ATTEMPTS} attempts")
 
     @property
     def limiter(self) -> TokenBucket:
@@ -109,12 +62,13 @@ class Cluster:
     async def create_job(self, manifest: dict[str, Any]) -> str:
         namespace = manifest["metadata"]["namespace"]
         try:
-            body = await self._write(
+            body = await write(
+                self._limiter,
                 namespace,
                 lambda: self._batch.create_namespaced_job(
                     namespace, manifest, _preload_content=False, _request_timeout=TIMEOUT
                 ),
-                urgent=True,
+                urgent=True,  # creates go before the writes that only report
             )
         except ApiException as exc:
             if exc.status in (400, 403, 422):
@@ -126,22 +80,17 @@ class Cluster:
 
     async def delete_job(self, namespace: str, name: str) -> bool:
         """Delete a runner Job and its Pods; False if it was already gone."""
-        try:
-            await self._write(
+        return await write_unless_gone(
+            self._limiter,
+            namespace,
+            lambda: self._batch.delete_namespaced_job(
+                name,
                 namespace,
-                lambda: self._batch.delete_namespaced_job(
-                    name,
-                    namespace,
-                    propagation_policy="Background",
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                ),
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+                propagation_policy="Background",
+                _preload_content=False,
+                _request_timeout=TIMEOUT,
+            ),
+        )
 
     async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         await self._annotate(self._batch.patch_namespaced_job, namespace, name, annotations)
@@ -153,41 +102,21 @@ class Cluster:
         self, patch: Any, namespace: str, name: str, annotations: dict[str, str]
     ) -> None:
         """Merge annotations into one object; one that is gone already needs none."""
-        try:
-            await self._write(
+        await write_unless_gone(
+            self._limiter,
+            namespace,
+            lambda: patch(
+                name,
                 namespace,
-                lambda: patch(
-                    name,
-                    namespace,
-                    {"metadata": {"annotations": annotations}},
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                ),
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+                {"metadata": {"annotations": annotations}},
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=TIMEOUT,
+            ),
+        )
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        try:
-            await self._write(
-                namespace,
-                lambda: self._custom.patch_namespaced_custom_object_status(
-                    constants.GROUP,
-                    constants.VERSION,
-                    namespace,
-                    constants.PLURAL,
-                    name,
-                    {"status": status},
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                ),
-            )
-        except ApiException as exc:
-            if exc.status != 404:  # deleted meanwhile: nothing to report on
-                raise
+        await self._patch_group(namespace, name, {"status": status}, subresource=True)
 
     async def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str
@@ -197,24 +126,33 @@ class Cluster:
         meta: dict[str, Any] = {"finalizers": finalizers}
         if resource_version:
             meta["resourceVersion"] = resource_version
-        try:
-            await self._write(
+        await self._patch_group(namespace, name, {"metadata": meta})
+
+    async def _patch_group(
+        self, namespace: str, name: str, body: dict[str, Any], *, subresource: bool = False
+    ) -> None:
+        """Merge-patch a RunnerGroup (``subresource``: its status). One deleted meanwhile
+        needs neither a report nor a release."""
+        patch = (
+            self._custom.patch_namespaced_custom_object_status
+            if subresource
+            else self._custom.patch_namespaced_custom_object
+        )
+        await write_unless_gone(
+            self._limiter,
+            namespace,
+            lambda: patch(
+                constants.GROUP,
+                constants.VERSION,
                 namespace,
-                lambda: self._custom.patch_namespaced_custom_object(
-                    constants.GROUP,
-                    constants.VERSION,
-                    namespace,
-                    constants.PLURAL,
-                    name,
-                    {"metadata": meta},
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                ),
-            )
-        except ApiException as exc:
-            if exc.status != 404:  # gone already: nothing to release
-                raise
+                constants.PLURAL,
+                name,
+                body,
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=TIMEOUT,
+            ),
+        )
 
     async def emit_event(
         self, group: dict[str, Any], event_type: str, reason: str, message: str
@@ -242,7 +180,8 @@ class Cluster:
 
     async def _create_event(self, namespace: str, event: dict[str, Any]) -> bool:
         try:
-            await self._write(
+            await write(
+                self._limiter,
                 namespace,
                 lambda: self._core.create_namespaced_event(
                     namespace, event, _preload_content=False, _request_timeout=TIMEOUT
@@ -255,7 +194,8 @@ class Cluster:
 
     async def _patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> bool:
         try:
-            await self._write(
+            return await write_unless_gone(
+                self._limiter,
                 namespace,
                 lambda: self._core.patch_namespaced_event(
                     name,
@@ -267,7 +207,5 @@ class Cluster:
                 ),
             )
         except (ApiException, Throttled, TimeoutError, aiohttp.ClientError) as exc:
-            if not (isinstance(exc, ApiException) and exc.status == 404):
-                log.warning("could not update event", event_name=name, error=type(exc).__name__)
+            log.warning("could not update event", event_name=name, error=type(exc).__name__)
             return False
-        return True

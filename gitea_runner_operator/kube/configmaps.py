@@ -2,9 +2,9 @@
 the operator must trust for the group's Gitea.
 
 Like Secrets, these are read with ``get`` in the group's namespace, where the namespace's
-owner bound the ``gitea-runner-operator-secrets`` ClusterRole; never listed or watched. Each
-failure becomes a :class:`Problem` whose reason says what is wrong and whose message names the
-field and the object, so it can go straight into ``Ready=False``.
+owner bound the operator's Secrets ClusterRole (``--secrets-cluster-role``); never listed or
+watched. Each failure becomes a :class:`Problem` whose reason says what is wrong and whose
+message names the field and the object, so it can go straight into ``Ready=False``.
 
 A Secret is read through the operator's one :class:`SecretStore` (opt-in label, timeout,
 cache), and whatever is wrong with one (missing, not opted in, no such key, not PEM) gives
@@ -21,7 +21,6 @@ import base64
 import binascii
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -30,11 +29,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.api.runnergroup import CABundleRef
+from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.http import REQUEST_TIMEOUT
 from gitea_runner_operator.kube.secret_store import SecretStore, SecretUnavailable
 
 CA_BUNDLE_FIELD = "spec.gitea.caBundle"
-BIND_HINT = "bind the ClusterRole gitea-runner-operator-secrets in this namespace"
 CACHE_TTL = 60.0
 MAX_CACHED = 4096
 MAX_CACHED_BYTES = 8 * 1024 * 1024  # of kept values; a larger value is not kept
@@ -59,16 +58,6 @@ def unusable_secret(field: str, namespace: str, name: str, key: str) -> Referenc
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Kept:
-    """What is kept of one ConfigMap: the values of the keys asked for (None: no such key,
-    a Problem: not UTF-8 text), until ``expires``."""
-
-    expires: float
-    values: dict[str, str | Problem | None]
-    size: int
-
-
 class ConfigReader:
     """ConfigMaps: ``get`` with a timeout; the values of the keys used are kept for ``ttl``
     seconds per object (success only: a fixed object is seen on the next retry). Secret keys
@@ -86,60 +75,36 @@ class ConfigReader:
         # Any: the generated stubs insist on model objects and omit documented keywords.
         self._core: Any = client.CoreV1Api(api) if api is not None else None
         self._secrets = secrets
-        self._ttl = ttl
-        self._max_bytes = max_bytes
-        self._clock = clock
-        self._cache: dict[tuple[str, str], _Kept] = {}
-        self._bytes = 0
+        # The values of the keys asked for (None: no such key, a Problem: not UTF-8 text).
+        self._cache: TTLCache[tuple[str, str], dict[str, str | Problem | None]] = TTLCache(
+            ttl, max_entries=MAX_CACHED, max_bytes=max_bytes, clock=clock
+        )
         self.reads = 0  # API reads, for tests and benchmarks
 
     @property
     def bytes(self) -> int:
         """The bytes of the kept keys and values."""
-        return self._bytes
+        return self._cache.bytes
 
     async def _value(self, namespace: str, name: str, key: str) -> str | Problem | None:
         """One key of a ConfigMap, through the cache (Secrets go through the store)."""
         where = (namespace, name)
-        now = self._clock()
         kept = self._cache.get(where)
-        if kept is not None and kept.expires <= now:
-            kept = None
-        if kept is not None and key in kept.values:
-            return kept.values[key]
+        if kept is not None and key in kept:
+            return kept[key]
         self.reads += 1
         try:
             cm = await self._core.read_namespaced_config_map(
                 name, namespace, _request_timeout=REQUEST_TIMEOUT
             )
         except BaseException:
-            self._forget(where)
+            self._cache.pop(where)
             raise
-        keys = {key, *(kept.values if kept is not None else ())}
+        keys = {key, *(kept if kept is not None else ())}
         values = {k: _pick(cm, k) for k in keys}
-        self._forget(where)
         size = sum(len(k) + len(v) for k, v in values.items() if isinstance(v, str))
-        size += len(namespace) + len(name) + 128
-        if size <= self._max_bytes:
-            self._make_room(now, size)
-            self._cache[where] = _Kept(now + self._ttl, values, size)
-            self._bytes += size
+        self._cache.put(where, values, size=size + len(namespace) + len(name) + 128)
         return values[key]
-
-    def _forget(self, where: tuple[str, str]) -> None:
-        kept = self._cache.pop(where, None)
-        if kept is not None:
-            self._bytes -= kept.size
-
-    def _make_room(self, now: float, size: int) -> None:
-        """Expired entries go first, then the oldest, until ``size`` more bytes fit."""
-        if len(self._cache) >= MAX_CACHED or self._bytes + size > self._max_bytes:
-            for stale in [k for k, kept in self._cache.items() if kept.expires <= now]:
-                self._forget(stale)
-        while self._cache and (
-            len(self._cache) >= MAX_CACHED or self._bytes + size > self._max_bytes
-        ):
-            self._forget(next(iter(self._cache)))
 
     async def read_config_map_key(
         self, namespace: str, name: str, key: str, *, field: str, reason_prefix: str
@@ -152,7 +117,7 @@ class ConfigReader:
         try:
             value = await self._value(namespace, name, key)
         except ApiException as exc:
-            raise _api_problem(exc, field, what, reason_prefix) from None
+            raise _api_problem(exc, field, what, reason_prefix, self._secrets) from None
         if isinstance(value, str):
             return value
         if isinstance(value, Problem):
@@ -175,12 +140,9 @@ class ConfigReader:
             lent = await self._secrets.get(namespace, name, key)
         except SecretUnavailable as exc:
             if exc.reason == "Forbidden":
+                refused = self._secrets.refused(f"Secret {namespace}/{name}")
                 raise ReferenceProblem(
-                    Problem(
-                        f"{reason_prefix}Forbidden",
-                        f"{field}: the operator may not read Secret {namespace}/{name}; "
-                        f"{BIND_HINT}",
-                    )
+                    Problem(f"{reason_prefix}Forbidden", f"{field}: {refused}")
                 ) from None
             raise unusable_secret(field, namespace, name, key) from None
         raw = lent.decoded(key)
@@ -204,13 +166,13 @@ class ConfigReader:
         return await read(namespace, ref.name, ref.key, field=field, reason_prefix="CABundle")
 
 
-def _api_problem(exc: ApiException, field: str, what: str, prefix: str) -> Exception:
+def _api_problem(
+    exc: ApiException, field: str, what: str, prefix: str, secrets: SecretStore
+) -> Exception:
     if exc.status == 404:
         return ReferenceProblem(Problem(f"{prefix}NotFound", f"{field}: {what} not found"))
     if exc.status == 403:
-        return ReferenceProblem(
-            Problem(f"{prefix}Forbidden", f"{field}: the operator may not read {what}; {BIND_HINT}")
-        )
+        return ReferenceProblem(Problem(f"{prefix}Forbidden", f"{field}: {secrets.refused(what)}"))
     return exc
 
 

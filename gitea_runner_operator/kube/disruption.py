@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gitea_runner_operator.kube.views import RUNNER_CONTAINER
+from gitea_runner_operator.kube.views import runner_status
 
 # Kubernetes' DisruptionTarget reasons (k8s.io/api/core/v1), all of them a loss to us.
 DISRUPTION_REASONS = frozenset(
@@ -34,14 +34,6 @@ STATUS_REASONS = frozenset({"Evicted", "NodeLost", "Shutdown", "Terminated", "No
 NOT_A_LOSS = frozenset({"DeadlineExceeded"})
 # Cause recorded for a Pod deleted while busy with no other reason given (kubectl delete).
 DELETED = "Deleted"
-
-
-def _runner_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    for status in statuses:
-        if status.get("name") == RUNNER_CONTAINER:
-            return status  # type: ignore[no-any-return]
-    return statuses[0] if len(statuses) == 1 else {}
 
 
 def _killed(terminated: Mapping[str, Any] | None) -> str | None:
@@ -73,7 +65,7 @@ def loss_cause(pod: Mapping[str, Any]) -> str | None:
             return str(cond["reason"])
     if status.get("reason") in STATUS_REASONS:
         return str(status["reason"])
-    runner = _runner_status(pod)
+    runner = runner_status(pod)
     for where in ("state", "lastState"):
         cause = _killed((runner.get(where) or {}).get("terminated"))
         if cause is not None:

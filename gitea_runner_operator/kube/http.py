@@ -1,18 +1,48 @@
-"""One place that turns a raw API response into JSON or an ApiException."""
+"""One place that turns a raw API response into JSON or an ApiException, and one place that
+writes under the write limit.
+
+API Priority and Fairness: an API server that is short of seats answers ``429 Too Many
+Requests`` with a ``Retry-After``. Every write (:func:`write`) then pauses the operator's
+whole write budget for that long (``TokenBucket.pause``: the server is telling all of us,
+not one call) and is tried again, up to ``THROTTLE_ATTEMPTS`` times; after that it raises
+:class:`Throttled`, a definite no (the write did not happen), so callers can undo what
+they expected and retry the decision later. A 429 slows the operator down; it never turns
+into a decision lost."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 # Every Kubernetes API request's timeout (seconds): a request that hangs must not hold a
 # reconcile, a Secret read or a cache write for longer.
 REQUEST_TIMEOUT = 10.0
 # A list (an informer's first read, or its relist) may carry every object of a kind.
 LIST_TIMEOUT = 60.0
+# A 429 is tried again this many times in all, each after the server's Retry-After (or
+# THROTTLE_DEFAULT when it gave none), capped at THROTTLE_MAX.
+THROTTLE_ATTEMPTS = 4
+THROTTLE_DEFAULT = 1.0
+THROTTLE_MAX = 10.0
+
+
+class Throttled(Exception):
+    """The API server answered 429 to every attempt: the write did not happen."""
+
+
+def retry_after(exc: ApiException) -> float:
+    """The server's Retry-After in seconds (bounded), or THROTTLE_DEFAULT."""
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        value = float(headers.get("Retry-After", THROTTLE_DEFAULT))
+    except (TypeError, ValueError):
+        value = THROTTLE_DEFAULT
+    return min(max(value, 0.0), THROTTLE_MAX)
 
 
 async def send(call: Awaitable[Any]) -> dict[str, Any]:
@@ -34,3 +64,39 @@ async def send(call: Awaitable[Any]) -> dict[str, Any]:
         return json.loads(raw) if raw else {}
     finally:
         resp.release()
+
+
+async def write_unless_gone(
+    limiter: TokenBucket, namespace: str, request: Callable[[], Awaitable[Any]]
+) -> bool:
+    """One write of the operator's to an object that may have been deleted meanwhile: under
+    the namespace's share of the write limit, then :func:`send`; False when the object was
+    gone (404), so a delete, patch or release of something gone is not an error.
+    ``request`` makes the call once the limiter lets it go."""
+    try:
+        await write(limiter, namespace, request)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+async def write(
+    limiter: TokenBucket,
+    namespace: str,
+    request: Callable[[], Awaitable[Any]],
+    *,
+    urgent: bool = False,
+) -> dict[str, Any]:
+    """One write under the write limit (``urgent``: a runner create, served before the
+    writes that only report); a 429 pauses the whole limit and tries again."""
+    for _ in range(THROTTLE_ATTEMPTS):
+        await limiter.acquire(namespace, urgent=urgent)
+        try:
+            return await send(request())
+        except ApiException as exc:
+            if exc.status != 429:
+                raise
+            limiter.pause(retry_after(exc))
+    raise Throttled(f"the API server answered 429 to {THROTTLE_ATTEMPTS} attempts")

@@ -17,9 +17,11 @@ from typing import Any
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.cache import uses_cache
+from gitea_runner_operator.api.naming import owner_reference
 from gitea_runner_operator.api.pod_template import REGISTER_CONTAINER, RUNNER_CONTAINER
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
 from gitea_runner_operator.kube.cache_server import runner_config_volume
+from gitea_runner_operator.kube.security import restricted_container_security
 
 TTL_SECONDS_AFTER_FINISHED = 600
 BACKOFF_LIMIT = 2
@@ -43,17 +45,6 @@ def group_labels(group_name: str) -> dict[str, str]:
         constants.APP_LABEL: group_name,
         constants.MANAGED_BY_LABEL: constants.MANAGED_BY_VALUE,
         constants.GROUP_NAME_LABEL: group_name,
-    }
-
-
-def owner_reference(group_name: str, group_uid: str) -> dict[str, Any]:
-    return {
-        "apiVersion": constants.API_VERSION,
-        "kind": constants.KIND,
-        "name": group_name,
-        "uid": group_uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
     }
 
 
@@ -158,7 +149,7 @@ def _runner_container(spec: RunnerGroupSpec) -> dict[str, Any]:
         security = {}
         mounts.append({"name": "gro-docker-certs", "mountPath": DOCKER_CERTS_DIR, "readOnly": True})
     else:
-        security = _restricted_container_security()
+        security = restricted_container_security(HOST_UID)
     if spec.gitea.ca_bundle is not None:
         mounts.append({"name": "gro-ca-bundle", "mountPath": CA_DIR, "readOnly": True})
     if spec.runner_config is not None or uses_cache(spec.cache):
@@ -172,18 +163,6 @@ def _runner_container(spec: RunnerGroupSpec) -> dict[str, Any]:
     if security:
         container["securityContext"] = security
     return container
-
-
-def _restricted_container_security() -> dict[str, Any]:
-    """What Pod Security ``restricted`` asks of every container."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": HOST_UID,
-        "runAsGroup": HOST_UID,
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
 
 
 def _dind_sidecar() -> dict[str, Any]:

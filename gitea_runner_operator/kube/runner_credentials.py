@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send
+from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send, write_unless_gone
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 TIMEOUT = REQUEST_TIMEOUT
@@ -78,20 +78,15 @@ class RunnerCredentials:
 
     async def resume_job(self, namespace: str, name: str) -> bool:
         """Let a suspended runner Job start its Pod; False when the Job is gone."""
-        await self._limiter.acquire(namespace)
-        try:
-            await send(
-                self._batch.patch_namespaced_job(
-                    name,
-                    namespace,
-                    {"spec": {"suspend": False}},
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                )
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+        return await write_unless_gone(
+            self._limiter,
+            namespace,
+            lambda: self._batch.patch_namespaced_job(
+                name,
+                namespace,
+                {"spec": {"suspend": False}},
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=TIMEOUT,
+            ),
+        )

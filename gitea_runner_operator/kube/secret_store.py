@@ -39,7 +39,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import opted_in
+from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.http import REQUEST_TIMEOUT
+from gitea_runner_operator.settings import SECRETS_ROLE
 
 CACHE_TTL = 60.0
 NEGATIVE_TTL = 5.0
@@ -50,6 +52,14 @@ MAX_BYTES = 8 * 1024 * 1024
 _ENTRY_OVERHEAD = 256  # bytes counted per entry besides its strings
 
 Unavailability = Literal["NotFound", "Forbidden", "NotOptedIn"]
+
+
+def may_not_read(what: str, role: str) -> str:
+    """The one answer to a read that RBAC refused: what to bind, by the name it really has."""
+    return (
+        f"the operator may not read {what}; grant it `get` there: bind the ClusterRole "
+        f"{role} in that namespace, or a Role like manifests/examples/secret-access.yaml"
+    )
 
 
 class SecretUnavailable(Exception):
@@ -89,10 +99,8 @@ _Answer = LentSecret | SecretUnavailable
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    expires: float
     answer: _Answer  # a LentSecret holds only the values of ``keys`` (those present)
     keys: frozenset[str]
-    size: int
 
 
 def _kept(answer: _Answer, keys: frozenset[str]) -> _Answer:
@@ -126,17 +134,22 @@ class SecretStore:
         max_entries: int = MAX_ENTRIES,
         max_bytes: int = MAX_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        role: str = SECRETS_ROLE,
     ) -> None:
+        self.role = role
         # Any: the generated stubs omit the documented ``_request_timeout`` keyword.
         self._core: Any = client.CoreV1Api(api) if api is not None else None
         self._ttl = ttl
         self._negative_ttl = negative_ttl
-        self._max_entries = max_entries
-        self._max_bytes = max_bytes
-        self._clock = clock
-        self._answers: dict[tuple[str, str], _Entry] = {}
-        self._bytes = 0  # the sum of the entries' sizes
-        self._swept = clock()
+        # Expired answers are swept at most once per ``negative_ttl``: memory follows the
+        # Secrets in use, not the most ever named.
+        self._answers: TTLCache[tuple[str, str], _Entry] = TTLCache(
+            ttl,
+            max_entries=max_entries,
+            max_bytes=max_bytes,
+            sweep_every=negative_ttl,
+            clock=clock,
+        )
         self._inflight: dict[tuple[str, str], asyncio.Task[_Answer]] = {}
         # Keys asked for while a read is out: what it will keep.
         self._wanted: dict[tuple[str, str], set[str]] = {}
@@ -147,21 +160,21 @@ class SecretStore:
     def __len__(self) -> int:
         return len(self._answers)
 
+    def refused(self, what: str) -> str:
+        """The message for a read of ``what`` that RBAC refused (:func:`may_not_read`)."""
+        return may_not_read(what, self.role)
+
     @property
     def bytes(self) -> int:
         """What the kept answers weigh, as counted against ``max_bytes``."""
-        return self._bytes
+        return self._answers.bytes
 
     async def get(self, namespace: str, name: str, key: str | None = None) -> LentSecret:
         """The Secret, if it opted in, with the value of ``key`` (None: only whether it may
         be used; no value is handed out or kept). Raises :class:`SecretUnavailable` for what
         a user must fix, and lets any other failure (a timeout, a 5xx) through uncached."""
         where = (namespace, name)
-        now = self._clock()
-        self._sweep(now)
         entry = self._answers.get(where)
-        if entry is not None and entry.expires <= now:
-            entry = None
         if entry is not None and (
             key is None or key in entry.keys or isinstance(entry.answer, SecretUnavailable)
         ):
@@ -182,29 +195,14 @@ class SecretStore:
         """Forget one answer (Gitea just refused the token it held: read it afresh). A read
         already under way still answers its callers but is not remembered, and the next
         caller starts a new one."""
-        self._drop((namespace, name))
+        self._answers.pop((namespace, name))
         self._inflight.pop((namespace, name), None)
         self._wanted.pop((namespace, name), None)
         self._epoch += 1
 
     def retain(self, namespaces: set[str]) -> None:
         """Forget the Secrets of namespaces that have no group any more."""
-        for key in [k for k in self._answers if k[0] not in namespaces]:
-            self._drop(key)
-
-    def _drop(self, key: tuple[str, str]) -> None:
-        entry = self._answers.pop(key, None)
-        if entry is not None:
-            self._bytes -= entry.size
-
-    def _sweep(self, now: float) -> None:
-        """Drop expired answers, at most once per ``negative_ttl``: memory follows the
-        Secrets in use, not the most ever named."""
-        if now - self._swept < self._negative_ttl:
-            return
-        self._swept = now
-        for key in [k for k, e in self._answers.items() if e.expires <= now]:
-            self._drop(key)
+        self._answers.retain(lambda key: key[0] in namespaces)
 
     def _settled(self, key: tuple[str, str], task: asyncio.Task[_Answer]) -> None:
         if self._inflight.get(key) is task:
@@ -223,7 +221,7 @@ class SecretStore:
             )
         except ApiException as exc:
             if exc.status not in (403, 404):
-                self._drop((namespace, name))
+                self._answers.pop((namespace, name))
                 raise
             reason: Unavailability = "NotFound" if exc.status == 404 else "Forbidden"
             answer = SecretUnavailable(namespace, name, reason)
@@ -242,23 +240,9 @@ class SecretStore:
         if epoch == self._epoch:
             ttl = self._ttl if isinstance(answer, LentSecret) else self._negative_ttl
             keys = frozenset(self._wanted.get((namespace, name), ()))
-            self._remember((namespace, name), _kept(answer, keys), keys, self._clock() + ttl)
+            kept = _kept(answer, keys)
+            self._answers.put((namespace, name), _Entry(kept, keys), ttl=ttl, size=_size(kept))
         return answer  # whole, to the callers waiting on this read only
-
-    def _remember(
-        self, key: tuple[str, str], answer: _Answer, keys: frozenset[str], expires: float
-    ) -> None:
-        self._drop(key)  # re-insert: the dict's order stays oldest first
-        size = _size(answer)
-        if size > self._max_bytes:
-            return
-        self._sweep(self._clock())
-        while self._answers and (
-            len(self._answers) >= self._max_entries or self._bytes + size > self._max_bytes
-        ):
-            self._drop(next(iter(self._answers)))
-        self._answers[key] = _Entry(expires, answer, keys, size)
-        self._bytes += size
 
 
 def _unwrap(answer: _Answer, key: str | None) -> LentSecret:

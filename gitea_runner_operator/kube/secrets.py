@@ -16,11 +16,6 @@ from gitea_runner_operator.api.credentials import (
 from gitea_runner_operator.api.observation import Problem, ProblemKind
 from gitea_runner_operator.kube.secret_store import LentSecret, SecretStore, SecretUnavailable
 
-BIND_HINT = (
-    "grant it `get` on this Secret (bind the ClusterRole gitea-runner-operator-secrets here, "
-    "or a Role like manifests/examples/secret-access.yaml)"
-)
-
 
 class SecretProblem(Exception):
     def __init__(self, problem: Problem) -> None:
@@ -75,7 +70,7 @@ class Secrets:
             await self.store.get(namespace, name)
         except SecretUnavailable as exc:
             if exc.reason != "NotOptedIn":
-                raise SecretProblem(_unavailable(exc, field)) from None
+                raise SecretProblem(self._unavailable(exc, field)) from None
             raise SecretProblem(
                 Problem(
                     "TemplateNotAllowed",
@@ -89,17 +84,13 @@ class Secrets:
         try:
             return await self.store.get(namespace, name, key)
         except SecretUnavailable as exc:
-            raise SecretProblem(_unavailable(exc, field)) from None
+            raise SecretProblem(self._unavailable(exc, field)) from None
 
-
-def _unavailable(exc: SecretUnavailable, field: str) -> Problem:
-    where = f"{field}.secretRef: Secret {exc.namespace}/{exc.name}"
-    if exc.reason == "NotOptedIn":
-        return not_lent_problem(field=field, namespace=exc.namespace, name=exc.name)
-    if exc.reason == "Forbidden":
-        return Problem(
-            "SecretForbidden",
-            f"{where}: the operator may not read it; {BIND_HINT}",
-            ProblemKind.SECRET,
-        )
-    return Problem("SecretNotFound", f"{where} not found", ProblemKind.SECRET)
+    def _unavailable(self, exc: SecretUnavailable, field: str) -> Problem:
+        what = f"Secret {exc.namespace}/{exc.name}"
+        if exc.reason == "NotOptedIn":
+            return not_lent_problem(field=field, namespace=exc.namespace, name=exc.name)
+        if exc.reason == "Forbidden":
+            message = f"{field}.secretRef: {self.store.refused(what)}"
+            return Problem("SecretForbidden", message, ProblemKind.SECRET)
+        return Problem("SecretNotFound", f"{field}.secretRef: {what} not found", ProblemKind.SECRET)

@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.api.pod_template import RUNNER_CONTAINER
 
-RUNNER_CONTAINER = "runner"
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 # Waiting reasons that do not heal by themselves: the Pod will never run the runner.
 STUCK_WAITING_REASONS = frozenset(
@@ -81,7 +81,8 @@ def _live(pod: Mapping[str, Any]) -> bool:
     ) not in ("Succeeded", "Failed")
 
 
-def _runner_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+def runner_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The runner container's status (the only container's, if it has another name)."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     for status in statuses:
         if status.get("name") == RUNNER_CONTAINER:
@@ -92,7 +93,7 @@ def _runner_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 def pod_started_at(pod: Mapping[str, Any]) -> float | None:
     """When the runner container started running: idle time counts from here, not from the
     Job's creation, so a Pod that waited for a node is not reaped the moment it starts."""
-    running = (_runner_status(pod).get("state") or {}).get("running") or {}
+    running = (runner_status(pod).get("state") or {}).get("running") or {}
     return parse_time(running.get("startedAt"))
 
 

@@ -131,12 +131,7 @@ class CacheServers:
         try:
             user_config, external_secret = await self._inputs(meta, spec)
             digest = fingerprint(
-                group_name=meta["name"],
-                namespace=meta["namespace"],
-                group_uid=uid,
-                spec=spec,
-                user_config=user_config,
-                external_secret=external_secret,
+                meta, spec, user_config=user_config, external_secret=external_secret
             )
             unchanged = memo is not None and memo.config_ok and memo.digest == digest
             if unchanged and memo is not None and now < memo.resync_at:
@@ -152,9 +147,9 @@ class CacheServers:
         else:
             return await self._applied(group, spec, previous, generation, digest, now)
         status = {"ready": False, "reason": refused.reason, "message": refused.message}
-        self._remember(key, _Memo(uid, generation, now, now, False, False))
-        await self._report(group, previous, status)
-        return False
+        return await self._settle(
+            group, previous, status, _Memo(uid, generation, now, now, False, False)
+        )
 
     async def _applied(
         self,
@@ -188,9 +183,7 @@ class CacheServers:
             digest,
             resync_at,
         )
-        self._remember(f"{meta['namespace']}/{meta['name']}", memo)
-        await self._report(group, previous, status)
-        return True
+        return await self._settle(group, previous, status, memo)
 
     async def _refresh(
         self,
@@ -207,6 +200,20 @@ class CacheServers:
         memo.status_at, memo.ready = now, bool(status["ready"])
         await self._report(group, previous, status)
         return True
+
+    async def _settle(
+        self,
+        group: dict[str, Any],
+        previous: dict[str, Any] | None,
+        status: dict[str, Any],
+        memo: _Memo,
+    ) -> bool:
+        """Remember what this pass found and report it; True when runners may start (their
+        config Secret is written)."""
+        meta = group["metadata"]
+        self._remember(f"{meta['namespace']}/{meta['name']}", memo)
+        await self._report(group, previous, status)
+        return memo.config_ok
 
     def _remember(self, key: str, memo: _Memo) -> None:
         self._memo.pop(key, None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any, Final
 
 from gitea_runner_operator.api.cache import (
@@ -33,19 +34,19 @@ GENERATED: Final = "generated"
 
 
 def render_objects(
-    *,
-    group_name: str,
-    namespace: str,
-    group_uid: str,
+    meta: Mapping[str, Any],
     spec: RunnerGroupSpec,
+    *,
     secret: str,
     user_config: str | None,
 ) -> list[dict[str, Any]]:
     """Every object the group's cache needs, in the order they are written (the Secret
-    first: runner Pods and the server mount it; the PVC before the Deployment using it)."""
+    first: runner Pods and the server mount it; the PVC before the Deployment using it).
+    ``meta``: the RunnerGroup's metadata (its name, namespace and uid own the objects)."""
     cache = spec.cache
     assert cache is not None
-    owned = {"group_name": group_name, "namespace": namespace, "group_uid": group_uid}
+    group_name, namespace = str(meta["name"]), str(meta["namespace"])
+    owned = {"group_name": group_name, "namespace": namespace, "group_uid": str(meta.get("uid"))}
     external = cache.external_server
     url = external.url if external is not None else service_url(group_name, namespace)
     values = {
@@ -63,11 +64,9 @@ def render_objects(
 
 
 def fingerprint(
-    *,
-    group_name: str,
-    namespace: str,
-    group_uid: str,
+    meta: Mapping[str, Any],
     spec: RunnerGroupSpec,
+    *,
     user_config: str | None,
     external_secret: str | None,
 ) -> str:
@@ -77,14 +76,7 @@ def fingerprint(
     secret = GENERATED
     if external_secret is not None:
         secret = hashlib.sha256(external_secret.encode()).hexdigest()
-    objects = render_objects(
-        group_name=group_name,
-        namespace=namespace,
-        group_uid=group_uid,
-        spec=spec,
-        secret=secret,
-        user_config=user_config,
-    )
+    objects = render_objects(meta, spec, secret=secret, user_config=user_config)
     return hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()
 
 

@@ -72,14 +72,7 @@ class OwnedWrites:
             secret = external_secret
             if secret is None:
                 secret = secret_values(found["Secret"] or {}).get(SECRET_KEY) or token()
-            objects = render_objects(
-                group_name=name,
-                namespace=ns,
-                group_uid=uid,
-                spec=spec,
-                secret=secret,
-                user_config=user_config,
-            )
+            objects = render_objects(meta, spec, secret=secret, user_config=user_config)
             for manifest in objects:
                 existing = found[manifest["kind"]]
                 if manifest["kind"] == "PersistentVolumeClaim":

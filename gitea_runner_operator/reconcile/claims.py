@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
@@ -89,31 +90,23 @@ def can_create(p: GroupPass, state: GroupState, cache_ok: bool, now: float) -> b
     return state.create_error is None or now >= state.create_retry_at
 
 
+@dataclass(frozen=True, slots=True)
 class Claims:
     """The claims step: tell the ledger (and the unmatched-jobs book) what this group knows
     of itself, its runners, its room, its latest answer. Costs this group's own Jobs only."""
 
-    def __init__(
-        self,
-        ledger: Ledger,
-        unmatched: UnmatchedBook,
-        *,
-        start_bound: float = START_BOUND,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._ledger = ledger
-        self._unmatched = unmatched
-        self._start_bound = start_bound
-        self._clock = clock
-        self._wall = wall_clock
+    ledger: Ledger
+    unmatched: UnmatchedBook
+    start_bound: float = START_BOUND
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
 
     def report(self, p: GroupPass, state: GroupState, cache_ok: bool) -> bool:
         """Report ``p`` (read with its spec and answer). True when the group is blocked: it
         holds no share of its family's jobs."""
         assert p.spec is not None
         snapshot, observation, states = p.snapshot, p.observation, p.states
-        blocked = not can_create(p, state, cache_ok, self._clock())
+        blocked = not can_create(p, state, cache_ok, self.clock())
         if snapshot is not None and observation is not None:
             for name, runner in states.items():
                 if runner is RunnerState.BUSY:
@@ -129,20 +122,20 @@ class Claims:
             pending=p.pending,
             released=p.released,
             blocked=blocked,
-            now=self._wall(),
-            start_bound=self._start_bound,
+            now=self.wall_clock(),
+            start_bound=self.start_bound,
             busy_since=tuple(sorted(state.busy_since.values())),
         )
         answer = None
         if snapshot is not None and observation is not None and snapshot.problem is None:
             answer = Answer(p.key, snapshot.started_at, observation.queued)
         url = normalise_url(p.spec.gitea.url)
-        self._ledger.report(
+        self.ledger.report(
             url,
             group,
             answer,
             (*observation.in_progress, *observation.finished) if observation else (),
         )
-        self._unmatched.report(url, group, answer.jobs if answer else None)
-        late = late_runners(p.views, states, self._wall(), self._start_bound)
+        self.unmatched.report(url, group, answer.jobs if answer else None)
+        late = late_runners(p.views, states, self.wall_clock(), self.start_bound)
         return blocked or late > 0

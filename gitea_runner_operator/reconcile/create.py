@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -16,8 +17,9 @@ import structlog
 from gitea_runner_operator.api.naming import new_job_name
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.backoff import doubling
-from gitea_runner_operator.kube.cluster import CreateRefused, Throttled
+from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.kube.forgejo_job import render_forgejo_job
+from gitea_runner_operator.kube.http import Throttled
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.expectations import Expectations
@@ -32,21 +34,15 @@ CREATE_BACKOFF_BASE = 5.0
 CREATE_BACKOFF_MAX = 300.0
 
 
+@dataclass(frozen=True, slots=True)
 class Creator:
-    def __init__(
-        self,
-        cluster: ClusterWrites,
-        expectations: Expectations,
-        metrics: Metrics,
-        *,
-        job_ttl_seconds: int = 600,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._cluster = cluster
-        self._expectations = expectations
-        self._metrics = metrics
-        self._job_ttl = job_ttl_seconds
-        self._clock = clock
+    """The create step, with what it writes through and counts with."""
+
+    cluster: ClusterWrites
+    expectations: Expectations
+    metrics: Metrics
+    job_ttl_seconds: int = 600
+    clock: Callable[[], float] = time.monotonic
 
     async def create(
         self, p: GroupPass, decision: Plan, state: GroupState, on_forgejo: bool = False
@@ -61,10 +57,10 @@ class Creator:
             size = min(batch, remaining)
             names = [new_job_name(p.name, p.uid) for _ in range(size)]
             for name in names:  # before the create: the watch may beat the response
-                self._expectations.expect(key, name)
+                self.expectations.expect(key, name)
             results = await asyncio.gather(
                 *(
-                    self._cluster.create_job(self.render(group, spec, name, on_forgejo))
+                    self.cluster.create_job(self.render(group, spec, name, on_forgejo))
                     for name in names
                 ),
                 return_exceptions=True,
@@ -73,13 +69,13 @@ class Creator:
             for name, res in zip(names, results, strict=True):
                 if isinstance(res, CreateRefused):
                     # A definite no from the API server: the Job does not exist.
-                    self._expectations.lower(key, name)
+                    self.expectations.lower(key, name)
                     error = res
                 elif isinstance(res, Throttled):
                     # The API server is overloaded (429 to every attempt): no Job, and no
                     # fault of the group's. Not expected any more; the pass fails and is
                     # retried with back-off, which creates it then.
-                    self._expectations.lower(key, name)
+                    self.expectations.lower(key, name)
                     unsure = unsure or res
                 elif isinstance(res, BaseException):
                     # A timeout or a lost connection: the Job may well exist. It stays
@@ -90,12 +86,12 @@ class Creator:
                     created.append(name)
             if unsure is not None:
                 if created:
-                    self._metrics.runners_created(p.namespace, p.name, len(created))
+                    self.metrics.runners_created(p.namespace, p.name, len(created))
                 raise unsure
             remaining -= size
             batch *= 2
         logger = log.bind(group=key)
-        self._metrics.runners_created(p.namespace, p.name, len(created))
+        self.metrics.runners_created(p.namespace, p.name, len(created))
         if created:
             logger.info(
                 "created runner jobs",
@@ -104,7 +100,7 @@ class Creator:
                 alive=decision.alive,
                 not_busy=decision.not_busy,
             )
-            await self._cluster.emit_event(
+            await self.cluster.emit_event(
                 group,
                 "Normal",
                 "RunnersCreated",
@@ -115,12 +111,12 @@ class Creator:
             first = state.create_error is None
             state.create_error = f"creating a runner Job was refused: {error}"
             state.create_failures += 1
-            state.create_retry_at = self._clock() + doubling(
+            state.create_retry_at = self.clock() + doubling(
                 CREATE_BACKOFF_BASE, CREATE_BACKOFF_MAX, state.create_failures
             )
             if first:
                 logger.warning("runner job creation refused", error=str(error))
-                await self._cluster.emit_event(group, "Warning", "JobCreateRefused", str(error))
+                await self.cluster.emit_event(group, "Warning", "JobCreateRefused", str(error))
         elif created:
             state.create_error, state.create_failures = None, 0
         return len(created)
@@ -135,5 +131,5 @@ class Creator:
             group_uid=meta["uid"],
             spec=spec,
             job_name=name,
-            ttl_seconds_after_finished=self._job_ttl,
+            ttl_seconds_after_finished=self.job_ttl_seconds,
         )

@@ -48,8 +48,6 @@ from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
 from gitea_runner_operator.reconcile.unmatched_book import publish as publish_unmatched
 from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
 
-__all__ = ["FINALIZER", "Reconciler", "Result"]
-
 log = structlog.get_logger(__name__)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -41,35 +42,28 @@ STATUS_MIN_INTERVAL = 1.0
 WRITTEN_TRUSTED_FOR = 10.0
 
 
+@dataclass(slots=True)
 class StatusWriter:
-    def __init__(
-        self,
-        cluster: ClusterWrites,
-        sources: Sources,
-        metrics: Metrics,
-        why_metrics: WhyMetrics,
-        ledger: Ledger,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._cluster = cluster
-        self._sources = sources
-        self._metrics = metrics
-        self._why_metrics = why_metrics
-        self._ledger = ledger
-        self._clock = clock
-        self._wall = wall_clock
-        self._written: dict[str, tuple[float, int]] = {}  # key -> (when, hash of the status)
+    """Writes a group's status, conditions, Events, gauges and log lines after a pass."""
+
+    cluster: ClusterWrites
+    sources: Sources
+    metrics: Metrics
+    why_metrics: WhyMetrics
+    ledger: Ledger
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+    # key -> (when, hash of the status) of this process's last patch
+    written: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     def forget(self, key: str) -> None:
-        self._written.pop(key, None)
+        self.written.pop(key, None)
 
     def _hold_back(self, key: str, digest: int) -> tuple[bool, float | None]:
         """Whether to skip this write, and if so when to come back (None: never, it was
         written already). At most one patch per group per STATUS_MIN_INTERVAL."""
-        now = self._clock()
-        last = self._written.get(key)
+        now = self.clock()
+        last = self.written.get(key)
         if last is not None and last[1] == digest and now - last[0] < WRITTEN_TRUSTED_FOR:
             return True, None
         if last is not None and now - last[0] < STATUS_MIN_INTERVAL:
@@ -114,12 +108,12 @@ class StatusWriter:
         healthy = st.runners_healthy_condition(
             failed_jobs=[v.name for v in views if v.failed],
             start_failures=list(decision.start_failures) if decision is not None else [],
-            stuck=state.stuck_message if self._clock() < state.blocked_until else None,
+            stuck=state.stuck_message if self.clock() < state.blocked_until else None,
             create_error=state.create_error,
         )
         extra = [healthy]
         managed = spec is not None and spec.manages_hook
-        source = self._sources.get(key)
+        source = self.sources.get(key)
         hook = source.hook if managed and source is not None else None
         if hook is not None:
             extra.append(st.webhook_condition(hook))
@@ -148,11 +142,11 @@ class StatusWriter:
         elif problem is not None and problem.kind is not ProblemKind.GITEA:
             held = held_by_problem(previous, problem.reason)  # Gitea errors keep the last
             oldest = held.oldest.timestamp() if held.oldest is not None else None
-            self._why_metrics.waiting(meta["namespace"], meta["name"], held.counts(), oldest)
+            self.why_metrics.waiting(meta["namespace"], meta["name"], held.counts(), oldest)
             wanted["waiting"] = held.status()
         self._log_transitions(key, ready, healthy, state)
         if counts is not None and spec is not None:
-            self._metrics.group_observed(
+            self.metrics.group_observed(
                 meta["namespace"],
                 meta["name"],
                 queued=queued or 0,
@@ -165,26 +159,26 @@ class StatusWriter:
                 failed=sum(1 for v in views if v.failed),
             )
         else:
-            self._metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
-        if not st.status_differs(previous, wanted, now=self._wall()):
+            self.metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
+        if not st.status_differs(previous, wanted, now=self.wall_clock()):
             return None
         digest = hash(json.dumps(wanted, sort_keys=True, default=str))
         skip, come_back = self._hold_back(key, digest)
         if skip:
             return come_back
-        await self._cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
-        self._written[key] = (self._clock(), digest)  # only once it is written
+        await self.cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
+        self.written[key] = (self.clock(), digest)  # only once it is written
         # Events mark transitions, not every pass.
         if problem is not None and st.find_condition(previous, st.READY).get("reason") != (
             problem.reason
         ):
-            await self._cluster.emit_event(group, "Warning", problem.reason, problem.message)
+            await self.cluster.emit_event(group, "Warning", problem.reason, problem.message)
         before = st.find_condition(previous, st.RUNNERS_HEALTHY)
         if healthy["status"] == "False" and before.get("reason") != healthy["reason"]:
-            await self._cluster.emit_event(group, "Warning", healthy["reason"], healthy["message"])
+            await self.cluster.emit_event(group, "Warning", healthy["reason"], healthy["message"])
         hook_before = st.find_condition(previous, st.WEBHOOK).get("reason")
         if hook is not None and not hook.ok and hook_before != hook.reason:
-            await self._cluster.emit_event(group, "Warning", hook.reason, hook.message)
+            await self.cluster.emit_event(group, "Warning", hook.reason, hook.message)
         return None
 
     def _waiting(
@@ -201,12 +195,12 @@ class StatusWriter:
         """``status.waiting`` and ``status.oldestQueuedTime`` (reconcile/waiting.py), and the
         same as metrics."""
         assert snapshot.observation is not None
-        blocked = self._clock() < state.blocked_until or state.create_error is not None
+        blocked = self.clock() < state.blocked_until or state.create_error is not None
         held = None
         if blocked and healthy["status"] == "False":
             held = HeldBack(healthy["reason"], st.RUNNERS_HEALTHY)
         matching = matching_demand(snapshot.observation.queued, spec.label_names)
-        holders = self._ledger.holders(key)
+        holders = self.ledger.holders(key)
         waiting = explain_waiting(
             own=[j for j in matching if holders.get(j.id, key) == key],
             by_peer=peers_serving(matching, holders, key),
@@ -216,7 +210,7 @@ class StatusWriter:
             listed=matching,
         )
         oldest = waiting.oldest.timestamp() if waiting.oldest is not None else None
-        self._why_metrics.waiting(meta["namespace"], meta["name"], waiting.counts(), oldest)
+        self.why_metrics.waiting(meta["namespace"], meta["name"], waiting.counts(), oldest)
         return {"waiting": waiting.status(), "oldestQueuedTime": waiting.oldest_iso()}
 
     def _log_transitions(
@@ -225,7 +219,7 @@ class StatusWriter:
         """On-call engineers read logs first: every failure reaches the log at warning level
         when it starts or changes, and again every ``LOG_REMINDER`` while it lasts."""
         bad = [c for c in (ready, healthy) if c["status"] == "False"]
-        now = self._clock()
+        now = self.clock()
         if not bad:
             if state.logged is not None:
                 log.info("group healthy again", group=key)

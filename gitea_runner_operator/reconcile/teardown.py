@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import structlog
 
@@ -34,26 +35,21 @@ CREDENTIALS_GONE = frozenset(
 )
 
 
+@dataclass(frozen=True, slots=True)
 class Teardown:
-    def __init__(
-        self,
-        cluster: ClusterWrites,
-        sources: Sources,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._cluster = cluster
-        self._sources = sources
-        self._clock = clock
-        self._wall = wall_clock
+    """The teardown step, with what it writes through and the poll tasks it asks."""
+
+    cluster: ClusterWrites
+    sources: Sources
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
 
     async def run(self, p: GroupPass, state: GroupState) -> float | None:
         """One teardown pass; returns when to look again (None: done or not ours)."""
         meta, key = p.meta, p.key
         finalizers = list(meta.get("finalizers") or [])
         if FINALIZER not in finalizers:
-            await self._sources.stop(key)
+            await self.sources.stop(key)
             return None  # held by someone else's finalizer: nothing of ours to do
         if state.released_uid == meta.get("uid"):
             return None  # released already; the watch will show it gone
@@ -61,12 +57,12 @@ class Teardown:
             spec: RunnerGroupSpec | None = parse_spec(p.group.get("spec"))
         except InvalidSpec:
             spec = None
-        deleted_at = parse_time(meta.get("deletionTimestamp")) or self._wall()
+        deleted_at = parse_time(meta.get("deletionTimestamp")) or self.wall_clock()
         drain = spec.drain_timeout_seconds if spec is not None else 0.0
-        drained = self._wall() >= deleted_at + drain
-        source = await self._sources.ensure(key, spec) if spec is not None else None
+        drained = self.wall_clock() >= deleted_at + drain
+        source = await self.sources.ensure(key, spec) if spec is not None else None
         if state.teardown_since is None:
-            state.teardown_since = self._clock()
+            state.teardown_since = self.clock()
             if source is not None:
                 source.wake()
         snapshot = source.latest if source is not None else None
@@ -87,18 +83,18 @@ class Teardown:
             )
             source.wake()
         for job_name in plan_.force_delete:
-            await self._cluster.delete_job(p.namespace, job_name)
+            await self.cluster.delete_job(p.namespace, job_name)
         if not spec:
             # Nothing to ask Gitea with: clean the cluster side and let the object go.
             for view in p.views:
                 if view.alive:
-                    await self._cluster.delete_job(p.namespace, view.name)
+                    await self.cluster.delete_job(p.namespace, view.name)
         # Never wedge: after the drain timeout (plus a short grace for the last removals)
         # the finalizer goes whatever Gitea says, refusal and silence alike; at once when
         # Gitea answered with a failure, or when no runner is left and the credentials are
         # gone (nothing could be removed anyway).
         failed = snapshot is not None and snapshot.problem is not None
-        silent = self._clock() - state.teardown_since > TEARDOWN_ANSWER_GRACE
+        silent = self.clock() - state.teardown_since > TEARDOWN_ANSWER_GRACE
         alive = tuple(v.name for v in p.views if v.alive)
         creds_gone = (
             snapshot is not None
@@ -106,7 +102,7 @@ class Teardown:
             and snapshot.problem.reason in CREDENTIALS_GONE
             and not alive
         )
-        final = self._wall() >= deleted_at + drain + TEARDOWN_FINAL_GRACE
+        final = self.wall_clock() >= deleted_at + drain + TEARDOWN_FINAL_GRACE
         unanswered = observation is None and (failed or silent)
         give_up = creds_gone or (drained and (final or unanswered))
         done = plan_.done and (not hooked or (source is not None and source.hook_removed))
@@ -122,9 +118,9 @@ class Teardown:
                     at_once=creds_gone and not drained,
                 )
                 log.warning("teardown incomplete", group=key, reason=message)
-                await self._cluster.emit_event(p.group, "Warning", "TeardownIncomplete", message)
+                await self.cluster.emit_event(p.group, "Warning", "TeardownIncomplete", message)
             finalizers.remove(FINALIZER)
-            await self._cluster.set_finalizers(
+            await self.cluster.set_finalizers(
                 p.namespace, p.name, finalizers, str(meta.get("resourceVersion"))
             )
             state.released_uid = meta.get("uid")

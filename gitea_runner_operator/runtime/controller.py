@@ -67,7 +67,7 @@ class Controller:
         store = (
             secret_store
             if secret_store is not None
-            else SecretStore(api, ttl=settings.secret_cache_ttl)
+            else SecretStore(api, ttl=settings.secret_cache_ttl, role=settings.secrets_cluster_role)
         )
         self.secrets = Secrets(store)
         self.sessions = SessionPool()

@@ -17,10 +17,14 @@ import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL
+from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.secret_store import LentSecret, SecretStore, SecretUnavailable
 from gitea_runner_operator.webhook.routing import SecretLocation
 
 log = structlog.get_logger(__name__)
+
+# Webhook secret answers remembered at most (groups come and go; the oldest go first).
+MAX_REMEMBERED: Final = 4096
 
 DEFAULT_KEY: Final = "webhook-secret"
 
@@ -63,10 +67,7 @@ async def read_secret(store: SecretStore, where: SecretLocation) -> bytes:
         if exc.reason == "NotFound":
             raise WebhookSecretError(f"{what} not found") from None
         if exc.reason == "Forbidden":
-            raise WebhookSecretError(
-                f"the operator may not read {what}; bind the"
-                " ClusterRole gitea-runner-operator-secrets in that namespace"
-            ) from None
+            raise WebhookSecretError(store.refused(what)) from None
         raise WebhookSecretError(f"{what} lacks the label {CREDENTIALS_LABEL}=true") from None
     except ApiException as exc:
         raise WebhookSecretError(f"reading {what} failed: HTTP {exc.status}") from None
@@ -109,15 +110,15 @@ class CachedSecretReader:
                 raise TypeError("CachedSecretReader needs a store or a read function")
             read = _reader(store)
         self._read = read
-        self._ttl = ttl
-        self._clock = clock
-        self._cache: dict[SecretLocation, tuple[float, bytes | None]] = {}
+        # Groups come and go: the oldest answers are forgotten beyond MAX_REMEMBERED.
+        self._cache: TTLCache[SecretLocation, bytes | None] = TTLCache(
+            ttl, max_entries=MAX_REMEMBERED, clock=clock
+        )
 
     async def __call__(self, where: SecretLocation) -> bytes | None:
-        now = self._clock()
-        hit = self._cache.get(where)
-        if hit is not None and now - hit[0] < self._ttl:
-            return hit[1]
+        hit = self._cache.entry(where)
+        if hit is not None:
+            return hit.value
         value: bytes | None
         try:
             value = await self._read(where)
@@ -126,9 +127,7 @@ class CachedSecretReader:
             value = None
         except Exception as exc:  # the API server unreachable, a timeout: try again next time
             log.warning("webhook secret not read", secret=str(where), error=type(exc).__name__)
-            return hit[1] if hit is not None else None
-        self._cache[where] = (now, value)
-        if len(self._cache) > 4096:  # groups come and go; forget the oldest answers
-            for old in sorted(self._cache, key=lambda k: self._cache[k][0])[:1024]:
-                del self._cache[old]
+            last = self._cache.peek(where)  # the last answer, however old
+            return last.value if last is not None else None
+        self._cache.put(where, value)
         return value

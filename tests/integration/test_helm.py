@@ -149,6 +149,21 @@ def test_the_default_render_is_the_cluster_install(helm, tmp_path):
     }  # fmt: skip
 
 
+def test_the_operator_names_the_secrets_role_of_its_own_release(helm, tmp_path):
+    """A "may not read" message tells a team which ClusterRole to bind: the one this release
+    made, whatever the release is called (not the plain install's name)."""
+    for release, role in (
+        ("acme", "acme-gitea-runner-operator-secrets"),
+        ("gitea-runner-operator", "gitea-runner-operator-secrets"),
+    ):
+        objects = render(helm, tmp_path, release, "ops", {})
+        cluster_roles = {o["metadata"]["name"] for o in objects if o["kind"] == "ClusterRole"}
+        assert role in cluster_roles
+        assert f"--secrets-cluster-role={role}" in operator_args(objects)
+    objects = render(helm, tmp_path, "acme", "ops", {"rbac": {"secretsClusterRole": False}})
+    assert not [a for a in operator_args(objects) if a.startswith("--secrets-cluster-role")]
+
+
 def test_values_set_the_image_replicas_flags_webhook_and_monitoring(helm, tmp_path):
     objects = render(
         helm, tmp_path, "gitea-runner-operator", "ops",

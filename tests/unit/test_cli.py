@@ -38,7 +38,7 @@ def test_unusable_kubeconfig_is_a_clear_error(tmp_path, monkeypatch, capsys):
 
 
 def test_an_open_door_is_said_at_start():
-    from gitea_runner_operator.cli import startup_warnings
+    from gitea_runner_operator.manager import startup_warnings
     from gitea_runner_operator.settings import Settings
 
     (warning,) = startup_warnings(Settings())

@@ -4,7 +4,7 @@ ground floor: api (plain values, no I/O), settings, metrics
 I/O edges:    forge (Gitea), kube (Kubernetes): never each other
 decisions:    reconcile (may use api, forge's plain parts, kube)
 runtime:      runtime (queue, pollers, leadership wiring)
-top:          cli, health, why, webhook
+top:          health, why, webhook; manager (the process); cli (flags)
 """
 
 import ast
@@ -27,8 +27,9 @@ LEVEL = {
     "health": 4,
     "why": 4,
     "uninstall": 4,
-    "cli": 5,
-    "__main__": 6,
+    "manager": 5,
+    "cli": 6,
+    "__main__": 7,
 }
 
 

@@ -2,8 +2,9 @@ import base64
 
 import pytest
 
-from gitea_runner_operator.cli import build_parser, operator_webhook_secret, settings_from_args
+from gitea_runner_operator.cli import build_parser, settings_from_args
 from gitea_runner_operator.kube.secret_store import LentSecret
+from gitea_runner_operator.manager import operator_webhook_secret
 from gitea_runner_operator.webhook.routing import SecretLocation
 from gitea_runner_operator.webhook.secrets import (
     CachedSecretReader,

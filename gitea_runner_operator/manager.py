@@ -1,0 +1,223 @@
+"""The operator process: credentials, the /healthz and webhook servers, leadership and
+shutdown, run from :class:`~gitea_runner_operator.settings.Settings` (which ``cli.py`` builds
+from the flags)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+
+import structlog
+from kubernetes_asyncio import client, config
+
+from gitea_runner_operator import __version__, webhook
+from gitea_runner_operator.api.template_policy import TemplatePolicy
+from gitea_runner_operator.health import HealthServer
+from gitea_runner_operator.kube.secret_store import SecretStore
+from gitea_runner_operator.kube.write_metrics import instrument_writes
+from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.runtime.controller import Controller
+from gitea_runner_operator.runtime.leadership import Leadership, LeaseElector, run_with_leadership
+from gitea_runner_operator.settings import SA_NAMESPACE_FILE, Settings
+from gitea_runner_operator.webhook import CachedSecretReader, Descriptors, WebhookServer
+from gitea_runner_operator.webhook.secrets import (
+    WebhookSecretError,
+    parse_secret_location,
+    read_secret,
+    read_secret_file,
+)
+
+log = structlog.get_logger("gitea_runner_operator")
+
+
+async def load_credentials(settings: Settings) -> str:
+    """In-cluster when running in a Pod and no kubeconfig was named, else the kubeconfig."""
+    if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return "in-cluster"
+    await config.load_kube_config(config_file=settings.kubeconfig, context=settings.context)
+    return settings.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+
+
+def startup_warnings(settings: Settings) -> list[str]:
+    """Settings that leave a door open, said once at start so the platform team sees it."""
+    warnings = []
+    if not settings.allowed_gitea_urls:
+        warnings.append(
+            "--allowed-gitea-url is not set: a RunnerGroup may point the operator at any URL, "
+            "and with it any labelled token whose Secret lacks the gitea.bpg.pw/gitea-url "
+            "annotation (an admin token included); pin your Gitea instances with the flag"
+        )
+    if TemplatePolicy.parse(settings.template_policy).allow:
+        warnings.append(
+            f"--template-policy {settings.template_policy}: RunnerGroups' templates may ask "
+            "for what it allows, in Pods the operator creates with its own identity"
+        )
+    return warnings
+
+
+def lease_namespace(settings: Settings) -> str:
+    if settings.lease_namespace:
+        return settings.lease_namespace
+    if env := os.environ.get("POD_NAMESPACE"):
+        return env
+    with contextlib.suppress(OSError):
+        return SA_NAMESPACE_FILE.read_text().strip()
+    return "default"
+
+
+async def operator_webhook_secret(settings: Settings, secrets: SecretStore) -> bytes | None:
+    """The operator-wide secret (system hooks), if one is configured. Read once: restart the
+    operator after rotating it."""
+    if settings.webhook_secret_file:
+        return read_secret_file(settings.webhook_secret_file)
+    if settings.webhook_secret:
+        return await read_secret(secrets, parse_secret_location(settings.webhook_secret))
+    return None
+
+
+def webhook_server(
+    settings: Settings,
+    secrets: SecretStore,
+    leadership: Leadership,
+    secret: bytes | None,
+    metrics: Metrics,
+) -> WebhookServer:
+    """The webhook receiver, wired to whichever controller currently leads: a delivery wakes
+    the matching groups' Gitea tasks for an immediate, coalesced refresh. A standby replica
+    has no controller and answers 503 without acting; polling still finds the job."""
+    descriptors = Descriptors()
+
+    def groups() -> list[webhook.GroupDescriptor]:
+        current = leadership.controller
+        if current is None:
+            return []
+        cache = current.cache
+        return descriptors.of(obj for key in cache.group_keys() if (obj := cache.group(key)))
+
+    def wake(key: str) -> None:
+        current = leadership.controller
+        if current is not None:
+            current.wake(key)
+
+    return WebhookServer(
+        settings.webhook_host,
+        settings.webhook_port,
+        groups=groups,
+        wake=wake,
+        operator_secret=secret,
+        group_secret=CachedSecretReader(secrets),
+        on_delivery=metrics.webhook_delivery,
+        active=lambda: leadership.controller is not None,
+    )
+
+
+async def run(settings: Settings) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    try:
+        source = await load_credentials(settings)
+    except Exception as exc:  # the loaders raise anything from TypeError to ConfigException
+        where = settings.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        log.error(
+            "cannot load Kubernetes credentials; pass --kubeconfig or run in a Pod",
+            kubeconfig=where,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return 2
+    log.info(
+        "starting",
+        version=__version__,
+        credentials=source,
+        namespaces=list(settings.namespaces) or "all",
+        leader_elect=settings.leader_elect,
+    )
+    for warning in startup_warnings(settings):
+        log.warning(warning)
+    # Watches get their own connection pool, sized for them, so that three watch streams per
+    # namespace can never take every connection the writes and the Lease need.
+    watch_config = client.Configuration.get_default_copy()
+    watch_config.connection_pool_maxsize = 3 * max(1, len(settings.namespaces)) + 4
+    # The Lease has a pool of its own too: a burst of writes queued for connections must
+    # never make the leader miss its renew deadline.
+    lease_config = client.Configuration.get_default_copy()
+    lease_config.connection_pool_maxsize = 2
+    async with (
+        client.ApiClient() as api,
+        client.ApiClient(watch_config) as watch_api,
+        client.ApiClient(lease_config) as lease_api,
+    ):
+        metrics = Metrics()
+        instrument_writes(api, metrics.kube_write)
+        leadership = Leadership()
+        # One Secret reader for the process: the webhook receiver and every leadership term
+        # share its cache, so a Secret costs one GET per TTL whoever asks.
+        secrets = SecretStore(
+            api, ttl=settings.secret_cache_ttl, role=settings.secrets_cluster_role
+        )
+
+        def make_controller() -> Controller:
+            return Controller(api, settings, watch_api, metrics, secret_store=secrets)
+
+        def ready() -> bool:
+            current = leadership.controller
+            if current is not None and current.synced.is_set():
+                return True
+            return leadership.standby.is_set() and not stop.is_set()
+
+        health = HealthServer(settings.health_host, settings.health_port, ready, metrics)
+        try:
+            await health.start()
+        except OSError as exc:
+            log.error(
+                "cannot serve /healthz and /readyz; choose another --health-port",
+                host=settings.health_host,
+                port=settings.health_port,
+                error=str(exc),
+            )
+            return 2
+        receiver: WebhookServer | None = None
+        if settings.webhook_port:
+            try:
+                secret = await operator_webhook_secret(settings, secrets)
+                receiver = webhook_server(settings, secrets, leadership, secret, metrics)
+                await receiver.start()
+            except (WebhookSecretError, OSError) as exc:
+                log.error(
+                    "cannot serve Gitea webhooks; fix the secret or choose another"
+                    " --webhook-port (0 turns webhooks off)",
+                    port=settings.webhook_port,
+                    error=str(exc),
+                )
+                await health.stop()
+                return 2
+            log.info(
+                "serving Gitea webhooks",
+                path="/hooks/gitea",
+                port=settings.webhook_port,
+                operator_secret=secret is not None,
+            )
+        try:
+            if not settings.leader_elect:
+                controller = make_controller()
+                leadership.controller = controller
+                await controller.run(stop)
+                return 0
+            elector = LeaseElector(
+                lease_api,
+                lease_namespace(settings),
+                settings.lease_name,
+                settings.identity,
+                lease_duration=settings.lease_duration,
+            )
+            return await run_with_leadership(elector, settings, make_controller, stop, leadership)
+        finally:
+            if receiver is not None:
+                await receiver.stop()
+            await health.stop()
+            log.info("stopped")

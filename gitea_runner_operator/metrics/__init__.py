@@ -1,0 +1,29 @@
+"""Prometheus metrics: one :class:`Metrics` facade (``facade.py``) over the series of the
+groups (``groups.py``), Gitea, Kubernetes and the work queue (``workqueue.py``), named in
+``names.py``. Importers use ``from gitea_runner_operator.metrics import X``."""
+
+from gitea_runner_operator.metrics.facade import Metrics
+from gitea_runner_operator.metrics.names import (
+    CONTENT_TYPE,
+    GROUP_LABELS,
+    PREFIX,
+    SEEN_JOBS_PER_GROUP,
+    SEEN_JOBS_TTL,
+    endpoint_class,
+    kube_outcome,
+    status_code_label,
+)
+from gitea_runner_operator.metrics.workqueue import WorkQueueMetrics
+
+__all__ = [
+    "CONTENT_TYPE",
+    "GROUP_LABELS",
+    "PREFIX",
+    "SEEN_JOBS_PER_GROUP",
+    "SEEN_JOBS_TTL",
+    "Metrics",
+    "WorkQueueMetrics",
+    "endpoint_class",
+    "kube_outcome",
+    "status_code_label",
+]
