@@ -113,11 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kube-write-qps",
         type=float,
-        default=50.0,
-        help="client-side limit of Kubernetes writes per second (default 50)",
+        default=100.0,
+        help="client-side limit of Kubernetes writes per second (default 100; a 429 from "
+        "the API server slows all writes further)",
     )
     p.add_argument(
-        "--kube-write-burst", type=int, default=100, help="burst of that limit (default 100)"
+        "--kube-write-burst", type=int, default=200, help="burst of that limit (default 200)"
     )
     p.add_argument(
         "--template-policy",

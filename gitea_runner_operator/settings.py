@@ -50,8 +50,8 @@ class Settings:
     gitea_step_deadline: float = GITEA_STEP_DEADLINE
     secret_cache_ttl: float = 60.0
     # Client-side rate limit on Kubernetes writes (client-go's QPS and burst).
-    kube_write_qps: float = 50.0
-    kube_write_burst: int = 100
+    kube_write_qps: float = 100.0
+    kube_write_burst: int = 200
     # Gitea webhooks (POST /hooks/gitea); port 0 turns the receiver off.
     webhook_host: str = "0.0.0.0"  # noqa: S104 - Gitea delivers from off-host, via a Service
     webhook_port: int = 8082

@@ -3,9 +3,7 @@ to outcomes callers can act on. (Secrets, the one uncached read, live in ``secre
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import uuid
 from typing import Any
 
 import aiohttp
@@ -14,7 +12,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send, write_unless_gone
+from gitea_runner_operator.kube.events import EventRecorder
+from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, Throttled, write, write_unless_gone
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 log = structlog.get_logger(__name__)
@@ -53,6 +52,7 @@ class Cluster:
         self._batch: Any = client.BatchV1Api(api)
         self._custom: Any = client.CustomObjectsApi(api)
         self._identity = identity
+        self.events = EventRecorder(self._create_event, self._patch_event)
 
     @property
     def limiter(self) -> TokenBucket:
@@ -61,12 +61,14 @@ class Cluster:
 
     async def create_job(self, manifest: dict[str, Any]) -> str:
         namespace = manifest["metadata"]["namespace"]
-        await self._limiter.acquire(namespace)
         try:
-            body = await send(
-                self._batch.create_namespaced_job(
+            body = await write(
+                self._limiter,
+                namespace,
+                lambda: self._batch.create_namespaced_job(
                     namespace, manifest, _preload_content=False, _request_timeout=TIMEOUT
-                )
+                ),
+                urgent=True,  # creates go before the writes that only report
             )
         except ApiException as exc:
             if exc.status in (400, 403, 422):
@@ -155,15 +157,11 @@ class Cluster:
     async def emit_event(
         self, group: dict[str, Any], event_type: str, reason: str, message: str
     ) -> None:
-        """Best effort: an Event that cannot be written must not fail a reconcile."""
+        """Best effort: an Event that cannot be written must not fail a reconcile. Repeats
+        of the same type and reason for the group are aggregated (kube/events.py)."""
         meta = group["metadata"]
-        await self._limiter.acquire(meta["namespace"])
-        now = dt.datetime.now(dt.UTC)
         event = {
-            "metadata": {
-                "name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
-                "namespace": meta["namespace"],
-            },
+            "metadata": {"namespace": meta["namespace"]},
             "involvedObject": {
                 "apiVersion": constants.API_VERSION,
                 "kind": constants.KIND,
@@ -173,19 +171,41 @@ class Cluster:
             },
             "type": event_type,
             "reason": reason,
-            "message": message[:1024],
+            "message": message,
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT,
             "reportingInstance": self._identity,
-            "firstTimestamp": now.isoformat(),
-            "lastTimestamp": now.isoformat(),
-            "count": 1,
         }
+        await self.events.record(event)
+
+    async def _create_event(self, namespace: str, event: dict[str, Any]) -> bool:
         try:
-            await send(
-                self._core.create_namespaced_event(
-                    meta["namespace"], event, _preload_content=False, _request_timeout=TIMEOUT
-                )
+            await write(
+                self._limiter,
+                namespace,
+                lambda: self._core.create_namespaced_event(
+                    namespace, event, _preload_content=False, _request_timeout=TIMEOUT
+                ),
             )
-        except (ApiException, TimeoutError, aiohttp.ClientError) as exc:
-            log.warning("could not write event", reason=reason, error=type(exc).__name__)
+        except (ApiException, Throttled, TimeoutError, aiohttp.ClientError) as exc:
+            log.warning("could not write event", reason=event["reason"], error=type(exc).__name__)
+            return False
+        return True
+
+    async def _patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> bool:
+        try:
+            return await write_unless_gone(
+                self._limiter,
+                namespace,
+                lambda: self._core.patch_namespaced_event(
+                    name,
+                    namespace,
+                    patch,
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=TIMEOUT,
+                ),
+            )
+        except (ApiException, Throttled, TimeoutError, aiohttp.ClientError) as exc:
+            log.warning("could not update event", event_name=name, error=type(exc).__name__)
+            return False

@@ -1,4 +1,13 @@
-"""One place that turns a raw API response into JSON or an ApiException."""
+"""One place that turns a raw API response into JSON or an ApiException, and one place that
+writes under the write limit.
+
+API Priority and Fairness: an API server that is short of seats answers ``429 Too Many
+Requests`` with a ``Retry-After``. Every write (:func:`write`) then pauses the operator's
+whole write budget for that long (``TokenBucket.pause``: the server is telling all of us,
+not one call) and is tried again, up to ``THROTTLE_ATTEMPTS`` times; after that it raises
+:class:`Throttled`, a definite no (the write did not happen), so callers can undo what
+they expected and retry the decision later. A 429 slows the operator down; it never turns
+into a decision lost."""
 
 from __future__ import annotations
 
@@ -15,6 +24,25 @@ from gitea_runner_operator.kube.ratelimit import TokenBucket
 REQUEST_TIMEOUT = 10.0
 # A list (an informer's first read, or its relist) may carry every object of a kind.
 LIST_TIMEOUT = 60.0
+# A 429 is tried again this many times in all, each after the server's Retry-After (or
+# THROTTLE_DEFAULT when it gave none), capped at THROTTLE_MAX.
+THROTTLE_ATTEMPTS = 4
+THROTTLE_DEFAULT = 1.0
+THROTTLE_MAX = 10.0
+
+
+class Throttled(Exception):
+    """The API server answered 429 to every attempt: the write did not happen."""
+
+
+def retry_after(exc: ApiException) -> float:
+    """The server's Retry-After in seconds (bounded), or THROTTLE_DEFAULT."""
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        value = float(headers.get("Retry-After", THROTTLE_DEFAULT))
+    except (TypeError, ValueError):
+        value = THROTTLE_DEFAULT
+    return min(max(value, 0.0), THROTTLE_MAX)
 
 
 async def send(call: Awaitable[Any]) -> dict[str, Any]:
@@ -30,6 +58,8 @@ async def send(call: Awaitable[Any]) -> dict[str, Any]:
         if resp.status >= 400:
             exc = ApiException(status=resp.status, reason=resp.reason)
             exc.body = raw.decode(errors="replace")
+            # Retry-After of a 429 (API Priority and Fairness)
+            exc.headers = getattr(resp, "headers", None)
             raise exc
         return json.loads(raw) if raw else {}
     finally:
@@ -43,11 +73,30 @@ async def write_unless_gone(
     the namespace's share of the write limit, then :func:`send`; False when the object was
     gone (404), so a delete, patch or release of something gone is not an error.
     ``request`` makes the call once the limiter lets it go."""
-    await limiter.acquire(namespace)
     try:
-        await send(request())
+        await write(limiter, namespace, request)
     except ApiException as exc:
         if exc.status == 404:
             return False
         raise
     return True
+
+
+async def write(
+    limiter: TokenBucket,
+    namespace: str,
+    request: Callable[[], Awaitable[Any]],
+    *,
+    urgent: bool = False,
+) -> dict[str, Any]:
+    """One write under the write limit (``urgent``: a runner create, served before the
+    writes that only report); a 429 pauses the whole limit and tries again."""
+    for _ in range(THROTTLE_ATTEMPTS):
+        await limiter.acquire(namespace, urgent=urgent)
+        try:
+            return await send(request())
+        except ApiException as exc:
+            if exc.status != 429:
+                raise
+            limiter.pause(retry_after(exc))
+    raise Throttled(f"the API server answered 429 to {THROTTLE_ATTEMPTS} attempts")

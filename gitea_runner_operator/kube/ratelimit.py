@@ -6,6 +6,10 @@ Fair between tenants: writes wait in one queue per key (the namespace), and the 
 tokens go round-robin across the keys that wait. One group creating 1,000 runners then delays
 another namespace's first write by about one token, not by the whole burst.
 
+Runner Job creates come first (``urgent``): a waiting create takes the next token before any
+status patch or Event, so the writes that only report never delay a runner (round-robin by
+namespace among creates, and among the rest).
+
 No background task: the first waiter paces the bucket and hands each token to the next key
 in turn; when its own turn comes, it passes that role to another waiter.
 """
@@ -37,8 +41,9 @@ class TokenBucket:
         self._clock = clock
         self._sleep = sleep
         self._last = clock()
-        self._queues: dict[str, deque[asyncio.Future[str]]] = {}
-        self._turns: deque[str] = deque()  # keys with waiters, in round-robin order
+        # (urgent, key) -> its waiters; keys with waiters, in round-robin order, per class.
+        self._queues: dict[tuple[bool, str], deque[asyncio.Future[str]]] = {}
+        self._turns: dict[bool, deque[str]] = {True: deque(), False: deque()}
         self._pacing = False
         self.waited = 0.0  # seconds the pacer slept for tokens, for tests and benchmarks
 
@@ -47,18 +52,26 @@ class TokenBucket:
         self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
         self._last = now
 
-    async def acquire(self, key: str = "") -> None:
-        """Wait for a write token; ``key`` (a namespace) decides whose turn it is."""
+    def pause(self, seconds: float) -> None:
+        """Hand out no token for ``seconds`` (the API server said 429 with Retry-After): the
+        bucket goes into debt, and every waiter, whatever its key, waits it out in turn."""
+        self._refill()
+        self._tokens = min(self._tokens, 0.0) - seconds * self._qps
+
+    async def acquire(self, key: str = "", *, urgent: bool = False) -> None:
+        """Wait for a write token; ``key`` (a namespace) decides whose turn it is among the
+        waiters of its class; ``urgent`` ones (runner creates) are served first."""
         if not self._queues:
             self._refill()
             if self._tokens >= 1:
                 self._tokens -= 1
                 return
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        queue = self._queues.get(key)
+        slot = (urgent, key)
+        queue = self._queues.get(slot)
         if queue is None:
-            queue = self._queues[key] = deque()
-            self._turns.append(key)
+            queue = self._queues[slot] = deque()
+            self._turns[urgent].append(key)
         queue.append(future)
         pacer = False
         try:
@@ -67,7 +80,7 @@ class TokenBucket:
             pacer = self._pacing = True
             await self._pace(future)
         except BaseException:
-            self._discard(key, future)
+            self._discard(slot, future)
             handed = future.done() and not future.cancelled() and future.result() == _PACE
             if pacer or handed:
                 self._pacing = False
@@ -85,6 +98,8 @@ class TokenBucket:
                 self.waited += wait
                 await self._sleep(wait)
                 self._refill()
+                if self._tokens < 1 - 1e-6:
+                    continue  # paused meanwhile (the API server's 429): wait out the debt
                 # The wait was for one token: rounding must not make it sleep again.
                 self._tokens = max(self._tokens, 1.0)
             nxt = self._next(mine)
@@ -96,34 +111,36 @@ class TokenBucket:
             nxt.set_result(_GRANTED)
 
     def _next(self, mine: asyncio.Future[str]) -> asyncio.Future[str] | None:
-        """The first live waiter of the next key in turn (the pacer's own future counts as
-        live: it may hold the hand-over mark)."""
-        while self._turns:
-            key = self._turns.popleft()
-            queue = self._queues[key]
-            future = queue.popleft()
-            if queue:
-                self._turns.append(key)
-            else:
-                del self._queues[key]
-            if future is mine or not future.done():
-                return future
+        """The first live waiter of the next key in turn, urgent ones first (the pacer's
+        own future counts as live: it may hold the hand-over mark)."""
+        for urgent in (True, False):
+            turns = self._turns[urgent]
+            while turns:
+                key = turns.popleft()
+                queue = self._queues[(urgent, key)]
+                future = queue.popleft()
+                if queue:
+                    turns.append(key)
+                else:
+                    del self._queues[(urgent, key)]
+                if future is mine or not future.done():
+                    return future
         return None
 
     def _hand_over(self) -> None:
         """Make some waiter the pacer, or none if nobody waits."""
-        for key in self._turns:
-            for future in self._queues[key]:
+        for queue in self._queues.values():
+            for future in queue:
                 if not future.done():
                     self._pacing = True
                     future.set_result(_PACE)
                     return
 
-    def _discard(self, key: str, future: asyncio.Future[str]) -> None:
-        queue = self._queues.get(key)
+    def _discard(self, slot: tuple[bool, str], future: asyncio.Future[str]) -> None:
+        queue = self._queues.get(slot)
         if queue is None or future not in queue:
             return
         queue.remove(future)
         if not queue:
-            del self._queues[key]
-            self._turns.remove(key)
+            del self._queues[slot]
+            self._turns[slot[0]].remove(slot[1])

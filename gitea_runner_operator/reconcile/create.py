@@ -1,7 +1,8 @@
 """The create step: render and create the runner Jobs a plan asks for, in doubling batches
 (1, 2, 4, ...) like the Job controller's slow start, so a quota or admission refusal costs
 one failed request, not hundreds. A refusal backs creation off (doubling) and is reported
-once; a Job whose create may have happened stays expected, so it is never made twice."""
+once; a Job whose create may have happened stays expected, so it is never made twice; one
+the API server throttled (429, kube/cluster.py) is not expected, and the pass is retried."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.backoff import doubling
 from gitea_runner_operator.kube.cluster import CreateRefused
 from gitea_runner_operator.kube.forgejo_job import render_forgejo_job
+from gitea_runner_operator.kube.http import Throttled
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.expectations import Expectations
@@ -69,6 +71,12 @@ class Creator:
                     # A definite no from the API server: the Job does not exist.
                     self.expectations.lower(key, name)
                     error = res
+                elif isinstance(res, Throttled):
+                    # The API server is overloaded (429 to every attempt): no Job, and no
+                    # fault of the group's. Not expected any more; the pass fails and is
+                    # retried with back-off, which creates it then.
+                    self.expectations.lower(key, name)
+                    unsure = unsure or res
                 elif isinstance(res, BaseException):
                     # A timeout or a lost connection: the Job may well exist. It stays
                     # expected (until the cache shows it, or the expectation times out), so

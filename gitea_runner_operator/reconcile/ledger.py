@@ -199,6 +199,16 @@ class Ledger:
         self._dirty.discard(key)
         self._family_of, self._all_dirty = None, True
 
+    def has_peers(self, key: str) -> bool:
+        """Whether ``key`` shares jobs with other groups (as of the last assignment read).
+        Its peers weigh its answer by when it was asked (accounting.current_jobs), so every
+        answer of such a group reaches its reconcile, changed or not; an unknown group
+        counts as having peers until its first report says otherwise."""
+        if key not in self._members:
+            return True
+        family = (self._family_of or {}).get(key)
+        return family is None or len(family) > 1
+
     def stale(self, key: str) -> bool:
         """Whether the share last read for ``key`` predates a change of its family's inputs
         (a pass again after ``min_interval`` reads a fresh one)."""

@@ -43,6 +43,7 @@ from gitea_runner_operator.reconcile.scaling import matching_demand
 from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.stuck import STUCK_BACKOFF_MAX, note_stuck
 from gitea_runner_operator.reconcile.teardown import FINALIZER, Teardown
+from gitea_runner_operator.reconcile.timers import next_due
 from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
 from gitea_runner_operator.reconcile.unmatched_book import publish as publish_unmatched
 from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
@@ -75,6 +76,7 @@ class Reconciler:
         start_bound: float = claims.START_BOUND,
     ) -> None:
         self._template_policy = template_policy
+        self._start_bound = start_bound
         self._own_namespace = own_namespace
         # ``is None``, not ``or``: an empty Ledger is falsy (``__len__``), and the one passed
         # in (with its ``notify``) must be the one used.
@@ -131,15 +133,13 @@ class Reconciler:
             await self._drop_claims(key)
             await self._sources.stop(key)
             problem = Problem("InvalidSpec", exc.message, ProblemKind.CONFIG)
-            await self._status.write(p, problem, state)
-            return Result()
+            return Result(requeue_after=await self._status.write(p, problem, state))
         if (
             refusal := refused(p.meta, spec, self._template_policy, self._own_namespace)
         ) is not None:
             self._ledger.remove(key)  # it creates nothing: its peers take its jobs
             await self._sources.stop(key)  # no Gitea calls, no Jobs: nothing to do for it
-            await self._status.write(p, refusal, state)
-            return Result()
+            return Result(requeue_after=await self._status.write(p, refusal, state))
         finalizers = p.meta.get("finalizers") or []
         if FINALIZER not in finalizers:
             version = str(p.meta.get("resourceVersion") or "")
@@ -158,8 +158,7 @@ class Reconciler:
             return Result()  # the poll task enqueues the group when it has one
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
-            await self._status.write(p, problem, state, spec=spec)
-            return Result()
+            return Result(requeue_after=await self._status.write(p, problem, state, spec=spec))
         if p.released:
             # Runners finished after Gitea was asked: plan now (churn.py), and ask again so
             # the next pass counts the real demand.
@@ -205,10 +204,23 @@ class Reconciler:
         if await mark(self._cluster, p, decision):
             # More marks are left: come back at once, after the events queued meanwhile.
             requeue = min(requeue or MARKS_REQUEUE, MARKS_REQUEUE)
-        await self._status.write(
+        due = next_due(
+            p.views,
+            decision.states,
+            now=self._wall(),
+            startup_timeout=spec.startup_timeout_seconds,
+            idle_timeout=spec.idle_timeout_seconds,
+            warm_max_age=spec.warm_runner_max_age_seconds,
+            start_bound=self._start_bound,
+        )
+        if due is not None:  # a runner's timer: no poll queues this pass any more
+            requeue = min(requeue or due, due)
+        held = await self._status.write(
             p, None, state, spec=spec, decision=decision, snapshot=snapshot, seen=seen,
             created=created,
         )  # fmt: skip
+        if held is not None:  # the status write waits for its turn (report.py)
+            requeue = min(requeue or held, held)
         return Result(requeue_after=self._requeue(key, state, requeue))
 
     def _requeue(self, key: str, state: GroupState, requeue: float | None) -> float | None:
@@ -245,6 +257,7 @@ class Reconciler:
         await self._drop_claims(key)
         self._expectations.forget(key)
         self._states.pop(key, None)
+        self._status.forget(key)
         namespace, _, name = key.partition("/")
         self._metrics.forget_group(namespace, name)
         self._why_metrics.forget_group(namespace, name)

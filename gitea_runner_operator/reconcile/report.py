@@ -4,9 +4,10 @@ own field, api/loss.py). Pure decisions live in :mod:`.status`; this module writ
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -33,6 +34,12 @@ log = structlog.get_logger(__name__)
 
 # A problem that persists is logged again this often (not once per poll).
 LOG_REMINDER = 600.0
+# A group's status is patched at most once per this many seconds: passes in between (a
+# filling group reconciles several times a second) are folded into the next patch.
+STATUS_MIN_INTERVAL = 1.0
+# The status this process last wrote counts as current for this long, even before the
+# watch shows it (the next pass must not write the same status again meanwhile).
+WRITTEN_TRUSTED_FOR = 10.0
 
 
 @dataclass(slots=True)
@@ -46,6 +53,22 @@ class StatusWriter:
     ledger: Ledger
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
+    # key -> (when, hash of the status) of this process's last patch
+    written: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+    def forget(self, key: str) -> None:
+        self.written.pop(key, None)
+
+    def _hold_back(self, key: str, digest: int) -> tuple[bool, float | None]:
+        """Whether to skip this write, and if so when to come back (None: never, it was
+        written already). At most one patch per group per STATUS_MIN_INTERVAL."""
+        now = self.clock()
+        last = self.written.get(key)
+        if last is not None and last[1] == digest and now - last[0] < WRITTEN_TRUSTED_FOR:
+            return True, None
+        if last is not None and now - last[0] < STATUS_MIN_INTERVAL:
+            return True, last[0] + STATUS_MIN_INTERVAL - now
+        return False, None
 
     async def write(
         self,
@@ -58,9 +81,10 @@ class StatusWriter:
         snapshot: Snapshot | None = None,
         seen: int | None = None,
         created: int = 0,
-    ) -> None:
+    ) -> float | None:
         """``seen``: the matching jobs a blocked group sees, reported as its demand although
-        its family's accounting gave them to its peers."""
+        its family's accounting gave them to its peers. Returns when to come back (seconds)
+        if the write was held back (STATUS_MIN_INTERVAL), else None."""
         key, group, views, pending = p.key, p.group, p.views, p.pending
         meta = p.meta
         previous = group.get("status") or {}
@@ -137,8 +161,13 @@ class StatusWriter:
         else:
             self.metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
         if not st.status_differs(previous, wanted, now=self.wall_clock()):
-            return
+            return None
+        digest = hash(json.dumps(wanted, sort_keys=True, default=str))
+        skip, come_back = self._hold_back(key, digest)
+        if skip:
+            return come_back
         await self.cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
+        self.written[key] = (self.clock(), digest)  # only once it is written
         # Events mark transitions, not every pass.
         if problem is not None and st.find_condition(previous, st.READY).get("reason") != (
             problem.reason
@@ -150,6 +179,7 @@ class StatusWriter:
         hook_before = st.find_condition(previous, st.WEBHOOK).get("reason")
         if hook is not None and not hook.ok and hook_before != hook.reason:
             await self.cluster.emit_event(group, "Warning", hook.reason, hook.message)
+        return None
 
     def _waiting(
         self,

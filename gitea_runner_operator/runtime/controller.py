@@ -37,6 +37,7 @@ from gitea_runner_operator.runtime.observer import Observer
 from gitea_runner_operator.runtime.poller import Pollers
 from gitea_runner_operator.runtime.reaper import Reaper
 from gitea_runner_operator.runtime.rerun import LossFollowUp
+from gitea_runner_operator.runtime.triggers import owned_changed
 from gitea_runner_operator.runtime.trust import GiteaTrust
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
@@ -90,6 +91,8 @@ class Controller:
         self.losses = LossFollowUp(self.cluster, self.cache, self.metrics)
         self.hooks = HookKeeper(self.secrets, settings.webhook_url)
         self.enroller = Enroller(self.cluster, self.cache, RunnerCredentials(api, writes))
+        # A group whose share of overlapping jobs grew must create: enqueue it.
+        self.ledger = Ledger(notify=self.queue.add)
         self.pollers = Pollers(
             self.observer.observe,
             self.queue.add,
@@ -100,6 +103,7 @@ class Controller:
             backoff_max=settings.gitea_backoff_max,
             enroller=self.enroller,
             step_deadline=settings.gitea_step_deadline,
+            every_answer=self.ledger.has_peers,
         )
         self.reconciler = Reconciler(
             self.cache,
@@ -109,8 +113,7 @@ class Controller:
             job_ttl_seconds=settings.job_ttl_seconds,
             on_group_gone=self._on_group_gone,
             metrics=self.metrics,
-            # A group whose share of overlapping jobs grew must create: enqueue it.
-            ledger=Ledger(notify=self.queue.add),
+            ledger=self.ledger,
             template_policy=self.template_policy,
             own_namespace=settings.own_namespace,
             start_bound=settings.runner_start_bound,
@@ -132,7 +135,8 @@ class Controller:
         # A Job created and deleted before any reconcile saw it must not stay expected.
         if kind == "DELETED":
             self.expectations.observed(key, obj["metadata"]["name"])
-        self.queue.add(key)
+        if owned_changed(kind, obj, before):  # not for a resourceVersion or heartbeat alone
+            self.queue.add(key)
 
     def _on_reaped(self, key: str, job_name: str, reason: ReapReason) -> None:
         namespace, _, name = key.partition("/")
@@ -204,6 +208,8 @@ class Controller:
                     await task
             await self.pollers.stop_all()
             await self.reaper.close()
+            with contextlib.suppress(Exception):  # best effort, like every Event
+                await self.cluster.events.close()  # aggregated Events still pending
             if self._housekeeping:
                 await asyncio.wait(list(self._housekeeping), timeout=5)
             await self.observer.close()
@@ -232,7 +238,9 @@ class Controller:
                 log.debug("reconcile failure detail", group=key, exc_info=True)
                 self.queue.add_rate_limited(key)
             else:
-                self.metrics.reconcile_done(time.monotonic() - started, error=False)
+                took = time.monotonic() - started
+                self.metrics.reconcile_done(took, error=False)
+                log.debug("reconciled", group=key, took=round(took, 4))
                 self.queue.forget(key)
                 if result.requeue_after is not None:
                     self.queue.add_after(key, result.requeue_after)

@@ -53,7 +53,7 @@ from gitea_runner_operator.kube.runner_credentials import (
 )
 from gitea_runner_operator.kube.views import job_finished, job_suspended
 from gitea_runner_operator.reconcile.scaling import matching_demand
-from gitea_runner_operator.runtime.observer import GiteaHandle
+from gitea_runner_operator.runtime.fetch import GiteaHandle
 
 log = structlog.get_logger(__name__)
 

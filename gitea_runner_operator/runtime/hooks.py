@@ -27,7 +27,7 @@ from gitea_runner_operator.forge.errors import GiteaError, GiteaForbidden, Gitea
 from gitea_runner_operator.forge.hooks import HookClient
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
-from gitea_runner_operator.runtime.observer import GiteaHandle
+from gitea_runner_operator.runtime.fetch import GiteaHandle
 
 log = structlog.get_logger(__name__)
 

@@ -1,10 +1,11 @@
 """Asks Gitea (and the Secrets it needs for that) what a group's demand is right now.
 
 One observation = check the Gitea URL against the admin's allow-list, read the auth token
-Secret, check the registration token Secret, list the scope's runners, then its queued jobs.
-Runners are read *before* jobs on purpose: a job that a runner takes between the two reads
-then drops out of demand instead of being counted twice (as queued and as covered by an idle
-runner), so the error is always on the side of not starting a runner.
+Secret, check the registration token Secret, list the scope's runners, then its queued jobs
+(the requests themselves are in ``fetch.py``). Runners are read *before* jobs on purpose: a
+job that a runner takes between the two reads then drops out of demand instead of being
+counted twice (as queued and as covered by an idle runner), so the error is always on the
+side of not starting a runner.
 
 An observation as a whole has a deadline, so a Gitea that accepts connections and never
 answers costs its own group one late snapshot and nobody else anything; and a budget of
@@ -17,19 +18,15 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
-import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from gitea_runner_operator.api import template_policy
 from gitea_runner_operator.api.credentials import url_problem
-from gitea_runner_operator.api.forge import ForgeInfo
-from gitea_runner_operator.api.gitea import ActionJob
-from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
+from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runner_config import runner_config_problem
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.api.template_policy import TemplatePolicy
@@ -37,81 +34,34 @@ from gitea_runner_operator.forge.client import GiteaClient, SessionPool
 from gitea_runner_operator.forge.errors import (
     GiteaError,
     GiteaForbidden,
-    GiteaNotFound,
     GiteaRateLimited,
     GiteaUnauthorized,
 )
 from gitea_runner_operator.forge.flavor import FlavorCache, client_for, forge_problem
-from gitea_runner_operator.forge.forgejo import ForgejoClient, RepoNames
+from gitea_runner_operator.forge.forgejo import RepoNames
 from gitea_runner_operator.forge.limits import (
     OBSERVATION_MAX_BYTES,
     OBSERVATION_MAX_ITEMS,
-    AnswerBudget,
 )
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.runtime.fetch import (
+    Fetched,
+    ScopeFetcher,
+    Shared,
+    settle,
+)
+from gitea_runner_operator.runtime.fetch import GiteaHandle as GiteaHandle  # re-exported
 from gitea_runner_operator.runtime.trust import GiteaTrust
 
 log = structlog.get_logger(__name__)
 
-PROGRESS_EVERY = 60.0
 # What no group asked for in this long goes: resolved scopes, shared answers, metric sample
 # times, TLS contexts and HTTP sessions of old tokens, old CA bundles or deleted groups.
 IDLE_EXPIRY = 600.0
 HOUSEKEEPING_EVERY = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class GiteaHandle:
-    """What the group's poll task needs to act in Gitea (reaping). It holds the token, so it
-    stays inside the poll task: never in a snapshot, a log line or the status."""
-
-    client: GiteaClient  # a ForgejoClient when the forge is Forgejo
-    scope: ScopeRef
-
-    @property
-    def forgejo(self) -> ForgejoClient | None:
-        return self.client if isinstance(self.client, ForgejoClient) else None
-
-
-@dataclass(frozen=True, slots=True)
-class _Fetched:
-    """The answer to one (possibly shared) set of Gitea requests."""
-
-    observation: Observation | None = None
-    problem: Problem | None = None
-    retry_after: float | None = None
-    error: GiteaError | None = None
-    handle: GiteaHandle | None = None
-
-
-@dataclass(slots=True)
-class _Shared:
-    """One in-flight (or finished) fetch and the observations waiting for it. When the
-    last waiter gives up (its deadline, its poller stopping), the fetch is cancelled: no
-    abandoned request may run on, and later fail on a session closed meanwhile."""
-
-    started: float
-    checked: str
-    task: asyncio.Task[_Fetched]
-    waiters: int = 0
-    abandoned: bool = False
-
-
-SETTLE_TIMEOUT = 5.0
-
-
-async def _settle(tasks: Sequence[asyncio.Task[_Fetched]]) -> None:
-    """Wait (at most ``SETTLE_TIMEOUT``) for cancelled fetches to end, retrieving their
-    outcomes so that none is reported as "never retrieved"."""
-    if not tasks:
-        return
-    await asyncio.wait(tasks, timeout=SETTLE_TIMEOUT)
-    for task in tasks:
-        if task.done() and not task.cancelled():
-            task.exception()
 
 
 def utc_now_iso() -> str:
@@ -148,35 +98,34 @@ class Observer:
         self._clock = clock
         self._page_size = page_size
         self._max_pages = max_pages
-        # Keyed by the token's fingerprint too: what one tenant's token may see must never
-        # answer for another token.
-        self._resolved: dict[tuple[str, ScopeRef, str], ScopeRef] = {}
+        # Resolved scopes and sample times, keyed by the token's fingerprint too: what one
+        # tenant's token may see must never answer for another token.
+        self._fetcher = ScopeFetcher(deadline=deadline, budget=self._budget, clock=clock)
         # (URL, scope, token fingerprint, CA bundle id) -> the latest request for it.
-        self._shared: dict[tuple[str, ScopeRef, str, str], _Shared] = {}
-        self._progress_at: dict[tuple[str, ScopeRef, str], float] = {}
+        self._shared: dict[tuple[str, ScopeRef, str, str], Shared] = {}
         # Last use of each (URL, scope, token fingerprint), the key every cache above starts
         # with: what no group used for IDLE_EXPIRY goes, so memory follows what is alive.
         self._used: dict[tuple[str, ScopeRef, str], float] = {}
         self._housekept = clock()
         # Every fetch task not yet finished: cancelled and awaited when its URL goes or the
         # observer closes, never left to fail on its own.
-        self._tasks: set[asyncio.Task[_Fetched]] = set()
+        self._tasks: set[asyncio.Task[Fetched]] = set()
         self._flavors = FlavorCache()
         # Forgejo repository names by id, per URL and token fingerprint (forge/forgejo.py).
         self._repo_names: dict[tuple[str, str], RepoNames] = {}
         self.fetches = 0  # sets of Gitea requests actually sent, for tests and benchmarks
 
-    def forget(self, urls_in_use: set[str]) -> list[asyncio.Task[_Fetched]]:
+    def forget(self, urls_in_use: set[str]) -> list[asyncio.Task[Fetched]]:
         """Drop what was learned about URLs no group uses; returns their fetches, cancelled,
         for the caller to await (:meth:`drop` does both)."""
-        for key in [k for k in self._resolved if k[0] not in urls_in_use]:
-            del self._resolved[key]
+        for key in [k for k in self._fetcher.resolved if k[0] not in urls_in_use]:
+            del self._fetcher.resolved[key]
         cancelled = []
         for shared_key in [k for k in self._shared if k[0] not in urls_in_use]:
             cancelled += self._pop_shared(shared_key)
         for used in [k for k in self._used if k[0] not in urls_in_use]:
             del self._used[used]
-            self._progress_at.pop(used, None)
+            self._fetcher.progress_at.pop(used, None)
         self._flavors.forget(urls_in_use)
         for names in [k for k in self._repo_names if k[0] not in urls_in_use]:
             del self._repo_names[names]
@@ -184,7 +133,7 @@ class Observer:
 
     def _pop_shared(
         self, shared_key: tuple[str, ScopeRef, str, str]
-    ) -> list[asyncio.Task[_Fetched]]:
+    ) -> list[asyncio.Task[Fetched]]:
         """Forget one shared request; its fetch, if still running, is cancelled and returned
         for the caller to await."""
         shared = self._shared.pop(shared_key)
@@ -196,7 +145,7 @@ class Observer:
 
     def __len__(self) -> int:
         """Entries held in the caches (for tests and benchmarks)."""
-        return len(self._resolved) + len(self._shared) + len(self._progress_at)
+        return len(self._fetcher.resolved) + len(self._shared) + len(self._fetcher.progress_at)
 
     async def housekeep(self) -> None:
         """Drop what no group used for IDLE_EXPIRY; close sessions of old trust and tokens,
@@ -206,14 +155,14 @@ class Observer:
         idle = [k for k, at in self._used.items() if now - at > IDLE_EXPIRY]
         for k in idle:
             del self._used[k]
-            self._resolved.pop(k, None)
-            self._progress_at.pop(k, None)
+            self._fetcher.resolved.pop(k, None)
+            self._fetcher.progress_at.pop(k, None)
         gone = set(idle)
         cancelled = []
         for shared_key, entry in list(self._shared.items()):
             if shared_key[:3] in gone or (entry.task.done() and now - entry.started > IDLE_EXPIRY):
                 cancelled += self._pop_shared(shared_key)
-        await _settle(cancelled)
+        await settle(cancelled)
         if self._trust is not None:
             self._trust.expire(IDLE_EXPIRY)
         await self._sessions.expire(IDLE_EXPIRY)
@@ -221,7 +170,7 @@ class Observer:
     async def drop(self, urls_in_use: set[str]) -> None:
         """:meth:`forget`, then wait until the cancelled fetches have ended (bounded), so
         that closing their sessions afterwards cannot break a request in flight."""
-        await _settle(self.forget(urls_in_use))
+        await settle(self.forget(urls_in_use))
 
     async def close(self) -> None:
         """Cancel and await every fetch still running (shutdown, lost leadership)."""
@@ -229,7 +178,7 @@ class Observer:
         tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
             task.cancel()
-        await _settle(tasks)
+        await settle(tasks)
 
     async def observe(
         self, namespace: str, spec: RunnerGroupSpec, newer_than: float = float("-inf")
@@ -326,10 +275,10 @@ class Observer:
         self._used[key[:3]] = started
         shared = self._shared.get(key)
         if shared is None or shared.started < newer_than or shared.abandoned:
-            task = asyncio.create_task(self._fetch(client, wanted, fingerprint, forge))
+            task = asyncio.create_task(self._fetcher.fetch(client, wanted, fingerprint, forge))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            shared = self._shared[key] = _Shared(started, checked, task)
+            shared = self._shared[key] = Shared(started, checked, task)
             self.fetches += 1
         # Shielded: one group giving up (its deadline, its poller stopping) must not cancel
         # the request the other groups are waiting for; the last one to give up does.
@@ -370,87 +319,3 @@ class Observer:
                     f"spec.runnerConfig: key {cm.key!r} of ConfigMap {namespace}/{cm.name} {why}",
                 )
             )
-
-    async def _fetch(
-        self, client: GiteaClient, wanted: ScopeRef, fingerprint: str, forge: ForgeInfo
-    ) -> _Fetched:
-        url = client.base_url
-        cache_key = (url, wanted, fingerprint)
-        handle_client, client = client, client.metered(AnswerBudget(*self._budget))
-        try:
-            async with asyncio.timeout(self._deadline):
-                scope = self._resolved.get(cache_key)
-                if scope is None:
-                    scope = await client.resolve_scope(wanted)
-                    self._resolved[cache_key] = scope
-                runners = await client.list_runners(scope)
-                in_progress: tuple[ActionJob, ...]
-                finished: tuple[ActionJob, ...]
-                if isinstance(client, ForgejoClient):
-                    # One unpaged answer holds both; running jobs carry the handles that
-                    # tell which bound runner took its job. Nothing final is listed.
-                    queued, running = await client.list_active_jobs(scope)
-                    in_progress, finished = running.items, ()
-                else:
-                    queued = await client.list_jobs(scope, "queued")
-                    in_progress, finished = await self._progress(client, scope, cache_key)
-        except TimeoutError:
-            problem = Problem(
-                "GiteaUnreachable", f"{url}: no complete answer within {self._deadline:.0f}s"
-            )
-            return _Fetched(problem=problem)
-        except asyncio.CancelledError:
-            raise
-        except GiteaError as exc:
-            if isinstance(exc, GiteaNotFound):
-                self._resolved.pop(cache_key, None)  # the target may have been renamed
-            retry_after = exc.retry_after if isinstance(exc, GiteaRateLimited) else None
-            if exc.detail:
-                log.debug("gitea request failed", gitea=url, detail=exc.detail)
-            problem = Problem(exc.reason, f"{url}: {exc}" if url not in str(exc) else str(exc))
-            return _Fetched(problem=problem, retry_after=retry_after, error=exc)
-        except Exception as exc:  # a bug or a library fault: a condition, never a lost task
-            log.warning("gitea fetch failed unexpectedly", gitea=url, error=repr(exc))
-            problem = Problem("GiteaError", f"{url}: the request failed; retrying")
-            return _Fetched(problem=problem)
-        if not runners.complete:
-            log.warning(
-                "runner list longer than the page cap: no runner of this scope is reaped "
-                "until it fits",
-                gitea=url,
-                seen=len(runners.items),
-            )
-        observation = Observation(
-            queued=queued.items,
-            runners=runners.items,
-            runners_complete=runners.complete,
-            queued_complete=queued.complete,
-            in_progress=in_progress,
-            finished=finished,
-            forge=forge,
-        )
-        return _Fetched(observation=observation, handle=GiteaHandle(handle_client, scope))
-
-    async def _progress(
-        self, client: GiteaClient, scope: ScopeRef, key: tuple[str, ScopeRef, str]
-    ) -> tuple[tuple[ActionJob, ...], tuple[ActionJob, ...]]:
-        """One page of running jobs and one of the most recently finished, at most once a
-        minute per scope and token: Gitea's own created/started/completed times for the
-        latency and duration metrics, at a bounded cost (a sample: at most a page of
-        finished jobs a minute). A failure here costs the metrics a sample, never the
-        observation."""
-        now = self._clock()
-        if now - self._progress_at.get(key, float("-inf")) < PROGRESS_EVERY:
-            return (), ()
-        self._progress_at[key] = now
-        try:
-            running = (await client.list_jobs(scope, "in_progress", max_pages=1)).items
-            finished = (
-                await client.list_jobs(scope, "completed", max_pages=1, newest_first=True)
-            ).items
-        except GiteaError:
-            return (), ()
-        if any(a.id < b.id for a, b in itertools.pairwise(finished)):
-            # Gitea < 1.27 ignores the order and lists the oldest first: no recent sample.
-            finished = ()
-        return running, finished

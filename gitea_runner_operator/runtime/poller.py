@@ -31,10 +31,11 @@ from gitea_runner_operator.kit.backoff import doubling
 from gitea_runner_operator.reconcile.forgejo import NO_JOB_EVENTS
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.runtime.enroll import Enroller
+from gitea_runner_operator.runtime.fetch import GiteaHandle
 from gitea_runner_operator.runtime.hooks import HookKeeper
-from gitea_runner_operator.runtime.observer import GiteaHandle
 from gitea_runner_operator.runtime.reaper import Reaper
 from gitea_runner_operator.runtime.rerun import LossFollowUp
+from gitea_runner_operator.runtime.triggers import RESYNC, answer_key
 from gitea_runner_operator.settings import GITEA_STEP_DEADLINE
 
 log = structlog.get_logger(__name__)
@@ -85,9 +86,20 @@ class GroupPoller:
         clock: Callable[[], float] = time.monotonic,
         enroller: Enroller | None = None,
         step_deadline: float = STEP_DEADLINE,
+        every_answer: Callable[[str], bool] | None = None,
+        resync: float = RESYNC,
     ) -> None:
         self._step_deadline = step_deadline
         self._enroller = enroller
+        # Whether every answer must reach the reconcile, changed or not (a group whose
+        # peers weigh its answers by their age: Ledger.has_peers).
+        self._every_answer = every_answer
+        self._resync = resync
+        self._handed: tuple[object, ...] | None = None  # answer_key of the last one handed
+        self._handed_at = float("-inf")
+        self._asked = False  # a wake-up came since the last observation started
+        self._asked_at = 0.0  # when the first of those came (for the wake-up path's spans)
+        self.notified = 0  # answers handed to the reconcile, for tests and benchmarks
         self.key = key
         self._losses = losses
         self.spec = spec
@@ -123,7 +135,10 @@ class GroupPoller:
             and (latest.problem.kind is ProblemKind.GITEA)
         ):
             return
-        self._wanted_after = max(self._wanted_after, self._clock())
+        now = self._clock()
+        self._wanted_after = max(self._wanted_after, now)
+        if not self._asked:
+            self._asked, self._asked_at = True, now
         self._wake.set()
 
     @property
@@ -153,7 +168,9 @@ class GroupPoller:
         failures = 0
         while True:
             self._wake.clear()
+            asked, self._asked = self._asked, False
             started = self._clock()
+            asked_at = self._asked_at
             snapshot: Snapshot | None = None
             handle: GiteaHandle | None = None
             interval = self.spec.poll_interval_seconds
@@ -163,6 +180,13 @@ class GroupPoller:
             except Exception:
                 log.exception("poll failed unexpectedly", group=self.key)
             self.observations += 1
+            if asked:  # the wake-up path's spans (tests/benchmarks/webhook_latency.py)
+                log.debug(
+                    "observed after a wake-up",
+                    group=self.key,
+                    waited=round(started - asked_at, 4),
+                    took=round(self._clock() - started, 4),
+                )
             kind = None
             if snapshot is None or snapshot.problem is not None:
                 failures += 1
@@ -171,7 +195,7 @@ class GroupPoller:
                 failures = 0
             if snapshot is not None:
                 self.latest = snapshot
-            self._notify(self.key)
+            self._hand_over(snapshot, asked)
             order, self._order = self._order, None
             if order is not None and handle is None and self._order is None:
                 self._order = order  # Gitea could not be asked: keep it for the next pass
@@ -201,6 +225,24 @@ class GroupPoller:
                 self._secret_retry,
             )
             await self._sleep(started, delay * random.uniform(0.95, 1.05))  # noqa: S311
+
+    def _hand_over(self, snapshot: Snapshot | None, asked: bool) -> None:
+        """Queue the group's reconcile when this answer may change a decision: it differs
+        from the last one handed over, someone asked for it (a webhook, the reconciler),
+        the group's peers weigh it by its age, or the resync is due (runtime/triggers.py).
+        An unchanged answer of a quiet group costs no reconcile."""
+        key = answer_key(snapshot) if snapshot is not None else None
+        now = self._clock()
+        if (
+            key is None
+            or asked
+            or key != self._handed
+            or now - self._handed_at >= self._resync
+            or (self._every_answer is not None and self._every_answer(self.key))
+        ):
+            self._handed, self._handed_at = key, now
+            self.notified += 1
+            self._notify(self.key)
 
     async def _enroll(self, handle: GiteaHandle, snapshot: Snapshot) -> None:
         """Forgejo: register the runners of the group's suspended runner Jobs."""
@@ -292,8 +334,12 @@ class Pollers:
         backoff_max: float = DEFAULT_BACKOFF_MAX,
         enroller: Enroller | None = None,
         step_deadline: float = STEP_DEADLINE,
+        every_answer: Callable[[str], bool] | None = None,
+        resync: float = RESYNC,
     ) -> None:
         self._step_deadline = step_deadline
+        self._every_answer = every_answer
+        self._resync = resync
         self._losses = losses
         self._enroller = enroller
         self._observe = observe
@@ -331,6 +377,8 @@ class Pollers:
             backoff_max=self._backoff_max,
             enroller=self._enroller,
             step_deadline=self._step_deadline,
+            every_answer=self._every_answer,
+            resync=self._resync,
         )
         if current is not None:  # what the old task knew still holds
             poller.hook, poller.hook_removed = current.hook, current.hook_removed

@@ -38,7 +38,7 @@ from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.views import job_view, pods_by_job
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.scaling import Orphan, ReapCandidate, ReapReason
-from gitea_runner_operator.runtime.observer import GiteaHandle
+from gitea_runner_operator.runtime.fetch import GiteaHandle
 
 log = structlog.get_logger(__name__)
 

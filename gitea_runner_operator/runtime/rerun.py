@@ -53,7 +53,7 @@ from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.views import pods_by_job
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.loss import decide, expired, prior_reruns
-from gitea_runner_operator.runtime.observer import GiteaHandle
+from gitea_runner_operator.runtime.fetch import GiteaHandle
 
 log = structlog.get_logger(__name__)
 

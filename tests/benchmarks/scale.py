@@ -110,6 +110,30 @@ def _recs(op: OperatorProcess) -> float:
     return common.total(op.metrics(), f"{RECONCILE}_count")
 
 
+def _writes_by_kind(op: OperatorProcess) -> dict[str, float]:
+    """Writes so far by verb and resource (``create jobs``, ``patch runnergroups/status``...)."""
+    out: dict[str, float] = {}
+    for (name, labels), value in op.metrics().items():
+        if name == "gitea_runner_operator_kube_writes_total":
+            d = dict(labels)
+            kind = f"{d.get('verb', '?')} {d.get('resource', '?')}"
+            out[kind] = out.get(kind, 0.0) + value
+    return out
+
+
+def _print_writes_per_runner(
+    before: dict[str, float], after: dict[str, float], runners: int
+) -> None:
+    """What each runner created cost in writes, by kind: the figure issue 27 asks to cut."""
+    total = 0.0
+    for kind in sorted(after):
+        n = after[kind] - before.get(kind, 0.0)
+        if n:
+            total += n
+            print(f"  {kind}: {n:.0f} ({n / max(runners, 1):.2f} per runner)")
+    print(f"  all writes: {total:.0f} ({total / max(runners, 1):.2f} per runner created)")
+
+
 def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
 
@@ -122,7 +146,11 @@ def overlap(args: argparse.Namespace) -> None:
     fake = FakeGitea()
     namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
     jobs = args.repos * args.jobs_per_repo
-    extra = ("--kube-write-qps", str(args.qps), "--kube-write-burst", str(int(args.qps * 2)))
+    extra = (
+        ("--kube-write-qps", str(args.qps), "--kube-write-burst", str(int(args.qps * 2)))
+        if args.qps is not None
+        else ()  # the operator's defaults
+    )
     with bench(namespaces, fake, False, *extra, leader=not args.no_leader) as (kube, op):
         fake.group(namespaces[0], "fallback", GroupScope(owner, None, (LABEL,)))
         started = time.monotonic()
@@ -155,6 +183,7 @@ def overlap(args: argparse.Namespace) -> None:
               f"requests {(fake.requests - req_q) / quiet:.1f}/s, Kubernetes writes "
               f"{(_writes(op) - writes_q) / quiet:.1f}/s", flush=True)  # fmt: skip
         cpu0, t0, writes0 = op.cpu_seconds(), time.monotonic(), _writes(op)
+        kinds0 = _writes_by_kind(op)
         for i in range(args.repos):
             fake.queue(owner, f"r{i:04d}", (LABEL,), args.jobs_per_repo)
         most, done_at, rss = 0, None, 0.0
@@ -179,7 +208,8 @@ def overlap(args: argparse.Namespace) -> None:
         print(f"reconcile p50 / p99: {reconcile_quantiles(op)}")
         print(f"leader changes: {op.log_count('became leader') - 1}")
         print(f"Kubernetes writes: {_writes(op) - writes0:.0f} in {elapsed:.0f}s "
-              f"(limit {args.qps}/s)")  # fmt: skip
+              f"(limit {args.qps or 'default'}/s)")  # fmt: skip
+        _print_writes_per_runner(kinds0, _writes_by_kind(op), len(runner_jobs(kube)))
         print(f"operator peak RSS: {rss:.0f} MB; CPU: {(op.cpu_seconds() - cpu0) / elapsed:.2f}"
               f" cores over {elapsed:.0f}s")  # fmt: skip
 
@@ -289,7 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", type=float, default=60.0, help="seconds measured before jobs")
     p.add_argument("--no-leader", action="store_true", help="without leader election")
     p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--qps", type=float, default=50.0, help="--kube-write-qps (default 50)")
+    p.add_argument(
+        "--qps", type=float, default=None, help="--kube-write-qps (default: the operator's)"
+    )
     p = sub.add_parser("busy")
     p.add_argument("--max", type=int, default=150)
     p.add_argument("--jobs", type=int, default=450)

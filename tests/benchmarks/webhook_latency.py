@@ -8,6 +8,12 @@ every 0.1 s) to "its runner Job exists", pairing the k-th queued job with the k-
 and posts workflow_job events to the operator's /hooks/gitea on loopback, with the group's
 own hook secret. The group polls every POLL (15s by default) on both paths.
 
+Gitea and the cluster are sampled by a thread of their own every 20 ms (pushes never hold
+the sampling up). On the webhook path the operator runs with debug logs, and its timing
+spans are printed per runner Job created after a wake-up: delivery accepted -> Gitea asked
+again (the wake-up limiter and the refresh gap), the refresh request to Gitea, the work
+queue, and the reconcile up to the created Job.
+
 With --plot FILE (needs matplotlib) it also draws queued jobs and runner Jobs over time for
 both paths, side by side.
 
@@ -17,9 +23,13 @@ both paths, side by side.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import random
+import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from tests.benchmarks import common
@@ -67,7 +77,8 @@ def run(sandbox: Sandbox, path: str, n: int, poll: str) -> dict[str, Any]:
     spec: dict[str, Any] = {"pollInterval": poll, "maxActiveRunners": n + 10}
     if path == "webhook":
         spec["webhook"] = {"secretRef": {"name": "hook", "key": "secret"}}
-    with common.operator(sandbox, [ns]) as op:
+    debug = ("--log-level", "debug") if path == "webhook" else ()
+    with common.operator(sandbox, [ns], *debug) as op:
         manifests.apply(kube, common.group("lat", org, sandbox.gitea_url, ["lat"], **spec), ns)
         if path == "webhook":
             gitea.create_webhook(
@@ -86,6 +97,21 @@ def run(sandbox: Sandbox, path: str, n: int, poll: str) -> dict[str, Any]:
         t0 = time.monotonic()
         next_push, pushed = t0, 0
         jobs_path = f"/apis/batch/v1/namespaces/{ns}/jobs"
+        stop = threading.Event()
+
+        def sample() -> None:
+            """Queued jobs in Gitea and runner Jobs in the cluster, every 20 ms."""
+            reader = GiteaAPI(sandbox.gitea_url or "", token=sandbox.gitea_token)
+            while not stop.is_set():
+                for job in reader.list_jobs("org", org, status="queued"):
+                    queued_at.setdefault(int(job["id"]), time.monotonic())
+                for item in kube.get(jobs_path)["items"]:
+                    job_seen.setdefault(item["metadata"]["name"], time.monotonic())
+                timeline.append((time.monotonic() - t0, len(queued_at), len(job_seen)))
+                time.sleep(0.02)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         while len(job_seen) < n and time.monotonic() - t0 < n * 3 + 120:
             now = time.monotonic()
             if pushed < n and now >= next_push:
@@ -95,18 +121,70 @@ def run(sandbox: Sandbox, path: str, n: int, poll: str) -> dict[str, Any]:
                 )
                 pushed += 1
                 next_push = now + random.uniform(1.0, 3.0)  # noqa: S311
-            for job in gitea.list_jobs("org", org, status="queued"):
-                queued_at.setdefault(int(job["id"]), time.monotonic())
-            for item in kube.get(jobs_path)["items"]:
-                job_seen.setdefault(item["metadata"]["name"], time.monotonic())
-            timeline.append((time.monotonic() - t0, len(queued_at), len(job_seen)))
-            time.sleep(0.1)
+            time.sleep(0.05)
+        stop.set()
+        sampler.join()
         deliveries = common.total(op.metrics(), "gitea_runner_operator_webhook_deliveries_total")
+    spans = wake_spans(op.log_path) if path == "webhook" and op.log_path else {}
     starts = sorted(queued_at.values())
     created = sorted(job_seen.values())
     latencies = [max(0.0, c - q) for q, c in zip(starts, created, strict=False)]
     print(f"{path}: {len(latencies)} jobs measured, {deliveries:.0f} webhook deliveries")
+    for name, values in spans.items():
+        print(
+            f"  {name:<34} p50 {common.percentile(values, 0.5) * 1000:7.1f} ms"
+            f"  p99 {common.percentile(values, 0.99) * 1000:7.1f} ms  ({len(values)})"
+        )
     return {"latencies": latencies, "most": len(job_seen), "timeline": timeline}
+
+
+def _at(line: dict[str, Any]) -> float:
+    return dt.datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def wake_spans(log_path: Path) -> dict[str, list[float]]:
+    """The operator's own timing of each wake-up that ended in runner Jobs, from its debug
+    log: delivery accepted -> refresh started -> refresh answered -> reconcile started ->
+    Jobs created. A delivery is paired with the first refresh that starts after it."""
+    lines = []
+    for raw in log_path.read_text().splitlines():
+        try:
+            lines.append(json.loads(raw))
+        except ValueError:
+            continue
+    deliveries = [_at(x) for x in lines if x.get("event") == "webhook delivery accepted"]
+    refreshes = [
+        (_at(x) - x["took"], _at(x), _at(x) - x["took"] - x["waited"])
+        for x in lines
+        if x.get("event") == "observed after a wake-up"
+    ]
+    reconciles = [(_at(x) - x["took"], _at(x)) for x in lines if x.get("event") == "reconciled"]
+    creates = [_at(x) for x in lines if x.get("event") == "created runner jobs"]
+    spans: dict[str, list[float]] = {
+        "delivery -> refresh starts": [],
+        "  of which wake-up -> refresh starts": [],
+        "refresh request to Gitea": [],
+        "refresh answered -> reconcile starts": [],
+        "reconcile starts -> Jobs created": [],
+        "delivery -> Jobs created (operator)": [],
+    }
+    for created in creates:
+        rec = next((r for r in reconciles if r[0] <= created <= r[1]), None)
+        if rec is None:
+            continue
+        ref = max((f for f in refreshes if f[1] <= rec[0]), default=None, key=lambda f: f[1])
+        if ref is None:
+            continue
+        got = max((d for d in deliveries if d <= ref[0]), default=None)
+        if got is None or ref[0] - got > 5:
+            continue  # a runner Job of the periodic poll, not of a delivery
+        spans["delivery -> refresh starts"].append(ref[0] - got)
+        spans["  of which wake-up -> refresh starts"].append(ref[0] - ref[2])
+        spans["refresh request to Gitea"].append(ref[1] - ref[0])
+        spans["refresh answered -> reconcile starts"].append(rec[0] - ref[1])
+        spans["reconcile starts -> Jobs created"].append(created - rec[0])
+        spans["delivery -> Jobs created (operator)"].append(created - got)
+    return {k: v for k, v in spans.items() if v}
 
 
 def plot(results: dict[str, dict[str, Any]], target: str, poll: str) -> None:

@@ -57,7 +57,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [list, watch, patch]  # patch: scale-down guards on busy runner Pods
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, patch]  # patch: repeats aggregated into one Event (count)
 # Forgejo groups: each runner's own credentials, in a Secret owned by its runner Job.
 # create only: the operator never reads, lists or updates these.
 - apiGroups: [""]

@@ -5,20 +5,7 @@ import asyncio
 import pytest
 
 from gitea_runner_operator.kube.ratelimit import TokenBucket
-
-
-class FakeTime:
-    """A clock that moves only when the bucket sleeps: pacing without real waiting."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.now += seconds
-        await asyncio.sleep(0)
+from tests.support.clock import FakeTime
 
 
 async def test_a_burst_passes_then_writes_are_paced_at_qps():

@@ -5,7 +5,6 @@ from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.reconcile.accounting import (
     Answer,
-    Claimant,
     assign,
     current_jobs,
     headroom,
@@ -13,22 +12,7 @@ from gitea_runner_operator.reconcile.accounting import (
     overlaps,
 )
 from gitea_runner_operator.reconcile.ledger import Ledger, families
-
-LINUX = frozenset({"linux"})
-
-
-def job(i, repo="acme/app", labels=("linux",)):
-    return ActionJob(
-        id=i,
-        labels=labels,
-        status="queued",
-        url=f"https://g.test/api/v1/repos/{repo}/actions/jobs/{i}",
-    )
-
-
-def group(key, scope, org=None, repo=None, *, spare=5, not_busy=0, offered=LINUX):
-    return Claimant(key, scope, org, repo, offered, not_busy=not_busy, spare=spare)
-
+from tests.support.claims import group, job, report
 
 ORG = group("team-a/org", Scope.ORG, "acme")
 REPO = group("team-b/app", Scope.REPO, "acme", "app")
@@ -151,10 +135,6 @@ def test_a_group_that_cannot_create_claims_nothing_a_healthy_peer_can_run():
 
 
 # -- families and the ledger ------------------------------------------------------------------
-
-
-def report(ledger, c, jobs=(), started=1.0, url="https://g.test"):
-    ledger.report(url, c, Answer(c.key, started, list(jobs)) if jobs is not None else None)
 
 
 def test_families_join_only_groups_whose_scopes_nest_and_labels_meet():

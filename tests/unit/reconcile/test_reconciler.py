@@ -228,7 +228,10 @@ async def test_a_persisting_failure_is_logged_again_only_after_the_reminder_inte
 async def test_a_refused_create_is_reported_backs_off_and_tries_one_not_all():
     cluster = FakeCluster()
     cluster.refuse = 'jobs "x" is forbidden: exceeded quota: runners, requested: count/jobs=1'
-    reconciler, _, _ = make(cluster, snapshot(queued=8), {**VALID, "maxActiveRunners": 8})
+    clock = Clock()
+    reconciler, _, _ = make(
+        cluster, snapshot(queued=8), {**VALID, "maxActiveRunners": 8}, clock=clock
+    )
     result = await reconciler.reconcile(KEY)
     assert cluster.creates == 1  # slow start: the first refusal stops the burst
     healthy = condition(cluster, "RunnersHealthy")
@@ -236,6 +239,7 @@ async def test_a_refused_create_is_reported_backs_off_and_tries_one_not_all():
     assert ("Warning", "JobCreateRefused") in cluster.events
     assert result.requeue_after is not None and result.requeue_after > 0
     cluster.refuse = None
+    clock.now += 1.0  # a group's status is patched at most once a second
     await reconciler.reconcile(KEY)
     assert condition(cluster, "RunnersHealthy")["status"] == "True"
 
@@ -384,11 +388,13 @@ async def test_a_create_whose_answer_was_lost_is_not_made_a_second_time():
 
 async def test_a_managed_hook_shows_as_the_webhook_condition_and_a_failure_warns_once():
     cluster = FakeCluster()
-    reconciler, sources, _ = make(cluster, snapshot(), spec=HOOKED)
+    clock = Clock()
+    reconciler, sources, _ = make(cluster, snapshot(), spec=HOOKED, clock=clock)
     sources.source.hook = HookStatus(True, "HookRegistered", "hook 4 of organisation acme ...")
     await reconciler.reconcile(KEY)
     assert condition(cluster, "Webhook")["status"] == "True"
     sources.source.hook = HookStatus(False, "HookNotPermitted", "the API token may not ...")
+    clock.now += 1.0  # a group's status is patched at most once a second
     await reconciler.reconcile(KEY)
     await reconciler.reconcile(KEY)
     cond = condition(cluster, "Webhook")

@@ -59,7 +59,7 @@ def _fetch_tasks() -> list[asyncio.Task[Any]]:
     return [
         t
         for t in asyncio.all_tasks()
-        if getattr(t.get_coro(), "__qualname__", "").endswith("Observer._fetch")
+        if getattr(t.get_coro(), "__qualname__", "").endswith("ScopeFetcher.fetch")
     ]
 
 

@@ -1,0 +1,194 @@
+"""The Gitea requests of one observation, and the types observations share them by.
+
+Split from observer.py, which decides *whether* to ask (allow-list, Secrets, trust, shared
+answers); this module *asks*: resolve the scope (cached), list the runners, then the queued
+jobs (runners first: see observer.py), and at most once a minute, alongside, a sample of
+running and finished jobs for the latency metrics. Every answer is metered (``forge/limits.py``) and
+bounded by the observation's deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from gitea_runner_operator.api.forge import ForgeInfo
+from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.api.observation import Observation, Problem
+from gitea_runner_operator.forge.client import GiteaClient
+from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound, GiteaRateLimited
+from gitea_runner_operator.forge.forgejo import ForgejoClient
+from gitea_runner_operator.forge.limits import AnswerBudget
+from gitea_runner_operator.forge.scope import ScopeRef
+
+log = structlog.get_logger(__name__)
+
+PROGRESS_EVERY = 60.0
+# (URL, scope, token fingerprint): the key the caches of resolved scopes and samples share.
+ScopeKey = tuple[str, ScopeRef, str]
+
+
+@dataclass(frozen=True, slots=True)
+class GiteaHandle:
+    """What the group's poll task needs to act in Gitea (reaping). It holds the token, so it
+    stays inside the poll task: never in a snapshot, a log line or the status."""
+
+    client: GiteaClient  # a ForgejoClient when the forge is Forgejo
+    scope: ScopeRef
+
+    @property
+    def forgejo(self) -> ForgejoClient | None:
+        return self.client if isinstance(self.client, ForgejoClient) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """The answer to one (possibly shared) set of Gitea requests."""
+
+    observation: Observation | None = None
+    problem: Problem | None = None
+    retry_after: float | None = None
+    error: GiteaError | None = None
+    handle: GiteaHandle | None = None
+
+
+@dataclass(slots=True)
+class Shared:
+    """One in-flight (or finished) fetch and the observations waiting for it. When the
+    last waiter gives up (its deadline, its poller stopping), the fetch is cancelled: no
+    abandoned request may run on, and later fail on a session closed meanwhile."""
+
+    started: float
+    checked: str
+    task: asyncio.Task[Fetched]
+    waiters: int = 0
+    abandoned: bool = False
+
+
+SETTLE_TIMEOUT = 5.0
+
+
+async def settle(tasks: Sequence[asyncio.Task[Fetched]]) -> None:
+    """Wait (at most ``SETTLE_TIMEOUT``) for cancelled fetches to end, retrieving their
+    outcomes so that none is reported as "never retrieved"."""
+    if not tasks:
+        return
+    await asyncio.wait(tasks, timeout=SETTLE_TIMEOUT)
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()
+
+
+class ScopeFetcher:
+    """Asks one scope of one Gitea; remembers resolved scopes and when each scope was last
+    sampled, keyed by :data:`ScopeKey` (the observer expires them with the rest)."""
+
+    def __init__(
+        self,
+        *,
+        deadline: float,
+        budget: tuple[int, int],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._deadline = deadline
+        self._budget = budget
+        self._clock = clock
+        self.resolved: dict[ScopeKey, ScopeRef] = {}
+        self.progress_at: dict[ScopeKey, float] = {}
+
+    async def fetch(
+        self, client: GiteaClient, wanted: ScopeRef, fingerprint: str, forge: ForgeInfo
+    ) -> Fetched:
+        url = client.base_url
+        cache_key = (url, wanted, fingerprint)
+        handle_client, client = client, client.metered(AnswerBudget(*self._budget))
+        try:
+            async with asyncio.timeout(self._deadline):
+                scope = self.resolved.get(cache_key)
+                if scope is None:
+                    scope = await client.resolve_scope(wanted)
+                    self.resolved[cache_key] = scope
+                in_progress: tuple[ActionJob, ...]
+                finished: tuple[ActionJob, ...]
+                if isinstance(client, ForgejoClient):
+                    runners = await client.list_runners(scope)
+                    # One unpaged answer holds both; running jobs carry the handles that
+                    # tell which bound runner took its job. Nothing final is listed.
+                    queued, running = await client.list_active_jobs(scope)
+                    in_progress, finished = running.items, ()
+                else:
+                    # The metrics' sample beside the answer, not before it: it must not
+                    # delay the runners a webhook woke the group for.
+                    sample = asyncio.ensure_future(self._progress(client, scope, cache_key))
+                    try:
+                        runners = await client.list_runners(scope)
+                        queued = await client.list_jobs(scope, "queued")
+                        in_progress, finished = await sample
+                    finally:
+                        if not sample.done():
+                            sample.cancel()
+        except TimeoutError:
+            problem = Problem(
+                "GiteaUnreachable", f"{url}: no complete answer within {self._deadline:.0f}s"
+            )
+            return Fetched(problem=problem)
+        except asyncio.CancelledError:
+            raise
+        except GiteaError as exc:
+            if isinstance(exc, GiteaNotFound):
+                self.resolved.pop(cache_key, None)  # the target may have been renamed
+            retry_after = exc.retry_after if isinstance(exc, GiteaRateLimited) else None
+            if exc.detail:
+                log.debug("gitea request failed", gitea=url, detail=exc.detail)
+            problem = Problem(exc.reason, f"{url}: {exc}" if url not in str(exc) else str(exc))
+            return Fetched(problem=problem, retry_after=retry_after, error=exc)
+        except Exception as exc:  # a bug or a library fault: a condition, never a lost task
+            log.warning("gitea fetch failed unexpectedly", gitea=url, error=repr(exc))
+            problem = Problem("GiteaError", f"{url}: the request failed; retrying")
+            return Fetched(problem=problem)
+        if not runners.complete:
+            log.warning(
+                "runner list longer than the page cap: no runner of this scope is reaped "
+                "until it fits",
+                gitea=url,
+                seen=len(runners.items),
+            )
+        observation = Observation(
+            queued=queued.items,
+            runners=runners.items,
+            runners_complete=runners.complete,
+            queued_complete=queued.complete,
+            in_progress=in_progress,
+            finished=finished,
+            forge=forge,
+        )
+        return Fetched(observation=observation, handle=GiteaHandle(handle_client, scope))
+
+    async def _progress(
+        self, client: GiteaClient, scope: ScopeRef, key: ScopeKey
+    ) -> tuple[tuple[ActionJob, ...], tuple[ActionJob, ...]]:
+        """One page of running jobs and one of the most recently finished, at most once a
+        minute per scope and token: Gitea's own created/started/completed times for the
+        latency and duration metrics, at a bounded cost (a sample: at most a page of
+        finished jobs a minute). A failure here costs the metrics a sample, never the
+        observation."""
+        now = self._clock()
+        if now - self.progress_at.get(key, float("-inf")) < PROGRESS_EVERY:
+            return (), ()
+        self.progress_at[key] = now
+        try:
+            running = (await client.list_jobs(scope, "in_progress", max_pages=1)).items
+            finished = (
+                await client.list_jobs(scope, "completed", max_pages=1, newest_first=True)
+            ).items
+        except GiteaError:
+            return (), ()
+        if any(a.id < b.id for a, b in itertools.pairwise(finished)):
+            # Gitea < 1.27 ignores the order and lists the oldest first: no recent sample.
+            finished = ()
+        return running, finished
