@@ -53,7 +53,7 @@ deliver() {{
   done
   fifo={_SIDE}/handoff/config.yaml
   rm -f "$fifo"
-  mkfifo -m 0444 "$fifo"
+  mkfifo -m 0644 "$fifo"  # the owner writes, the runner reads
   exec 3>"$fifo"  # waits for the first reader: the runner, loading its config
   : >{_SIDE}/state/delivered
   rm -f "$fifo"

@@ -8,8 +8,11 @@ a job in each mode tries the file, ``/proc`` and ``docker run -v``, and fails.""
 from __future__ import annotations
 
 import os
+import select
+import shutil
 import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -141,13 +144,39 @@ def test_dind_mode_with_a_cache_refuses_host_labels_whose_steps_run_as_root():
 
 
 def _run_sidecar(root: Path) -> subprocess.Popen[bytes]:
+    """The script as the sidecar runs it: as its own user, not root, when the test can."""
     script = config_handoff.HANDOFF_SCRIPT.replace("/gro/", f"{root}/")
-    return subprocess.Popen(["/bin/sh", "-c", script])
+    as_its_user: dict[str, Any] = {}
+    if os.geteuid() == 0:
+        uid = config_handoff.HANDOFF_UID
+        for d in ("handoff", "state", "bin"):
+            os.chown(root / d, uid, uid)
+        as_its_user = {"user": uid, "group": uid, "extra_groups": []}
+    return subprocess.Popen(["/bin/sh", "-c", script], **as_its_user)
 
 
 def _children(pid: int) -> list[str]:
     kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     return [Path(f"/proc/{kid}/comm").read_text().strip() for kid in kids]
+
+
+def _read_fifo(path: Path) -> bytes:
+    """Read the FIFO to its end as the runner does, but never hang the suite: a sidecar that
+    cannot open its end (as when its FIFO was not writable by its own user) fails the test."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    data = b""
+    try:
+        while True:
+            if not poller.poll(10_000):
+                raise AssertionError("the sidecar never wrote the config")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return data
+            data += chunk
+    finally:
+        os.close(fd)
 
 
 def _wait_for(check: Any, what: str) -> None:
@@ -158,7 +187,19 @@ def _wait_for(check: Any, what: str) -> None:
     raise AssertionError(f"never: {what}")
 
 
-def test_the_config_is_read_once_then_gone_and_a_restarted_sidecar_hands_out_nothing(tmp_path):
+@pytest.fixture
+def sidecar_root() -> Any:
+    """A directory the sidecar's own user can reach (pytest's tmp_path is root's only)."""
+    root = Path(tempfile.mkdtemp(prefix="gro-handoff-"))
+    os.chmod(root, 0o755)  # noqa: S103 - the sidecar's user must reach it
+    yield root
+    shutil.rmtree(root)
+
+
+def test_the_config_is_read_once_then_gone_and_a_restarted_sidecar_hands_out_nothing(
+    sidecar_root,
+):
+    tmp_path = sidecar_root
     for d in ("secret", "handoff", "state", "bin"):
         (tmp_path / d).mkdir()
     (tmp_path / "secret/config.yaml").write_text("cache:\n  external_secret: s3cr3t\n")
@@ -167,7 +208,7 @@ def test_the_config_is_read_once_then_gone_and_a_restarted_sidecar_hands_out_not
     try:
         _wait_for(lambda: fifo.exists(), "the FIFO was made")
         assert stat.S_ISFIFO(fifo.stat().st_mode)
-        assert fifo.read_text() == "cache:\n  external_secret: s3cr3t\n"  # the runner's read
+        assert _read_fifo(fifo) == b"cache:\n  external_secret: s3cr3t\n"  # the runner's read
         assert not fifo.exists()  # a step's read: nothing there
         assert (tmp_path / "state/delivered").exists()
     finally:
