@@ -70,7 +70,7 @@ done
 if [ -z "$runner" ]; then echo "PROBE runner process: not visible"; else
   echo "PROBE runner process: pid $runner ($(cat /proc/$runner/comm))"
   echo "PROBE runner memory: $(scan $runner external_secret)"
-  echo "PROBE runner environ: $(tr '\0' ' ' < /proc/$runner/environ 2>&1 | head -c 300)"
+  echo "PROBE runner environ: $(cat /proc/$runner/environ 2>&1 | tr '\0' ' ' | head -c 300)"
   echo "PROBE runner fds: $(ls -l /proc/$runner/fd 2>&1 | tr '\n' ' ' | head -c 300)"
   echo "PROBE runner root: $(cat /proc/$runner/root/etc/gitea-runner-operator/config/* 2>&1)"
 fi
