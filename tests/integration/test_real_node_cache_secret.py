@@ -84,8 +84,9 @@ FILES = r"""
 cfg=${CONFIG_FILE:-/etc/gitea-runner-operator/config/config.yaml}
 echo "PROBE config file: $(cat "$cfg" 2>&1)"
 echo "PROBE config dir: $(ls -la /etc/gitea-runner-operator/config 2>&1 | tr '\n' ' ')"
-echo "PROBE files: $(grep -rhos "external_secret: *.\?[0-9a-f]\{8,\}" \
-  /etc /data /tmp /run /home /root 2>/dev/null | head -n 3)"
+# regular files only: grep -r would block reading a FIFO (the hand-off's, or a shim's)
+echo "PROBE files: $(find /etc /data /tmp /run /home /root -type f -size -1024k \
+  -exec grep -hos "external_secret: *.\?[0-9a-f]\{8,\}" {} + 2>/dev/null | head -n 3)"
 """
 
 DOCKER = r"""
@@ -93,8 +94,9 @@ B=docker.io/local/busybox:1.35
 echo "PROBE docker bind: $(docker run --rm -v /etc/gitea-runner-operator:/x $B \
   sh -c 'ls -la /x /x/config; cat /x/config/config.yaml' 2>&1 | tr '\n' ' ')"
 echo "PROBE docker root: $(docker run --rm -v /:/host $B sh -c \
-  'grep -rhos "external_secret: *.\?[0-9a-f]\{8,\}" /host/etc /host/data /host/tmp \
-   /host/run /host/home /host/root /host/certs 2>/dev/null | head -n 3' 2>&1)"
+  'find /host/etc /host/data /host/tmp /host/run /host/home /host/root /host/certs \
+   -type f -size -1024k -exec grep -hos "external_secret: *.\?[0-9a-f]\{8,\}" {} + \
+   2>/dev/null | head -n 3' 2>&1)"
 docker run --rm --privileged --pid=host -e PROBE="$PROBE" $B sh -c 'eval "$PROBE"' 2>&1 |
   sed 's/^PROBE /PROBE via docker --pid=host: /'
 """
