@@ -91,6 +91,19 @@ def uses_cache(cache: CacheSpec | None) -> bool:
     return cache is not None and cache.enabled
 
 
+def check_host_steps(cache: CacheSpec | None, *, mode: str, host_labels: list[str]) -> None:
+    """Refuse a cache in ``dind`` mode with ``host`` labels. Their steps run in the runner
+    container, as the runner's user: root in the runner images of that mode, which reads
+    any file and any root process's memory, the runner's (and so the cache's secret)
+    included. Host mode and ``dind-rootless`` run the runner as a user that cannot."""
+    if uses_cache(cache) and mode == "dind" and host_labels:
+        raise ValueError(
+            f"spec.cache with mode dind and host labels ({', '.join(host_labels)}): their "
+            "steps would run as root beside the runner and could read the cache's secret; "
+            "use mode host or dind-rootless for host steps, or docker labels"
+        )
+
+
 def cache_object_name(group_name: str) -> str:
     """The name of the group's cache Deployment, Service, PVC and Secret: a DNS-1035 label
     (a Service's rule), ``<group>-cache`` where that fits, else shortened with a hash."""

@@ -18,6 +18,9 @@ from gitea_runner_operator.api import constants
 RUNNER_CONTAINER: Final = "runner"
 # Host mode's init container that registers the runner, so the runner never holds the token.
 REGISTER_CONTAINER: Final = "gro-register"
+# The native sidecar that hands a cache group's runner its config once (kube/config_handoff.py).
+HANDOFF_CONTAINER: Final = "gro-config"
+RESERVED_CONTAINERS: Final = frozenset({REGISTER_CONTAINER, HANDOFF_CONTAINER})
 
 # The runner container's environment that registers it as this group's ephemeral runner.
 OWNED_ENV: Final = frozenset(
@@ -33,7 +36,18 @@ OWNED_ENV: Final = frozenset(
 # Pod labels and annotations under the operator's own prefix: the informers select on them.
 OWNED_KEY_PREFIX: Final = f"{constants.GROUP}/"
 # Volumes the operator adds that carry a credential or configuration it must control.
-OWNED_VOLUMES: Final = frozenset({"gro-ca-bundle", "gro-runner-config"})
+OWNED_VOLUMES: Final = frozenset(
+    {
+        "gro-ca-bundle",
+        "gro-runner-config",
+        "gro-config-handoff",
+        "gro-config-state",
+        "gro-runner-bin",
+    }
+)
+# Of those, the ones no template container may mount: they hold, or hand over, the runner's
+# config with the cache's secret (only the operator's init containers mount them).
+PRIVATE_VOLUMES: Final = frozenset({"gro-runner-config", "gro-config-handoff", "gro-config-state"})
 _METADATA_FIELDS: Final = frozenset({"labels", "annotations"})
 
 
@@ -119,12 +133,14 @@ def _check_pod_spec(spec: Any) -> None:
             if container["name"] in names:
                 raise FieldError(f"{path}.name", f"{container['name']!r} is listed twice")
             names.add(container["name"])
-            if container["name"] == REGISTER_CONTAINER:
+            if container["name"] in RESERVED_CONTAINERS:
                 raise FieldError(
                     f"{path}.name",
-                    f"{REGISTER_CONTAINER!r} is reserved for the init container that registers "
-                    "a host-mode runner",
+                    f"{container['name']!r} is reserved for an init container of the operator's "
+                    f"({REGISTER_CONTAINER} registers the runner, {HANDOFF_CONTAINER} hands it "
+                    "its cache config)",
                 )
+            _check_private_mounts(path, container)
             if field == "containers" and container["name"] == RUNNER_CONTAINER:
                 _check_runner_env(path, container)
     volumes = spec.get("volumes")
@@ -135,6 +151,19 @@ def _check_pod_spec(spec: Any) -> None:
                     f".spec.volumes[{i}].name",
                     f"{volume['name']!r} is reserved for a volume the operator adds",
                 )
+
+
+def _check_private_mounts(path: str, container: Mapping[str, Any]) -> None:
+    mounts = container.get("volumeMounts")
+    if not isinstance(mounts, list):
+        return
+    for i, mount in enumerate(mounts):
+        if isinstance(mount, Mapping) and mount.get("name") in PRIVATE_VOLUMES:
+            raise FieldError(
+                f"{path}.volumeMounts[{i}].name",
+                f"{mount['name']!r} holds the runner config with the cache's secret; "
+                "no container of the template may mount it",
+            )
 
 
 def _check_runner_env(path: str, container: Mapping[str, Any]) -> None:

@@ -8,9 +8,9 @@ what the operator arranged, so runners start that can never do what the group pr
   ignored, use labels defined in config file") and ``daemon`` declares these labels instead of
   the registered ones, so the runners offer other labels than ``spec.labels`` and the jobs the
   operator counted as demand are never taken;
-- ``runner.file`` in host mode: the ``gro-register`` init container writes the registration
-  to ``/data/.runner`` and the image's entrypoint looks for ``.runner``; another file means
-  the runner container finds no registration;
+- ``runner.file`` in host mode (and with ``spec.cache``): the ``gro-register`` init container
+  writes the registration to ``/data/.runner`` and the image's entrypoint looks for
+  ``.runner``; another file means the runner container finds no registration;
 - ``cache.external_server`` without ``cache.external_secret``: the runner refuses to start;
 - a file that does not parse: the runner refuses to start.
 
@@ -24,13 +24,26 @@ from typing import Any
 
 import yaml
 
-from gitea_runner_operator.api.runnergroup import RunnerMode
+from gitea_runner_operator.api.cache import uses_cache
+from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
 
 DEFAULT_STATE_FILE = ".runner"
 
 
-def runner_config_problem(text: str, mode: RunnerMode) -> str | None:
-    """Why runners started with this config would not work as the group says, or None."""
+def registers_in_init(spec: RunnerGroupSpec) -> bool:
+    """Whether ``gro-register`` registers the runner before it starts: in host mode (the
+    steps run in the runner container, so the token must never be there), and with a cache
+    (the runner container must read its config exactly once: see kube/config_handoff.py)."""
+    if spec.registration_token is None:
+        return False
+    return spec.mode is RunnerMode.HOST or uses_cache(spec.cache)
+
+
+def runner_config_problem(
+    text: str, mode: RunnerMode, *, init_registers: bool = False
+) -> str | None:
+    """Why runners started with this config would not work as the group says, or None.
+    ``init_registers``: see :func:`registers_in_init`."""
     try:
         doc: Any = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -50,9 +63,11 @@ def runner_config_problem(text: str, mode: RunnerMode) -> str | None:
             "spec.labels"
         )
     state_file = runner.get("file")
-    if mode is RunnerMode.HOST and state_file not in (None, "", DEFAULT_STATE_FILE):
+    in_init = mode is RunnerMode.HOST or init_registers
+    if in_init and state_file not in (None, "", DEFAULT_STATE_FILE):
+        where = "in host mode" if mode is RunnerMode.HOST else "with spec.cache"
         return (
-            f"sets runner.file to {state_file!r}: in host mode the registration is written to "
+            f"sets runner.file to {state_file!r}: {where} the registration is written to "
             f"{DEFAULT_STATE_FILE!r} by the gro-register init container, so keep the default"
         )
     if (

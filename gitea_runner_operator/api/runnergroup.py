@@ -17,7 +17,7 @@ from typing import Any, Self
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.api.cache import CacheSpec
+from gitea_runner_operator.api.cache import CacheSpec, check_host_steps
 from gitea_runner_operator.api.duration import parse_duration
 from gitea_runner_operator.api.forge import Flavor
 from gitea_runner_operator.api.labels import DEFAULT_SCHEMAS, LabelError, RunnerLabel, Schema
@@ -186,6 +186,12 @@ class RunnerGroupSpec(_CamelModel):
             if label.name in names:
                 raise ValueError(f"labels: label name {label.name!r} is listed twice")
             names.add(label.name)
+        hosts = [
+            raw
+            for raw in self.labels
+            if RunnerLabel.parse(raw, self.label_schemas).schema is Schema.HOST
+        ]
+        check_host_steps(self.cache, mode=self.mode.value, host_labels=hosts)
         return self
 
     @field_validator("poll_interval")

@@ -19,7 +19,9 @@ from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.cache import uses_cache
 from gitea_runner_operator.api.naming import owner_reference
 from gitea_runner_operator.api.pod_template import REGISTER_CONTAINER, RUNNER_CONTAINER
+from gitea_runner_operator.api.runner_config import registers_in_init
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
+from gitea_runner_operator.kube import config_handoff
 from gitea_runner_operator.kube.cache_server import runner_config_volume
 from gitea_runner_operator.kube.security import restricted_container_security
 
@@ -63,7 +65,7 @@ def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
     which a template's env entry of the same name replaces.
     """
     env: list[dict[str, Any]] = [{"name": "GITEA_INSTANCE_URL", "value": spec.gitea.url}]
-    if spec.mode is not RunnerMode.HOST and spec.registration_token is not None:
+    if spec.registration_token is not None and not registers_in_init(spec):
         # Job containers do not inherit it. In host mode steps run in this very container, so
         # the token stays out of it altogether: the ``gro-register`` init container registers.
         # (A Forgejo group may have none: kube/forgejo_job.py gives each runner its own.)
@@ -92,6 +94,8 @@ def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
         env.append({"name": "SSL_CERT_FILE", "value": CA_FILE})
     if spec.runner_config is not None or uses_cache(spec.cache):
         env.append({"name": "CONFIG_FILE", "value": CONFIG_FILE})
+    if uses_cache(spec.cache):
+        env.append(config_handoff.runner_path([]))
     return env
 
 
@@ -152,7 +156,10 @@ def _runner_container(spec: RunnerGroupSpec) -> dict[str, Any]:
         security = restricted_container_security(HOST_UID)
     if spec.gitea.ca_bundle is not None:
         mounts.append({"name": "gro-ca-bundle", "mountPath": CA_DIR, "readOnly": True})
-    if spec.runner_config is not None or uses_cache(spec.cache):
+    if uses_cache(spec.cache):
+        # Never the Secret itself: a FIFO that yields the config once (kube/config_handoff.py).
+        mounts += config_handoff.runner_mounts(CONFIG_DIR)
+    elif spec.runner_config is not None:
         mounts.append({"name": "gro-runner-config", "mountPath": CONFIG_DIR, "readOnly": True})
     container: dict[str, Any] = {
         "name": RUNNER_CONTAINER,
@@ -208,8 +215,9 @@ def _operator_volumes(spec: RunnerGroupSpec, group_name: str) -> list[dict[str, 
         )
         volumes.append({"name": "gro-ca-bundle", **source})
     if uses_cache(spec.cache):
-        # The merged config carries the cache's secret: a Secret of the operator's, mounted.
-        volumes.append(runner_config_volume(group_name))
+        # The merged config carries the cache's secret: a Secret of the operator's, mounted
+        # only into the init containers, and handed to the runner once.
+        volumes += config_handoff.handoff_volumes(runner_config_volume(group_name))
     elif spec.runner_config is not None:
         cfg = spec.runner_config.config_map_key_ref
         volumes.append(
@@ -292,10 +300,21 @@ def render_pod_template(spec: RunnerGroupSpec, labels: dict[str, str]) -> dict[s
     pod["containers"] = _merge_containers([_runner_container(spec)], user_spec.get("containers"))
     init = [_dind_sidecar()] if spec.mode is RunnerMode.DIND else []
     init_containers = _merge_containers(init, user_spec.get("initContainers"))
-    if spec.mode is RunnerMode.HOST and spec.registration_token is not None:
+    runner = next(c for c in pod["containers"] if c["name"] == RUNNER_CONTAINER)
+    if registers_in_init(spec):
         # Last, so the user's init containers (and native sidecars such as a proxy) run first.
-        runner = next(c for c in pod["containers"] if c["name"] == RUNNER_CONTAINER)
-        init_containers.append(_register_container(runner, spec))
+        register = _register_container(runner, spec)
+        if uses_cache(spec.cache):
+            register = config_handoff.with_secret_config(register, CONFIG_DIR)
+        init_containers.append(register)
+    if uses_cache(spec.cache):
+        # After registration, so the runner container is the first to open the FIFO.
+        init_containers.append(
+            config_handoff.handoff_sidecar(runner["image"], runner.get("imagePullPolicy"))
+        )
+        env = runner.get("env", [])
+        runner["env"] = [e for e in env if e.get("name") != "PATH"]
+        runner["env"].append(config_handoff.runner_path(env))
     if init_containers:
         pod["initContainers"] = init_containers
     pod["volumes"] = _merge_named(

@@ -27,7 +27,7 @@ import structlog
 from gitea_runner_operator.api import template_policy
 from gitea_runner_operator.api.credentials import url_problem
 from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
-from gitea_runner_operator.api.runner_config import runner_config_problem
+from gitea_runner_operator.api.runner_config import registers_in_init, runner_config_problem
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.client import GiteaClient, SessionPool
@@ -312,7 +312,8 @@ class Observer:
         text = await self._configs.read_config_map_key(
             namespace, cm.name, cm.key, field="spec.runnerConfig", reason_prefix="RunnerConfig"
         )
-        if (why := runner_config_problem(text, spec.mode)) is not None:
+        in_init = registers_in_init(spec)
+        if (why := runner_config_problem(text, spec.mode, init_registers=in_init)) is not None:
             raise ReferenceProblem(
                 Problem(
                     "RunnerConfigInvalid",

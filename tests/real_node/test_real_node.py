@@ -25,7 +25,15 @@ from typing import Any
 import pytest
 
 from tests.support import manifests
-from tests.support.real_node import LOCAL, Real, on_real_node
+from tests.support.real_node import (
+    DIND_CONFIG,
+    DIND_SIDECAR,
+    LOCAL,
+    ROOTLESS_CONFIG,
+    Real,
+    on_real_node,
+    runner_config,
+)
 from tests.support.testbed import (
     GROUPS,
     condition,
@@ -37,9 +45,6 @@ from tests.testbed import images, realnode, runners
 from tests.testbed.realnode import GATEWAY, NODE_NAME
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
-
-
-DIND_SIDECAR = {"name": "dind", "image": LOCAL + images.DIND, "imagePullPolicy": "Never"}
 
 
 def _real_pods_ran_here(real: Real, group: str) -> list[dict[str, Any]]:
@@ -102,16 +107,6 @@ def test_host_mode_runs_a_real_workflow_and_steps_never_see_the_registration_tok
 
 # ---------------------------------------------------------------------------------- dind
 
-DIND_CONFIG = """\
-runner:
-  capacity: 1
-container:
-  # no registry: the job images are the ones the DinD image preloads
-  force_pull: false
-  valid_volumes:
-    - /var/run/docker.sock
-"""
-
 DIND_WORKFLOW = """\
 name: real-dind
 on: [push]
@@ -144,16 +139,6 @@ jobs:
           test "$(docker run --rm gro-built:1 cat /built)" = built-in-dind
           echo "docker build and run in DinD: ok"
 """
-
-
-def runner_config(real: Real, name: str, text: str) -> dict[str, Any]:
-    manifests.apply(
-        real.kube,
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
-         "data": {"config.yaml": text}},
-        namespace=real.ns,
-    )  # fmt: skip
-    return {"configMapKeyRef": {"name": name, "key": "config.yaml"}}
 
 
 def test_dind_mode_runs_a_container_job_and_a_docker_build(real):
@@ -451,15 +436,6 @@ def test_a_runner_that_does_not_register_within_startup_timeout_is_replaced(real
 
 
 # ------------------------------------------------------------------------ dind-rootless
-
-ROOTLESS_CONFIG = """\
-runner:
-  capacity: 1
-container:
-  force_pull: false
-  valid_volumes:
-    - /run/user/1000/docker.sock
-"""
 
 
 def test_dind_rootless_mode_runs_a_container_job_and_a_docker_build(real):

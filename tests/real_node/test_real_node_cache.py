@@ -25,27 +25,12 @@ import textwrap
 import pytest
 
 from gitea_runner_operator.api.cache import service_host
-from tests.support.real_node import LOCAL, Real, on_real_node
+from tests.support.real_node import HTTP, LOCAL, cache_pod_ip, on_real_node
 from tests.support.testbed import GROUPS, allow_cache, wait_until
 from tests.testbed import images
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
 
-# An HTTP/1.1 client in bash, enough for the cache API: ``req METHOD PATH [BODY] [HEADER]``
-# sets $code and $body (ASCII bodies: the length is counted in characters).
-HTTP = r"""
-u=${CACHE#http://}; hp=${u%%/*}; HOST=${hp%:*}; PORT=${hp##*:}
-fmt='%s %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n'
-fmt+='Content-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n%s\r\n%s'
-req() {
-  exec 3<>"/dev/tcp/$HOST/$PORT"
-  local data=${3:-}
-  printf "$fmt" "$1" "$2" "$hp" "$ACTIONS_RUNTIME_TOKEN" "${#data}" "${4:-}" "$data" >&3
-  resp=$(cat <&3); exec 3<&-
-  code=$(printf '%s' "$resp" | head -n 1 | cut -d' ' -f2)
-  body=${resp#*$'\r\n\r\n'}
-}
-"""
 
 WORKFLOW = """\
 name: cache
@@ -113,27 +98,6 @@ jobs:
 def workflow(a_url: str) -> str:
     """The workflow with the HTTP helper inlined, indented into each step's script."""
     return WORKFLOW.format(http=textwrap.indent(HTTP.strip(), " " * 10).lstrip(), a_url=a_url)
-
-
-def cache_pod_ip(real: Real, group: str) -> str:
-    def ip() -> str | None:
-        pods = real.kube.get(
-            f"/api/v1/namespaces/{real.ns}/pods", labelSelector=f"gitea.bpg.pw/cache-of={group}"
-        )["items"]
-        ready = [
-            p
-            for p in pods
-            if any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in (p.get("status") or {}).get("conditions") or []
-            )
-        ]
-        return ready[0]["status"].get("podIP") if ready else None
-
-    try:
-        return str(wait_until(ip, timeout=180, what=f"group {group}'s cache server ready"))
-    except TimeoutError:
-        raise AssertionError(real.pods_report()) from None
 
 
 def test_a_cached_entry_is_restored_by_the_next_runner_and_not_by_another_group(real):

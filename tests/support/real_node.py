@@ -13,6 +13,7 @@ from tests.support.testbed import (
     runner_group,
     wait_until,
 )
+from tests.testbed import images
 from tests.testbed.realnode import NODE_LABEL
 
 TOLERATION = {"key": NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
@@ -119,3 +120,75 @@ class Real:
                 return str(resp.read().decode(errors="replace"))
         except Exception as e:  # a container that never started has no log
             return f"({e})"
+
+
+DIND_SIDECAR = {"name": "dind", "image": LOCAL + images.DIND, "imagePullPolicy": "Never"}
+
+
+DIND_CONFIG = """\
+runner:
+  capacity: 1
+container:
+  # no registry: the job images are the ones the DinD image preloads
+  force_pull: false
+  valid_volumes:
+    - /var/run/docker.sock
+"""
+
+
+ROOTLESS_CONFIG = """\
+runner:
+  capacity: 1
+container:
+  force_pull: false
+  valid_volumes:
+    - /run/user/1000/docker.sock
+"""
+
+
+# An HTTP/1.1 client in bash, enough for the cache API: ``req METHOD PATH [BODY] [HEADER]``
+# sets $code and $body (ASCII bodies: the length is counted in characters).
+HTTP = r"""
+u=${CACHE#http://}; hp=${u%%/*}; HOST=${hp%:*}; PORT=${hp##*:}
+fmt='%s %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n'
+fmt+='Content-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n%s\r\n%s'
+req() {
+  exec 3<>"/dev/tcp/$HOST/$PORT"
+  local data=${3:-}
+  printf "$fmt" "$1" "$2" "$hp" "$ACTIONS_RUNTIME_TOKEN" "${#data}" "${4:-}" "$data" >&3
+  resp=$(cat <&3); exec 3<&-
+  code=$(printf '%s' "$resp" | head -n 1 | cut -d' ' -f2)
+  body=${resp#*$'\r\n\r\n'}
+}
+"""
+
+
+def runner_config(real: Real, name: str, text: str) -> dict[str, Any]:
+    manifests.apply(
+        real.kube,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+         "data": {"config.yaml": text}},
+        namespace=real.ns,
+    )  # fmt: skip
+    return {"configMapKeyRef": {"name": name, "key": "config.yaml"}}
+
+
+def cache_pod_ip(real: Real, group: str) -> str:
+    def ip() -> str | None:
+        pods = real.kube.get(
+            f"/api/v1/namespaces/{real.ns}/pods", labelSelector=f"gitea.bpg.pw/cache-of={group}"
+        )["items"]
+        ready = [
+            p
+            for p in pods
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in (p.get("status") or {}).get("conditions") or []
+            )
+        ]
+        return ready[0]["status"].get("podIP") if ready else None
+
+    try:
+        return str(wait_until(ip, timeout=180, what=f"group {group}'s cache server ready"))
+    except TimeoutError:
+        raise AssertionError(real.pods_report()) from None
