@@ -106,6 +106,13 @@ class CacheServers:
         self._jitter = jitter
         self._memo: dict[str, _Memo] = {}
 
+    def settling(self, key: str) -> bool:
+        """Whether the group's cache server is not ready yet: nothing else queues a reconcile
+        when it turns ready (no watch on its Deployment), so the pass must come back to read
+        it (every STATUS_EVERY) until it is."""
+        memo = self._memo.get(key)
+        return memo is not None and not memo.ready
+
     async def ensure(self, group: dict[str, Any], spec: RunnerGroupSpec) -> bool:
         """Keep the group's cache as its spec says; False while runners must not be created
         (their config Secret could not be written)."""

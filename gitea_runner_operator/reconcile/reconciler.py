@@ -188,9 +188,10 @@ class Reconciler:
         note_stuck(decision, spec, state, self._clock())
         requeue: float | None = None
         created = 0
-        if not cache_ok:
+        if not cache_ok or (self._caches is not None and self._caches.settling(key)):
+            # A refused config is retried, a starting server read, every STATUS_EVERY.
             requeue = STATUS_EVERY
-        elif decision.create > 0:
+        if cache_ok and decision.create > 0:
             created = await self._creator.create(p, decision, state, forgejo.is_forgejo(snapshot))
             p = p.created(created)
             # The ledger learns of the new runners (or of a refusal) now, not at the next

@@ -35,7 +35,7 @@ from gitea_runner_operator.kube.cache_server import (
 from gitea_runner_operator.kube.configmaps import ReferenceProblem
 from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.kube.secrets import SecretProblem
-from gitea_runner_operator.reconcile.cache import DRIFT_RESYNC, RESYNC, CacheServers
+from gitea_runner_operator.reconcile.cache import DRIFT_RESYNC, RESYNC, STATUS_EVERY, CacheServers
 from gitea_runner_operator.reconcile.cache_plan import PVC_PENDING_WARNING
 from tests.support import REPO_ROOT
 from tests.support.builders import VALID
@@ -513,6 +513,26 @@ async def test_the_reconciler_creates_no_runner_before_the_config_secret_is_writ
     env.clock.now += 20
     await reconciler.reconcile("team-a/ci")
     assert cluster.all_created == 2
+
+
+async def test_a_starting_cache_server_brings_the_pass_back_until_it_is_ready():
+    """Nothing watches the cache server's Deployment, and a reconcile is queued only when
+    something it watches changes: while the server starts, the pass itself comes back to read
+    it, or status.cache would say "not ready" until the resync (a minute and more)."""
+    cluster = FakeCluster()
+    env = Env()
+    raw = {**VALID, "maxActiveRunners": 3, "cache": {"enabled": True}}
+    reconciler, _, _ = make(cluster, snapshot(queued=2), spec=raw)
+    reconciler._caches = env.servers
+    result = await reconciler.reconcile("team-a/ci")
+    assert cluster.all_created == 2  # a starting server holds no runner back
+    assert env.servers.settling("team-a/ci")
+    assert result.requeue_after is not None and result.requeue_after <= STATUS_EVERY
+
+    env.objects.store[("Deployment", "ci-cache")]["status"] = {"readyReplicas": 1}
+    env.clock.now += STATUS_EVERY
+    await reconciler.reconcile("team-a/ci")
+    assert not env.servers.settling("team-a/ci")
 
 
 # ------------------------------------------------------------------ only what it made

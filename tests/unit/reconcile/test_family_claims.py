@@ -37,6 +37,9 @@ class Caches:
         meta = group["metadata"]
         return f"{meta['namespace']}/{meta['name']}" not in self.not_ready
 
+    def settling(self, key: str) -> bool:
+        return False  # the servers of ready configs are up
+
 
 async def test_a_refused_spec_leaves_the_family():
     world = family()
