@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
-from gitea_runner_operator.kube.views import RunnerJobView
+from gitea_runner_operator.kube.views import RunnerJobView, slots_held
 from gitea_runner_operator.reconcile.accounting import Answer, Claimant
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ledger import Ledger
@@ -63,7 +63,7 @@ def claimant(
 ) -> Claimant:
     """The group as its family's accounting sees it. ``pending`` Jobs are being created (the
     cache does not show them yet): they hold a slot and cover a job like a starting runner."""
-    alive = sum(1 for v in views if states[v.name] is not RunnerState.GONE) + pending
+    alive = slots_held(views, pending)
     late = late_runners(views, states, now, start_bound)
     covering = sum(1 for v in views if states[v.name] in (RunnerState.STARTING, RunnerState.IDLE))
     return Claimant(
