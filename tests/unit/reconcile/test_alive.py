@@ -43,19 +43,18 @@ def test_status_claims_and_plan_count_the_same_runners(case: str, pending: int) 
     states = {v.name: runner_state(v, by_name) for v in views}
     spec = parse_spec(spec_with(maxActiveRunners=MAX_ACTIVE))
 
-    status = GroupPass(
-        key="team-a/ci", group={}, views=views, jobs=[], all_pods={}, pending=pending
-    ).alive
-    claimed = claimant(
-        "team-a/ci",
-        spec,
-        views,
-        states,
+    p = GroupPass(
+        key="team-a/ci",
+        group={},
+        views=views,
+        jobs=[],
+        all_pods={},
         pending=pending,
-        released=0,
-        blocked=False,
-        now=NOW,
+        spec=spec,
+        states=states,
     )
+    status = p.alive
+    claimed = claimant(p, blocked=False, now=NOW)
     planned = plan(
         group_name="ci",
         group_uid="uid",
