@@ -32,10 +32,10 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.kube.http import MERGE_PATCH
 from gitea_runner_operator.reconcile.teardown import FINALIZER
 
 COMMANDS = ("drain-groups", "release-finalizers")
-MERGE_PATCH = "application/merge-patch+json"
 
 
 class Groups(Protocol):

@@ -13,12 +13,17 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.events import EventRecorder
-from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, Throttled, write, write_unless_gone
+from gitea_runner_operator.kube.http import (
+    MERGE_PATCH,
+    REQUEST_TIMEOUT,
+    Throttled,
+    write,
+    write_unless_gone,
+)
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 log = structlog.get_logger(__name__)
 
-MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "gitea-runner-operator"
 # Seconds for any single read or write; a hung API server must not hang a worker.
 TIMEOUT = REQUEST_TIMEOUT

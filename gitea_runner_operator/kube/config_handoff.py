@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from gitea_runner_operator.api.pod_template import HANDOFF_CONTAINER
+from gitea_runner_operator.kube.security import restricted_container_security
 
 # The operator's Secret: mounted by gro-register and gro-config only.
 SECRET_VOLUME: Final = "gro-runner-config"  # noqa: S105 - a volume name
@@ -113,15 +114,7 @@ def handoff_sidecar(image: str, pull_policy: str | None) -> dict[str, Any]:
         "image": image,
         "restartPolicy": "Always",
         "command": ["/bin/sh", "-c", HANDOFF_SCRIPT],
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": HANDOFF_UID,
-            "runAsGroup": HANDOFF_UID,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_container_security(HANDOFF_UID, read_only_root=True),
         "volumeMounts": [
             {"name": SECRET_VOLUME, "mountPath": f"{_SIDE}/secret", "readOnly": True},
             {"name": HANDOFF_VOLUME, "mountPath": f"{_SIDE}/handoff"},

@@ -22,6 +22,8 @@ from gitea_runner_operator.kube.ratelimit import TokenBucket
 # Every Kubernetes API request's timeout (seconds): a request that hangs must not hold a
 # reconcile, a Secret read or a cache write for longer.
 REQUEST_TIMEOUT = 10.0
+# The patch body every partial write of the operator sends (JSON merge patch, RFC 7386).
+MERGE_PATCH = "application/merge-patch+json"
 # A list (an informer's first read, or its relist) may carry every object of a kind.
 LIST_TIMEOUT = 60.0
 # A 429 is tried again this many times in all, each after the server's Retry-After (or

@@ -16,11 +16,10 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.http import REQUEST_TIMEOUT, send, write_unless_gone
+from gitea_runner_operator.kube.http import MERGE_PATCH, REQUEST_TIMEOUT, send, write_unless_gone
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 TIMEOUT = REQUEST_TIMEOUT
-MERGE_PATCH = "application/merge-patch+json"
 
 
 class SecretExists(Exception):

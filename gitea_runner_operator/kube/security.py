@@ -1,5 +1,6 @@
 """The restricted container securityContext, once: what Pod Security ``restricted`` asks of
-every container the operator creates (runner Jobs, cache servers)."""
+every container the operator creates (runner Jobs, their config hand-off sidecar, cache
+servers)."""
 
 from __future__ import annotations
 

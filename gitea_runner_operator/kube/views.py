@@ -60,6 +60,13 @@ class RunnerJobView:
         return not (self.finished or self.deleting)
 
 
+def slots_held(views: Iterable[RunnerJobView], pending: int = 0) -> int:
+    """Runners that count against ``maxActiveRunners``: the live runner Jobs and the
+    ``pending`` ones being created (not in the cache yet). The one rule for "alive": status,
+    the family's claims and the scaling plan all count it here, so they never disagree."""
+    return sum(1 for v in views if v.alive) + pending
+
+
 def parse_time(value: str | None) -> float | None:
     if not value:
         return None

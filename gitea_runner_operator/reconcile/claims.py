@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gitea_runner_operator.api.credentials import normalise_url
-from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kube.views import RunnerJobView
 from gitea_runner_operator.reconcile.accounting import Answer, Claimant
 from gitea_runner_operator.reconcile.inputs import GroupPass
@@ -49,31 +48,28 @@ def late_runners(
 
 
 def claimant(
-    key: str,
-    spec: RunnerGroupSpec,
-    views: Sequence[RunnerJobView],
-    states: Mapping[str, RunnerState],
+    p: GroupPass,
     *,
-    pending: int,
-    released: int,
     blocked: bool,
     now: float,
     start_bound: float = START_BOUND,
     busy_since: tuple[float, ...] = (),
 ) -> Claimant:
-    """The group as its family's accounting sees it. ``pending`` Jobs are being created (the
-    cache does not show them yet): they hold a slot and cover a job like a starting runner."""
-    alive = sum(1 for v in views if states[v.name] is not RunnerState.GONE) + pending
-    late = late_runners(views, states, now, start_bound)
-    covering = sum(1 for v in views if states[v.name] in (RunnerState.STARTING, RunnerState.IDLE))
+    """The group as its family's accounting sees it, from its pass (read with its spec and
+    answer). Its pending Jobs (the cache does not show them yet) hold a slot and cover a job
+    like a starting runner; ``released`` runners cover one too (churn.py)."""
+    assert p.spec is not None
+    states = p.states
+    late = late_runners(p.views, states, now, start_bound)
+    covering = sum(1 for v in p.views if states[v.name] in (RunnerState.STARTING, RunnerState.IDLE))
     return Claimant(
-        key=key,
-        scope=spec.scope,
-        org=spec.org,
-        repo=spec.repo,
-        offered=spec.label_names,
-        not_busy=pending + released + covering - late,
-        spare=0 if blocked or late else spec.max_active_runners - alive,
+        key=p.key,
+        scope=p.spec.scope,
+        org=p.spec.org,
+        repo=p.spec.repo,
+        offered=p.spec.label_names,
+        not_busy=p.pending + p.released + covering - late,
+        spare=0 if blocked or late else p.spec.max_active_runners - p.alive,
         busy_since=busy_since,
     )
 
@@ -115,12 +111,7 @@ class Claims:
             n: t for n, t in state.busy_since.items() if states.get(n) is RunnerState.BUSY
         }
         group = claimant(
-            p.key,
-            p.spec,
-            p.views,
-            states,
-            pending=p.pending,
-            released=p.released,
+            p,
             blocked=blocked,
             now=self.wall_clock(),
             start_bound=self.start_bound,

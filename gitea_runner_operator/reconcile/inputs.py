@@ -15,7 +15,7 @@ from typing import Any
 
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
-from gitea_runner_operator.kube.views import RunnerJobView, job_view, pods_by_job
+from gitea_runner_operator.kube.views import RunnerJobView, job_view, pods_by_job, slots_held
 from gitea_runner_operator.reconcile.churn import unsettled
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ports import ClusterReads
@@ -68,7 +68,7 @@ class GroupPass:
     @property
     def alive(self) -> int:
         """Runner Jobs holding a slot: the live ones and those being created."""
-        return sum(1 for v in self.views if v.alive) + self.pending
+        return slots_held(self.views, self.pending)
 
     def created(self, count: int) -> GroupPass:
         """The pass after ``count`` Jobs were created: they are expected, not yet cached."""

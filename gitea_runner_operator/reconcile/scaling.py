@@ -28,7 +28,7 @@ from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.naming import job_name_pattern, runner_pattern
 from gitea_runner_operator.api.observation import Observation
 from gitea_runner_operator.api.scope import labels_fit
-from gitea_runner_operator.kube.views import RunnerJobView
+from gitea_runner_operator.kube.views import RunnerJobView, slots_held
 
 # A Job whose Pod has not even been created this long after the Job was is refused by
 # something (quota, admission); an unschedulable Pod is worth reporting after this long.
@@ -175,7 +175,7 @@ def plan(
     states = {view.name: runner_state(view, runners_by_name) for view in jobs}
 
     alive_views = [v for v in jobs if states[v.name] is not RunnerState.GONE]
-    alive = len(alive_views) + pending_creations
+    alive = slots_held(jobs, pending_creations)
     not_busy = pending_creations + sum(
         1 for v in alive_views if states[v.name] in (RunnerState.STARTING, RunnerState.IDLE)
     )

@@ -21,6 +21,7 @@ import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypedDict, Unpack
 
 import structlog
 
@@ -67,6 +68,22 @@ def next_delay(
     if retry_after is not None:
         return max(retry_after, backoff)
     return backoff
+
+
+class PollerOptions(TypedDict, total=False):
+    """What every group's poller is started with, besides its key and spec: the pollers
+    (Pollers) hand these on as they are, and GroupPoller's signature holds the defaults."""
+
+    hooks: HookKeeper | None
+    losses: LossFollowUp | None
+    min_refresh: float
+    backoff_max: float
+    secret_retry: float
+    clock: Callable[[], float]
+    enroller: Enroller | None
+    step_deadline: float
+    every_answer: Callable[[str], bool] | None
+    resync: float
 
 
 class GroupPoller:
@@ -327,27 +344,12 @@ class Pollers:
         observe: ObserveFn,
         notify: Callable[[str], None],
         reaper: Reaper | None = None,
-        *,
-        hooks: HookKeeper | None = None,
-        losses: LossFollowUp | None = None,
-        min_refresh: float = 0.5,
-        backoff_max: float = DEFAULT_BACKOFF_MAX,
-        enroller: Enroller | None = None,
-        step_deadline: float = STEP_DEADLINE,
-        every_answer: Callable[[str], bool] | None = None,
-        resync: float = RESYNC,
+        **options: Unpack[PollerOptions],
     ) -> None:
-        self._step_deadline = step_deadline
-        self._every_answer = every_answer
-        self._resync = resync
-        self._losses = losses
-        self._enroller = enroller
         self._observe = observe
         self._notify = notify
         self._reaper = reaper
-        self._hooks = hooks
-        self._min_refresh = min_refresh
-        self._backoff_max = backoff_max
+        self._options = options
         self._pollers: dict[str, GroupPoller] = {}
 
     def get(self, key: str) -> GroupPoller | None:
@@ -371,14 +373,7 @@ class Pollers:
             self._observe,
             self._notify,
             self._reaper,
-            hooks=self._hooks,
-            losses=self._losses,
-            min_refresh=self._min_refresh,
-            backoff_max=self._backoff_max,
-            enroller=self._enroller,
-            step_deadline=self._step_deadline,
-            every_answer=self._every_answer,
-            resync=self._resync,
+            **self._options,
         )
         if current is not None:  # what the old task knew still holds
             poller.hook, poller.hook_removed = current.hook, current.hook_removed
