@@ -204,8 +204,13 @@ jobs:
 MODES: dict[str, dict[str, Any]] = {
     "host": {"image": images.RUNNER, "socket": ""},
     "dind": {"image": images.RUNNER, "socket": "/var/run/docker.sock"},
-    "dind-rootless": {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"},
 }
+# dind-rootless is left out until its probe is made cheap enough: three runs (one on a quiet
+# machine) spent 9 to 11 minutes in the probe step (the memory scan over the rootless daemon's
+# mappings and the file search over its root) and stalled the kubelet's PLEG, so the job ended
+# `failure` without a verdict (docs/caches.md). Its hand-off is unit-tested
+# (tests/unit/kube/test_cache_secret_handoff.py); ROOTLESS is kept for that run.
+ROOTLESS = {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"}
 
 
 def _apply_group(real: Real, mode: str, label: str, aliases: list[dict[str, Any]]) -> None:
