@@ -162,16 +162,12 @@ class ForgejoClient(GiteaClient):
         )  # type: ignore[return-value]
 
     async def list_jobs(
-        self,
-        scope: ScopeRef,
-        status: str = "queued",
-        max_pages: int | None = None,
-        *,
-        newest_first: bool = False,
+        self, scope: ScopeRef, status: str = "queued", *_paging: object, **_order: object
     ) -> Listing[ActionJob]:
         """Jobs of the scope in one Gitea API status: ``queued`` (Forgejo ``waiting``) or
         ``in_progress`` (``running``). Forgejo lists nothing final: ``completed`` is empty.
-        Always complete: Forgejo does not page this list."""
+        Always complete and sorted by id: Forgejo does not page this list, so the Gitea
+        client's paging (``max_pages``) and order (``newest_first``) are taken and unused."""
         if status not in ("queued", "in_progress"):
             return Listing((), complete=True)
         queued, running = await self.list_active_jobs(scope)
