@@ -119,6 +119,15 @@ class Reconciler:
         return self._states.setdefault(key, GroupState())
 
     async def reconcile(self, key: str) -> Result:
+        result = await self._reconcile(key)
+        again = self._unmatched.come_back(key)
+        if again is None:
+            return result
+        # An unmatched-jobs evaluation was skipped (unmatched_book.MIN_INTERVAL): look again.
+        later = result.requeue_after
+        return Result(requeue_after=again if later is None else min(later, again))
+
+    async def _reconcile(self, key: str) -> Result:
         p = read_pass(self._cache, self._expectations, key)
         if p is None:
             await self._forget(key)

@@ -71,6 +71,9 @@ class UnmatchedBook:
         self._members: dict[str, _Member] = {}
         self._dirty: set[str] = set()  # Gitea URLs whose inputs changed since evaluated
         self._evaluated_at: dict[str, float] = {}
+        # Gitea URL -> the one group asked to come back for an evaluation skipped for
+        # min_interval: one pass per URL, not one per group (1,000 groups share a Gitea).
+        self._retry: dict[str, str] = {}
         self._warned: OrderedDict[tuple[str, tuple[str, ...]], float] = OrderedDict()
 
     def report(self, url: str, claimant: Claimant, jobs: Sequence[ActionJob] | None) -> None:
@@ -104,6 +107,7 @@ class UnmatchedBook:
         if not force and now - self._evaluated_at.get(url, float("-inf")) < self._min_interval:
             return None
         self._dirty.discard(url)
+        self._retry.pop(url, None)
         self._evaluated_at[url] = now
         members = [m for m in self._members.values() if m.url == url]
         if not members:
@@ -117,8 +121,23 @@ class UnmatchedBook:
         return Verdict(url, sets, tuple(s for s in sets if self._due(s, now)))
 
     def pending(self, url: str) -> bool:
-        """Whether an evaluation was skipped for ``min_interval`` (the caller looks again)."""
+        """Whether an evaluation was skipped for ``min_interval``."""
         return url in self._dirty
+
+    def come_back(self, key: str) -> float | None:
+        """When group ``key`` should pass again so that a skipped evaluation of its Gitea
+        happens: a reconcile is queued only when something changed, so without this a typo
+        label could wait for the next resync. One group per Gitea is asked; None for the
+        rest, and when nothing is pending."""
+        member = self._members.get(key)
+        if member is None or member.url not in self._dirty:
+            return None
+        owner = self._retry.setdefault(member.url, key)
+        if owner != key and owner in self._members:
+            return None
+        self._retry[member.url] = key
+        since = self._clock() - self._evaluated_at.get(member.url, float("-inf"))
+        return max(0.0, self._min_interval - since)
 
     def _due(self, s: UnmatchedSet, now: float) -> bool:
         key = (s.url, s.labels)

@@ -137,6 +137,27 @@ def test_nothing_is_recomputed_while_no_group_of_that_gitea_reported_anything_ne
     assert book.evaluate(URL) is None
 
 
+def test_a_skipped_evaluation_brings_one_group_back_not_every_group():
+    """Reconciles are queued only when something changed: an evaluation skipped for
+    min_interval must bring a pass back, or a typo label waits for the resync. One group per
+    Gitea comes back (1,000 groups may share it), at the end of the interval."""
+    now = [100.0]
+    book = UnmatchedBook(min_interval=5.0, clock=lambda: now[0])
+    other = claimant("team-b/app", Scope.REPO, "acme", "app")
+    book.report(URL, ORG, [])
+    assert book.evaluate(URL) is not None  # the first evaluation, at 100
+    assert book.come_back(ORG.key) is None  # nothing pending
+    now[0] = 102.0
+    book.report(URL, ORG, [job(1, ("typo",))])
+    book.report(URL, other, [job(1, ("typo",))])
+    assert book.evaluate(URL) is None  # skipped: 2 s after the last one
+    assert book.come_back(ORG.key) == pytest.approx(3.0)
+    assert book.come_back(other.key) is None  # one group is enough
+    now[0] = 105.0
+    assert book.evaluate(URL) is not None
+    assert book.come_back(ORG.key) is None
+
+
 class EventCluster(FakeCluster):
     def __init__(self) -> None:
         super().__init__()
@@ -174,6 +195,28 @@ async def test_the_operator_warns_the_observing_group_and_exports_the_metric():
         'labels="ubuntu-lastest"} 1.0'
     ) in text
     assert cluster.unsynced == []  # no runner for a job it cannot run
+
+
+async def test_a_pass_whose_unmatched_evaluation_was_skipped_comes_back_for_it():
+    """The second typo job arrives within the book's min_interval of the first evaluation:
+    the pass asks to come back then, so the Event does not wait for the resync."""
+    first = ActionJob(id=4, labels=("ubuntu-lastest",), status="queued",
+                      url="https://gitea.example.com/api/v1/repos/acme/widgets/actions/jobs/4",
+                      created_at=QUEUED)  # fmt: skip
+    second = ActionJob(id=5, labels=("ubuntu-lates",), status="queued",
+                       url="https://gitea.example.com/api/v1/repos/acme/widgets/actions/jobs/5",
+                       created_at=QUEUED)  # fmt: skip
+    cluster = EventCluster()
+    reconciler, sources, _ = make(
+        cluster, Snapshot(1.0, "2026-01-01T00:00:10Z", Observation(queued=(first,), runners=()))
+    )
+    await reconciler.reconcile(KEY)
+    await reconciler.reconcile(KEY)  # evaluated: the first Event
+    sources.source.latest = Snapshot(
+        2.0, "2026-01-01T00:00:12Z", Observation(queued=(first, second), runners=())
+    )
+    result = await reconciler.reconcile(KEY)  # within min_interval: skipped
+    assert result.requeue_after is not None and 0 < result.requeue_after <= 5.0
 
 
 def test_the_shipped_rules_alert_on_unmatched_jobs_queued_for_ten_minutes():
