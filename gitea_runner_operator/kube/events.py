@@ -156,5 +156,9 @@ class EventRecorder:
                 held.flush.cancel()
             await self._flush(key)
         if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=5)
+            _, late = await asyncio.wait(list(self._tasks), timeout=5)
+            for task in late:  # an API server that never answers must not outlive the stop
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
         self._held.clear()
