@@ -49,60 +49,126 @@ from tests.testbed import images
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
 
-# POSIX sh (bash and busybox): ``scan PID PATTERN`` prints what of PATTERN the process's
-# writable memory holds, or why it could not be read.
+# Every way a job could reach the cache secret, as POSIX sh functions (bash and busybox), so
+# that one text runs in a host step, in a job container and in the containers a job asks the
+# daemon for. Each is bounded, so the probe costs seconds, not the minutes that a scan of all
+# memory and all of ``/`` cost (and that stalled the kubelet): every command that may block or
+# read much runs under ``timeout``, every answer is cut to one short line, memory is read only
+# from small writable mappings, and files are searched only in small, named places.
+# ``SECRET`` matches the key's line with a value (the value is 64 hex digits): a job does not
+# know the value, the test does, and looks for it in the whole log.
 PROBE = r"""
-scan() {
-  maps=$(cat /proc/$1/maps 2>&1) || { echo "maps unreadable: $maps"; return 0; }
-  echo "$maps" | while read -r range perms rest; do
+T=timeout
+SECRET='external_secret: *.\?[0-9a-f]\{8,\}'
+CFG=/etc/gitea-runner-operator/config
+one() { tr '\0\n' '  ' | head -c 240; }
+grab() { tr -c 'a-zA-Z0-9_:. -' '\n' | grep -o "$1.\{0,80\}" | head -n 3 | one; }
+
+# mem DIR PATTERN: whether the process's memory opens at all (the defence: a non-dumpable
+# process's does not, for its own uid too), then PATTERN in its writable mappings of at most
+# 64 MiB, 256 MiB in all. A config lives in small heap spans; the large mappings (Go's arena
+# reservations, dockerd's) are mostly untouched pages and cost minutes for nothing.
+mem() {
+  err=$($T 5 dd if="$1/mem" bs=1 count=0 2>&1 >/dev/null) ||
+    { echo "not readable: $err" | one; return 0; }
+  maps=$($T 5 cat "$1/maps" 2>&1) || { echo "maps not readable: $maps" | one; return 0; }
+  left=65536
+  found=$(echo "$maps" | while read -r range perms rest; do
     case $perms in rw*) ;; *) continue ;; esac
-    s=$((0x${range%-*})); e=$((0x${range#*-})); n=$(( (e - s) / 4096 ))
-    [ "$n" -gt 16384 ] && n=16384
-    dd if=/proc/$1/mem bs=4096 skip=$((s / 4096)) count=$n 2>/dev/null
-  done | tr -c 'a-zA-Z0-9_:. -' '\n' | grep -o "$2.\{0,80\}" | head -n 3
+    s=$((0x${range%-*} / 4096)); n=$((0x${range#*-} / 4096 - s))
+    [ "$n" -gt 16384 ] && continue
+    [ "$n" -gt "$left" ] && break
+    left=$((left - n))
+    $T 10 dd if="$1/mem" bs=4096 skip="$s" count="$n" 2>/dev/null
+  done | grab "$2")
+  echo "readable, found: ${found:-nothing}"
 }
-runner=
-for p in /proc/[0-9]*; do
-  case $(cat $p/comm 2>/dev/null) in gitea-runner|act_runner) runner=${p#/proc/} ;; esac
-done
-if [ -z "$runner" ]; then echo "PROBE runner process: not visible"; else
-  echo "PROBE runner process: pid $runner ($(cat /proc/$runner/comm))"
-  echo "PROBE runner memory: $(scan $runner external_secret)"
-  echo "PROBE runner environ: $(cat /proc/$runner/environ 2>&1 | tr '\0' ' ' | head -c 300)"
-  echo "PROBE runner fds: $(ls -l /proc/$runner/fd 2>&1 | tr '\n' ' ' | head -c 300)"
-  echo "PROBE runner root: $(cat /proc/$runner/root/etc/gitea-runner-operator/config/* 2>&1)"
-fi
-# not last in its script, or busybox's sh would exec sleep and drop the marker
-sh -c 'marker=gro-control-marker-1; sleep 30; :' </dev/null >/dev/null 2>&1 & ctl=$!
-sleep 1
-echo "PROBE control memory: $(scan $ctl gro-control-marker)"
-kill $ctl
+
+# proc DIR WHO: each door /proc opens onto a process: its environment, its memory, its open
+# descriptors (a config read through one would still be there), its root and working
+# directory (the config directory and the sidecar's Secret mount seen from inside it).
+proc() {
+  echo "PROBE $2 process: pid ${1##*/} ($(cat "$1/comm" 2>&1))"
+  echo "PROBE $2 environ: $($T 5 cat "$1/environ" 2>&1 | one)"
+  echo "PROBE $2 mem: $(mem "$1" external_secret)"
+  echo "PROBE $2 fd: $($T 5 ls -l "$1/fd/" 2>&1 | one)"
+  echo "PROBE $2 fd read: $(n=0; for f in "$1"/fd/*; do
+      n=$((n + 1)); [ $n -gt 16 ] && break
+      $T 1 head -c 65536 "$f" 2>&1 </dev/null
+    done | grab 'external_secret\|denied\|No such')"
+  echo "PROBE $2 root: $($T 5 cat "$1/root$CFG"/* "$1/root/gro/secret/config.yaml" 2>&1 | one)"
+  echo "PROBE $2 cwd: $($T 5 ls -la "$1/cwd/" 2>&1 | one)"
+  echo "PROBE $2 cwd files: $($T 5 grep -hos "$SECRET" "$1"/cwd/* "$1"/cwd/.[!.]* 2>&1 | one)"
+}
+
+# procs PROC: the runner and the gro-config sidecar under a proc file system, found by name
+# (the runner's binary; the sidecar's shell by its script's marker path, spelt here in two
+# parts so that no probe's own command line matches it), not by reading every process.
+procs() {
+  mark=/gro/state; mark=$mark/delivered; seen=
+  for p in "$1"/[0-9]*; do
+    case $(cat "$p/comm" 2>/dev/null) in
+      gitea-runner | act_runner | forgejo-runner) proc "$p" runner; seen=1 ;;
+      sh) case $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) in
+            *"$mark"*) proc "$p" gro-config; seen=1 ;;
+          esac ;;
+    esac
+  done
+  [ -n "$seen" ] || echo "PROBE runner process: not visible in $1"
+}
+
+# control: a process of the job's own, read the same way, must show its marker, so a probe
+# that can read nothing cannot pass for a defence.
+control() {
+  # not last in its script, or busybox's sh would exec sleep and drop the marker
+  sh -c 'marker=gro-control-marker-1; sleep 30; :' </dev/null >/dev/null 2>&1 & ctl=$!
+  sleep 1
+  echo "PROBE control memory: $(mem /proc/$ctl gro-control-marker)"
+  kill $ctl
+}
+
+# files ROOT: the config where a job would look for it: $CONFIG_FILE and the config directory
+# (the FIFO: it blocks a reader while it exists, hence the timeout), the sidecar's Secret
+# mount, the kubelet's copy of the Secret volume on the node; then the secret's line in the
+# regular files (FIFOs would block) of small, named places, the daemon's storage left out.
+files() {
+  for f in "$1${CONFIG_FILE:-$CFG/config.yaml}" "$1$CFG"/* "$1/gro/secret/config.yaml" \
+    "$1"/var/lib/kubelet/pods/*/volumes/kubernetes.io~secret/*/config.yaml; do
+    echo "PROBE file $f: $($T 5 cat "$f" 2>&1 | one)"
+  done
+  echo "PROBE config dir: $($T 5 ls -la "$1$CFG" 2>&1 | one)"
+  dirs=
+  for d in etc data tmp run home root gro certs var/run var/lib/kubelet/pods; do
+    [ -d "$1/$d" ] && dirs="$dirs $1/$d"
+  done
+  # shellcheck disable=SC2086
+  echo "PROBE files: $($T 30 find $dirs -maxdepth 8 \
+    \( -path '*/.local/share/docker' -o -path '*/var/lib/docker' -o -name proc \) -prune \
+    -o -type f -size -256k -print 2>/dev/null | head -n 5000 |
+    $T 30 xargs grep -hos "$SECRET" 2>/dev/null | head -n 3 | one)"
+}
 """
 
-FILES = r"""
-cfg=${CONFIG_FILE:-/etc/gitea-runner-operator/config/config.yaml}
-echo "PROBE config file: $(cat "$cfg" 2>&1)"
-echo "PROBE config dir: $(ls -la /etc/gitea-runner-operator/config 2>&1 | tr '\n' ' ')"
-# regular files only: grep -r would block reading a FIFO (the hand-off's, or a shim's)
-echo "PROBE files: $(find /etc /data /tmp /run /home /root -type f -size -1024k \
-  -exec grep -hos "external_secret: *.\?[0-9a-f]\{8,\}" {} + 2>/dev/null | head -n 3)"
-"""
-
+# What a container step runs: the job's own view, then the daemon's. With Docker (``dind``,
+# ``dind-rootless``) a job asks the daemon for what it may not have: ``-v`` of the config
+# directory and of ``/`` (the daemon's root: in ``dind-rootless`` that is the runner
+# container's own file system), and ``--pid=host`` (the daemon's processes, the runner among
+# them where the daemon shares its PID namespace), with ``--privileged`` where the daemon
+# grants it (the rootless one does, inside its user namespace; the testbed's DinD does not).
 DOCKER = r"""
 B=docker.io/local/busybox:1.35
-echo "PROBE docker bind: $(docker run --rm -v /etc/gitea-runner-operator:/x $B \
-  sh -c 'ls -la /x /x/config; cat /x/config/config.yaml' 2>&1 | tr '\n' ' ')"
-echo "PROBE docker root: $(docker run --rm -v /:/host $B sh -c \
-  'find /host/etc /host/data /host/tmp /host/run /host/home /host/root /host/certs \
-   -type f -size -1024k -exec grep -hos "external_secret: *.\?[0-9a-f]\{8,\}" {} + \
-   2>/dev/null | head -n 3' 2>&1)"
-# --privileged where the daemon may grant it, else without (the testbed's DinD cannot)
+echo "PROBE docker bind: $($T 60 docker run --rm -v $CFG:/x $B \
+  sh -c 'ls -la /x; cat /x/*' 2>&1 | one)"
+$T 120 docker run --rm -v /:/host -e PROBE="$PROBE" $B \
+  sh -c 'eval "$PROBE"; files /host; procs /host/proc' 2>&1 |
+  sed "s/^PROBE //; s/^/PROBE via docker -v \/:\/host: /"
 for extra in --privileged ""; do
-  docker run --rm $extra --pid=host -e PROBE="$PROBE" $B sh -c 'eval "$PROBE"' \
-    > /tmp/pidhost 2>&1 && break
+  $T 120 docker run --rm $extra --pid=host -e PROBE="$PROBE" $B \
+    sh -c 'eval "$PROBE"; procs /proc; control' >/tmp/pidhost 2>&1 && break
 done
 sed "s/^PROBE //; s/^/PROBE via docker $extra --pid=host: /" /tmp/pidhost
 """
+
 
 # The cache API as actions/cache speaks it, over busybox's nc (the DinD jobs' image has
 # neither bash nor curl): ``req METHOD PATH [BODY] [HEADER]`` sets $code and $body.
@@ -159,10 +225,12 @@ jobs:
   probe:
     runs-on: gro-secret-host
     steps:
-      - run: |
-          echo "job uid=$(id -u)"
-          {_step(FILES)}
+      - timeout-minutes: 4
+        run: |
+          t0=$(date +%s); echo "job uid=$(id -u)"
           {_step(PROBE)}
+          files ""; procs /proc; control
+          echo "PROBE took $(( $(date +%s) - t0 )) s"
       - run: |
           set -eu
           CACHE=$ACTIONS_CACHE_URL
@@ -187,12 +255,14 @@ jobs:
       volumes:
         - {socket}:/var/run/docker.sock
     steps:
-      - run: |
-          echo "job uid=$(id -u)"
-          {_step(FILES)}
+      - timeout-minutes: 6
+        run: |
+          t0=$(date +%s); echo "job uid=$(id -u)"
           {_step(probe_var)}
           eval "$PROBE"
+          files ""; procs /proc; control
           {_step(DOCKER)}
+          echo "PROBE took $(( $(date +%s) - t0 )) s"
       - run: |
           set -eu
           CACHE={cache_url}
@@ -204,13 +274,8 @@ jobs:
 MODES: dict[str, dict[str, Any]] = {
     "host": {"image": images.RUNNER, "socket": ""},
     "dind": {"image": images.RUNNER, "socket": "/var/run/docker.sock"},
+    "dind-rootless": {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"},
 }
-# dind-rootless is left out until its probe is made cheap enough: three runs (one on a quiet
-# machine) spent 9 to 11 minutes in the probe step (the memory scan over the rootless daemon's
-# mappings and the file search over its root) and stalled the kubelet's PLEG, so the job ended
-# `failure` without a verdict (docs/caches.md). Its hand-off is unit-tested
-# (tests/unit/kube/test_cache_secret_handoff.py); ROOTLESS is kept for that run.
-ROOTLESS = {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"}
 
 
 def _apply_group(real: Real, mode: str, label: str, aliases: list[dict[str, Any]]) -> None:
