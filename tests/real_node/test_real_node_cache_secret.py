@@ -2,17 +2,23 @@
 (``cache.external_secret`` of the runner's config), in every mode, and fails; the cache
 still works for it (a save, then a restore that hits).
 
-What a job tries, where it runs:
+What a job tries, where it runs (each way bounded in time and bytes, see ``PROBE``):
 
-- the config file: ``$CONFIG_FILE`` and the operator's config directory;
-- every file under ``/etc``, ``/data``, ``/tmp``, ``/run``, ``/home``, ``/root`` that holds an
-  ``external_secret:`` line;
-- ``/proc`` of the runner process: its memory (every writable mapping, searched for
-  ``external_secret``), its environment, its descriptors, its root directory. A control
-  reads a process of the job's own the same way and must find its marker, so a probe that
-  cannot read anything cannot pass for a defence;
-- with Docker (``dind``, ``dind-rootless``): the same through the daemon the job drives,
-  ``docker run -v /:/host``, ``-v`` of the config directory, and ``--privileged --pid=host``.
+- the config's paths: ``$CONFIG_FILE`` and the config directory (the hand-off's FIFO), the
+  sidecar's Secret mount (``/gro/secret``), the kubelet's copy of Secret volumes; then the
+  regular files of ``/etc``, ``/data``, ``/tmp``, ``/run``, ``/home``, ``/root`` and a few
+  more named places that hold an ``external_secret:`` line;
+- ``/proc`` of the runner process and of the ``gro-config`` sidecar, found by name: their
+  memory (whether it opens at all, then its small writable mappings searched for
+  ``external_secret``), environment, descriptors (listed and read), root and working
+  directory. A control reads a process of the job's own the same way and must find its
+  marker, so a probe that cannot read anything cannot pass for a defence;
+- with Docker (``dind``, ``dind-rootless``): the same through the daemon the job drives:
+  ``-v`` of the config directory, ``docker run -v /:/host`` (the files, and the processes
+  under the daemon's ``/proc``), and ``--pid=host``, with ``--privileged`` where the daemon
+  grants it. The rootless daemon refuses ``--pid=host`` (its user namespace may not mount a
+  ``/proc`` of the PID namespace it shares); its ``/proc`` under ``-v /:/host`` shows the
+  runner all the same.
 
 ``host`` mode runs the probe in its step (the runner container, the runner's own user).
 The container modes run it in the job's container and through the daemon. The oracle is
@@ -105,16 +111,17 @@ proc() {
 # (the runner's binary; the sidecar's shell by its script's marker path, spelt here in two
 # parts so that no probe's own command line matches it), not by reading every process.
 procs() {
-  mark=/gro/state; mark=$mark/delivered; seen=
+  mark=/gro/state; mark=$mark/delivered; runner=; sidecar=
   for p in "$1"/[0-9]*; do
     case $(cat "$p/comm" 2>/dev/null) in
-      gitea-runner | act_runner | forgejo-runner) proc "$p" runner; seen=1 ;;
+      gitea-runner | act_runner | forgejo-runner) proc "$p" runner; runner=1 ;;
       sh) case $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) in
-            *"$mark"*) proc "$p" gro-config; seen=1 ;;
+            *"$mark"*) proc "$p" gro-config; sidecar=1 ;;
           esac ;;
     esac
   done
-  [ -n "$seen" ] || echo "PROBE runner process: not visible in $1"
+  [ -n "$runner" ] || echo "PROBE runner process: not visible in $1"
+  [ -n "$sidecar" ] || echo "PROBE gro-config process: not visible in $1"
 }
 
 # control: a process of the job's own, read the same way, must show its marker, so a probe
@@ -149,19 +156,23 @@ files() {
 }
 """
 
-# What a container step runs: the job's own view, then the daemon's. With Docker (``dind``,
+# What a container step runs after the job's own view: the daemon's. With Docker (``dind``,
 # ``dind-rootless``) a job asks the daemon for what it may not have: ``-v`` of the config
-# directory and of ``/`` (the daemon's root: in ``dind-rootless`` that is the runner
-# container's own file system), and ``--pid=host`` (the daemon's processes, the runner among
-# them where the daemon shares its PID namespace), with ``--privileged`` where the daemon
-# grants it (the rootless one does, inside its user namespace; the testbed's DinD does not).
+# directory; ``-v /:/host``, the daemon's root (in ``dind-rootless`` the runner container's
+# own file system) with its ``/proc`` (in ``dind-rootless`` the runner's PID namespace); and
+# ``--pid=host``. Each with ``--privileged`` where the daemon grants it (the rootless one
+# does, inside its user namespace; the testbed's DinD refuses it), else without. The rootless
+# daemon refuses ``--pid=host``: its user namespace may not mount a ``/proc`` for the PID
+# namespace it shares, so the refusal is what the log shows there.
 DOCKER = r"""
 B=docker.io/local/busybox:1.35
 echo "PROBE docker bind: $($T 60 docker run --rm -v $CFG:/x $B \
   sh -c 'ls -la /x; cat /x/*' 2>&1 | one)"
-$T 120 docker run --rm -v /:/host -e PROBE="$PROBE" $B \
-  sh -c 'eval "$PROBE"; files /host; procs /host/proc' 2>&1 |
-  sed "s/^PROBE //; s/^/PROBE via docker -v \/:\/host: /"
+for extra in --privileged ""; do
+  $T 120 docker run --rm $extra -v /:/host -e PROBE="$PROBE" $B \
+    sh -c 'eval "$PROBE"; files /host; procs /host/proc' >/tmp/root 2>&1 && break
+done
+sed "s/^PROBE //; s/^/PROBE via docker $extra -v \/:\/host: /" /tmp/root
 for extra in --privileged ""; do
   $T 120 docker run --rm $extra --pid=host -e PROBE="$PROBE" $B \
     sh -c 'eval "$PROBE"; procs /proc; control' >/tmp/pidhost 2>&1 && break
@@ -325,11 +336,21 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, mode)
     assert value not in log, f"the job read the cache secret:\n{probes}"
     assert "CACHE HIT probe-" in log  # the runner still registered the job's token
     # the probe could read memory where it ran: a denial is the defence, not a broken probe
-    assert "PROBE control memory: gro-control-marker" in log, probes
+    assert "PROBE control memory: readable, found: gro-control-marker" in log, probes
+    # wherever a probe saw the runner or the sidecar, their memory did not even open
+    assert not re.search(r"(runner|gro-config) mem: readable", log), probes
     if mode == "host":
         # the runner is right there, same user: its memory, environment, descriptors are shut
         assert re.search(r"PROBE runner process: pid \d+", log), probes
-        assert re.search(r"PROBE config file: cat: \S+: No such file", log), probes
+        assert "PROBE runner mem: not readable" in log, probes
+        assert re.search(r"PROBE file \S+/config\.yaml: cat: .*No such file", log), probes
+    if mode == "dind-rootless":
+        # the daemon runs in the runner's container: through its /proc (``-v /:/host``) a job
+        # sees the runner process itself, and none of its doors opens
+        # (``--privileged``: all capabilities the rootless daemon can grant, in its user
+        # namespace)
+        assert re.search(r"via docker --privileged -v /:/host: runner process: pid \d+", log)
+        assert "via docker --privileged -v /:/host: runner mem: not readable" in log, probes
     pods = real.pods("probe")
     sidecar = next(
         s
