@@ -2,7 +2,7 @@
 mounts the config Secret only into the operator's init containers, and hands the runner
 its config once through a FIFO that is gone before the runner takes a job.
 
-The real node shows the whole story (tests/integration/test_real_node_cache_secret.py):
+The real node shows the whole story (tests/real_node/test_real_node_cache_secret.py):
 a job in each mode tries the file, ``/proc`` and ``docker run -v``, and fails."""
 
 from __future__ import annotations
