@@ -17,8 +17,8 @@ What a job tries, where it runs (each way bounded in time and bytes, see ``PROBE
   ``-v`` of the config directory, ``docker run -v /:/host`` (the files, and the processes
   under the daemon's ``/proc``), and ``--pid=host``, with ``--privileged`` where the daemon
   grants it. The rootless daemon refuses ``--pid=host`` (its user namespace may not mount a
-  ``/proc`` of the PID namespace it shares); its ``/proc`` under ``-v /:/host`` shows the
-  runner all the same.
+  ``/proc`` of the PID namespace it shares); its ``/proc`` under ``-v /:/host`` (from a
+  ``--privileged`` container) shows the runner all the same.
 
 ``host`` mode runs the probe in its step (the runner container, the runner's own user).
 The container modes run it in the job's container and through the daemon. The oracle is
@@ -160,26 +160,32 @@ files() {
 # ``dind-rootless``) a job asks the daemon for what it may not have: ``-v`` of the config
 # directory; ``-v /:/host``, the daemon's root (in ``dind-rootless`` the runner container's
 # own file system) with its ``/proc`` (in ``dind-rootless`` the runner's PID namespace); and
-# ``--pid=host``. Each with ``--privileged`` where the daemon grants it, else without (the
-# testbed's daemons both refuse it: DinD cannot apply the capabilities, the rootless one may
-# not mount ``/sys``). The rootless daemon refuses ``--pid=host`` too: its user namespace may
-# not mount a ``/proc`` for the PID namespace it shares; the log shows each refusal.
+# ``--pid=host``. Each with ``--privileged`` where the daemon grants it, else without: the
+# testbed's DinD refuses it ("unable to apply caps"); the rootless daemon may not mount a new
+# sysfs, but grants it with its own ``/sys`` bound in. The rootless daemon refuses
+# ``--pid=host`` (its user namespace may not mount a ``/proc`` for the PID namespace it
+# shares), which ``-v /:/host`` makes up for: the same processes under ``/host/proc``.
 DOCKER = r"""
 B=docker.io/local/busybox:1.35
 echo "PROBE docker bind: $($T 60 docker run --rm -v $CFG:/x $B \
   sh -c 'ls -la /x; cat /x/*' 2>&1 | one)"
-for extra in --privileged ""; do
+# the ways a job would ask for privilege: plain, then with the daemon's own /sys (a rootless
+# daemon that may not mount a new sysfs may still bind the one it has), then none
+P1=--privileged; P2="--privileged -v /sys:/sys"
+for extra in "$P1" "$P2" ""; do
+  # shellcheck disable=SC2086
   $T 120 docker run --rm $extra -v /:/host -e PROBE="$PROBE" $B \
     sh -c 'eval "$PROBE"; files /host; procs /host/proc' >/tmp/root 2>&1 && break
   [ -n "$extra" ] && echo "PROBE docker $extra -v /:/host refused: $(one </tmp/root)"
 done
-sed "s/^PROBE //; s/^/PROBE via docker ${extra:+$extra }-v \/:\/host: /" /tmp/root
-for extra in --privileged ""; do
+sed "s|^PROBE ||; s|^|PROBE via docker ${extra:+$extra }-v /:/host: |" /tmp/root
+for extra in "$P1" "$P2" ""; do
+  # shellcheck disable=SC2086
   $T 120 docker run --rm $extra --pid=host -e PROBE="$PROBE" $B \
     sh -c 'eval "$PROBE"; procs /proc; control' >/tmp/pidhost 2>&1 && break
   [ -n "$extra" ] && echo "PROBE docker $extra --pid=host refused: $(one </tmp/pidhost)"
 done
-sed "s/^PROBE //; s/^/PROBE via docker ${extra:+$extra }--pid=host: /" /tmp/pidhost
+sed "s|^PROBE ||; s|^|PROBE via docker ${extra:+$extra }--pid=host: |" /tmp/pidhost
 """
 
 
@@ -349,9 +355,9 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, mode)
     if mode == "dind-rootless":
         # the daemon runs in the runner's container: through its /proc (``-v /:/host``) a job
         # sees the runner process itself, and none of its doors opens
-        # (with ``--privileged`` if the daemon grants it: the testbed's refuses it, "mount
-        # sysfs: operation not permitted")
-        seen = r"via docker (--privileged )?-v /:/host: runner"
+        # from a ``--privileged`` container: every capability, within the daemon's user
+        # namespace (the testbed's daemon grants it with the daemon's own /sys bound in)
+        seen = r"via docker --privileged (-v /sys:/sys )?-v /:/host: runner"
         assert re.search(seen + r" process: pid \d+", log), probes
         assert re.search(seen + r" mem: not readable", log), probes
     pods = real.pods("probe")
