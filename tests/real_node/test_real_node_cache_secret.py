@@ -61,11 +61,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
 # memory and all of ``/`` cost (and that stalled the kubelet): every command that may block or
 # read much runs under ``timeout``, every answer is cut to one short line, memory is read only
 # from small writable mappings, and files are searched only in small, named places.
-# ``SECRET`` matches the key's line with a value (the value is 64 hex digits): a job does not
-# know the value, the test does, and looks for it in the whole log.
+# ``SECRET`` matches the key's line with a value, or the value itself wherever it stands: the
+# test writes the first 12 of its 64 hex digits (48 of 256 bits of a secret that lives as
+# long as the test) in place of ``@PREFIX@``, and the probe prints whatever follows them. The
+# test then looks for the whole value in the whole log.
 PROBE = r"""
 T=timeout
-SECRET='external_secret: *.\?[0-9a-f]\{8,\}'
+SECRET='external_secret: *.\?[0-9a-f]\{8,\}\|@PREFIX@[0-9a-f]*'
 CFG=/etc/gitea-runner-operator/config
 one() { tr '\0\n' '  ' | head -c 240; }
 grab() { tr -c 'a-zA-Z0-9_:. -' '\n' | grep -o "$1.\{0,80\}" | head -n 3 | one; }
@@ -96,12 +98,12 @@ mem() {
 proc() {
   echo "PROBE $2 process: pid ${1##*/} ($(cat "$1/comm" 2>&1))"
   echo "PROBE $2 environ: $($T 5 cat "$1/environ" 2>&1 | one)"
-  echo "PROBE $2 mem: $(mem "$1" external_secret)"
+  echo "PROBE $2 mem: $(mem "$1" '\(external_secret\|@PREFIX@\)')"
   echo "PROBE $2 fd: $($T 5 ls -l "$1/fd/" 2>&1 | one)"
   echo "PROBE $2 fd read: $(n=0; for f in "$1"/fd/*; do
       n=$((n + 1)); [ $n -gt 16 ] && break
       $T 1 head -c 65536 "$f" 2>&1 </dev/null
-    done | grab 'external_secret\|denied\|No such')"
+    done | grab '\(external_secret\|@PREFIX@\|denied\|No such\)')"
   echo "PROBE $2 root: $($T 5 cat "$1/root$CFG"/* "$1/root/gro/secret/config.yaml" 2>&1 | one)"
   echo "PROBE $2 cwd: $($T 5 ls -la "$1/cwd/" 2>&1 | one)"
   echo "PROBE $2 cwd files: $($T 5 grep -hos "$SECRET" "$1"/cwd/* "$1"/cwd/.[!.]* 2>&1 | one)"
@@ -230,7 +232,13 @@ def _step(script: str) -> str:
     return textwrap.indent(textwrap.dedent(script).strip(), " " * 10).lstrip()
 
 
-def host_workflow() -> str:
+def probe(prefix: str) -> str:
+    """The probe's functions, set to look for the value starting with ``prefix`` too."""
+    assert re.fullmatch(r"[0-9a-f]{12}", prefix)
+    return PROBE.replace("@PREFIX@", prefix)
+
+
+def host_workflow(prefix: str) -> str:
     # bash's /dev/tcp client from the cache test (the runner image has no nc); its ``req``
     # takes the extra header with its own CRLF
     save = SAVE_RESTORE.replace('"$range"', "\"$range\"$'\\r\\n'")
@@ -247,7 +255,7 @@ jobs:
       - timeout-minutes: 4
         run: |
           t0=$(date +%s); echo "job uid=$(id -u)"
-          {_step(PROBE)}
+          {_step(probe(prefix))}
           files ""; procs /proc; control
           echo "PROBE took $(( $(date +%s) - t0 )) s"
       - run: |
@@ -258,8 +266,8 @@ jobs:
 """
 
 
-def container_workflow(label: str, socket: str, cache_url: str) -> str:
-    probe_var = "PROBE=$(cat <<'EOF'\n" + textwrap.dedent(PROBE).strip() + "\nEOF\n)"
+def container_workflow(label: str, socket: str, cache_url: str, prefix: str) -> str:
+    probe_var = "PROBE=$(cat <<'EOF'\n" + textwrap.dedent(probe(prefix)).strip() + "\nEOF\n)"
     return f"""\
 name: secret-{label}
 on: [push]
@@ -329,15 +337,16 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, mode)
         )
 
     wait_until(settled, timeout=60, what="new spec observed, cache ready")
+    secret = real.kube.get(f"/api/v1/namespaces/{real.ns}/secrets/probe-cache")["data"]
+    value = base64.b64decode(secret["external-secret"]).decode()
     if mode == "host":
-        workflow = host_workflow()
+        workflow = host_workflow(value[:12])
     else:
-        workflow = container_workflow(label, MODES[mode]["socket"], f"http://{ip}:8088/")
+        url = f"http://{ip}:8088/"
+        workflow = container_workflow(label, MODES[mode]["socket"], url, value[:12])
     real.push("secret.yml", workflow)
     done = real.wait_done({"probe"}, timeout=420)
     log = real.job_log("probe")
-    secret = real.kube.get(f"/api/v1/namespaces/{real.ns}/secrets/probe-cache")["data"]
-    value = base64.b64decode(secret["external-secret"]).decode()
     probes = "\n".join(line for line in log.splitlines() if "PROBE" in line and "echo" not in line)
     print(f"\n--- {mode}: what the job could reach\n{probes}")
     assert done == {"probe": "success"}, f"{log}\n{real.pods_report()}"
