@@ -63,11 +63,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
 # from small writable mappings, and files are searched only in small, named places.
 # ``SECRET`` matches the key's line with a value, or the value itself wherever it stands: the
 # test writes the first 12 of its 64 hex digits (48 of 256 bits of a secret that lives as
-# long as the test) in place of ``@PREFIX@``, and the probe prints whatever follows them. The
-# test then looks for the whole value in the whole log.
+# long as the test) in place of ``@PREFIX@``, and the probe prints them with the 16 or more
+# hex digits that must follow (so the probe's own script, which holds the 12, is no hit).
+# The test then looks for the whole value in the whole log.
 PROBE = r"""
 T=timeout
-SECRET='external_secret: *.\?[0-9a-f]\{8,\}\|@PREFIX@[0-9a-f]*'
+SECRET='external_secret: *.\?[0-9a-f]\{8,\}\|@PREFIX@[0-9a-f]\{16,\}'
 CFG=/etc/gitea-runner-operator/config
 one() { tr '\0\n' '  ' | head -c 240; }
 grab() { tr -c 'a-zA-Z0-9_:. -' '\n' | grep -o "$1.\{0,80\}" | head -n 3 | one; }
@@ -98,12 +99,12 @@ mem() {
 proc() {
   echo "PROBE $2 process: pid ${1##*/} ($(cat "$1/comm" 2>&1))"
   echo "PROBE $2 environ: $($T 5 cat "$1/environ" 2>&1 | one)"
-  echo "PROBE $2 mem: $(mem "$1" '\(external_secret\|@PREFIX@\)')"
+  echo "PROBE $2 mem: $(mem "$1" '\(external_secret\|@PREFIX@[0-9a-f]\{16,\}\)')"
   echo "PROBE $2 fd: $($T 5 ls -l "$1/fd/" 2>&1 | one)"
   echo "PROBE $2 fd read: $(n=0; for f in "$1"/fd/*; do
       n=$((n + 1)); [ $n -gt 16 ] && break
       $T 1 head -c 65536 "$f" 2>&1 </dev/null
-    done | grab '\(external_secret\|@PREFIX@\|denied\|No such\)')"
+    done | grab '\(external_secret\|@PREFIX@[0-9a-f]\{16,\}\|denied\|No such\)')"
   echo "PROBE $2 root: $($T 5 cat "$1/root$CFG"/* "$1/root/gro/secret/config.yaml" 2>&1 | one)"
   echo "PROBE $2 cwd: $($T 5 ls -la "$1/cwd/" 2>&1 | one)"
   echo "PROBE $2 cwd files: $($T 5 grep -hos "$SECRET" "$1"/cwd/* "$1"/cwd/.[!.]* 2>&1 | one)"
