@@ -140,6 +140,21 @@ def test_dind_mode_with_a_cache_refuses_host_labels_whose_steps_run_as_root():
     cache_spec("dind-rootless", labels=["shell:host"])
 
 
+def test_dind_mode_with_a_cache_refuses_a_pod_that_shares_its_pid_namespace():
+    # Before: accepted. With shared PIDs the privileged DinD daemon, and a job's
+    # ``docker run --privileged --pid=host``, reach gro-config's /proc/<pid>/root and so the
+    # mounted Secret.
+    shared = {"spec": {"shareProcessNamespace": True}}
+    refused = r"spec\.cache with mode dind and spec\.template\.spec\.shareProcessNamespace"
+    with pytest.raises(InvalidSpec, match=refused):
+        cache_spec("dind", template=shared)
+    # fine without a cache, and in the modes where nothing in the Pod is root with
+    # CAP_SYS_PTRACE (shown on the real node: tests/real_node/test_real_node_cache_secret.py)
+    parse_spec({**VALID, "mode": "dind", "template": shared})
+    cache_spec("dind-rootless", template=shared)
+    cache_spec("host", labels=["linux"], template=shared)
+
+
 # ------------------------------------------------------------- the hand-off script itself
 
 
