@@ -21,8 +21,11 @@ What a job tries, where it runs (each way bounded in time and bytes, see ``PROBE
   ``--privileged`` container) shows the runner all the same.
 
 ``host`` mode runs the probe in its step (the runner container, the runner's own user).
-The container modes run it in the job's container and through the daemon. The oracle is
-the secret itself, read by the test from the operator's Secret: it appears in no job log.
+The container modes run it in the job's container and through the daemon. ``host`` and
+``dind-rootless`` run once more with ``shareProcessNamespace`` (refused with a cache in
+``dind``), so that ``gro-config`` is in the job's sight and each of its doors is tried.
+The oracle is the secret itself, read by the test from the operator's Secret: it appears
+in no job log.
 
 As in test_real_node_cache.py, ``hostAliases`` stand in for cluster DNS (the runner reaches
 the cache Service by name); the containers of the DinD modes reach the cache Pod by IP.
@@ -304,11 +307,23 @@ MODES: dict[str, dict[str, Any]] = {
     "dind": {"image": images.RUNNER, "socket": "/var/run/docker.sock"},
     "dind-rootless": {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"},
 }
+# The same with ``shareProcessNamespace`` in the template, where the operator allows it with a
+# cache (not in dind: api/cache.py): gro-config's processes, which hold the Secret's mount,
+# are then in the job's reach, and the probe tries each of their doors.
+SHARED = "-shared-pids"
+# The rootless daemon's view from a ``--privileged`` container: every capability, within the
+# daemon's user namespace (the testbed's daemon grants it with its own /sys bound in).
+PRIVILEGED_VIEW = r"via docker --privileged (-v /sys:/sys )?-v /:/host:"
+CASES = [*MODES, f"host{SHARED}", f"dind-rootless{SHARED}"]
 
 
-def _apply_group(real: Real, mode: str, label: str, aliases: list[dict[str, Any]]) -> None:
+def _apply_group(
+    real: Real, mode: str, label: str, aliases: list[dict[str, Any]], shared: bool
+) -> None:
     cache = {"enabled": True, "persistent": False, "size": "256Mi"}
     pod: dict[str, Any] = {"hostAliases": aliases} if aliases else {}
+    if shared:
+        pod["shareProcessNamespace"] = True
     spec: dict[str, Any] = {"image": LOCAL + MODES[mode]["image"], "cache": cache}
     if mode == "host":
         spec |= {"labels": [label], "template": on_real_node(**pod)}
@@ -321,13 +336,16 @@ def _apply_group(real: Real, mode: str, label: str, aliases: list[dict[str, Any]
     real.group("probe", mode=mode, maxActiveRunners=1, **spec)
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, mode):
+@pytest.mark.parametrize("case", CASES)
+def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, case):
+    mode = case.removesuffix(SHARED)
+    shared = mode != case
     allow_cache(real.kube, real.ns)
     label = f"gro-secret-{mode}"
-    _apply_group(real, mode, label, [])
+    _apply_group(real, mode, label, [], shared)
     ip = cache_pod_ip(real, "probe")
-    _apply_group(real, mode, label, [{"ip": ip, "hostnames": [service_host("probe", real.ns)]}])
+    aliases = [{"ip": ip, "hostnames": [service_host("probe", real.ns)]}]
+    _apply_group(real, mode, label, aliases, shared)
 
     def settled() -> bool:
         obj = real.kube.get(f"{GROUPS.format(ns=real.ns)}/probe")
@@ -349,7 +367,7 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, mode)
     done = real.wait_done({"probe"}, timeout=420)
     log = real.job_log("probe")
     probes = "\n".join(line for line in log.splitlines() if "PROBE" in line and "echo" not in line)
-    print(f"\n--- {mode}: what the job could reach\n{probes}")
+    print(f"\n--- {case}: what the job could reach\n{probes}")
     assert done == {"probe": "success"}, f"{log}\n{real.pods_report()}"
     assert value not in log, f"the job read the cache secret:\n{probes}"
     assert "CACHE HIT probe-" in log  # the runner still registered the job's token
@@ -365,11 +383,15 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, mode)
     if mode == "dind-rootless":
         # the daemon runs in the runner's container: through its /proc (``-v /:/host``) a job
         # sees the runner process itself, and none of its doors opens
-        # from a ``--privileged`` container: every capability, within the daemon's user
-        # namespace (the testbed's daemon grants it with the daemon's own /sys bound in)
-        seen = r"via docker --privileged (-v /sys:/sys )?-v /:/host: runner"
-        assert re.search(seen + r" process: pid \d+", log), probes
-        assert re.search(seen + r" mem: not readable", log), probes
+        assert re.search(PRIVILEGED_VIEW + r" runner process: pid \d+", log), probes
+        assert re.search(PRIVILEGED_VIEW + r" runner mem: not readable", log), probes
+    if shared:
+        # the sidecar, another user, is in sight: from the step's own /proc in host mode, from
+        # the daemon's in dind-rootless; nothing of it opens
+        where = "PROBE" if mode == "host" else PRIVILEGED_VIEW
+        assert re.search(where + r" gro-config process: pid \d+", log), probes
+        assert re.search(where + r" gro-config mem: not readable", log), probes
+        assert re.search(where + r" gro-config root: .*Permission denied", log), probes
     pods = real.pods("probe")
     sidecar = next(
         s
