@@ -53,6 +53,8 @@ class Creator:
         created: list[str] = []
         remaining, batch = decision.create, 1
         error: CreateRefused | None = None
+        if remaining > 0:  # the wake-up path's spans (tests/benchmarks/webhook_latency.py)
+            log.debug("creating runner jobs", group=key, count=remaining)
         while remaining > 0 and error is None:
             size = min(batch, remaining)
             names = [new_job_name(p.name, p.uid) for _ in range(size)]

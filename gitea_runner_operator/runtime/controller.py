@@ -146,6 +146,7 @@ class Controller:
         """Something outside (a webhook delivery) says the group's demand changed: have its
         Gitea task look now. A trigger, never a count: the answer comes from Gitea."""
         poller = self.pollers.get(key)
+        log.debug("group woken", group=key)  # the wake-up path's spans (webhook_latency.py)
         if poller is not None:
             poller.wake()
         else:

@@ -70,6 +70,16 @@ def next_delay(
     return backoff
 
 
+def _new_queued(before: Snapshot | None, after: Snapshot | None) -> list[int]:
+    """Ids of the queued jobs an answer lists that the one before did not (at most 20), for
+    the wake-up path's log line: which observation first saw the job a delivery was about."""
+    if after is None or after.observation is None:
+        return []
+    seen = set() if before is None or before.observation is None else before.observation.queued
+    known = {job.id for job in seen}
+    return [job.id for job in after.observation.queued if job.id not in known][:20]
+
+
 class PollerOptions(TypedDict, total=False):
     """What every group's poller is started with, besides its key and spec: the pollers
     (Pollers) hand these on as they are, and GroupPoller's signature holds the defaults."""
@@ -203,6 +213,7 @@ class GroupPoller:
                     group=self.key,
                     waited=round(started - asked_at, 4),
                     took=round(self._clock() - started, 4),
+                    new_queued=_new_queued(self.latest, snapshot),
                 )
             kind = None
             if snapshot is None or snapshot.problem is not None:

@@ -21,8 +21,9 @@ can reach the Service, and must not let a flood of forged deliveries stall the e
 - Rejections are logged once, then summarised at most every ``QUIET_EVERY`` seconds with a
   count (:class:`QuietLog`): a flood must not become a flood of log lines.
 - Wake-ups per group are rate-limited (:class:`WakeLimiter`): a tenant's own secret cannot
-  make its groups poll Gitea faster than once per ``interval``; a wake-up within the interval
-  is deferred to its end (one trailing wake), never lost.
+  make its groups poll Gitea more often than once per ``interval`` on average (a burst of
+  ``WAKE_BURST`` at once); a wake-up beyond that is deferred until the next one is allowed
+  (one trailing wake), never lost.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ DEFAULT_SLOTS: Final = 8
 DEFAULT_SLOT_WAIT: Final = 2.0
 DELIVERY_MEMORY: Final = 4096
 WAKE_INTERVAL: Final = 1.0
+# Wake-ups a group may get at once before the interval applies: Gitea sends the deliveries
+# of one push one after the other over a few hundred milliseconds, and a job queued after
+# the first wake-up's refresh started must not wait for the end of that second.
+WAKE_BURST: Final = 3
 MAX_DEPTH: Final = 32
 QUIET_EVERY: Final = 10.0
 # Bytes hashed per delivery above which the HMACs run in a thread, off the event loop.
@@ -202,46 +207,59 @@ class Deliveries:
 
 
 class WakeLimiter:
-    """At most one wake-up per group per ``interval``; one arriving sooner is deferred to
-    the end of the interval (coalesced), so the latest news still arrives."""
+    """At most ``burst`` wake-ups of a group at once and one per ``interval`` on average (a
+    token bucket per group: client-go's BucketRateLimiter); one arriving when the group has
+    no token left is deferred until the next token is due (coalesced), so the latest news
+    still arrives. The first wake-up after a quiet interval is never delayed."""
 
     def __init__(
         self,
         wake: Callable[[str], None],
         interval: float = WAKE_INTERVAL,
         *,
+        burst: int = WAKE_BURST,
         clock: Callable[[], float] = time.monotonic,
         max_groups: int = 100_000,
     ) -> None:
         self._wake = wake
         self._interval = interval
+        self._burst = max(1, burst)
         self._clock = clock
         self._max = max_groups
-        self._last: OrderedDict[str, float] = OrderedDict()
+        # Per group: (tokens left, when they were counted). A group not listed has a full
+        # bucket; the oldest entries go beyond ``max_groups`` (they are full again by then).
+        self._tokens: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._deferred: dict[str, asyncio.TimerHandle] = {}
         self.deferred = 0  # for tests and benchmarks
 
+    def _available(self, key: str, now: float) -> float:
+        if self._interval <= 0:
+            return float(self._burst)  # no limit (tests)
+        tokens, at = self._tokens.get(key, (float(self._burst), now))
+        return min(float(self._burst), tokens + (now - at) / self._interval)
+
     def __call__(self, key: str) -> None:
-        now = self._clock()
-        last = self._last.get(key)
-        if last is None or now - last >= self._interval:
-            self._fire(key, now)
-            return
         if key in self._deferred:
             return  # a trailing wake is already due
+        now = self._clock()
+        tokens = self._available(key, now)
+        if tokens >= 1.0:
+            self._fire(key, now, tokens)
+            return
         self.deferred += 1
-        delay = last + self._interval - now
+        delay = (1.0 - tokens) * self._interval
         self._deferred[key] = asyncio.get_running_loop().call_later(delay, self._trailing, key)
 
     def _trailing(self, key: str) -> None:
         self._deferred.pop(key, None)
-        self._fire(key, self._clock())
+        now = self._clock()
+        self._fire(key, now, max(1.0, self._available(key, now)))
 
-    def _fire(self, key: str, now: float) -> None:
-        self._last[key] = now
-        self._last.move_to_end(key)
-        while len(self._last) > self._max:
-            self._last.popitem(last=False)
+    def _fire(self, key: str, now: float, tokens: float) -> None:
+        self._tokens[key] = (tokens - 1.0, now)
+        self._tokens.move_to_end(key)
+        while len(self._tokens) > self._max:
+            self._tokens.popitem(last=False)
         self._wake(key)
 
     def close(self) -> None:

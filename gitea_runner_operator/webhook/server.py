@@ -258,6 +258,7 @@ class WebhookServer:
         log.debug(
             "webhook delivery accepted",
             action=delivery.action,
+            job_id=delivery.job_id,
             repository=delivery.repository.full_name,
             labels=list(delivery.labels),
             woken=keys,

@@ -95,7 +95,7 @@ async def test_concurrent_unauthenticated_work_is_bounded_with_429_not_5xx():
 async def test_wake_ups_per_group_are_limited_and_the_last_one_is_deferred_not_lost():
     woken: list[str] = []
     now = [0.0]
-    limiter = WakeLimiter(woken.append, 0.2, clock=lambda: now[0])
+    limiter = WakeLimiter(woken.append, 0.2, burst=1, clock=lambda: now[0])
     limiter("a")
     limiter("a")
     limiter("a")
@@ -104,6 +104,37 @@ async def test_wake_ups_per_group_are_limited_and_the_last_one_is_deferred_not_l
     now[0] = 0.2
     await asyncio.sleep(0.3)
     assert woken == ["a", "b", "a"]  # one trailing wake for the two within the interval
+    limiter.close()
+
+
+async def test_the_deliveries_of_one_push_wake_the_group_at_once_and_a_flood_waits():
+    # Gitea sends one delivery per job, one after the other: a job queued after the first
+    # wake-up's refresh started must not wait for the end of the second (issue 27).
+    woken: list[str] = []
+    now = [0.0]
+    limiter = WakeLimiter(woken.append, 0.2, burst=3, clock=lambda: now[0])
+    for at in (0.0, 0.01, 0.05):
+        now[0] = at
+        limiter("a")
+    assert woken == ["a", "a", "a"]
+    now[0] = 0.06
+    limiter("a")
+    limiter("a")
+    assert woken == ["a", "a", "a"] and limiter.deferred == 1  # a flood: one trailing wake
+    await asyncio.sleep(0.3)
+    assert woken == ["a", "a", "a", "a"]
+    limiter.close()
+
+
+async def test_a_flood_of_wake_ups_is_held_to_one_per_interval_on_average():
+    woken: list[str] = []
+    now = [0.0]
+    limiter = WakeLimiter(woken.append, 1.0, burst=3, clock=lambda: now[0])
+    for step in range(1000):  # 10 s of deliveries, 100 a second
+        now[0] = step / 100
+        limiter.close()  # count only the ones let through at once, never a trailing one
+        limiter("a")
+    assert 3 + 9 <= len(woken) <= 3 + 10
     limiter.close()
 
 
