@@ -102,11 +102,16 @@ def webhook_server(
         if current is not None:
             current.wake(key)
 
+    def known(key: str, job_id: int) -> bool:
+        current = leadership.controller
+        return current is not None and current.knows(key, job_id)
+
     return WebhookServer(
         settings.webhook_host,
         settings.webhook_port,
         groups=groups,
         wake=wake,
+        known=known,
         operator_secret=secret,
         group_secret=CachedSecretReader(secrets),
         on_delivery=metrics.webhook_delivery,

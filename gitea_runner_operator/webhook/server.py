@@ -47,6 +47,7 @@ from gitea_runner_operator.webhook.routing import (
     WAKE_ACTIONS,
     BadDelivery,
     GroupDescriptor,
+    JobDelivery,
     Repository,
     SecretLocation,
     parse_job_delivery,
@@ -129,7 +130,9 @@ class WebhookServer:
     ``groups`` lists the current RunnerGroups (called once per delivery); ``wake`` asks one
     group (by key) for an immediate, coalesced refresh and must return at once;
     ``group_secret`` fetches a group's hook secret (inject a cache); ``on_delivery`` counts
-    outcomes for metrics; ``active`` is False on a standby replica, which then answers 503."""
+    outcomes for metrics; ``active`` is False on a standby replica, which then answers 503;
+    ``known(key, job_id)`` says whether the group's latest answer already lists a queued job
+    (its delivery then wakes nobody)."""
 
     def __init__(
         self,
@@ -148,7 +151,9 @@ class WebhookServer:
         wake_interval: float | None = None,
         read_deadline: float = DEFAULT_READ_DEADLINE,
         reads_per_client: int = DEFAULT_READS_PER_CLIENT,
+        known: Callable[[str, int], bool] | None = None,
     ) -> None:
+        self._known = known
         self._active = active
         self._read_deadline = read_deadline
         self._reads = ReadGate(reads_per_client)
@@ -251,6 +256,8 @@ class WebhookServer:
 
         keys = route(delivery, authorised)
         for key in keys:
+            if self._already_seen(key, delivery):
+                continue
             try:
                 self._limited_wake(key)
             except Exception:
@@ -264,6 +271,18 @@ class WebhookServer:
             woken=keys,
         )
         return _Answer("accepted", 202, _explain(len(keys), delivery.repository, authorised))
+
+    def _already_seen(self, key: str, delivery: JobDelivery) -> bool:
+        """A ``queued`` delivery for a job the group's latest answer already lists brings no
+        news: waking for it would only spend the group's wake-ups (a refresh that started
+        before the job was queued does not list it, so its delivery still wakes)."""
+        if self._known is None or delivery.action != "queued" or delivery.job_id is None:
+            return False
+        try:
+            return self._known(key, delivery.job_id)
+        except Exception:
+            log.exception("checking a delivery's job failed", group=key)
+            return False
 
     async def _receive(self, request: web.Request, event: str) -> bytes | _Answer:
         """The whole body, within the read deadline and this client's share of reads. A
