@@ -148,7 +148,7 @@ class Controller:
         poller = self.pollers.get(key)
         log.debug("group woken", group=key)  # the wake-up path's spans (webhook_latency.py)
         if poller is not None:
-            poller.wake()
+            poller.wake(paced=True)  # the receiver's WakeLimiter paces it already
         else:
             self.queue.add(key)
 

@@ -36,7 +36,7 @@ from gitea_runner_operator.runtime.fetch import GiteaHandle
 from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.reaper import Reaper
 from gitea_runner_operator.runtime.rerun import LossFollowUp
-from gitea_runner_operator.runtime.triggers import RESYNC, answer_key
+from gitea_runner_operator.runtime.triggers import RESYNC, answer_key, new_queued
 from gitea_runner_operator.settings import GITEA_STEP_DEADLINE
 
 log = structlog.get_logger(__name__)
@@ -68,16 +68,6 @@ def next_delay(
     if retry_after is not None:
         return max(retry_after, backoff)
     return backoff
-
-
-def _new_queued(before: Snapshot | None, after: Snapshot | None) -> list[int]:
-    """Ids of the queued jobs an answer lists that the one before did not (at most 20), for
-    the wake-up path's log line: which observation first saw the job a delivery was about."""
-    if after is None or after.observation is None:
-        return []
-    seen = set() if before is None or before.observation is None else before.observation.queued
-    known = {job.id for job in seen}
-    return [job.id for job in after.observation.queued if job.id not in known][:20]
 
 
 class PollerOptions(TypedDict, total=False):
@@ -126,6 +116,7 @@ class GroupPoller:
         self._handed_at = float("-inf")
         self._asked = False  # a wake-up came since the last observation started
         self._asked_at = 0.0  # when the first of those came (for the wake-up path's spans)
+        self._paced = False  # one of those was paced by its caller (wake(paced=True))
         self.notified = 0  # answers handed to the reconcile, for tests and benchmarks
         self.key = key
         self._losses = losses
@@ -151,10 +142,13 @@ class GroupPoller:
         self._task: asyncio.Task[None] | None = None
         self.observations = 0
 
-    def wake(self) -> None:
+    def wake(self, *, paced: bool = False) -> None:
         """Ask for a fresh observation soon, without waiting for it. Coalesced: any number of
         wake-ups before the next observation cause exactly one. Ignored while Gitea itself is
-        failing (its backoff rules), so events cannot turn into a flood of requests."""
+        failing (its backoff rules), so events cannot turn into a flood of requests.
+        ``paced``: the caller already holds the group to a rate (the webhook receiver's
+        WakeLimiter), so ``min_refresh`` does not hold this observation back a second time:
+        a job queued just after the last woken refresh started is asked for at once."""
         latest = self.latest
         if (
             latest is not None
@@ -166,6 +160,7 @@ class GroupPoller:
         self._wanted_after = max(self._wanted_after, now)
         if not self._asked:
             self._asked, self._asked_at = True, now
+        self._paced = self._paced or paced
         self._wake.set()
 
     @property
@@ -195,7 +190,7 @@ class GroupPoller:
         failures = 0
         while True:
             self._wake.clear()
-            asked, self._asked = self._asked, False
+            asked, self._asked, self._paced = self._asked, False, False
             started = self._clock()
             asked_at = self._asked_at
             snapshot: Snapshot | None = None
@@ -213,7 +208,7 @@ class GroupPoller:
                     group=self.key,
                     waited=round(started - asked_at, 4),
                     took=round(self._clock() - started, 4),
-                    new_queued=_new_queued(self.latest, snapshot),
+                    new_queued=new_queued(self.latest, snapshot),
                 )
             kind = None
             if snapshot is None or snapshot.problem is not None:
@@ -337,11 +332,14 @@ class GroupPoller:
 
     async def _sleep(self, started: float, delay: float) -> None:
         """Sleep ``delay`` after ``started``, or until woken, but never observe again sooner
-        than ``min_refresh`` after the last observation started."""
+        than ``min_refresh`` after the last observation started (unless the wake-up was
+        paced by its caller)."""
         remaining = started + delay - self._clock()
         if remaining > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), remaining)
+        if self._paced:
+            return
         gap = started + self._min_refresh - self._clock()
         if gap > 0:
             await asyncio.sleep(gap)

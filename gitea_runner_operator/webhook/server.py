@@ -255,9 +255,8 @@ class WebhookServer:
             return _Answer("ignored", 204)
 
         keys = route(delivery, authorised)
-        for key in keys:
-            if self._already_seen(key, delivery):
-                continue
+        woken = [key for key in keys if not self._already_seen(key, delivery)]
+        for key in woken:
             try:
                 self._limited_wake(key)
             except Exception:
@@ -268,7 +267,7 @@ class WebhookServer:
             job_id=delivery.job_id,
             repository=delivery.repository.full_name,
             labels=list(delivery.labels),
-            woken=keys,
+            woken=woken,
         )
         return _Answer("accepted", 202, _explain(len(keys), delivery.repository, authorised))
 

@@ -172,7 +172,9 @@ def wake_spans(log_path: Path, queued_at: dict[int, float]) -> dict[str, list[fl
     job starts and ends -> the next reconcile starts -> it sends its creates -> they are
     created. ``queued_at`` (wall clock, the sampler's) adds Gitea's own step before the
     delivery. A job whose first sighting was not a woken refresh (the periodic poll), or
-    whose pass created nothing (covered by an earlier create), is counted apart."""
+    whose pass created nothing (covered by an earlier create), is counted apart; so is one
+    listed by a refresh that started before its delivery (woken by an earlier one): it
+    counts in the total from its delivery (0 if its runner Job came first), in no step."""
     lines = []
     for raw in log_path.read_text().splitlines():
         try:
@@ -196,13 +198,19 @@ def wake_spans(log_path: Path, queued_at: dict[int, float]) -> dict[str, list[fl
     sent = [_at(x) for x in lines if x.get("event") == "creating runner jobs"]
     created = [_at(x) for x in lines if x.get("event") == "created runner jobs"]
     spans: dict[str, list[float]] = {name: [] for name in SPANS}
-    apart = {"first seen by a periodic poll": 0, "its pass created nothing": 0}
+    apart = dict.fromkeys(
+        (
+            "first seen by a periodic poll",
+            "its pass created nothing",
+            "listed by a refresh that started before it",
+        ),
+        0,
+    )
     for delivered, job_id in deliveries:
         ref = next((r for r in refreshes if job_id in r[2]), None)
         if ref is None:
             apart["first seen by a periodic poll"] += 1
             continue
-        wake = next((w for w in woken if w >= delivered), ref[0])
         rec = next((r for r in reconciles if r[0] >= ref[1]), None)
         send = next((c for c in sent if rec and rec[0] <= c <= rec[1]), None)
         done = next((c for c in created if rec and rec[0] <= c <= rec[1]), None)
@@ -211,12 +219,18 @@ def wake_spans(log_path: Path, queued_at: dict[int, float]) -> dict[str, list[fl
             continue
         if job_id in queued_at:
             spans[SPANS[0]].append(max(0.0, delivered - queued_at[job_id]))
+        if ref[0] < delivered:
+            # Listed by a refresh an earlier delivery woke: nothing waited for this one.
+            apart["listed by a refresh that started before it"] += 1
+            spans[SPANS[-1]].append(max(0.0, done - delivered))
+            continue
+        wake = next((w for w in woken if delivered <= w <= ref[0]), ref[0])
         steps = (delivered, wake, max(wake, ref[0]), ref[1], rec[0], send, done)
         for name, a, b in zip(SPANS[1:], steps, steps[1:], strict=False):
             spans[name].append(b - a)
         spans[SPANS[-1]].append(done - delivered)
     for name, count in apart.items():
-        print(f"  deliveries {name}: {count}")
+        print(f"  deliveries of a queued job {name}: {count}")
     return {k: v for k, v in spans.items() if v}
 
 
