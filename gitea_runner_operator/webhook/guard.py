@@ -44,6 +44,7 @@ from gitea_runner_operator.webhook import signature
 from gitea_runner_operator.webhook.routing import Repository, parse_repository
 
 T = TypeVar("T")
+log = structlog.get_logger(__name__)
 
 # A workflow_job payload names its repository after the job (a few KiB with its steps).
 PREFIX_BYTES: Final = 64 * 1024
@@ -210,7 +211,13 @@ class WakeLimiter:
     """At most ``burst`` wake-ups of a group at once and one per ``interval`` on average (a
     token bucket per group: client-go's BucketRateLimiter); one arriving when the group has
     no token left is deferred until the next token is due (coalesced), so the latest news
-    still arrives. The first wake-up after a quiet interval is never delayed."""
+    still arrives. The first wake-up after a quiet interval is never delayed.
+
+    A delivery about a queued job that the group's latest answer already lists is no news
+    (``known``): it wakes nobody and spends nothing. Gitea delivers a job a few hundred
+    milliseconds after queueing it, so the refresh woken by the first delivery of a push
+    often lists the later ones' jobs: a deferred wake-up whose jobs are all listed by the
+    time it is due is dropped too, and the group keeps its wake-ups for real news."""
 
     def __init__(
         self,
@@ -218,19 +225,24 @@ class WakeLimiter:
         interval: float = WAKE_INTERVAL,
         *,
         burst: int = WAKE_BURST,
+        known: Callable[[str, int], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_groups: int = 100_000,
     ) -> None:
         self._wake = wake
         self._interval = interval
         self._burst = max(1, burst)
+        self._known = known
         self._clock = clock
         self._max = max_groups
         # Per group: (tokens left, when they were counted). A group not listed has a full
         # bucket; the oldest entries go beyond ``max_groups`` (they are full again by then).
         self._tokens: OrderedDict[str, tuple[float, float]] = OrderedDict()
-        self._deferred: dict[str, asyncio.TimerHandle] = {}
+        # Per group with a trailing wake due: its timer, and the queued jobs it is for
+        # (None: at least one wake-up that no listed job can answer).
+        self._deferred: dict[str, tuple[asyncio.TimerHandle, set[int] | None]] = {}
         self.deferred = 0  # for tests and benchmarks
+        self.dropped = 0  # deferred wake-ups whose jobs were all listed when due
 
     def _available(self, key: str, now: float) -> float:
         if self._interval <= 0:
@@ -238,20 +250,44 @@ class WakeLimiter:
         tokens, at = self._tokens.get(key, (float(self._burst), now))
         return min(float(self._burst), tokens + (now - at) / self._interval)
 
-    def __call__(self, key: str) -> None:
-        if key in self._deferred:
-            return  # a trailing wake is already due
+    def _listed(self, key: str, job_id: int) -> bool:
+        if self._known is None:
+            return False
+        try:
+            return self._known(key, job_id)
+        except Exception:
+            log.exception("checking a delivery's job failed", group=key)
+            return False
+
+    def __call__(self, key: str, job_id: int | None = None) -> bool:
+        """Wake ``key`` now or later; ``job_id``: the queued job a delivery is about. False
+        when it is no news (the group's latest answer lists that job)."""
+        if job_id is not None and self._listed(key, job_id):
+            return False
+        due = self._deferred.get(key)
+        if due is not None:  # a trailing wake is already due: it answers this one too
+            handle, jobs = due
+            if jobs is not None and job_id is not None:
+                jobs.add(job_id)
+            elif jobs is not None:
+                self._deferred[key] = (handle, None)
+            return True
         now = self._clock()
         tokens = self._available(key, now)
         if tokens >= 1.0:
             self._fire(key, now, tokens)
-            return
+            return True
         self.deferred += 1
         delay = (1.0 - tokens) * self._interval
-        self._deferred[key] = asyncio.get_running_loop().call_later(delay, self._trailing, key)
+        handle = asyncio.get_running_loop().call_later(delay, self._trailing, key)
+        self._deferred[key] = (handle, {job_id} if job_id is not None else None)
+        return True
 
     def _trailing(self, key: str) -> None:
-        self._deferred.pop(key, None)
+        _, jobs = self._deferred.pop(key, (None, None))
+        if jobs is not None and all(self._listed(key, job) for job in jobs):
+            self.dropped += 1
+            return
         now = self._clock()
         self._fire(key, now, max(1.0, self._available(key, now)))
 
@@ -263,6 +299,6 @@ class WakeLimiter:
         self._wake(key)
 
     def close(self) -> None:
-        for handle in self._deferred.values():
+        for handle, _ in self._deferred.values():
             handle.cancel()
         self._deferred.clear()

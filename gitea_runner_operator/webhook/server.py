@@ -47,7 +47,6 @@ from gitea_runner_operator.webhook.routing import (
     WAKE_ACTIONS,
     BadDelivery,
     GroupDescriptor,
-    JobDelivery,
     Repository,
     SecretLocation,
     parse_job_delivery,
@@ -153,7 +152,6 @@ class WebhookServer:
         reads_per_client: int = DEFAULT_READS_PER_CLIENT,
         known: Callable[[str, int], bool] | None = None,
     ) -> None:
-        self._known = known
         self._active = active
         self._read_deadline = read_deadline
         self._reads = ReadGate(reads_per_client)
@@ -162,7 +160,9 @@ class WebhookServer:
         self._deliveries = Deliveries()
         self._quiet = QuietLog(log)
         self._limited_wake = (
-            WakeLimiter(wake, wake_interval) if wake_interval is not None else WakeLimiter(wake)
+            WakeLimiter(wake, wake_interval, known=known)
+            if wake_interval is not None
+            else WakeLimiter(wake, known=known)
         )
         self._host = host
         self._port = port
@@ -255,10 +255,12 @@ class WebhookServer:
             return _Answer("ignored", 204)
 
         keys = route(delivery, authorised)
-        woken = [key for key in keys if not self._already_seen(key, delivery)]
-        for key in woken:
+        job = delivery.job_id if delivery.action == "queued" else None
+        woken: list[str] = []
+        for key in keys:
             try:
-                self._limited_wake(key)
+                if self._limited_wake(key, job):
+                    woken.append(key)
             except Exception:
                 log.exception("waking a RunnerGroup failed", group=key)
         log.debug(
@@ -270,18 +272,6 @@ class WebhookServer:
             woken=woken,
         )
         return _Answer("accepted", 202, _explain(len(keys), delivery.repository, authorised))
-
-    def _already_seen(self, key: str, delivery: JobDelivery) -> bool:
-        """A ``queued`` delivery for a job the group's latest answer already lists brings no
-        news: waking for it would only spend the group's wake-ups (a refresh that started
-        before the job was queued does not list it, so its delivery still wakes)."""
-        if self._known is None or delivery.action != "queued" or delivery.job_id is None:
-            return False
-        try:
-            return self._known(key, delivery.job_id)
-        except Exception:
-            log.exception("checking a delivery's job failed", group=key)
-            return False
 
     async def _receive(self, request: web.Request, event: str) -> bytes | _Answer:
         """The whole body, within the read deadline and this client's share of reads. A

@@ -160,3 +160,35 @@ async def test_big_signatures_are_checked_off_the_event_loop_with_the_same_verdi
     good = sign(b"s5", body)
     assert await signers(candidates, body, bytes.fromhex(good)) == [5]
     assert await signers(candidates, body, bytes(32)) == []
+
+
+async def test_a_deferred_wake_up_whose_jobs_the_group_listed_meanwhile_is_dropped():
+    # The refresh woken by a push's first delivery often lists the jobs of the deliveries
+    # that follow it: their deferred wake-up would spend the group's next token on no news
+    # and hold the next push's job back by up to a second (issue 27).
+    woken: list[str] = []
+    listed: set[int] = set()
+    limiter = WakeLimiter(
+        woken.append, 0.05, burst=1, known=lambda key, job: job in listed, clock=lambda: 0.0
+    )
+    assert limiter("a", 1) and woken == ["a"]
+    assert limiter("a", 2) and limiter("a", 3)  # deferred, one trailing wake for both
+    listed.update({1, 2, 3})  # the first wake-up's refresh answered: all three listed
+    assert not limiter("a", 3)  # no news: not even deferred
+    await asyncio.sleep(0.2)
+    assert woken == ["a"] and limiter.dropped == 1
+    assert limiter("a", 4) is True  # real news still wakes (now, or when a token is due)
+    limiter.close()
+
+
+async def test_a_deferred_wake_up_still_fires_when_one_of_its_jobs_is_news():
+    woken: list[str] = []
+    limiter = WakeLimiter(
+        woken.append, 0.05, burst=1, known=lambda key, job: job == 2, clock=lambda: 0.0
+    )
+    limiter("a", 1)
+    limiter("a", 2)
+    limiter("a", 3)  # not listed: the trailing wake is needed
+    await asyncio.sleep(0.2)
+    assert woken == ["a", "a"] and limiter.dropped == 0
+    limiter.close()
