@@ -63,8 +63,11 @@ DELIVERY_MEMORY: Final = 4096
 WAKE_INTERVAL: Final = 1.0
 # Wake-ups a group may get at once before the interval applies: Gitea sends the deliveries
 # of one push one after the other over a few hundred milliseconds, and a job queued after
-# the first wake-up's refresh started must not wait for the end of that second.
-WAKE_BURST: Final = 3
+# the first wake-up's refresh started must not wait for the end of that second. A delivery
+# that lands while that refresh is in flight costs one more (its job may be queued after
+# the refresh asked), so a push may cost two or three: five leave room for a few pushes in a
+# row. A flood is still held to one wake-up a second on average.
+WAKE_BURST: Final = 5
 MAX_DEPTH: Final = 32
 QUIET_EVERY: Final = 10.0
 # Bytes hashed per delivery above which the HMACs run in a thread, off the event loop.
