@@ -141,14 +141,14 @@ class GroupPoller:
         self._order: ReapOrder | None = None
         self._task: asyncio.Task[None] | None = None
         self.observations = 0
+        self.asking = False  # an observation is in flight
 
     def wake(self, *, paced: bool = False) -> None:
         """Ask for a fresh observation soon, without waiting for it. Coalesced: any number of
         wake-ups before the next observation cause exactly one. Ignored while Gitea itself is
         failing (its backoff rules), so events cannot turn into a flood of requests.
-        ``paced``: the caller already holds the group to a rate (the webhook receiver's
-        WakeLimiter), so ``min_refresh`` does not hold this observation back a second time:
-        a job queued just after the last woken refresh started is asked for at once."""
+        ``paced``: the caller holds the group to a rate already (the webhook's WakeLimiter),
+        so ``min_refresh`` does not hold this observation back a second time."""
         latest = self.latest
         if (
             latest is not None
@@ -197,10 +197,12 @@ class GroupPoller:
             handle: GiteaHandle | None = None
             interval = self.spec.poll_interval_seconds
             newer_than = max(self._wanted_after, started - min(interval / 2, SHARE_WINDOW))
+            self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
             try:
                 snapshot, handle = await self._observe(self._namespace, self.spec, newer_than)
             except Exception:
                 log.exception("poll failed unexpectedly", group=self.key)
+            self.asking = False
             self.observations += 1
             if asked:  # the wake-up path's spans (tests/benchmarks/webhook_latency.py)
                 log.debug(
@@ -332,16 +334,13 @@ class GroupPoller:
 
     async def _sleep(self, started: float, delay: float) -> None:
         """Sleep ``delay`` after ``started``, or until woken, but never observe again sooner
-        than ``min_refresh`` after the last observation started (unless the wake-up was
-        paced by its caller)."""
+        than ``min_refresh`` after the last observation started (unless paced)."""
         remaining = started + delay - self._clock()
         if remaining > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), remaining)
-        if self._paced:
-            return
         gap = started + self._min_refresh - self._clock()
-        if gap > 0:
+        if gap > 0 and not self._paced:
             await asyncio.sleep(gap)
 
 

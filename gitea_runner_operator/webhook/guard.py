@@ -63,10 +63,8 @@ DELIVERY_MEMORY: Final = 4096
 WAKE_INTERVAL: Final = 1.0
 # Wake-ups a group may get at once before the interval applies: Gitea sends the deliveries
 # of one push one after the other over a few hundred milliseconds, and a job queued after
-# the first wake-up's refresh started must not wait for the end of that second. A delivery
-# that lands while that refresh is in flight costs one more (its job may be queued after
-# the refresh asked), so a push may cost two or three: five leave room for a few pushes in a
-# row. A flood is still held to one wake-up a second on average.
+# the first wake-up's refresh started must not wait for the end of that second. A flood is
+# still held to one wake-up a second on average.
 WAKE_BURST: Final = 5
 MAX_DEPTH: Final = 32
 QUIET_EVERY: Final = 10.0
@@ -216,11 +214,15 @@ class WakeLimiter:
     no token left is deferred until the next token is due (coalesced), so the latest news
     still arrives. The first wake-up after a quiet interval is never delayed.
 
-    A delivery about a queued job that the group's latest answer already lists is no news
-    (``known``): it wakes nobody and spends nothing. Gitea delivers a job a few hundred
-    milliseconds after queueing it, so the refresh woken by the first delivery of a push
-    often lists the later ones' jobs: a deferred wake-up whose jobs are all listed by the
-    time it is due is dropped too, and the group keeps its wake-ups for real news."""
+    Only news spends a token. Gitea delivers a job a few hundred milliseconds after queueing
+    it, so the refresh woken by a push's first delivery often lists the jobs of the ones
+    that follow: a delivery about a queued job the group's latest answer lists (``known``)
+    wakes nobody; one that lands while the group's refresh is in flight (``asking``) waits
+    for that answer (checked every ``RECHECK`` seconds, at most ``SETTLE_MAX``); and a
+    deferred wake-up whose jobs are all listed by the time it is due is dropped."""
+
+    RECHECK: Final = 0.02
+    SETTLE_MAX: Final = 1.0
 
     def __init__(
         self,
@@ -229,6 +231,7 @@ class WakeLimiter:
         *,
         burst: int = WAKE_BURST,
         known: Callable[[str, int], bool] | None = None,
+        asking: Callable[[str], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_groups: int = 100_000,
     ) -> None:
@@ -236,14 +239,16 @@ class WakeLimiter:
         self._interval = interval
         self._burst = max(1, burst)
         self._known = known
+        self._asking = asking
         self._clock = clock
         self._max = max_groups
         # Per group: (tokens left, when they were counted). A group not listed has a full
         # bucket; the oldest entries go beyond ``max_groups`` (they are full again by then).
         self._tokens: OrderedDict[str, tuple[float, float]] = OrderedDict()
-        # Per group with a trailing wake due: its timer, and the queued jobs it is for
-        # (None: at least one wake-up that no listed job can answer).
-        self._deferred: dict[str, tuple[asyncio.TimerHandle, set[int] | None]] = {}
+        # Per group with a wake-up due: its timer, when the first of its deliveries came,
+        # the queued jobs it is for (None: one that no listed job can answer), and whether
+        # it waits for a refresh in flight (else for its token).
+        self._deferred: dict[str, tuple[asyncio.TimerHandle, float, set[int] | None, bool]] = {}
         self.deferred = 0  # for tests and benchmarks
         self.dropped = 0  # deferred wake-ups whose jobs were all listed when due
 
@@ -253,14 +258,20 @@ class WakeLimiter:
         tokens, at = self._tokens.get(key, (float(self._burst), now))
         return min(float(self._burst), tokens + (now - at) / self._interval)
 
-    def _listed(self, key: str, job_id: int) -> bool:
-        if self._known is None:
-            return False
+    def _ask(self, check: Callable[[], bool], key: str) -> bool:
         try:
-            return self._known(key, job_id)
+            return check()
         except Exception:
             log.exception("checking a delivery's job failed", group=key)
             return False
+
+    def _listed(self, key: str, job_id: int) -> bool:
+        known = self._known
+        return known is not None and self._ask(lambda: known(key, job_id), key)
+
+    def _in_flight(self, key: str) -> bool:
+        asking = self._asking
+        return asking is not None and self._ask(lambda: asking(key), key)
 
     def __call__(self, key: str, job_id: int | None = None) -> bool:
         """Wake ``key`` now or later; ``job_id``: the queued job a delivery is about. False
@@ -268,31 +279,49 @@ class WakeLimiter:
         if job_id is not None and self._listed(key, job_id):
             return False
         due = self._deferred.get(key)
-        if due is not None:  # a trailing wake is already due: it answers this one too
-            handle, jobs = due
+        if due is not None:  # a wake-up is already due: it answers this one too
+            handle, since, jobs, parked = due
             if jobs is not None and job_id is not None:
                 jobs.add(job_id)
             elif jobs is not None:
-                self._deferred[key] = (handle, None)
+                self._deferred[key] = (handle, since, None, parked)
             return True
         now = self._clock()
+        if job_id is not None and self._in_flight(key):
+            self._defer(key, self.RECHECK, now, {job_id}, parked=True)
+            return True
+        self._spend(key, now, {job_id} if job_id is not None else None, now)
+        return True
+
+    def _spend(self, key: str, now: float, jobs: set[int] | None, since: float) -> None:
         tokens = self._available(key, now)
         if tokens >= 1.0:
             self._fire(key, now, tokens)
-            return True
+            return
         self.deferred += 1
-        delay = (1.0 - tokens) * self._interval
+        self._defer(key, (1.0 - tokens) * self._interval, since, jobs, parked=False)
+
+    def _defer(
+        self, key: str, delay: float, since: float, jobs: set[int] | None, *, parked: bool
+    ) -> None:
         handle = asyncio.get_running_loop().call_later(delay, self._trailing, key)
-        self._deferred[key] = (handle, {job_id} if job_id is not None else None)
-        return True
+        self._deferred[key] = (handle, since, jobs, parked)
 
     def _trailing(self, key: str) -> None:
-        _, jobs = self._deferred.pop(key, (None, None))
+        due = self._deferred.pop(key, None)
+        if due is None:
+            return
+        _, since, jobs, parked = due
         if jobs is not None and all(self._listed(key, job) for job in jobs):
             self.dropped += 1
             return
         now = self._clock()
-        self._fire(key, now, max(1.0, self._available(key, now)))
+        if not parked:  # its token is due now
+            self._fire(key, now, max(1.0, self._available(key, now)))
+        elif jobs is not None and now - since < self.SETTLE_MAX and self._in_flight(key):
+            self._defer(key, self.RECHECK, since, jobs, parked=True)  # no answer yet
+        else:
+            self._spend(key, now, jobs, since)
 
     def _fire(self, key: str, now: float, tokens: float) -> None:
         self._tokens[key] = (tokens - 1.0, now)
@@ -302,6 +331,6 @@ class WakeLimiter:
         self._wake(key)
 
     def close(self) -> None:
-        for handle, _ in self._deferred.values():
+        for handle, *_ in self._deferred.values():
             handle.cancel()
         self._deferred.clear()

@@ -131,7 +131,8 @@ class WebhookServer:
     ``group_secret`` fetches a group's hook secret (inject a cache); ``on_delivery`` counts
     outcomes for metrics; ``active`` is False on a standby replica, which then answers 503;
     ``known(key, job_id)`` says whether the group's latest answer already lists a queued job
-    (its delivery then wakes nobody)."""
+    (its delivery then wakes nobody), ``asking(key)`` whether the group's refresh is in
+    flight (a delivery then waits for its answer): see ``WakeLimiter``."""
 
     def __init__(
         self,
@@ -151,6 +152,7 @@ class WebhookServer:
         read_deadline: float = DEFAULT_READ_DEADLINE,
         reads_per_client: int = DEFAULT_READS_PER_CLIENT,
         known: Callable[[str, int], bool] | None = None,
+        asking: Callable[[str], bool] | None = None,
     ) -> None:
         self._active = active
         self._read_deadline = read_deadline
@@ -160,9 +162,9 @@ class WebhookServer:
         self._deliveries = Deliveries()
         self._quiet = QuietLog(log)
         self._limited_wake = (
-            WakeLimiter(wake, wake_interval, known=known)
+            WakeLimiter(wake, wake_interval, known=known, asking=asking)
             if wake_interval is not None
-            else WakeLimiter(wake, known=known)
+            else WakeLimiter(wake, known=known, asking=asking)
         )
         self._host = host
         self._port = port

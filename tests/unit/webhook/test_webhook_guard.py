@@ -192,3 +192,32 @@ async def test_a_deferred_wake_up_still_fires_when_one_of_its_jobs_is_news():
     await asyncio.sleep(0.2)
     assert woken == ["a", "a"] and limiter.dropped == 0
     limiter.close()
+
+
+async def test_a_delivery_during_the_groups_refresh_waits_for_its_answer_and_spends_nothing():
+    # The refresh in flight usually lists the job (Gitea queued it before delivering it):
+    # firing at once would spend a wake-up on a second refresh that brings nothing.
+    woken: list[str] = []
+    listed: set[int] = set()
+    in_flight = [True]
+    limiter = WakeLimiter(
+        woken.append,
+        1.0,
+        burst=1,
+        known=lambda key, job: job in listed,
+        asking=lambda key: in_flight[0],
+        clock=lambda: 0.0,
+    )
+    assert limiter("a", 1)
+    await asyncio.sleep(0.05)
+    assert woken == []  # still waiting for the answer in flight
+    listed.add(1)
+    in_flight[0] = False
+    await asyncio.sleep(0.05)
+    assert woken == [] and limiter.dropped == 1
+    in_flight[0] = True
+    limiter("a", 2)  # a job the answer will not list
+    in_flight[0] = False
+    await asyncio.sleep(0.05)
+    assert woken == ["a"]  # the group's one token was kept for it
+    limiter.close()
