@@ -18,6 +18,7 @@ import argparse
 import time
 import uuid
 
+from tests.benchmarks.common import BENCH_TOKEN_SECONDS
 from tests.support import manifests
 from tests.support.launcher import OPERATOR_NS, OPERATOR_SA, launch
 from tests.support.testbed import allow_secrets
@@ -67,7 +68,9 @@ def run(sandbox: Sandbox, kube: object, gitea: GiteaAPI, interval: str, n: int) 
         },
         namespace=ns,
     )
-    token = kube.create_token(OPERATOR_NS, OPERATOR_SA)  # type: ignore[attr-defined]
+    token = kube.create_token(  # type: ignore[attr-defined]
+        OPERATOR_NS, OPERATOR_SA, seconds=BENCH_TOKEN_SECONDS
+    )
     operator = launch(
         sandbox.kubeconfig_for_token(token),
         [ns],
