@@ -161,6 +161,7 @@ class Ledger:
         self._all_dirty = False  # membership changed: every family is recomputed
         self.computations = 0  # for tests and benchmarks
         self._holders: dict[str, tuple[int, dict[int, str]]] = {}  # family -> (stamp, holders)
+        self._queued: set[str] = set()  # members whose last answer lists a queued job
 
     def __len__(self) -> int:
         return len(self._members)
@@ -184,6 +185,10 @@ class Ledger:
         if old is not None and old.shape == new.shape and old.stamp == new.stamp:
             return
         self._members[key] = new
+        if answer is not None and answer.jobs:
+            self._queued.add(key)
+        else:
+            self._queued.discard(key)
         if old is None or old.shape != new.shape:
             self._family_of, self._all_dirty = None, True
         elif self._family_of is not None:
@@ -193,6 +198,7 @@ class Ledger:
         if self._members.pop(key, None) is None:
             return
         self._seen.pop(key, None)
+        self._queued.discard(key)
         self._shares.pop(key, None)
         self._room.pop(key, None)
         self._computed_at.pop(key, None)
@@ -200,14 +206,38 @@ class Ledger:
         self._family_of, self._all_dirty = None, True
 
     def has_peers(self, key: str) -> bool:
-        """Whether ``key`` shares jobs with other groups (as of the last assignment read).
-        Its peers weigh its answer by when it was asked (accounting.current_jobs), so every
-        answer of such a group reaches its reconcile, changed or not; an unknown group
-        counts as having peers until its first report says otherwise."""
+        """Whether ``key`` shares jobs with other groups (as of the last assignment read); an
+        unknown group counts as having peers until its first report says otherwise."""
         if key not in self._members:
             return True
         family = (self._family_of or {}).get(key)
         return family is None or len(family) > 1
+
+    def must_weigh(self, key: str, started_at: float, lists_queued: bool) -> bool:
+        """Whether an answer of ``key`` asked at ``started_at``, the same as the last one
+        handed to its reconcile, must still reach that reconcile.
+
+        Peers weigh answers by when they were asked (accounting.current_jobs): a fresher
+        copy of the same answer ends a peer's claim on a job it no longer lists. That can
+        change a share only while some answer of the family lists a queued job; while none
+        does (nor this one), every share is empty and every headroom 0 whatever the ages,
+        so the answer is skipped and only its time is recorded here: the next assignment,
+        once a member lists a job, weighs it as asked now (tests/unit/reconcile/
+        test_quiet_family.py). A group alone in its family needs no answer it had."""
+        member = self._members.get(key)
+        if member is None:
+            return True  # not reported yet: counts as having peers
+        family = (self._family_of or {}).get(key)
+        if family is not None and len(family) == 1:
+            return False
+        if lists_queued or member.answer is None or family is None:
+            return True
+        if any(other in family for other in self._queued):
+            return True
+        if started_at > member.answer.started_at:
+            answer = replace(member.answer, started_at=started_at)
+            self._members[key] = replace(member, answer=answer)
+        return False
 
     def stale(self, key: str) -> bool:
         """Whether the share last read for ``key`` predates a change of its family's inputs

@@ -103,7 +103,7 @@ class Controller:
             backoff_max=settings.gitea_backoff_max,
             enroller=self.enroller,
             step_deadline=settings.gitea_step_deadline,
-            every_answer=self.ledger.has_peers,
+            every_answer=self.ledger.must_weigh,
         )
         self.reconciler = Reconciler(
             self.cache,

@@ -70,6 +70,12 @@ def next_delay(
     return backoff
 
 
+def _lists_queued(snapshot: Snapshot) -> bool:
+    """Whether the answer lists a queued job, or cannot be weighed (no observation)."""
+    obs = snapshot.observation
+    return obs is None or snapshot.problem is not None or bool(obs.queued)
+
+
 class PollerOptions(TypedDict, total=False):
     """What every group's poller is started with, besides its key and spec: the pollers
     (Pollers) hand these on as they are, and GroupPoller's signature holds the defaults."""
@@ -82,7 +88,7 @@ class PollerOptions(TypedDict, total=False):
     clock: Callable[[], float]
     enroller: Enroller | None
     step_deadline: float
-    every_answer: Callable[[str], bool] | None
+    every_answer: Callable[[str, float, bool], bool] | None
     resync: float
 
 
@@ -103,13 +109,14 @@ class GroupPoller:
         clock: Callable[[], float] = time.monotonic,
         enroller: Enroller | None = None,
         step_deadline: float = STEP_DEADLINE,
-        every_answer: Callable[[str], bool] | None = None,
+        every_answer: Callable[[str, float, bool], bool] | None = None,
         resync: float = RESYNC,
     ) -> None:
         self._step_deadline = step_deadline
         self._enroller = enroller
-        # Whether every answer must reach the reconcile, changed or not (a group whose
-        # peers weigh its answers by their age: Ledger.has_peers).
+        # Whether an unchanged answer (its group, when it was asked, whether it lists a
+        # queued job) must still reach the reconcile: its peers may weigh it by its age
+        # (Ledger.must_weigh).
         self._every_answer = every_answer
         self._resync = resync
         self._handed: tuple[object, ...] | None = None  # answer_key of the last one handed
@@ -246,16 +253,21 @@ class GroupPoller:
     def _hand_over(self, snapshot: Snapshot | None, asked: bool) -> None:
         """Queue the group's reconcile when this answer may change a decision: it differs
         from the last one handed over, someone asked for it (a webhook, the reconciler),
-        the group's peers weigh it by its age, or the resync is due (runtime/triggers.py).
-        An unchanged answer of a quiet group costs no reconcile."""
+        the resync is due (runtime/triggers.py), or its peers weigh it by its age while
+        their family has queued jobs (Ledger.must_weigh). An unchanged answer of a quiet
+        group, or of a quiet family, costs no reconcile."""
         key = answer_key(snapshot) if snapshot is not None else None
         now = self._clock()
         if (
             key is None
+            or snapshot is None
             or asked
             or key != self._handed
             or now - self._handed_at >= self._resync
-            or (self._every_answer is not None and self._every_answer(self.key))
+            or (
+                self._every_answer is not None
+                and self._every_answer(self.key, snapshot.started_at, _lists_queued(snapshot))
+            )
         ):
             self._handed, self._handed_at = key, now
             self.notified += 1

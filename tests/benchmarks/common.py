@@ -62,8 +62,10 @@ def operator(
     *extra: str,
     leader_elect: bool = False,
     memprobe: Path | None = None,
+    cpuprobe: Path | None = None,
 ) -> Iterator[OperatorProcess]:
-    """The operator as a subprocess; with ``memprobe`` (a directory) under tracemalloc."""
+    """The operator as a subprocess; with ``memprobe`` (a directory) under tracemalloc, with
+    ``cpuprobe`` under a sampling CPU profiler."""
     kube = sandbox.kube
     assert kube is not None
     kubeconfig = sandbox.kubeconfig_for_token(kube.create_token(OPERATOR_NS, OPERATOR_SA))
@@ -74,6 +76,7 @@ def operator(
         extra=extra,
         leader_election_namespace=OPERATOR_NS if leader_elect else None,
         memprobe=memprobe,
+        cpuprobe=cpuprobe,
     )
     try:
         for _ in range(120):

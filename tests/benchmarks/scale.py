@@ -64,6 +64,7 @@ def bench(
     *extra: str,
     leader: bool = False,
     memprobe: Path | None = None,
+    cpuprobe: Path | None = None,
 ) -> Iterator[tuple[KubeClient, OperatorProcess]]:
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)
@@ -72,7 +73,12 @@ def bench(
             for ns in namespaces:
                 common.team(kube, ns, "registration-token", "api-token")
             with common.operator(
-                sandbox, namespaces, *extra, leader_elect=leader, memprobe=memprobe
+                sandbox,
+                namespaces,
+                *extra,
+                leader_elect=leader,
+                memprobe=memprobe,
+                cpuprobe=cpuprobe,
             ) as op:
                 yield kube, op
         finally:
@@ -151,7 +157,11 @@ def overlap(args: argparse.Namespace) -> None:
         if args.qps is not None
         else ()  # the operator's defaults
     )
-    with bench(namespaces, fake, False, *extra, leader=not args.no_leader) as (kube, op):
+    probe = Path(args.cpuprobe) if args.cpuprobe else None
+    with bench(namespaces, fake, False, *extra, leader=not args.no_leader, cpuprobe=probe) as (
+        kube,
+        op,
+    ):
         fake.group(namespaces[0], "fallback", GroupScope(owner, None, (LABEL,)))
         started = time.monotonic()
         manifests.apply(
@@ -176,7 +186,11 @@ def overlap(args: argparse.Namespace) -> None:
         # Quiet: every group polling, no job queued (the "quiet" targets of issue 27).
         cpu_q, t_q, req_q, rec_q = op.cpu_seconds(), time.monotonic(), fake.requests, _recs(op)
         writes_q = _writes(op)
+        if probe:
+            op.snapshot()  # the CPU profile of the quiet minute starts
         time.sleep(args.quiet)
+        if probe:
+            op.snapshot()  # cpu-1.txt: the quiet minute
         quiet = time.monotonic() - t_q
         print(f"quiet {quiet:.0f}s: CPU {(op.cpu_seconds() - cpu_q) / quiet:.3f} cores, RSS "
               f"{op.rss_mb():.0f} MB, reconciles {(_recs(op) - rec_q) / quiet:.1f}/s, Gitea "
@@ -196,6 +210,8 @@ def overlap(args: argparse.Namespace) -> None:
                 break
             time.sleep(1)
         elapsed = time.monotonic() - t0
+        if probe:
+            op.snapshot()  # cpu-2.txt: the fill
         per_group: dict[str, int] = {}
         for job in runner_jobs(kube):
             name = job["metadata"]["labels"].get("gitea.bpg.pw/runnergroup-name", "?")
@@ -319,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", type=float, default=60.0, help="seconds measured before jobs")
     p.add_argument("--no-leader", action="store_true", help="without leader election")
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--cpuprobe", help="profile the operator's CPU (cpuprobe.py) into this DIR")
     p.add_argument(
         "--qps", type=float, default=None, help="--kube-write-qps (default: the operator's)"
     )
