@@ -23,6 +23,7 @@ runners than can surely find a job (tests/unit/test_family_property.py).
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -125,15 +126,19 @@ def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
     return out
 
 
-def _as_of(claimant: Claimant, answers: Iterable[Answer]) -> Claimant:
+def _as_of(claimant: Claimant, oldest: tuple[tuple[float, str], ...]) -> Claimant:
     """The claimant with its runners counted as of its peers' answers: a runner first seen
     busy after the oldest of them may have taken a job that answer still lists as queued,
     so it still covers one (like a finished runner in churn.py). Once every peer has asked
-    again, it drops out."""
-    oldest = min((a.started_at for a in answers if a.key != claimant.key), default=None)
-    if oldest is None or not claimant.busy_since:
+    again, it drops out. ``oldest``: the two oldest answers' (started_at, key), so that the
+    oldest of a claimant's peers is found without a pass over every answer per claimant
+    (that pass cost a family of 1,001 groups a million steps per assignment)."""
+    if not claimant.busy_since:
         return claimant
-    extra = sum(1 for t in claimant.busy_since if t > oldest)
+    peers = [t for t, key in oldest if key != claimant.key]
+    if not peers:
+        return claimant
+    extra = sum(1 for t in claimant.busy_since if t > peers[0])
     return replace(claimant, not_busy=claimant.not_busy + extra) if extra else claimant
 
 
@@ -301,7 +306,8 @@ class Ledger:
         claimants = [m.claimant for m in members]
         answers = [m.answer for m in members if m.answer is not None]
         jobs = current_jobs(answers, claimants)
-        claimants = [_as_of(c, answers) for c in claimants]
+        oldest = tuple(heapq.nsmallest(2, ((a.started_at, a.key) for a in answers)))
+        claimants = [_as_of(c, oldest) for c in claimants]
         self._room.update(headroom(jobs, claimants))
         return assign(jobs, claimants)
 

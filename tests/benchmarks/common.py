@@ -123,3 +123,16 @@ def histogram_quantile(
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def writes_by_kind(
+    metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+) -> dict[str, float]:
+    """Writes so far by verb and resource (``create jobs``, ``patch runnergroups/status``)."""
+    out: dict[str, float] = {}
+    for (name, labels), value in metrics.items():
+        if name == "gitea_runner_operator_kube_writes_total":
+            d = dict(labels)
+            kind = f"{d.get('verb', '?')} {d.get('resource', '?')}"
+            out[kind] = out.get(kind, 0.0) + value
+    return out

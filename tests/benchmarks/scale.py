@@ -34,6 +34,7 @@ from typing import Any
 
 from tests.benchmarks import busy_trace, common
 from tests.benchmarks import soak as soak_module
+from tests.benchmarks.timeline import Timeline
 from tests.support import manifests
 from tests.support.fake_gitea import FakeGitea, GroupScope, wait
 from tests.support.launcher import OperatorProcess
@@ -118,13 +119,7 @@ def _recs(op: OperatorProcess) -> float:
 
 def _writes_by_kind(op: OperatorProcess) -> dict[str, float]:
     """Writes so far by verb and resource (``create jobs``, ``patch runnergroups/status``...)."""
-    out: dict[str, float] = {}
-    for (name, labels), value in op.metrics().items():
-        if name == "gitea_runner_operator_kube_writes_total":
-            d = dict(labels)
-            kind = f"{d.get('verb', '?')} {d.get('resource', '?')}"
-            out[kind] = out.get(kind, 0.0) + value
-    return out
+    return common.writes_by_kind(op.metrics())
 
 
 def _print_writes_per_runner(
@@ -201,9 +196,11 @@ def overlap(args: argparse.Namespace) -> None:
         for i in range(args.repos):
             fake.queue(owner, f"r{i:04d}", (LABEL,), args.jobs_per_repo)
         most, done_at, rss = 0, None, 0.0
+        timeline = Timeline(op, fake, t0)
         while time.monotonic() - t0 < args.timeout:
             count = alive(runner_jobs(kube))
             most, rss = max(most, count), max(rss, op.rss_mb())
+            timeline.sample(count)
             if count >= jobs and done_at is None:
                 done_at = time.monotonic() - t0
             if done_at is not None and time.monotonic() - t0 > done_at + args.hold:
@@ -217,6 +214,7 @@ def overlap(args: argparse.Namespace) -> None:
             name = job["metadata"]["labels"].get("gitea.bpg.pw/runnergroup-name", "?")
             per_group[name] = per_group.get(name, 0) + 1
         spread = sorted(set(v for k, v in per_group.items() if k != "fallback"))
+        timeline.print()
         print(f"queued jobs: {jobs} over {args.repos} repositories")
         print(f"every runner Job after: {f'{done_at:.1f}s' if done_at else 'not reached'}")
         print(f"most runner Jobs alive: {most}; org group's: {per_group.get('fallback', 0)};"
