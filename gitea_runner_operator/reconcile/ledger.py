@@ -15,7 +15,9 @@ need no pass: a group never creates for a share it no longer has.
 While a family fills (every member creating runners, so every reconcile changes an input),
 its assignment is recomputed at most once per ``min_interval``; in between, members read
 the last one. A stale share may still hold jobs that runners took since, so a member served
-one creates nothing and is told (:meth:`Ledger.stale`) to look again. Each member also reads
+one creates nothing and is told (:meth:`Ledger.stale`) to look again. Stale means changed
+by a peer whose scope overlaps the member's (reconcile/family_changes.py): a repo group
+keeps creating from its share while other repositories' groups report. Each member also reads
 its headroom (:meth:`Ledger.room`, accounting.headroom): Gitea hands a job to whichever
 runner asks first, not to the one the assignment had in mind, so a group never adds more
 runners than can surely find a job (tests/unit/test_family_property.py).
@@ -40,6 +42,7 @@ from gitea_runner_operator.reconcile.accounting import (
     headroom,
     job_repository,
 )
+from gitea_runner_operator.reconcile.family_changes import Changes, lists_unknown_repository
 
 # An org-scope token's known-readable repositories, learned from the group's own Gitea
 # answers (which its tenant controls), so bounded: per group by the org's repositories and
@@ -163,6 +166,7 @@ class Ledger:
         self._room: dict[str, int] = {}  # each member's last computed headroom
         self._computed_at: dict[str, float] = {}  # family name -> when
         self._dirty: set[str] = set()  # families whose inputs changed since
+        self._changes: dict[str, Changes] = {}  # ... and which members' shares that moved
         self._all_dirty = False  # membership changed: every family is recomputed
         self.computations = 0  # for tests and benchmarks
         self._holders: dict[str, tuple[int, dict[int, str]]] = {}  # family -> (stamp, holders)
@@ -197,7 +201,13 @@ class Ledger:
         if old is None or old.shape != new.shape:
             self._family_of, self._all_dirty = None, True
         elif self._family_of is not None:
-            self._dirty.add(min(self._family_of[key]))
+            name = min(self._family_of[key])
+            self._dirty.add(name)
+            unknown = any(
+                a is not None and lists_unknown_repository(a.jobs)
+                for a in (old.answer if old is not None else None, answer)
+            )
+            self._changes.setdefault(name, Changes()).add(url, claimant, reaches_all=unknown)
 
     def remove(self, key: str) -> None:
         if self._members.pop(key, None) is None:
@@ -208,6 +218,7 @@ class Ledger:
         self._room.pop(key, None)
         self._computed_at.pop(key, None)
         self._dirty.discard(key)
+        self._changes.pop(key, None)
         self._family_of, self._all_dirty = None, True
 
     def has_peers(self, key: str) -> bool:
@@ -246,11 +257,19 @@ class Ledger:
 
     def stale(self, key: str) -> bool:
         """Whether the share last read for ``key`` predates a change of its family's inputs
-        (a pass again after ``min_interval`` reads a fresh one)."""
+        that may have moved it: a change of a peer whose scope overlaps its own
+        (reconcile/family_changes.py). A pass again after ``min_interval`` reads a fresh one."""
         family = (self._family_of or {}).get(key)
         if family is None or len(family) == 1:
             return False
-        return min(family) in self._dirty or key not in self._shares
+        name = min(family)
+        if key not in self._shares:
+            return True
+        if name not in self._dirty:
+            return False
+        changes = self._changes.get(name)
+        member = self._members[key]
+        return changes is None or changes.touches(member.url, member.claimant)
 
     def share(self, key: str) -> list[ActionJob] | None:
         """The group's share of its family's queued jobs; None when it is alone in its
@@ -261,6 +280,7 @@ class Ledger:
             self._family_of = families(self._members)
             if self._all_dirty:
                 self._dirty = {min(f) for f in self._family_of.values()}
+                self._changes = {name: Changes(everything=True) for name in self._dirty}
                 self._all_dirty = False
         family = self._family_of[key]
         if len(family) == 1:
@@ -273,6 +293,7 @@ class Ledger:
         result = self._compute(family)
         self._computed_at[name] = now
         self._dirty.discard(name)
+        self._changes.pop(name, None)
         self._announce(key, result)
         return result[key]
 
