@@ -117,3 +117,18 @@ def test_a_group_alone_or_unknown_or_without_an_answer_is_never_weighed_by_age()
     assert ledger.must_weigh(B, 2.0, False)
     assert ledger.must_weigh(A, 2.0, True)  # an answer that lists a job always counts
     assert not ledger.must_weigh(A, 2.0, False)
+
+
+def test_a_quiet_family_is_assigned_what_the_accounting_gives_for_no_job():
+    """The ledger's shortcut for a family without queued jobs (no assignment is computed)
+    gives what the accounting itself gives: empty shares, no headroom, whatever the runners."""
+    from gitea_runner_operator.reconcile.accounting import assign, headroom
+
+    ledger = Ledger(min_interval=0)
+    org = group("team-a/org", Scope.ORG, "acme", spare=5, not_busy=2)
+    repo = group(B, Scope.REPO, "acme", "app", spare=0, not_busy=1)
+    for c in (org, repo):
+        ledger.report(URL, c, Answer(c.key, 1.0, []))
+    shares = {k: ledger.share(k) for k in (org.key, repo.key)}
+    assert shares == assign([], [org, repo])
+    assert {k: ledger.room(k) for k in shares} == headroom([], [org, repo])
