@@ -102,11 +102,22 @@ def webhook_server(
         if current is not None:
             current.wake(key)
 
+    def known(key: str, job_id: int) -> bool:
+        current = leadership.controller
+        return current is not None and current.knows(key, job_id)
+
+    def asking(key: str) -> bool:
+        current = leadership.controller
+        poller = current.pollers.get(key) if current is not None else None
+        return poller is not None and poller.asking
+
     return WebhookServer(
         settings.webhook_host,
         settings.webhook_port,
         groups=groups,
         wake=wake,
+        known=known,
+        asking=asking,
         operator_secret=secret,
         group_secret=CachedSecretReader(secrets),
         on_delivery=metrics.webhook_delivery,

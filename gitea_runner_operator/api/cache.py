@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from typing import Any, Self
 
 import yaml
@@ -91,16 +92,39 @@ def uses_cache(cache: CacheSpec | None) -> bool:
     return cache is not None and cache.enabled
 
 
-def check_host_steps(cache: CacheSpec | None, *, mode: str, host_labels: list[str]) -> None:
-    """Refuse a cache in ``dind`` mode with ``host`` labels. Their steps run in the runner
-    container, as the runner's user: root in the runner images of that mode, which reads
-    any file and any root process's memory, the runner's (and so the cache's secret)
-    included. Host mode and ``dind-rootless`` run the runner as a user that cannot."""
-    if uses_cache(cache) and mode == "dind" and host_labels:
+def check_host_steps(
+    cache: CacheSpec | None,
+    *,
+    mode: str,
+    host_labels: list[str],
+    pod_spec: Mapping[str, Any] | None = None,
+) -> None:
+    """Refuse what would put the cache's secret in reach of root in ``dind`` mode.
+
+    - ``host`` labels: their steps run in the runner container, as the runner's user: root
+      in the runner images of that mode, which reads any file and any root process's
+      memory, the runner's (and so the cache's secret) included.
+    - ``shareProcessNamespace``: the privileged DinD sidecar (and a job's
+      ``docker run --privileged --pid=host``) would see ``gro-config``, whose
+      ``/proc/<pid>/root`` holds the mounted Secret, and root with ``CAP_SYS_PTRACE`` may
+      open it whatever its user.
+
+    Host mode and ``dind-rootless`` run nothing as root with that capability in the Pod
+    (shown on the real node with shared PIDs too)."""
+    if not uses_cache(cache) or mode != "dind":
+        return
+    if host_labels:
         raise ValueError(
             f"spec.cache with mode dind and host labels ({', '.join(host_labels)}): their "
             "steps would run as root beside the runner and could read the cache's secret; "
             "use mode host or dind-rootless for host steps, or docker labels"
+        )
+    if (pod_spec or {}).get("shareProcessNamespace"):
+        raise ValueError(
+            "spec.cache with mode dind and spec.template.spec.shareProcessNamespace: the "
+            "privileged Docker daemon, and its jobs, could read the cache's secret through "
+            "the processes of the Pod's other containers; use mode dind-rootless or host, or "
+            "leave the PID namespace unshared"
         )
 
 

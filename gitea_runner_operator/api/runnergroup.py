@@ -191,7 +191,8 @@ class RunnerGroupSpec(_CamelModel):
             for raw in self.labels
             if RunnerLabel.parse(raw, self.label_schemas).schema is Schema.HOST
         ]
-        check_host_steps(self.cache, mode=self.mode.value, host_labels=hosts)
+        pod = (self.template or {}).get("spec")
+        check_host_steps(self.cache, mode=self.mode.value, host_labels=hosts, pod_spec=pod)
         return self
 
     @field_validator("poll_interval")

@@ -16,7 +16,12 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.http import MERGE_PATCH, REQUEST_TIMEOUT, send, write_unless_gone
+from gitea_runner_operator.kube.http import (
+    MERGE_PATCH,
+    REQUEST_TIMEOUT,
+    write,
+    write_unless_gone,
+)
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 
 TIMEOUT = REQUEST_TIMEOUT
@@ -62,13 +67,16 @@ class RunnerCredentials:
         self._limiter = limiter or TokenBucket(qps=50, burst=100)
 
     async def create_secret(self, manifest: dict[str, Any]) -> None:
+        """Create the Secret through the one write path (a 429 is waited out and tried
+        again, like every write); :class:`SecretExists` when the name is taken."""
         namespace = manifest["metadata"]["namespace"]
-        await self._limiter.acquire(namespace)
         try:
-            await send(
-                self._core.create_namespaced_secret(
+            await write(
+                self._limiter,
+                namespace,
+                lambda: self._core.create_namespaced_secret(
                     namespace, manifest, _preload_content=False, _request_timeout=TIMEOUT
-                )
+                ),
             )
         except ApiException as exc:
             if exc.status == 409:

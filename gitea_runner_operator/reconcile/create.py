@@ -1,8 +1,12 @@
 """The create step: render and create the runner Jobs a plan asks for, in doubling batches
 (1, 2, 4, ...) like the Job controller's slow start, so a quota or admission refusal costs
-one failed request, not hundreds. A refusal backs creation off (doubling) and is reported
-once; a Job whose create may have happened stays expected, so it is never made twice; one
-the API server throttled (429, kube/cluster.py) is not expected, and the pass is retried."""
+one failed request, not hundreds. A group whose last creates all went through starts its
+next pass at the largest batch that did (at most ``BATCH_START_MAX``): a busy group creates
+a few dozen replacements a pass, and each batch is one round trip to the API server that
+the pass (and the Pod events queued behind it) waits for. A refusal backs creation off
+(doubling), starts the slow start again and is reported once; a Job whose create may have
+happened stays expected, so it is never made twice; one the API server throttled (429,
+kube/cluster.py) is not expected, and the pass is retried."""
 
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ log = structlog.get_logger(__name__)
 
 CREATE_BACKOFF_BASE = 5.0
 CREATE_BACKOFF_MAX = 300.0
+BATCH_START_MAX = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +56,10 @@ class Creator:
         assert p.spec is not None
         key, group, spec = p.key, p.group, p.spec
         created: list[str] = []
-        remaining, batch = decision.create, 1
+        remaining, batch = decision.create, max(1, state.create_batch)
         error: CreateRefused | None = None
+        if remaining > 0:  # the wake-up path's spans (tests/benchmarks/webhook_latency.py)
+            log.debug("creating runner jobs", group=key, count=remaining)
         while remaining > 0 and error is None:
             size = min(batch, remaining)
             names = [new_job_name(p.name, p.uid) for _ in range(size)]
@@ -85,9 +92,12 @@ class Creator:
                 else:
                     created.append(name)
             if unsure is not None:
+                state.create_batch = 1
                 if created:
                     self.metrics.runners_created(p.namespace, p.name, len(created))
                 raise unsure
+            if error is None:
+                state.create_batch = min(BATCH_START_MAX, max(state.create_batch, size))
             remaining -= size
             batch *= 2
         logger = log.bind(group=key)
@@ -108,6 +118,7 @@ class Creator:
                 + ", ".join(created),
             )
         if error is not None:
+            state.create_batch = 1
             first = state.create_error is None
             state.create_error = f"creating a runner Job was refused: {error}"
             state.create_failures += 1

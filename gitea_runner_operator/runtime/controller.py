@@ -150,10 +150,20 @@ class Controller:
         """Something outside (a webhook delivery) says the group's demand changed: have its
         Gitea task look now. A trigger, never a count: the answer comes from Gitea."""
         poller = self.pollers.get(key)
+        log.debug("group woken", group=key)  # the wake-up path's spans (webhook_latency.py)
         if poller is not None:
-            poller.wake()
+            poller.wake(paced=True)  # the receiver's WakeLimiter paces it already
         else:
             self.queue.add(key)
+
+    def knows(self, key: str, job_id: int) -> bool:
+        """Whether the group's latest Gitea answer lists job ``job_id`` as queued: a webhook
+        delivery about it then brings nothing the group's reconcile has not seen."""
+        poller = self.pollers.get(key)
+        latest = poller.latest if poller is not None else None
+        if latest is None or latest.observation is None:
+            return False
+        return any(job.id == job_id for job in latest.observation.queued)
 
     def _on_group_gone(self, key: str) -> None:
         """Per-group bookkeeping goes with the group: cache clocks, resolved scopes, cached

@@ -36,7 +36,7 @@ from gitea_runner_operator.runtime.fetch import GiteaHandle
 from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.reaper import Reaper
 from gitea_runner_operator.runtime.rerun import LossFollowUp
-from gitea_runner_operator.runtime.triggers import RESYNC, answer_key
+from gitea_runner_operator.runtime.triggers import RESYNC, answer_key, new_queued
 from gitea_runner_operator.settings import GITEA_STEP_DEADLINE
 
 log = structlog.get_logger(__name__)
@@ -123,6 +123,7 @@ class GroupPoller:
         self._handed_at = float("-inf")
         self._asked = False  # a wake-up came since the last observation started
         self._asked_at = 0.0  # when the first of those came (for the wake-up path's spans)
+        self._paced = False  # one of those was paced by its caller (wake(paced=True))
         self.notified = 0  # answers handed to the reconcile, for tests and benchmarks
         self.key = key
         self._losses = losses
@@ -147,11 +148,14 @@ class GroupPoller:
         self._order: ReapOrder | None = None
         self._task: asyncio.Task[None] | None = None
         self.observations = 0
+        self.asking = False  # an observation is in flight
 
-    def wake(self) -> None:
+    def wake(self, *, paced: bool = False) -> None:
         """Ask for a fresh observation soon, without waiting for it. Coalesced: any number of
         wake-ups before the next observation cause exactly one. Ignored while Gitea itself is
-        failing (its backoff rules), so events cannot turn into a flood of requests."""
+        failing (its backoff rules), so events cannot turn into a flood of requests.
+        ``paced``: the caller holds the group to a rate already (the webhook's WakeLimiter),
+        so ``min_refresh`` does not hold this observation back a second time."""
         latest = self.latest
         if (
             latest is not None
@@ -163,6 +167,7 @@ class GroupPoller:
         self._wanted_after = max(self._wanted_after, now)
         if not self._asked:
             self._asked, self._asked_at = True, now
+        self._paced = self._paced or paced
         self._wake.set()
 
     @property
@@ -192,17 +197,19 @@ class GroupPoller:
         failures = 0
         while True:
             self._wake.clear()
-            asked, self._asked = self._asked, False
+            asked, self._asked, self._paced = self._asked, False, False
             started = self._clock()
             asked_at = self._asked_at
             snapshot: Snapshot | None = None
             handle: GiteaHandle | None = None
             interval = self.spec.poll_interval_seconds
             newer_than = max(self._wanted_after, started - min(interval / 2, SHARE_WINDOW))
+            self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
             try:
                 snapshot, handle = await self._observe(self._namespace, self.spec, newer_than)
             except Exception:
                 log.exception("poll failed unexpectedly", group=self.key)
+            self.asking = False
             self.observations += 1
             if asked:  # the wake-up path's spans (tests/benchmarks/webhook_latency.py)
                 log.debug(
@@ -210,6 +217,7 @@ class GroupPoller:
                     group=self.key,
                     waited=round(started - asked_at, 4),
                     took=round(self._clock() - started, 4),
+                    new_queued=new_queued(self.latest, snapshot),
                 )
             kind = None
             if snapshot is None or snapshot.problem is not None:
@@ -338,13 +346,13 @@ class GroupPoller:
 
     async def _sleep(self, started: float, delay: float) -> None:
         """Sleep ``delay`` after ``started``, or until woken, but never observe again sooner
-        than ``min_refresh`` after the last observation started."""
+        than ``min_refresh`` after the last observation started (unless paced)."""
         remaining = started + delay - self._clock()
         if remaining > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), remaining)
         gap = started + self._min_refresh - self._clock()
-        if gap > 0:
+        if gap > 0 and not self._paced:
             await asyncio.sleep(gap)
 
 

@@ -55,6 +55,16 @@ def answer_key(snapshot: Snapshot) -> tuple[object, ...]:
     )
 
 
+def new_queued(before: Snapshot | None, after: Snapshot | None) -> list[int]:
+    """Ids of the queued jobs an answer lists that the one before did not (at most 20), for
+    the wake-up path's log line: which observation first saw the job a delivery was about."""
+    if after is None or after.observation is None:
+        return []
+    seen = set() if before is None or before.observation is None else before.observation.queued
+    known = {job.id for job in seen}
+    return [job.id for job in after.observation.queued if job.id not in known][:20]
+
+
 def owned_changed(kind: str, obj: Mapping[str, Any], before: Mapping[str, Any] | None) -> bool:
     """Whether an event on a runner Job or Pod may change a decision: every creation and
     deletion, and an update that changes more than the resourceVersion and heartbeat times."""

@@ -79,6 +79,9 @@ class JobDelivery:
     action: str
     repository: Repository
     labels: tuple[str, ...]
+    # Gitea's id of the job, when the payload has a usable one: logged only (at debug), so a
+    # delivery can be followed to the runner Job it led to (tests/benchmarks/webhook_latency.py).
+    job_id: int | None = None
 
 
 class BadDelivery(ValueError):
@@ -126,7 +129,10 @@ def parse_job_delivery(payload: Any) -> JobDelivery:
         labels = []
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise BadDelivery("workflow_job.labels: must be a list of strings")
-    return JobDelivery(action=action, repository=repository, labels=tuple(labels))
+    job_id = job.get("id")
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        job_id = None
+    return JobDelivery(action=action, repository=repository, labels=tuple(labels), job_id=job_id)
 
 
 def _origin_and_path(url: str) -> tuple[str, str, int | None, str] | None:

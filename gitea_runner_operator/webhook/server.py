@@ -129,7 +129,10 @@ class WebhookServer:
     ``groups`` lists the current RunnerGroups (called once per delivery); ``wake`` asks one
     group (by key) for an immediate, coalesced refresh and must return at once;
     ``group_secret`` fetches a group's hook secret (inject a cache); ``on_delivery`` counts
-    outcomes for metrics; ``active`` is False on a standby replica, which then answers 503."""
+    outcomes for metrics; ``active`` is False on a standby replica, which then answers 503;
+    ``known(key, job_id)`` says whether the group's latest answer already lists a queued job
+    (its delivery then wakes nobody), ``asking(key)`` whether the group's refresh is in
+    flight (a delivery then waits for its answer): see ``WakeLimiter``."""
 
     def __init__(
         self,
@@ -148,6 +151,8 @@ class WebhookServer:
         wake_interval: float | None = None,
         read_deadline: float = DEFAULT_READ_DEADLINE,
         reads_per_client: int = DEFAULT_READS_PER_CLIENT,
+        known: Callable[[str, int], bool] | None = None,
+        asking: Callable[[str], bool] | None = None,
     ) -> None:
         self._active = active
         self._read_deadline = read_deadline
@@ -157,7 +162,9 @@ class WebhookServer:
         self._deliveries = Deliveries()
         self._quiet = QuietLog(log)
         self._limited_wake = (
-            WakeLimiter(wake, wake_interval) if wake_interval is not None else WakeLimiter(wake)
+            WakeLimiter(wake, wake_interval, known=known, asking=asking)
+            if wake_interval is not None
+            else WakeLimiter(wake, known=known, asking=asking)
         )
         self._host = host
         self._port = port
@@ -250,17 +257,21 @@ class WebhookServer:
             return _Answer("ignored", 204)
 
         keys = route(delivery, authorised)
+        job = delivery.job_id if delivery.action == "queued" else None
+        woken: list[str] = []
         for key in keys:
             try:
-                self._limited_wake(key)
+                if self._limited_wake(key, job):
+                    woken.append(key)
             except Exception:
                 log.exception("waking a RunnerGroup failed", group=key)
         log.debug(
             "webhook delivery accepted",
             action=delivery.action,
+            job_id=delivery.job_id,
             repository=delivery.repository.full_name,
             labels=list(delivery.labels),
-            woken=keys,
+            woken=woken,
         )
         return _Answer("accepted", 202, _explain(len(keys), delivery.repository, authorised))
 

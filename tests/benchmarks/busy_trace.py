@@ -176,7 +176,34 @@ STEP_NAMES = (
 )
 
 
+def lost_slots(tr: Tracer, slots: int) -> dict[str, float]:
+    """Where the idle slots went, on average while jobs were queued after the first fill:
+    no runner Job holds the slot (the operator's), a runner Job holds it but its runner has
+    not registered (the Job controller, scheduler, kwok and the fake's registration), or a
+    registered runner has not taken a job yet (the fake's dispatch)."""
+    filled = next((s.t for s in tr.samples if s.busy >= 0.95 * slots), None)
+    window = [s for s in tr.samples if filled is not None and s.t >= filled and s.queued > 0]
+    if not window:
+        return {}
+    return {
+        "no runner Job holds it (operator)": statistics.mean(
+            max(0, slots - s.runner_jobs) for s in window
+        ),
+        "a runner Job, not registered (cluster + fake)": statistics.mean(
+            max(0, min(slots, s.runner_jobs) - s.registered) for s in window
+        ),
+        "registered, not busy (fake)": statistics.mean(
+            max(0, s.registered - s.busy) for s in window
+        ),
+    }
+
+
 def report(tr: Tracer, slots: int) -> None:
+    lost = lost_slots(tr, slots)
+    if lost:
+        print("idle slots on average while jobs were queued, after the first fill:")
+        for name, value in lost.items():
+            print(f"  {name:52s} {value:6.1f} of {slots} ({100 * value / slots:.0f}%)")
     print("per runner (a replacement paired first-in, first-out with the runner it replaced):")
     for name, values in breakdown(tr, slots).items():
         print(f"  {name:52s} n={len(values):4d}  {_stats(values)}")

@@ -24,6 +24,7 @@ Gitea cannot queue thousands of jobs quickly). They print figures and assert not
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import time
 import uuid
@@ -278,6 +279,8 @@ def busy(args: argparse.Namespace) -> None:
             f"operator CPU: {(op.cpu_seconds() - cpu0) / total:.2f} cores; RSS {op.rss_mb():.0f} MB"
         )
         busy_trace.report(tracer, args.max)
+        if args.keep_log and op.log_path:
+            shutil.copy(op.log_path, Path(args.keep_log) / "operator-busy.log")
         if args.plot:
             title = (f"one group, max {args.max}, {args.jobs} jobs of {args.job_seconds:.0f}s: "
                      f"{100 * mean / args.max:.0f}% busy, {total / ideal:.2f}x ideal")  # fmt: skip
@@ -338,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         "--qps", type=float, default=None, help="--kube-write-qps (default: the operator's)"
     )
     p = sub.add_parser("busy")
+    p.add_argument("--keep-log", help="copy the operator's log to this folder")
     p.add_argument("--max", type=int, default=150)
     p.add_argument("--jobs", type=int, default=450)
     p.add_argument("--job-seconds", type=float, default=60.0)

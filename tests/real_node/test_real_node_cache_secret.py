@@ -2,21 +2,30 @@
 (``cache.external_secret`` of the runner's config), in every mode, and fails; the cache
 still works for it (a save, then a restore that hits).
 
-What a job tries, where it runs:
+What a job tries, where it runs (each way bounded in time and bytes, see ``PROBE``):
 
-- the config file: ``$CONFIG_FILE`` and the operator's config directory;
-- every file under ``/etc``, ``/data``, ``/tmp``, ``/run``, ``/home``, ``/root`` that holds an
-  ``external_secret:`` line;
-- ``/proc`` of the runner process: its memory (every writable mapping, searched for
-  ``external_secret``), its environment, its descriptors, its root directory. A control
-  reads a process of the job's own the same way and must find its marker, so a probe that
-  cannot read anything cannot pass for a defence;
-- with Docker (``dind``, ``dind-rootless``): the same through the daemon the job drives,
-  ``docker run -v /:/host``, ``-v`` of the config directory, and ``--privileged --pid=host``.
+- the config's paths: ``$CONFIG_FILE`` and the config directory (the hand-off's FIFO), the
+  sidecar's Secret mount (``/gro/secret``), the kubelet's copy of Secret volumes; then the
+  regular files of ``/etc``, ``/data``, ``/tmp``, ``/run``, ``/home``, ``/root`` and a few
+  more named places that hold an ``external_secret:`` line;
+- ``/proc`` of the runner process and of the ``gro-config`` sidecar, found by name: their
+  memory (whether it opens at all, then its small writable mappings searched for
+  ``external_secret``), environment, descriptors (listed and read), root and working
+  directory. A control reads a process of the job's own the same way and must find its
+  marker, so a probe that cannot read anything cannot pass for a defence;
+- with Docker (``dind``, ``dind-rootless``): the same through the daemon the job drives:
+  ``-v`` of the config directory, ``docker run -v /:/host`` (the files, and the processes
+  under the daemon's ``/proc``), and ``--pid=host``, with ``--privileged`` where the daemon
+  grants it. The rootless daemon refuses ``--pid=host`` (its user namespace may not mount a
+  ``/proc`` of the PID namespace it shares); its ``/proc`` under ``-v /:/host`` (from a
+  ``--privileged`` container) shows the runner all the same.
 
 ``host`` mode runs the probe in its step (the runner container, the runner's own user).
-The container modes run it in the job's container and through the daemon. The oracle is
-the secret itself, read by the test from the operator's Secret: it appears in no job log.
+The container modes run it in the job's container and through the daemon. ``host`` and
+``dind-rootless`` run once more with ``shareProcessNamespace`` (refused with a cache in
+``dind``), so that ``gro-config`` is in the job's sight and each of its doors is tried.
+The oracle is the secret itself, read by the test from the operator's Secret: it appears
+in no job log.
 
 As in test_real_node_cache.py, ``hostAliases`` stand in for cluster DNS (the runner reaches
 the cache Service by name); the containers of the DinD modes reach the cache Pod by IP.
@@ -49,60 +58,142 @@ from tests.testbed import images
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
 
-# POSIX sh (bash and busybox): ``scan PID PATTERN`` prints what of PATTERN the process's
-# writable memory holds, or why it could not be read.
+# Every way a job could reach the cache secret, as POSIX sh functions (bash and busybox), so
+# that one text runs in a host step, in a job container and in the containers a job asks the
+# daemon for. Each is bounded, so the probe costs seconds, not the minutes that a scan of all
+# memory and all of ``/`` cost (and that stalled the kubelet): every command that may block or
+# read much runs under ``timeout``, every answer is cut to one short line, memory is read only
+# from small writable mappings, and files are searched only in small, named places.
+# ``SECRET`` matches the key's line with a value, or the value itself wherever it stands: the
+# test writes the first 12 of its 64 hex digits (48 of 256 bits of a secret that lives as
+# long as the test) in place of ``@PREFIX@``, and the probe prints them with the 16 or more
+# hex digits that must follow (so the probe's own script, which holds the 12, is no hit).
+# The test then looks for the whole value in the whole log.
 PROBE = r"""
-scan() {
-  maps=$(cat /proc/$1/maps 2>&1) || { echo "maps unreadable: $maps"; return 0; }
-  echo "$maps" | while read -r range perms rest; do
+T=timeout
+SECRET='external_secret: *.\?[0-9a-f]\{8,\}\|@PREFIX@[0-9a-f]\{16,\}'
+CFG=/etc/gitea-runner-operator/config
+one() { tr '\0\n' '  ' | head -c 240; }
+grab() { tr -c 'a-zA-Z0-9_:. -' '\n' | grep -o "$1.\{0,80\}" | head -n 3 | one; }
+
+# mem DIR PATTERN: whether the process's memory opens at all (the defence: a non-dumpable
+# process's does not, for its own uid too), then PATTERN in its writable mappings of at most
+# 64 MiB, 256 MiB in all. A config lives in small heap spans; the large mappings (Go's arena
+# reservations, dockerd's) are mostly untouched pages and cost minutes for nothing.
+mem() {
+  err=$($T 5 dd if="$1/mem" bs=1 count=0 2>&1 >/dev/null) ||
+    { echo "not readable: $err" | one; return 0; }
+  maps=$($T 5 cat "$1/maps" 2>&1) || { echo "maps not readable: $maps" | one; return 0; }
+  left=65536
+  found=$(echo "$maps" | while read -r range perms rest; do
     case $perms in rw*) ;; *) continue ;; esac
-    s=$((0x${range%-*})); e=$((0x${range#*-})); n=$(( (e - s) / 4096 ))
-    [ "$n" -gt 16384 ] && n=16384
-    dd if=/proc/$1/mem bs=4096 skip=$((s / 4096)) count=$n 2>/dev/null
-  done | tr -c 'a-zA-Z0-9_:. -' '\n' | grep -o "$2.\{0,80\}" | head -n 3
+    s=$((0x${range%-*} / 4096)); n=$((0x${range#*-} / 4096 - s))
+    [ "$n" -gt 16384 ] && continue
+    [ "$n" -gt "$left" ] && break
+    left=$((left - n))
+    $T 10 dd if="$1/mem" bs=4096 skip="$s" count="$n" 2>/dev/null
+  done | grab "$2")
+  echo "readable, found: ${found:-nothing}"
 }
-runner=
-for p in /proc/[0-9]*; do
-  case $(cat $p/comm 2>/dev/null) in gitea-runner|act_runner) runner=${p#/proc/} ;; esac
-done
-if [ -z "$runner" ]; then echo "PROBE runner process: not visible"; else
-  echo "PROBE runner process: pid $runner ($(cat /proc/$runner/comm))"
-  echo "PROBE runner memory: $(scan $runner external_secret)"
-  echo "PROBE runner environ: $(cat /proc/$runner/environ 2>&1 | tr '\0' ' ' | head -c 300)"
-  echo "PROBE runner fds: $(ls -l /proc/$runner/fd 2>&1 | tr '\n' ' ' | head -c 300)"
-  echo "PROBE runner root: $(cat /proc/$runner/root/etc/gitea-runner-operator/config/* 2>&1)"
-fi
-# not last in its script, or busybox's sh would exec sleep and drop the marker
-sh -c 'marker=gro-control-marker-1; sleep 30; :' </dev/null >/dev/null 2>&1 & ctl=$!
-sleep 1
-echo "PROBE control memory: $(scan $ctl gro-control-marker)"
-kill $ctl
+
+# proc DIR WHO: each door /proc opens onto a process: its environment, its memory, its open
+# descriptors (a config read through one would still be there), its root and working
+# directory (the config directory and the sidecar's Secret mount seen from inside it).
+proc() {
+  echo "PROBE $2 process: pid ${1##*/} ($(cat "$1/comm" 2>&1))"
+  echo "PROBE $2 environ: $($T 5 cat "$1/environ" 2>&1 | one)"
+  echo "PROBE $2 mem: $(mem "$1" '\(external_secret\|@PREFIX@[0-9a-f]\{16,\}\)')"
+  echo "PROBE $2 fd: $($T 5 ls -l "$1/fd/" 2>&1 | one)"
+  echo "PROBE $2 fd read: $(n=0; for f in "$1"/fd/*; do
+      n=$((n + 1)); [ $n -gt 16 ] && break
+      $T 1 head -c 65536 "$f" 2>&1 </dev/null
+    done | grab '\(external_secret\|@PREFIX@[0-9a-f]\{16,\}\|denied\|No such\)')"
+  echo "PROBE $2 root: $($T 5 cat "$1/root$CFG"/* "$1/root/gro/secret/config.yaml" 2>&1 | one)"
+  echo "PROBE $2 cwd: $($T 5 ls -la "$1/cwd/" 2>&1 | one)"
+  echo "PROBE $2 cwd files: $($T 5 grep -hos "$SECRET" "$1"/cwd/* "$1"/cwd/.[!.]* 2>&1 | one)"
+}
+
+# procs PROC: the runner and the gro-config sidecar under a proc file system, found by name
+# (the runner's binary; the sidecar's shell by its script's marker path, spelt here in two
+# parts so that no probe's own command line matches it), not by reading every process.
+procs() {
+  mark=/gro/state; mark=$mark/delivered; runner=; sidecar=
+  for p in "$1"/[0-9]*; do
+    case $(cat "$p/comm" 2>/dev/null) in
+      gitea-runner | act_runner | forgejo-runner) proc "$p" runner; runner=1 ;;
+      sh) case $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) in
+            *"$mark"*) proc "$p" gro-config; sidecar=1 ;;
+          esac ;;
+    esac
+  done
+  [ -n "$runner" ] || echo "PROBE runner process: not visible in $1"
+  [ -n "$sidecar" ] || echo "PROBE gro-config process: not visible in $1"
+}
+
+# control: a process of the job's own, read the same way, must show its marker, so a probe
+# that can read nothing cannot pass for a defence.
+control() {
+  # not last in its script, or busybox's sh would exec sleep and drop the marker
+  sh -c 'marker=gro-control-marker-1; sleep 30; :' </dev/null >/dev/null 2>&1 & ctl=$!
+  sleep 1
+  echo "PROBE control memory: $(mem /proc/$ctl gro-control-marker)"
+  kill $ctl
+}
+
+# files ROOT: the config where a job would look for it: $CONFIG_FILE and the config directory
+# (the FIFO: it blocks a reader while it exists, hence the timeout), the sidecar's Secret
+# mount, the kubelet's copy of the Secret volume on the node; then the secret's line in the
+# regular files (FIFOs would block) of small, named places, the daemon's storage left out.
+files() {
+  for f in "$1${CONFIG_FILE:-$CFG/config.yaml}" "$1$CFG"/* "$1/gro/secret/config.yaml" \
+    "$1"/var/lib/kubelet/pods/*/volumes/kubernetes.io~secret/*/config.yaml; do
+    echo "PROBE file $f: $($T 5 cat "$f" 2>&1 | one)"
+  done
+  echo "PROBE config dir: $($T 5 ls -la "$1$CFG" 2>&1 | one)"
+  dirs=
+  for d in etc data tmp run home root gro certs var/run var/lib/kubelet/pods; do
+    [ -d "$1/$d" ] && dirs="$dirs $1/$d"
+  done
+  # shellcheck disable=SC2086
+  echo "PROBE files: $($T 30 find $dirs -maxdepth 8 \
+    \( -path '*/.local/share/docker' -o -path '*/var/lib/docker' -o -name proc \) -prune \
+    -o -type f -size -256k -print 2>/dev/null | head -n 5000 |
+    $T 30 xargs grep -hos "$SECRET" 2>/dev/null | head -n 3 | one)"
+}
 """
 
-FILES = r"""
-cfg=${CONFIG_FILE:-/etc/gitea-runner-operator/config/config.yaml}
-echo "PROBE config file: $(cat "$cfg" 2>&1)"
-echo "PROBE config dir: $(ls -la /etc/gitea-runner-operator/config 2>&1 | tr '\n' ' ')"
-# regular files only: grep -r would block reading a FIFO (the hand-off's, or a shim's)
-echo "PROBE files: $(find /etc /data /tmp /run /home /root -type f -size -1024k \
-  -exec grep -hos "external_secret: *.\?[0-9a-f]\{8,\}" {} + 2>/dev/null | head -n 3)"
-"""
-
+# What a container step runs after the job's own view: the daemon's. With Docker (``dind``,
+# ``dind-rootless``) a job asks the daemon for what it may not have: ``-v`` of the config
+# directory; ``-v /:/host``, the daemon's root (in ``dind-rootless`` the runner container's
+# own file system) with its ``/proc`` (in ``dind-rootless`` the runner's PID namespace); and
+# ``--pid=host``. Each with ``--privileged`` where the daemon grants it, else without: the
+# testbed's DinD refuses it ("unable to apply caps"); the rootless daemon may not mount a new
+# sysfs, but grants it with its own ``/sys`` bound in. The rootless daemon refuses
+# ``--pid=host`` (its user namespace may not mount a ``/proc`` for the PID namespace it
+# shares), which ``-v /:/host`` makes up for: the same processes under ``/host/proc``.
 DOCKER = r"""
 B=docker.io/local/busybox:1.35
-echo "PROBE docker bind: $(docker run --rm -v /etc/gitea-runner-operator:/x $B \
-  sh -c 'ls -la /x /x/config; cat /x/config/config.yaml' 2>&1 | tr '\n' ' ')"
-echo "PROBE docker root: $(docker run --rm -v /:/host $B sh -c \
-  'find /host/etc /host/data /host/tmp /host/run /host/home /host/root /host/certs \
-   -type f -size -1024k -exec grep -hos "external_secret: *.\?[0-9a-f]\{8,\}" {} + \
-   2>/dev/null | head -n 3' 2>&1)"
-# --privileged where the daemon may grant it, else without (the testbed's DinD cannot)
-for extra in --privileged ""; do
-  docker run --rm $extra --pid=host -e PROBE="$PROBE" $B sh -c 'eval "$PROBE"' \
-    > /tmp/pidhost 2>&1 && break
+echo "PROBE docker bind: $($T 60 docker run --rm -v $CFG:/x $B \
+  sh -c 'ls -la /x; cat /x/*' 2>&1 | one)"
+# the ways a job would ask for privilege: plain, then with the daemon's own /sys (a rootless
+# daemon that may not mount a new sysfs may still bind the one it has), then none
+P1=--privileged; P2="--privileged -v /sys:/sys"
+for extra in "$P1" "$P2" ""; do
+  # shellcheck disable=SC2086
+  $T 120 docker run --rm $extra -v /:/host -e PROBE="$PROBE" $B \
+    sh -c 'eval "$PROBE"; files /host; procs /host/proc' >/tmp/root 2>&1 && break
+  [ -n "$extra" ] && echo "PROBE docker $extra -v /:/host refused: $(one </tmp/root)"
 done
-sed "s/^PROBE //; s/^/PROBE via docker $extra --pid=host: /" /tmp/pidhost
+sed "s|^PROBE ||; s|^|PROBE via docker ${extra:+$extra }-v /:/host: |" /tmp/root
+for extra in "$P1" "$P2" ""; do
+  # shellcheck disable=SC2086
+  $T 120 docker run --rm $extra --pid=host -e PROBE="$PROBE" $B \
+    sh -c 'eval "$PROBE"; procs /proc; control' >/tmp/pidhost 2>&1 && break
+  [ -n "$extra" ] && echo "PROBE docker $extra --pid=host refused: $(one </tmp/pidhost)"
+done
+sed "s|^PROBE ||; s|^|PROBE via docker ${extra:+$extra }--pid=host: |" /tmp/pidhost
 """
+
 
 # The cache API as actions/cache speaks it, over busybox's nc (the DinD jobs' image has
 # neither bash nor curl): ``req METHOD PATH [BODY] [HEADER]`` sets $code and $body.
@@ -145,7 +236,13 @@ def _step(script: str) -> str:
     return textwrap.indent(textwrap.dedent(script).strip(), " " * 10).lstrip()
 
 
-def host_workflow() -> str:
+def probe(prefix: str) -> str:
+    """The probe's functions, set to look for the value starting with ``prefix`` too."""
+    assert re.fullmatch(r"[0-9a-f]{12}", prefix)
+    return PROBE.replace("@PREFIX@", prefix)
+
+
+def host_workflow(prefix: str) -> str:
     # bash's /dev/tcp client from the cache test (the runner image has no nc); its ``req``
     # takes the extra header with its own CRLF
     save = SAVE_RESTORE.replace('"$range"', "\"$range\"$'\\r\\n'")
@@ -159,10 +256,12 @@ jobs:
   probe:
     runs-on: gro-secret-host
     steps:
-      - run: |
-          echo "job uid=$(id -u)"
-          {_step(FILES)}
-          {_step(PROBE)}
+      - timeout-minutes: 4
+        run: |
+          t0=$(date +%s); echo "job uid=$(id -u)"
+          {_step(probe(prefix))}
+          files ""; procs /proc; control
+          echo "PROBE took $(( $(date +%s) - t0 )) s"
       - run: |
           set -eu
           CACHE=$ACTIONS_CACHE_URL
@@ -171,8 +270,8 @@ jobs:
 """
 
 
-def container_workflow(label: str, socket: str, cache_url: str) -> str:
-    probe_var = "PROBE=$(cat <<'EOF'\n" + textwrap.dedent(PROBE).strip() + "\nEOF\n)"
+def container_workflow(label: str, socket: str, cache_url: str, prefix: str) -> str:
+    probe_var = "PROBE=$(cat <<'EOF'\n" + textwrap.dedent(probe(prefix)).strip() + "\nEOF\n)"
     return f"""\
 name: secret-{label}
 on: [push]
@@ -187,12 +286,14 @@ jobs:
       volumes:
         - {socket}:/var/run/docker.sock
     steps:
-      - run: |
-          echo "job uid=$(id -u)"
-          {_step(FILES)}
+      - timeout-minutes: 6
+        run: |
+          t0=$(date +%s); echo "job uid=$(id -u)"
           {_step(probe_var)}
           eval "$PROBE"
+          files ""; procs /proc; control
           {_step(DOCKER)}
+          echo "PROBE took $(( $(date +%s) - t0 )) s"
       - run: |
           set -eu
           CACHE={cache_url}
@@ -204,18 +305,25 @@ jobs:
 MODES: dict[str, dict[str, Any]] = {
     "host": {"image": images.RUNNER, "socket": ""},
     "dind": {"image": images.RUNNER, "socket": "/var/run/docker.sock"},
+    "dind-rootless": {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"},
 }
-# dind-rootless is left out until its probe is made cheap enough: three runs (one on a quiet
-# machine) spent 9 to 11 minutes in the probe step (the memory scan over the rootless daemon's
-# mappings and the file search over its root) and stalled the kubelet's PLEG, so the job ended
-# `failure` without a verdict (docs/caches.md). Its hand-off is unit-tested
-# (tests/unit/kube/test_cache_secret_handoff.py); ROOTLESS is kept for that run.
-ROOTLESS = {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"}
+# The same with ``shareProcessNamespace`` in the template, where the operator allows it with a
+# cache (not in dind: api/cache.py): gro-config's processes, which hold the Secret's mount,
+# are then in the job's reach, and the probe tries each of their doors.
+SHARED = "-shared-pids"
+# The rootless daemon's view from a ``--privileged`` container: every capability, within the
+# daemon's user namespace (the testbed's daemon grants it with its own /sys bound in).
+PRIVILEGED_VIEW = r"via docker --privileged (-v /sys:/sys )?-v /:/host:"
+CASES = [*MODES, f"host{SHARED}", f"dind-rootless{SHARED}"]
 
 
-def _apply_group(real: Real, mode: str, label: str, aliases: list[dict[str, Any]]) -> None:
+def _apply_group(
+    real: Real, mode: str, label: str, aliases: list[dict[str, Any]], shared: bool
+) -> None:
     cache = {"enabled": True, "persistent": False, "size": "256Mi"}
     pod: dict[str, Any] = {"hostAliases": aliases} if aliases else {}
+    if shared:
+        pod["shareProcessNamespace"] = True
     spec: dict[str, Any] = {"image": LOCAL + MODES[mode]["image"], "cache": cache}
     if mode == "host":
         spec |= {"labels": [label], "template": on_real_node(**pod)}
@@ -228,13 +336,16 @@ def _apply_group(real: Real, mode: str, label: str, aliases: list[dict[str, Any]
     real.group("probe", mode=mode, maxActiveRunners=1, **spec)
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, mode):
+@pytest.mark.parametrize("case", CASES)
+def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, case):
+    mode = case.removesuffix(SHARED)
+    shared = mode != case
     allow_cache(real.kube, real.ns)
     label = f"gro-secret-{mode}"
-    _apply_group(real, mode, label, [])
+    _apply_group(real, mode, label, [], shared)
     ip = cache_pod_ip(real, "probe")
-    _apply_group(real, mode, label, [{"ip": ip, "hostnames": [service_host("probe", real.ns)]}])
+    aliases = [{"ip": ip, "hostnames": [service_host("probe", real.ns)]}]
+    _apply_group(real, mode, label, aliases, shared)
 
     def settled() -> bool:
         obj = real.kube.get(f"{GROUPS.format(ns=real.ns)}/probe")
@@ -245,26 +356,42 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, mode)
         )
 
     wait_until(settled, timeout=60, what="new spec observed, cache ready")
+    secret = real.kube.get(f"/api/v1/namespaces/{real.ns}/secrets/probe-cache")["data"]
+    value = base64.b64decode(secret["external-secret"]).decode()
     if mode == "host":
-        workflow = host_workflow()
+        workflow = host_workflow(value[:12])
     else:
-        workflow = container_workflow(label, MODES[mode]["socket"], f"http://{ip}:8088/")
+        url = f"http://{ip}:8088/"
+        workflow = container_workflow(label, MODES[mode]["socket"], url, value[:12])
     real.push("secret.yml", workflow)
     done = real.wait_done({"probe"}, timeout=420)
     log = real.job_log("probe")
-    secret = real.kube.get(f"/api/v1/namespaces/{real.ns}/secrets/probe-cache")["data"]
-    value = base64.b64decode(secret["external-secret"]).decode()
     probes = "\n".join(line for line in log.splitlines() if "PROBE" in line and "echo" not in line)
-    print(f"\n--- {mode}: what the job could reach\n{probes}")
+    print(f"\n--- {case}: what the job could reach\n{probes}")
     assert done == {"probe": "success"}, f"{log}\n{real.pods_report()}"
     assert value not in log, f"the job read the cache secret:\n{probes}"
     assert "CACHE HIT probe-" in log  # the runner still registered the job's token
     # the probe could read memory where it ran: a denial is the defence, not a broken probe
-    assert "PROBE control memory: gro-control-marker" in log, probes
+    assert "PROBE control memory: readable, found: gro-control-marker" in log, probes
+    # wherever a probe saw the runner or the sidecar, their memory did not even open
+    assert not re.search(r"(runner|gro-config) mem: readable", log), probes
     if mode == "host":
         # the runner is right there, same user: its memory, environment, descriptors are shut
         assert re.search(r"PROBE runner process: pid \d+", log), probes
-        assert re.search(r"PROBE config file: cat: \S+: No such file", log), probes
+        assert "PROBE runner mem: not readable" in log, probes
+        assert re.search(r"PROBE file \S+/config\.yaml: cat: .*No such file", log), probes
+    if mode == "dind-rootless":
+        # the daemon runs in the runner's container: through its /proc (``-v /:/host``) a job
+        # sees the runner process itself, and none of its doors opens
+        assert re.search(PRIVILEGED_VIEW + r" runner process: pid \d+", log), probes
+        assert re.search(PRIVILEGED_VIEW + r" runner mem: not readable", log), probes
+    if shared:
+        # the sidecar, another user, is in sight: from the step's own /proc in host mode, from
+        # the daemon's in dind-rootless; nothing of it opens
+        where = "PROBE" if mode == "host" else PRIVILEGED_VIEW
+        assert re.search(where + r" gro-config process: pid \d+", log), probes
+        assert re.search(where + r" gro-config mem: not readable", log), probes
+        assert re.search(where + r" gro-config root: .*Permission denied", log), probes
     pods = real.pods("probe")
     sidecar = next(
         s

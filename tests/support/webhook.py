@@ -34,12 +34,15 @@ GROUPS = [
 ]
 
 
-def body_for(full_name="acme/widgets", action="queued", labels=("linux",), marker="x"):
+def body_for(full_name="acme/widgets", action="queued", labels=("linux",), marker="x", job_id=None):
+    job = {"labels": list(labels), "name": marker}
+    if job_id is not None:
+        job["id"] = job_id
     return json.dumps(
         {
             "action": action,
             "repository": {"full_name": full_name, "html_url": f"{URL}/{full_name}"},
-            "workflow_job": {"labels": list(labels), "name": marker},
+            "workflow_job": job,
             "sender": {"login": "someone"},
         }
     ).encode()
@@ -54,6 +57,7 @@ class Harness:
         max_body=4096,
         active=None,
         wake_interval=0.0,
+        known=None,
     ):
         self.woken = []
         self.outcomes = []
@@ -74,6 +78,7 @@ class Harness:
             max_body=max_body,
             active=active,
             wake_interval=wake_interval,
+            known=known,
         )
 
     async def post(

@@ -2,7 +2,7 @@
 mounts the config Secret only into the operator's init containers, and hands the runner
 its config once through a FIFO that is gone before the runner takes a job.
 
-The real node shows the whole story (tests/integration/test_real_node_cache_secret.py):
+The real node shows the whole story (tests/real_node/test_real_node_cache_secret.py):
 a job in each mode tries the file, ``/proc`` and ``docker run -v``, and fails."""
 
 from __future__ import annotations
@@ -138,6 +138,21 @@ def test_dind_mode_with_a_cache_refuses_host_labels_whose_steps_run_as_root():
     # the same labels are fine without a cache, and in the modes whose runner is not root
     parse_spec({**VALID, "mode": "dind", "labels": ["shell:host"]})
     cache_spec("dind-rootless", labels=["shell:host"])
+
+
+def test_dind_mode_with_a_cache_refuses_a_pod_that_shares_its_pid_namespace():
+    # Before: accepted. With shared PIDs the privileged DinD daemon, and a job's
+    # ``docker run --privileged --pid=host``, reach gro-config's /proc/<pid>/root and so the
+    # mounted Secret.
+    shared = {"spec": {"shareProcessNamespace": True}}
+    refused = r"spec\.cache with mode dind and spec\.template\.spec\.shareProcessNamespace"
+    with pytest.raises(InvalidSpec, match=refused):
+        cache_spec("dind", template=shared)
+    # fine without a cache, and in the modes where nothing in the Pod is root with
+    # CAP_SYS_PTRACE (shown on the real node: tests/real_node/test_real_node_cache_secret.py)
+    parse_spec({**VALID, "mode": "dind", "template": shared})
+    cache_spec("dind-rootless", template=shared)
+    cache_spec("host", labels=["linux"], template=shared)
 
 
 # ------------------------------------------------------------- the hand-off script itself

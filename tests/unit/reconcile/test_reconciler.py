@@ -110,6 +110,53 @@ async def test_a_watch_faster_than_the_create_is_not_counted_twice():
     assert len(cluster.jobs) == 4
 
 
+class RoundCounting(FakeCluster):
+    """Counts round trips: creates sent together (one batch) are one round."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rounds = 0
+        self._in_flight = 0
+
+    async def create_job(self, manifest: dict[str, Any]) -> str:
+        if self._in_flight == 0:
+            self.rounds += 1
+        self._in_flight += 1
+        await asyncio.sleep(0)
+        self._in_flight -= 1
+        return await super().create_job(manifest)
+
+
+async def test_a_group_whose_creates_went_through_creates_the_next_ones_in_one_round():
+    # A busy group creates a few dozen replacements a pass; each doubling batch is a round
+    # trip the pass, and the Pod events queued behind it, wait for (issue 27).
+    cluster = RoundCounting(watch="eager")
+    reconciler, sources, _ = make(cluster, snapshot(queued=15), {**VALID, "maxActiveRunners": 30})
+    await reconciler.reconcile(KEY)
+    assert len(cluster.jobs) == 15 and cluster.rounds == 4  # slow start: 1, 2, 4, 8
+    sources.source.latest = snapshot(queued=23)  # eight more queued
+    await reconciler.reconcile(KEY)
+    assert len(cluster.jobs) == 23 and cluster.rounds == 5  # all eight in one round
+
+
+async def test_a_refused_create_starts_the_slow_start_again():
+    cluster = RoundCounting(watch="eager")
+    clock = Clock()
+    spec = {**VALID, "maxActiveRunners": 30}
+    reconciler, sources, _ = make(cluster, snapshot(queued=7), spec, clock=clock)
+    await reconciler.reconcile(KEY)
+    cluster.refuse = 'jobs "x" is forbidden: exceeded quota'
+    sources.source.latest = snapshot(queued=12)  # five more
+    await reconciler.reconcile(KEY)
+    assert cluster.creates == 7 + 4  # one batch of 4 (the last pass's largest), refused
+    cluster.refuse = None
+    clock.now += 3600
+    rounds = cluster.rounds
+    await reconciler.reconcile(KEY)
+    assert len(cluster.jobs) == 12
+    assert cluster.rounds - rounds == 3  # 1, 2, 2: slow start again after a refusal
+
+
 async def test_a_restarted_operator_counts_the_jobs_in_the_cluster():
     cluster = FakeCluster()
     first, _, _ = make(cluster, snapshot(queued=2))

@@ -87,6 +87,41 @@ async def test_wake_ups_are_coalesced_and_ignored_while_gitea_fails():
         await poller.stop()
 
 
+async def test_a_paced_wake_up_is_asked_at_once_and_a_plain_one_waits_for_the_gap():
+    # A webhook's wake-up is paced by the receiver already (a token bucket per group): the
+    # poller's own gap must not hold it back a second time, or a job queued just after the
+    # last woken refresh waits up to that gap (issue 27). The reconciler's own wake-ups keep
+    # the gap. min_refresh is an hour here: a wait for it would never end within the test.
+    from gitea_runner_operator.api.runnergroup import parse_spec
+
+    calls = 0
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
+        nonlocal calls
+        calls += 1
+        return _snap(), None
+
+    poller = GroupPoller(
+        "team-a/ci",
+        parse_spec({**VALID, "pollInterval": "600s"}),
+        observe,
+        lambda key: None,
+        min_refresh=3600.0,
+    )
+    poller.start()
+    try:
+        await asyncio.sleep(0.05)
+        assert calls == 1
+        poller.wake(paced=True)
+        await asyncio.sleep(0.05)
+        assert calls == 2  # at once
+        poller.wake()
+        await asyncio.sleep(0.05)
+        assert calls == 2  # held back by the gap
+    finally:
+        await poller.stop()
+
+
 async def test_an_idle_runner_is_disabled_rechecked_then_job_deleted_before_registration():
     gitea = FakeGitea([IDLE])
     reaper, cluster = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])

@@ -95,7 +95,7 @@ async def test_concurrent_unauthenticated_work_is_bounded_with_429_not_5xx():
 async def test_wake_ups_per_group_are_limited_and_the_last_one_is_deferred_not_lost():
     woken: list[str] = []
     now = [0.0]
-    limiter = WakeLimiter(woken.append, 0.2, clock=lambda: now[0])
+    limiter = WakeLimiter(woken.append, 0.2, burst=1, clock=lambda: now[0])
     limiter("a")
     limiter("a")
     limiter("a")
@@ -104,6 +104,37 @@ async def test_wake_ups_per_group_are_limited_and_the_last_one_is_deferred_not_l
     now[0] = 0.2
     await asyncio.sleep(0.3)
     assert woken == ["a", "b", "a"]  # one trailing wake for the two within the interval
+    limiter.close()
+
+
+async def test_the_deliveries_of_one_push_wake_the_group_at_once_and_a_flood_waits():
+    # Gitea sends one delivery per job, one after the other: a job queued after the first
+    # wake-up's refresh started must not wait for the end of the second (issue 27).
+    woken: list[str] = []
+    now = [0.0]
+    limiter = WakeLimiter(woken.append, 0.2, burst=3, clock=lambda: now[0])
+    for at in (0.0, 0.01, 0.05):
+        now[0] = at
+        limiter("a")
+    assert woken == ["a", "a", "a"]
+    now[0] = 0.06
+    limiter("a")
+    limiter("a")
+    assert woken == ["a", "a", "a"] and limiter.deferred == 1  # a flood: one trailing wake
+    await asyncio.sleep(0.3)
+    assert woken == ["a", "a", "a", "a"]
+    limiter.close()
+
+
+async def test_a_flood_of_wake_ups_is_held_to_one_per_interval_on_average():
+    woken: list[str] = []
+    now = [0.0]
+    limiter = WakeLimiter(woken.append, 1.0, burst=3, clock=lambda: now[0])
+    for step in range(1000):  # 10 s of deliveries, 100 a second
+        now[0] = step / 100
+        limiter.close()  # count only the ones let through at once, never a trailing one
+        limiter("a")
+    assert 3 + 9 <= len(woken) <= 3 + 10
     limiter.close()
 
 
@@ -129,3 +160,64 @@ async def test_big_signatures_are_checked_off_the_event_loop_with_the_same_verdi
     good = sign(b"s5", body)
     assert await signers(candidates, body, bytes.fromhex(good)) == [5]
     assert await signers(candidates, body, bytes(32)) == []
+
+
+async def test_a_deferred_wake_up_whose_jobs_the_group_listed_meanwhile_is_dropped():
+    # The refresh woken by a push's first delivery often lists the jobs of the deliveries
+    # that follow it: their deferred wake-up would spend the group's next token on no news
+    # and hold the next push's job back by up to a second (issue 27).
+    woken: list[str] = []
+    listed: set[int] = set()
+    limiter = WakeLimiter(
+        woken.append, 0.05, burst=1, known=lambda key, job: job in listed, clock=lambda: 0.0
+    )
+    assert limiter("a", 1) and woken == ["a"]
+    assert limiter("a", 2) and limiter("a", 3)  # deferred, one trailing wake for both
+    listed.update({1, 2, 3})  # the first wake-up's refresh answered: all three listed
+    assert not limiter("a", 3)  # no news: not even deferred
+    await asyncio.sleep(0.2)
+    assert woken == ["a"] and limiter.dropped == 1
+    assert limiter("a", 4) is True  # real news still wakes (now, or when a token is due)
+    limiter.close()
+
+
+async def test_a_deferred_wake_up_still_fires_when_one_of_its_jobs_is_news():
+    woken: list[str] = []
+    limiter = WakeLimiter(
+        woken.append, 0.05, burst=1, known=lambda key, job: job == 2, clock=lambda: 0.0
+    )
+    limiter("a", 1)
+    limiter("a", 2)
+    limiter("a", 3)  # not listed: the trailing wake is needed
+    await asyncio.sleep(0.2)
+    assert woken == ["a", "a"] and limiter.dropped == 0
+    limiter.close()
+
+
+async def test_a_delivery_during_the_groups_refresh_waits_for_its_answer_and_spends_nothing():
+    # The refresh in flight usually lists the job (Gitea queued it before delivering it):
+    # firing at once would spend a wake-up on a second refresh that brings nothing.
+    woken: list[str] = []
+    listed: set[int] = set()
+    in_flight = [True]
+    limiter = WakeLimiter(
+        woken.append,
+        1.0,
+        burst=1,
+        known=lambda key, job: job in listed,
+        asking=lambda key: in_flight[0],
+        clock=lambda: 0.0,
+    )
+    assert limiter("a", 1)
+    await asyncio.sleep(0.05)
+    assert woken == []  # still waiting for the answer in flight
+    listed.add(1)
+    in_flight[0] = False
+    await asyncio.sleep(0.05)
+    assert woken == [] and limiter.dropped == 1
+    in_flight[0] = True
+    limiter("a", 2)  # a job the answer will not list
+    in_flight[0] = False
+    await asyncio.sleep(0.05)
+    assert woken == ["a"]  # the group's one token was kept for it
+    limiter.close()

@@ -234,3 +234,20 @@ async def test_the_server_listens_and_stops():
         assert h.server.port > 0
     finally:
         await h.server.stop()
+
+
+async def test_a_queued_delivery_for_a_job_the_group_already_listed_wakes_nobody():
+    # Gitea delivers a job a few hundred ms after queueing it: the refresh woken by an
+    # earlier delivery of the same push often lists it already. Waking again would spend
+    # one of the group's few wake-ups a second on no news (issue 27).
+    listed = {("team-a/widgets", 7)}
+    h = Harness(known=lambda key, job_id: (key, job_id) in listed)
+    status, _ = await h.post(body_for(job_id=7), OPERATOR)
+    assert status == 202
+    assert "team-a/widgets" not in h.woken
+    h.woken.clear()
+    status, _ = await h.post(body_for(job_id=8), OPERATOR)  # not listed yet: news
+    assert "team-a/widgets" in h.woken
+    h.woken.clear()
+    status, _ = await h.post(body_for(job_id=7, action="completed"), OPERATOR)
+    assert "team-a/widgets" in h.woken  # a freed slot is news whatever the last answer said
