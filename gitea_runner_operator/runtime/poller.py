@@ -36,7 +36,7 @@ from gitea_runner_operator.runtime.fetch import GiteaHandle
 from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.reaper import Reaper
 from gitea_runner_operator.runtime.rerun import LossFollowUp
-from gitea_runner_operator.runtime.triggers import RESYNC, answer_key, new_queued
+from gitea_runner_operator.runtime.triggers import RESYNC, answer_key, lists_queued, new_queued
 from gitea_runner_operator.settings import GITEA_STEP_DEADLINE
 
 log = structlog.get_logger(__name__)
@@ -68,12 +68,6 @@ def next_delay(
     if retry_after is not None:
         return max(retry_after, backoff)
     return backoff
-
-
-def _lists_queued(snapshot: Snapshot) -> bool:
-    """Whether the answer lists a queued job, or cannot be weighed (no observation)."""
-    obs = snapshot.observation
-    return obs is None or snapshot.problem is not None or bool(obs.queued)
 
 
 class PollerOptions(TypedDict, total=False):
@@ -114,9 +108,7 @@ class GroupPoller:
     ) -> None:
         self._step_deadline = step_deadline
         self._enroller = enroller
-        # Whether an unchanged answer (its group, when it was asked, whether it lists a
-        # queued job) must still reach the reconcile: its peers may weigh it by its age
-        # (Ledger.must_weigh).
+        # Whether an unchanged answer must still reach the reconcile (Ledger.must_weigh).
         self._every_answer = every_answer
         self._resync = resync
         self._handed: tuple[object, ...] | None = None  # answer_key of the last one handed
@@ -260,21 +252,18 @@ class GroupPoller:
 
     def _hand_over(self, snapshot: Snapshot | None, asked: bool) -> None:
         """Queue the group's reconcile when this answer may change a decision: it differs
-        from the last one handed over, someone asked for it (a webhook, the reconciler),
-        the resync is due (runtime/triggers.py), or its peers weigh it by its age while
-        their family has queued jobs (Ledger.must_weigh). An unchanged answer of a quiet
-        group, or of a quiet family, costs no reconcile."""
+        from the last one handed over, someone asked for it, the resync is due, or peers
+        weigh it by its age while their family has queued jobs (Ledger.must_weigh)."""
         key = answer_key(snapshot) if snapshot is not None else None
         now = self._clock()
         if (
-            key is None
-            or snapshot is None
+            snapshot is None
             or asked
             or key != self._handed
             or now - self._handed_at >= self._resync
             or (
                 self._every_answer is not None
-                and self._every_answer(self.key, snapshot.started_at, _lists_queued(snapshot))
+                and self._every_answer(self.key, snapshot.started_at, lists_queued(snapshot))
             )
         ):
             self._handed, self._handed_at = key, now
