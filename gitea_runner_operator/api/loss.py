@@ -117,10 +117,14 @@ def loss_records(group: dict[str, Any]) -> dict[str, LossRecord]:
     """Runner Job name -> its loss record, from the group's status: only records that name
     one of this group's runner Jobs and a Pod of that Job, at most ``MAX_LOSS_RECORDS`` of
     them (open ones first, then the newest)."""
+    stored = _stored(group)
+    if not stored:
+        return {}  # every quiet poll of every group: no pattern to compile (re's cache is
+        # smaller than 1,000 groups' patterns, so each would be compiled anew)
     meta = group.get("metadata") or {}
     ours = job_name_pattern(str(meta.get("name") or ""), str(meta.get("uid") or ""))
     out: dict[str, LossRecord] = {}
-    for job, value in _stored(group).items():
+    for job, value in stored.items():
         if not isinstance(value, str) or len(value) > MAX_RECORD_BYTES or not ours.match(job):
             continue
         record = LossRecord.decode(value)

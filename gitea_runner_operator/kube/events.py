@@ -1,5 +1,5 @@
 """Events aggregated per object, type and reason, as the Kubernetes event recorder does:
-the first occurrence creates an Event; later ones update that Event's ``count``,
+the first occurrence creates an Event (in the background); later ones update that Event's ``count``,
 ``lastTimestamp`` and ``message`` instead of creating new ones.
 
 Why: a group that creates runners in many passes wrote one ``RunnersCreated`` Event per
@@ -104,7 +104,19 @@ class EventRecorder:
         }
         if len(self._held) < self._max_keys:
             self._held[key] = _Aggregate(name, 1, 1, message, wall, now)
-        if not await self._create(namespace, body):
+        # Written by a task of its own, not awaited: a pass that created runners must not
+        # wait for its Event (1,001 groups filling at once each waited once, on a slow API
+        # server hundreds of milliseconds). Later occurrences aggregate into it meanwhile.
+        task = asyncio.create_task(self._create_first(key, namespace, body))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _create_first(self, key: EventKey, namespace: str, body: dict[str, Any]) -> None:
+        try:
+            written = await self._create(namespace, body)
+        except Exception:  # best effort, like every Event: never an unobserved task error
+            written = False
+        if not written:
             self._forget(key)
 
     def _expire(self, now: float) -> None:

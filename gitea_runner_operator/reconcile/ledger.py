@@ -15,7 +15,9 @@ need no pass: a group never creates for a share it no longer has.
 While a family fills (every member creating runners, so every reconcile changes an input),
 its assignment is recomputed at most once per ``min_interval``; in between, members read
 the last one. A stale share may still hold jobs that runners took since, so a member served
-one creates nothing and is told (:meth:`Ledger.stale`) to look again. Each member also reads
+one creates nothing and is told (:meth:`Ledger.stale`) to look again. Stale means changed
+by a peer whose scope overlaps the member's (reconcile/family_changes.py): a repo group
+keeps creating from its share while other repositories' groups report. Each member also reads
 its headroom (:meth:`Ledger.room`, accounting.headroom): Gitea hands a job to whichever
 runner asks first, not to the one the assignment had in mind, so a group never adds more
 runners than can surely find a job (tests/unit/test_family_property.py).
@@ -23,6 +25,7 @@ runners than can surely find a job (tests/unit/test_family_property.py).
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -39,6 +42,7 @@ from gitea_runner_operator.reconcile.accounting import (
     headroom,
     job_repository,
 )
+from gitea_runner_operator.reconcile.family_changes import Changes, lists_unknown_repository
 
 # An org-scope token's known-readable repositories, learned from the group's own Gitea
 # answers (which its tenant controls), so bounded: per group by the org's repositories and
@@ -125,15 +129,19 @@ def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
     return out
 
 
-def _as_of(claimant: Claimant, answers: Iterable[Answer]) -> Claimant:
+def _as_of(claimant: Claimant, oldest: tuple[tuple[float, str], ...]) -> Claimant:
     """The claimant with its runners counted as of its peers' answers: a runner first seen
     busy after the oldest of them may have taken a job that answer still lists as queued,
     so it still covers one (like a finished runner in churn.py). Once every peer has asked
-    again, it drops out."""
-    oldest = min((a.started_at for a in answers if a.key != claimant.key), default=None)
-    if oldest is None or not claimant.busy_since:
+    again, it drops out. ``oldest``: the two oldest answers' (started_at, key), so that the
+    oldest of a claimant's peers is found without a pass over every answer per claimant
+    (that pass cost a family of 1,001 groups a million steps per assignment)."""
+    if not claimant.busy_since:
         return claimant
-    extra = sum(1 for t in claimant.busy_since if t > oldest)
+    peers = [t for t, key in oldest if key != claimant.key]
+    if not peers:
+        return claimant
+    extra = sum(1 for t in claimant.busy_since if t > peers[0])
     return replace(claimant, not_busy=claimant.not_busy + extra) if extra else claimant
 
 
@@ -158,9 +166,11 @@ class Ledger:
         self._room: dict[str, int] = {}  # each member's last computed headroom
         self._computed_at: dict[str, float] = {}  # family name -> when
         self._dirty: set[str] = set()  # families whose inputs changed since
+        self._changes: dict[str, Changes] = {}  # ... and which members' shares that moved
         self._all_dirty = False  # membership changed: every family is recomputed
         self.computations = 0  # for tests and benchmarks
         self._holders: dict[str, tuple[int, dict[int, str]]] = {}  # family -> (stamp, holders)
+        self._queued: set[str] = set()  # members whose last answer lists a queued job
 
     def __len__(self) -> int:
         return len(self._members)
@@ -184,38 +194,82 @@ class Ledger:
         if old is not None and old.shape == new.shape and old.stamp == new.stamp:
             return
         self._members[key] = new
+        if answer is not None and answer.jobs:
+            self._queued.add(key)
+        else:
+            self._queued.discard(key)
         if old is None or old.shape != new.shape:
             self._family_of, self._all_dirty = None, True
         elif self._family_of is not None:
-            self._dirty.add(min(self._family_of[key]))
+            name = min(self._family_of[key])
+            self._dirty.add(name)
+            unknown = any(
+                a is not None and lists_unknown_repository(a.jobs)
+                for a in (old.answer if old is not None else None, answer)
+            )
+            self._changes.setdefault(name, Changes()).add(url, claimant, reaches_all=unknown)
 
     def remove(self, key: str) -> None:
         if self._members.pop(key, None) is None:
             return
         self._seen.pop(key, None)
+        self._queued.discard(key)
         self._shares.pop(key, None)
         self._room.pop(key, None)
         self._computed_at.pop(key, None)
         self._dirty.discard(key)
+        self._changes.pop(key, None)
         self._family_of, self._all_dirty = None, True
 
     def has_peers(self, key: str) -> bool:
-        """Whether ``key`` shares jobs with other groups (as of the last assignment read).
-        Its peers weigh its answer by when it was asked (accounting.current_jobs), so every
-        answer of such a group reaches its reconcile, changed or not; an unknown group
-        counts as having peers until its first report says otherwise."""
+        """Whether ``key`` shares jobs with other groups (as of the last assignment read); an
+        unknown group counts as having peers until its first report says otherwise."""
         if key not in self._members:
             return True
         family = (self._family_of or {}).get(key)
         return family is None or len(family) > 1
 
+    def must_weigh(self, key: str, started_at: float, lists_queued: bool) -> bool:
+        """Whether an answer of ``key`` asked at ``started_at``, the same as the last one
+        handed to its reconcile, must still reach that reconcile.
+
+        Peers weigh answers by when they were asked (accounting.current_jobs): a fresher
+        copy of the same answer ends a peer's claim on a job it no longer lists. That can
+        change a share only while some answer of the family lists a queued job; while none
+        does (nor this one), every share is empty and every headroom 0 whatever the ages,
+        so the answer is skipped and only its time is recorded here: the next assignment,
+        once a member lists a job, weighs it as asked now (tests/unit/reconcile/
+        test_quiet_family.py). A group alone in its family needs no answer it had."""
+        member = self._members.get(key)
+        if member is None:
+            return True  # not reported yet: counts as having peers
+        family = (self._family_of or {}).get(key)
+        if family is not None and len(family) == 1:
+            return False
+        if lists_queued or member.answer is None or family is None:
+            return True
+        if any(other in family for other in self._queued):
+            return True
+        if started_at > member.answer.started_at:
+            answer = replace(member.answer, started_at=started_at)
+            self._members[key] = replace(member, answer=answer)
+        return False
+
     def stale(self, key: str) -> bool:
         """Whether the share last read for ``key`` predates a change of its family's inputs
-        (a pass again after ``min_interval`` reads a fresh one)."""
+        that may have moved it: a change of a peer whose scope overlaps its own
+        (reconcile/family_changes.py). A pass again after ``min_interval`` reads a fresh one."""
         family = (self._family_of or {}).get(key)
         if family is None or len(family) == 1:
             return False
-        return min(family) in self._dirty or key not in self._shares
+        name = min(family)
+        if key not in self._shares:
+            return True
+        if name not in self._dirty:
+            return False
+        changes = self._changes.get(name)
+        member = self._members[key]
+        return changes is None or changes.touches(member.url, member.claimant)
 
     def share(self, key: str) -> list[ActionJob] | None:
         """The group's share of its family's queued jobs; None when it is alone in its
@@ -226,6 +280,7 @@ class Ledger:
             self._family_of = families(self._members)
             if self._all_dirty:
                 self._dirty = {min(f) for f in self._family_of.values()}
+                self._changes = {name: Changes(everything=True) for name in self._dirty}
                 self._all_dirty = False
         family = self._family_of[key]
         if len(family) == 1:
@@ -238,6 +293,7 @@ class Ledger:
         result = self._compute(family)
         self._computed_at[name] = now
         self._dirty.discard(name)
+        self._changes.pop(name, None)
         self._announce(key, result)
         return result[key]
 
@@ -267,11 +323,17 @@ class Ledger:
 
     def _compute(self, family: frozenset[str]) -> dict[str, list[ActionJob]]:
         self.computations += 1
+        if not any(key in family for key in self._queued):
+            # No answer lists a queued job: every share is empty and every headroom 0 (the
+            # resync's reports of a quiet family of 1,001 groups, twice a second).
+            self._room.update(dict.fromkeys(family, 0))
+            return {key: [] for key in family}
         members = [self._members[k] for k in sorted(family)]
         claimants = [m.claimant for m in members]
         answers = [m.answer for m in members if m.answer is not None]
         jobs = current_jobs(answers, claimants)
-        claimants = [_as_of(c, answers) for c in claimants]
+        oldest = tuple(heapq.nsmallest(2, ((a.started_at, a.key) for a in answers)))
+        claimants = [_as_of(c, oldest) for c in claimants]
         self._room.update(headroom(jobs, claimants))
         return assign(jobs, claimants)
 

@@ -41,6 +41,7 @@ from gitea_runner_operator.reconcile.ports import (
 from gitea_runner_operator.reconcile.report import StatusWriter
 from gitea_runner_operator.reconcile.scaling import matching_demand
 from gitea_runner_operator.reconcile.state import GroupState
+from gitea_runner_operator.reconcile.status_writes import LaterWrites
 from gitea_runner_operator.reconcile.stuck import STUCK_BACKOFF_MAX, note_stuck
 from gitea_runner_operator.reconcile.teardown import FINALIZER, Teardown
 from gitea_runner_operator.reconcile.timers import next_due
@@ -74,6 +75,7 @@ class Reconciler:
         own_namespace: str | None = None,
         cache_servers: CacheServers | None = None,
         start_bound: float = claims.START_BOUND,
+        status_writes: LaterWrites | None = None,
     ) -> None:
         self._template_policy = template_policy
         self._start_bound = start_bound
@@ -113,6 +115,7 @@ class Reconciler:
             self._ledger,
             clock=clock,
             wall_clock=wall_clock,
+            later=status_writes,
         )
 
     def state(self, key: str) -> GroupState:

@@ -22,6 +22,7 @@ from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.ports import ClusterWrites, Sources
 from gitea_runner_operator.reconcile.scaling import Plan, RunnerState, matching_demand
 from gitea_runner_operator.reconcile.state import GroupState
+from gitea_runner_operator.reconcile.status_writes import LaterWrites, Patch
 from gitea_runner_operator.reconcile.waiting import (
     HeldBack,
     explain_waiting,
@@ -55,14 +56,22 @@ class StatusWriter:
     wall_clock: Callable[[], float] = time.time
     # key -> (when, hash of the status) of this process's last patch
     written: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # Set: a pass's status (not a problem's) is written by the group's writer after the
+    # pass (reconcile/status_writes.py), so no worker waits for a write token.
+    later: LaterWrites | None = None
 
     def forget(self, key: str) -> None:
         self.written.pop(key, None)
+        if self.later is not None:
+            self.later.forget(key)
 
     def _hold_back(self, key: str, digest: int) -> tuple[bool, float | None]:
         """Whether to skip this write, and if so when to come back (None: never, it was
         written already). At most one patch per group per STATUS_MIN_INTERVAL."""
         now = self.clock()
+        pending = self.later.pending(key) if self.later is not None else None
+        if pending is not None and pending.digest == digest:
+            return True, None  # handed to the group's writer already
         last = self.written.get(key)
         if last is not None and last[1] == digest and now - last[0] < WRITTEN_TRUSTED_FOR:
             return True, None
@@ -166,19 +175,29 @@ class StatusWriter:
         skip, come_back = self._hold_back(key, digest)
         if skip:
             return come_back
-        await self.cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
-        self.written[key] = (self.clock(), digest)  # only once it is written
         # Events mark transitions, not every pass.
+        events: list[tuple[str, str]] = []
         if problem is not None and st.find_condition(previous, st.READY).get("reason") != (
             problem.reason
         ):
-            await self.cluster.emit_event(group, "Warning", problem.reason, problem.message)
+            events.append((problem.reason, problem.message))
         before = st.find_condition(previous, st.RUNNERS_HEALTHY)
         if healthy["status"] == "False" and before.get("reason") != healthy["reason"]:
-            await self.cluster.emit_event(group, "Warning", healthy["reason"], healthy["message"])
+            events.append((healthy["reason"], healthy["message"]))
         hook_before = st.find_condition(previous, st.WEBHOOK).get("reason")
         if hook is not None and not hook.ok and hook_before != hook.reason:
-            await self.cluster.emit_event(group, "Warning", hook.reason, hook.message)
+            events.append((hook.reason, hook.message))
+
+        async def patch() -> None:
+            await self.cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
+            self.written[key] = (self.clock(), digest)  # only once it is written
+            for reason, message in events:
+                await self.cluster.emit_event(group, "Warning", reason, message)
+
+        if self.later is not None and decision is not None:
+            self.later.hand(key, Patch(digest, patch))
+        else:
+            await patch()
         return None
 
     def _waiting(

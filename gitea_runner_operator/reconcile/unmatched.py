@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.api.scope import fold
 from gitea_runner_operator.reconcile.accounting import Claimant, Repository, job_repository
 
 # Label sets per Gitea shown in metrics on their own; the rest add up in OTHER.
@@ -121,17 +123,21 @@ def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> li
             jobs.setdefault((sighting.url, job.id), job)
             observers.setdefault((sighting.url, job.id), set()).add(sighting.observer)
     verdicts: dict[tuple[str, frozenset[str], Repository | None], Cause | None] = {}
+    able_for: dict[tuple[str, frozenset[str]], _Able] = {}
     found: dict[tuple[str, tuple[str, ...]], tuple[Cause, list[ActionJob], set[str]]] = {}
     for (url, job_id), job in sorted(jobs.items(), key=lambda item: item[0][1]):
         labels, repository = frozenset(job.labels), job_repository(job)
         pair = (url, labels, repository)
         if pair not in verdicts:
-            some = min(
-                (by_label.get((url, label), []) for label in labels),
-                key=len,
-                default=by_url.get(url, []),
-            )
-            verdicts[pair] = _cause(job, repository, some)
+            able = able_for.get((url, labels))
+            if able is None:  # once per label set, not per repository (1,000 repositories)
+                some = min(
+                    (by_label.get((url, label), []) for label in labels),
+                    key=len,
+                    default=by_url.get(url, []),
+                )
+                able = able_for[(url, labels)] = _Able([c for c in some if c.can_run(job)])
+            verdicts[pair] = able.cause(repository)
         cause = verdicts[pair]
         if cause is None:
             continue
@@ -156,15 +162,25 @@ def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> li
     return out
 
 
-def _cause(
-    job: ActionJob, repository: Repository | None, claimants: Sequence[Claimant]
-) -> Cause | None:
-    able = [c for c in claimants if c.can_run(job)]
-    if not able:
-        return Cause.LABELS
-    if any(c.covers(repository) for c in able):
-        return None
-    return Cause.SCOPE
+class _Able:
+    """The groups of one Gitea that offer one label set, indexed by what they cover, so a
+    job's cause is a lookup: the same rule as Claimant.covers."""
+
+    def __init__(self, able: Sequence[Claimant]) -> None:
+        self.any = bool(able)
+        self.everywhere = any(c.scope is Scope.GLOBAL for c in able)
+        self.orgs = {fold(c.org) for c in able if c.scope is Scope.ORG}
+        self.repos = {(fold(c.org), fold(c.repo)) for c in able if c.scope is Scope.REPO}
+
+    def cause(self, repository: Repository | None) -> Cause | None:
+        if not self.any:
+            return Cause.LABELS
+        if repository is None or self.everywhere:
+            return None
+        owner, name = fold(repository[0]), fold(repository[1])
+        if owner in self.orgs or (owner, name) in self.repos:
+            return None
+        return Cause.SCOPE
 
 
 def _nearest(labels: Sequence[str], claimants: Sequence[Claimant]) -> tuple[tuple[str, str], ...]:

@@ -31,6 +31,7 @@ from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
+from gitea_runner_operator.reconcile.status_writes import LaterWrites
 from gitea_runner_operator.runtime.enroll import Enroller
 from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.observer import Observer
@@ -103,8 +104,10 @@ class Controller:
             backoff_max=settings.gitea_backoff_max,
             enroller=self.enroller,
             step_deadline=settings.gitea_step_deadline,
-            every_answer=self.ledger.has_peers,
+            every_answer=self.ledger.must_weigh,
         )
+        # A pass's status is patched by its group's writer, so no worker waits for a token.
+        self.status_writes = LaterWrites(retry=self.queue.add_rate_limited)
         self.reconciler = Reconciler(
             self.cache,
             self.cluster,
@@ -120,6 +123,7 @@ class Controller:
             cache_servers=CacheServers(
                 CacheObjects(api, self.cluster.limiter), configs, self.secrets, self.cluster
             ),
+            status_writes=self.status_writes,
         )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
@@ -217,6 +221,7 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.pollers.stop_all()
+            await self.status_writes.close()  # statuses handed over: written, or cancelled
             await self.reaper.close()
             with contextlib.suppress(Exception):  # best effort, like every Event
                 await self.cluster.events.close()  # aggregated Events still pending

@@ -2,9 +2,10 @@
 
 Split from observer.py, which decides *whether* to ask (allow-list, Secrets, trust, shared
 answers); this module *asks*: resolve the scope (cached), list the runners, then the queued
-jobs (runners first: see observer.py), and at most once a minute, alongside, a sample of
-running and finished jobs for the latency metrics. Every answer is metered (``forge/limits.py``) and
-bounded by the observation's deadline.
+jobs (runners first: see observer.py), and at most once a minute, alongside the jobs, a
+sample of running and finished jobs for the latency metrics (only while the scope lists
+runners). Every answer is metered (``forge/limits.py``) and bounded by the observation's
+deadline.
 """
 
 from __future__ import annotations
@@ -100,6 +101,15 @@ class ScopeFetcher:
         self._clock = clock
         self.resolved: dict[ScopeKey, ScopeRef] = {}
         self.progress_at: dict[ScopeKey, float] = {}
+        # When the scope last listed a runner: a scope with none since its last sample has
+        # no job a runner of ours could have taken, so it is not sampled again.
+        self.runners_at: dict[ScopeKey, float] = {}
+        self.samples = 0  # for tests and benchmarks
+
+    def forget(self, key: ScopeKey) -> None:
+        """Drop the sample times of a scope no group uses any more."""
+        self.progress_at.pop(key, None)
+        self.runners_at.pop(key, None)
 
     async def fetch(
         self, client: GiteaClient, wanted: ScopeRef, fingerprint: str, forge: ForgeInfo
@@ -122,11 +132,13 @@ class ScopeFetcher:
                     queued, running = await client.list_active_jobs(scope)
                     in_progress, finished = running.items, ()
                 else:
-                    # The metrics' sample beside the answer, not before it: it must not
+                    runners = await client.list_runners(scope)
+                    if runners.items:
+                        self.runners_at[cache_key] = self._clock()
+                    # The metrics' sample beside the jobs, not before them: it must not
                     # delay the runners a webhook woke the group for.
                     sample = asyncio.ensure_future(self._progress(client, scope, cache_key))
                     try:
-                        runners = await client.list_runners(scope)
                         queued = await client.list_jobs(scope, "queued")
                         in_progress, finished = await sample
                     finally:
@@ -173,14 +185,20 @@ class ScopeFetcher:
         self, client: GiteaClient, scope: ScopeRef, key: ScopeKey
     ) -> tuple[tuple[ActionJob, ...], tuple[ActionJob, ...]]:
         """One page of running jobs and one of the most recently finished, at most once a
-        minute per scope and token: Gitea's own created/started/completed times for the
+        minute per scope and token, and only once a runner was listed in the scope since the
+        last sample (the first is always taken: an org token learns from it which repositories
+        it reads, reconcile/ledger.py): Gitea's own created/started/completed times for the
         latency and duration metrics, at a bounded cost (a sample: at most a page of
         finished jobs a minute). A failure here costs the metrics a sample, never the
         observation."""
         now = self._clock()
-        if now - self.progress_at.get(key, float("-inf")) < PROGRESS_EVERY:
-            return (), ()
+        last = self.progress_at.get(key)
+        if last is not None and (
+            now - last < PROGRESS_EVERY or self.runners_at.get(key, float("-inf")) < last
+        ):
+            return (), ()  # sampled recently, or no runner listed since: nothing new to see
         self.progress_at[key] = now
+        self.samples += 1
         try:
             running = (await client.list_jobs(scope, "in_progress", max_pages=1)).items
             finished = (

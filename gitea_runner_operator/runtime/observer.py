@@ -125,7 +125,7 @@ class Observer:
             cancelled += self._pop_shared(shared_key)
         for used in [k for k in self._used if k[0] not in urls_in_use]:
             del self._used[used]
-            self._fetcher.progress_at.pop(used, None)
+            self._fetcher.forget(used)
         self._flavors.forget(urls_in_use)
         for names in [k for k in self._repo_names if k[0] not in urls_in_use]:
             del self._repo_names[names]
@@ -156,7 +156,7 @@ class Observer:
         for k in idle:
             del self._used[k]
             self._fetcher.resolved.pop(k, None)
-            self._fetcher.progress_at.pop(k, None)
+            self._fetcher.forget(k)
         gone = set(idle)
         cancelled = []
         for shared_key, entry in list(self._shared.items()):

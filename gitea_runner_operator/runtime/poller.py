@@ -36,7 +36,7 @@ from gitea_runner_operator.runtime.fetch import GiteaHandle
 from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.reaper import Reaper
 from gitea_runner_operator.runtime.rerun import LossFollowUp
-from gitea_runner_operator.runtime.triggers import RESYNC, answer_key, new_queued
+from gitea_runner_operator.runtime.triggers import RESYNC, answer_key, lists_queued, new_queued
 from gitea_runner_operator.settings import GITEA_STEP_DEADLINE
 
 log = structlog.get_logger(__name__)
@@ -82,7 +82,7 @@ class PollerOptions(TypedDict, total=False):
     clock: Callable[[], float]
     enroller: Enroller | None
     step_deadline: float
-    every_answer: Callable[[str], bool] | None
+    every_answer: Callable[[str, float, bool], bool] | None
     resync: float
 
 
@@ -103,13 +103,12 @@ class GroupPoller:
         clock: Callable[[], float] = time.monotonic,
         enroller: Enroller | None = None,
         step_deadline: float = STEP_DEADLINE,
-        every_answer: Callable[[str], bool] | None = None,
+        every_answer: Callable[[str, float, bool], bool] | None = None,
         resync: float = RESYNC,
     ) -> None:
         self._step_deadline = step_deadline
         self._enroller = enroller
-        # Whether every answer must reach the reconcile, changed or not (a group whose
-        # peers weigh its answers by their age: Ledger.has_peers).
+        # Whether an unchanged answer must still reach the reconcile (Ledger.must_weigh).
         self._every_answer = every_answer
         self._resync = resync
         self._handed: tuple[object, ...] | None = None  # answer_key of the last one handed
@@ -253,17 +252,19 @@ class GroupPoller:
 
     def _hand_over(self, snapshot: Snapshot | None, asked: bool) -> None:
         """Queue the group's reconcile when this answer may change a decision: it differs
-        from the last one handed over, someone asked for it (a webhook, the reconciler),
-        the group's peers weigh it by its age, or the resync is due (runtime/triggers.py).
-        An unchanged answer of a quiet group costs no reconcile."""
+        from the last one handed over, someone asked for it, the resync is due, or peers
+        weigh it by its age while their family has queued jobs (Ledger.must_weigh)."""
         key = answer_key(snapshot) if snapshot is not None else None
         now = self._clock()
         if (
-            key is None
+            snapshot is None
             or asked
             or key != self._handed
             or now - self._handed_at >= self._resync
-            or (self._every_answer is not None and self._every_answer(self.key))
+            or (
+                self._every_answer is not None
+                and self._every_answer(self.key, snapshot.started_at, lists_queued(snapshot))
+            )
         ):
             self._handed, self._handed_at = key, now
             self.notified += 1

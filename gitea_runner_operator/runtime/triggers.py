@@ -65,6 +65,13 @@ def new_queued(before: Snapshot | None, after: Snapshot | None) -> list[int]:
     return [job.id for job in after.observation.queued if job.id not in known][:20]
 
 
+def lists_queued(snapshot: Snapshot) -> bool:
+    """Whether an answer lists a queued job, or cannot be weighed (no observation): its
+    group's peers weigh even an unchanged one by its age then (Ledger.must_weigh)."""
+    obs = snapshot.observation
+    return obs is None or snapshot.problem is not None or bool(obs.queued)
+
+
 def owned_changed(kind: str, obj: Mapping[str, Any], before: Mapping[str, Any] | None) -> bool:
     """Whether an event on a runner Job or Pod may change a decision: every creation and
     deletion, and an update that changes more than the resourceVersion and heartbeat times."""

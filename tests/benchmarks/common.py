@@ -64,8 +64,10 @@ def operator(
     *extra: str,
     leader_elect: bool = False,
     memprobe: Path | None = None,
+    cpuprobe: Path | None = None,
 ) -> Iterator[OperatorProcess]:
-    """The operator as a subprocess; with ``memprobe`` (a directory) under tracemalloc."""
+    """The operator as a subprocess; with ``memprobe`` (a directory) under tracemalloc, with
+    ``cpuprobe`` under a sampling CPU profiler."""
     kube = sandbox.kube
     assert kube is not None
     # A day's token: the TokenRequest default (an hour) ended the first 2-hour soak at minute
@@ -79,6 +81,7 @@ def operator(
         extra=extra,
         leader_election_namespace=OPERATOR_NS if leader_elect else None,
         memprobe=memprobe,
+        cpuprobe=cpuprobe,
     )
     try:
         for _ in range(120):
@@ -125,3 +128,16 @@ def histogram_quantile(
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def writes_by_kind(
+    metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+) -> dict[str, float]:
+    """Writes so far by verb and resource (``create jobs``, ``patch runnergroups/status``)."""
+    out: dict[str, float] = {}
+    for (name, labels), value in metrics.items():
+        if name == "gitea_runner_operator_kube_writes_total":
+            d = dict(labels)
+            kind = f"{d.get('verb', '?')} {d.get('resource', '?')}"
+            out[kind] = out.get(kind, 0.0) + value
+    return out

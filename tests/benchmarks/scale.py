@@ -35,6 +35,7 @@ from typing import Any
 
 from tests.benchmarks import busy_trace, common
 from tests.benchmarks import soak as soak_module
+from tests.benchmarks.timeline import Timeline
 from tests.support import manifests
 from tests.support.fake_gitea import FakeGitea, GroupScope, wait
 from tests.support.launcher import OperatorProcess
@@ -65,6 +66,7 @@ def bench(
     *extra: str,
     leader: bool = False,
     memprobe: Path | None = None,
+    cpuprobe: Path | None = None,
 ) -> Iterator[tuple[KubeClient, OperatorProcess]]:
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)
@@ -73,7 +75,12 @@ def bench(
             for ns in namespaces:
                 common.team(kube, ns, "registration-token", "api-token")
             with common.operator(
-                sandbox, namespaces, *extra, leader_elect=leader, memprobe=memprobe
+                sandbox,
+                namespaces,
+                *extra,
+                leader_elect=leader,
+                memprobe=memprobe,
+                cpuprobe=cpuprobe,
             ) as op:
                 yield kube, op
         finally:
@@ -113,13 +120,7 @@ def _recs(op: OperatorProcess) -> float:
 
 def _writes_by_kind(op: OperatorProcess) -> dict[str, float]:
     """Writes so far by verb and resource (``create jobs``, ``patch runnergroups/status``...)."""
-    out: dict[str, float] = {}
-    for (name, labels), value in op.metrics().items():
-        if name == "gitea_runner_operator_kube_writes_total":
-            d = dict(labels)
-            kind = f"{d.get('verb', '?')} {d.get('resource', '?')}"
-            out[kind] = out.get(kind, 0.0) + value
-    return out
+    return common.writes_by_kind(op.metrics())
 
 
 def _print_writes_per_runner(
@@ -152,7 +153,11 @@ def overlap(args: argparse.Namespace) -> None:
         if args.qps is not None
         else ()  # the operator's defaults
     )
-    with bench(namespaces, fake, False, *extra, leader=not args.no_leader) as (kube, op):
+    probe = Path(args.cpuprobe) if args.cpuprobe else None
+    with bench(namespaces, fake, False, *extra, leader=not args.no_leader, cpuprobe=probe) as (
+        kube,
+        op,
+    ):
         fake.group(namespaces[0], "fallback", GroupScope(owner, None, (LABEL,)))
         started = time.monotonic()
         manifests.apply(
@@ -177,7 +182,11 @@ def overlap(args: argparse.Namespace) -> None:
         # Quiet: every group polling, no job queued (the "quiet" targets of issue 27).
         cpu_q, t_q, req_q, rec_q = op.cpu_seconds(), time.monotonic(), fake.requests, _recs(op)
         writes_q = _writes(op)
+        if probe:
+            op.snapshot()  # the CPU profile of the quiet minute starts
         time.sleep(args.quiet)
+        if probe:
+            op.snapshot()  # cpu-1.txt: the quiet minute
         quiet = time.monotonic() - t_q
         print(f"quiet {quiet:.0f}s: CPU {(op.cpu_seconds() - cpu_q) / quiet:.3f} cores, RSS "
               f"{op.rss_mb():.0f} MB, reconciles {(_recs(op) - rec_q) / quiet:.1f}/s, Gitea "
@@ -188,20 +197,25 @@ def overlap(args: argparse.Namespace) -> None:
         for i in range(args.repos):
             fake.queue(owner, f"r{i:04d}", (LABEL,), args.jobs_per_repo)
         most, done_at, rss = 0, None, 0.0
+        timeline = Timeline(op, fake, t0)
         while time.monotonic() - t0 < args.timeout:
             count = alive(runner_jobs(kube))
             most, rss = max(most, count), max(rss, op.rss_mb())
+            timeline.sample(count)
             if count >= jobs and done_at is None:
                 done_at = time.monotonic() - t0
             if done_at is not None and time.monotonic() - t0 > done_at + args.hold:
                 break
             time.sleep(1)
         elapsed = time.monotonic() - t0
+        if probe:
+            op.snapshot()  # cpu-2.txt: the fill
         per_group: dict[str, int] = {}
         for job in runner_jobs(kube):
             name = job["metadata"]["labels"].get("gitea.bpg.pw/runnergroup-name", "?")
             per_group[name] = per_group.get(name, 0) + 1
         spread = sorted(set(v for k, v in per_group.items() if k != "fallback"))
+        timeline.print()
         print(f"queued jobs: {jobs} over {args.repos} repositories")
         print(f"every runner Job after: {f'{done_at:.1f}s' if done_at else 'not reached'}")
         print(f"most runner Jobs alive: {most}; org group's: {per_group.get('fallback', 0)};"
@@ -322,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", type=float, default=60.0, help="seconds measured before jobs")
     p.add_argument("--no-leader", action="store_true", help="without leader election")
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--cpuprobe", help="profile the operator's CPU (cpuprobe.py) into this DIR")
     p.add_argument(
         "--qps", type=float, default=None, help="--kube-write-qps (default: the operator's)"
     )

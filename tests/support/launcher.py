@@ -127,12 +127,14 @@ def launch(
     log_format: str = "json",
     env: dict[str, str] | None = None,
     memprobe: Path | None = None,
+    cpuprobe: Path | None = None,
 ) -> OperatorProcess:
     """Start the operator; ``leader_election_namespace=None`` runs it without leader
     election, ``log_path=None`` leaves its log on this process's terminal. The caller's
     KUBECONFIG is dropped so that only ``kubeconfig`` (the ServiceAccount's) is used. With
     ``memprobe`` (a directory) it runs under tracemalloc (tests/benchmarks/memprobe.py), its
-    snapshots written there on ``OperatorProcess.snapshot()``."""
+    snapshots written there on ``OperatorProcess.snapshot()``; with ``cpuprobe`` under a
+    sampling CPU profiler (tests/benchmarks/cpuprobe.py), started and dumped the same way."""
     health, hook = free_port(), free_port()
     election = (
         ["--leader-election-namespace", leader_election_namespace]
@@ -141,7 +143,9 @@ def launch(
     )
     args = [
         sys.executable, "-m",
-        *(["tests.benchmarks.memprobe", str(memprobe)] if memprobe else ["gitea_runner_operator"]),
+        *(["tests.benchmarks.memprobe", str(memprobe)] if memprobe else
+          ["tests.benchmarks.cpuprobe", str(cpuprobe)] if cpuprobe else
+          ["gitea_runner_operator"]),
         "--kubeconfig", str(kubeconfig), *election,
         "--health-host", "127.0.0.1", "--health-port", str(health),
         "--webhook-host", "127.0.0.1", "--webhook-port", str(hook),

@@ -35,3 +35,19 @@ async def test_a_cookie_set_by_gitea_is_never_sent_back():
         await pool.close()
         await runner.cleanup()
     assert seen == [None, None]
+
+
+async def test_the_proxy_environment_is_honoured_and_read_once_per_session(monkeypatch):
+    """Without a proxy for its URL a session does not look the environment up again on every
+    request (a thread hop per request); with one it goes through it, and NO_PROXY wins."""
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    pool = SessionPool()
+    try:
+        assert not pool.session_for("https://gitea.example").trust_env
+        monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+        monkeypatch.setenv("NO_PROXY", "internal.example")
+        assert pool.session_for("https://gitea2.example").trust_env
+        assert not pool.session_for("https://git.internal.example").trust_env
+    finally:
+        await pool.close()

@@ -127,6 +127,7 @@ async def test_repeated_events_update_one_event_at_most_once_per_window():
         await recorder.record(_event("RunnersCreated", f"Created {i + 1}"))
     await recorder.record(_event("JobCreateRefused", "quota"))
     await recorder.record(_event("RunnersCreated", "other group", uid="u2"))
+    await asyncio.sleep(0)  # the first ones are written by tasks of their own
     # The first of each (group, reason) at once; nothing else yet.
     assert [e["message"] for e in sink.created] == ["Created 1", "quota", "other group"]
     assert sink.created[0]["count"] == 1 and sink.patched == []
@@ -142,9 +143,11 @@ async def test_held_events_are_bounded_and_a_failed_write_starts_afresh():
     recorder = EventRecorder(sink.create, sink.patch, flush_every=60, max_keys=2)
     for uid in ("a", "b", "c", "d"):
         await recorder.record(_event("RunnersCreated", "x", uid=uid))
+    await asyncio.sleep(0)
     assert len(recorder) == 2 and len(sink.created) == 4  # past the bound: written, not held
     sink.fail = True
     await recorder.record(_event("Fails", "y", uid="e"))
+    await asyncio.sleep(0)
     assert len(recorder) == 2
     await recorder.close()
 
@@ -158,8 +161,28 @@ async def test_an_event_is_reused_only_within_its_window_then_created_again():
     await recorder.record(_event("RunnersCreated", "1"))
     now[0] = 200.0
     await recorder.record(_event("RunnersCreated", "2"))
+    await asyncio.sleep(0)
     assert len(sink.created) == 2 and sink.patched == []
     await recorder.close()
+
+
+async def test_a_pass_does_not_wait_for_its_first_event_to_be_written():
+    gate = asyncio.Event()
+    written: list[str] = []
+
+    async def slow_create(namespace: str, event: dict[str, Any]) -> bool:
+        await gate.wait()  # an API server that takes its time
+        written.append(event["reason"])
+        return True
+
+    recorder = EventRecorder(slow_create, Sink().patch)
+    done, _ = await asyncio.wait(
+        [asyncio.ensure_future(recorder.record(_event("A", "x")))], timeout=5
+    )
+    assert done and written == []  # recorded, being written
+    gate.set()
+    await recorder.close()
+    assert written == ["A"]
 
 
 class CountingCluster(FakeCluster):

@@ -91,6 +91,7 @@ NOT_PURE = {
     "reconcile/marks.py",
     "reconcile/cache_writes.py",
     "reconcile/unmatched_book.py",
+    "reconcile/status_writes.py",
 }
 IO_LIBRARIES = {"aiohttp", "kubernetes_asyncio"}
 

@@ -15,6 +15,7 @@ from gitea_runner_operator.api.runnergroup import parse_spec
 from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.runtime.observer import Observer
 from tests.support.gitea_answers import (
+    JOBS,
     ORG_SPEC,
     QUEUED,
     RUNNERS,
@@ -75,23 +76,49 @@ async def test_a_recent_answer_is_reused_unless_a_newer_one_is_asked_for(session
         assert fresh.started_at > first.started_at and observer.fetches == 2
 
 
+IN_PROGRESS = re.compile(r"^http://g\.test/.*/actions/jobs\?.*status=in_progress.*$")
+
+
+async def _polls(observer: Observer, now: list[float], steps: tuple[float, ...]) -> None:
+    spec = parse_spec(ORG_SPEC)
+    for step in steps:
+        now[0] = 100.0 + step
+        await observer.observe("a", spec, newer_than=now[0])
+
+
 async def test_running_jobs_are_listed_at_most_once_a_minute_per_scope(sessions):
     now = [100.0]
-    observer = Observer(
-        FakeSecrets({"a": "t1"}),  # type: ignore[arg-type]
-        sessions,
-        clock=lambda: now[0],
-    )
-    spec = parse_spec(ORG_SPEC)
-    in_progress = re.compile(r"^http://g\.test/.*/actions/jobs\?.*status=in_progress.*$")
+    observer = Observer(FakeSecrets({"a": "t1"}), sessions, clock=lambda: now[0])  # type: ignore[arg-type]
     with aioresponses() as mock:
-        gitea(mock)
-        for step in (0.0, 10.0, 30.0, 61.0):
-            now[0] = 100.0 + step
-            await observer.observe("a", spec, newer_than=now[0])
-        assert requests_to(mock, in_progress) == 2  # at 0 s and at 61 s
+        is_gitea(mock)
+        mock.get("http://g.test/api/v1/orgs/acme", payload={"id": 1}, repeat=True)
+        runner = {"id": 5, "name": "ci-0123abcd-bcdfg-hjklm", "status": "online", "busy": True}
+        mock.get(RUNNERS, payload={"runners": [runner], "total_count": 1}, repeat=True)
+        mock.get(JOBS, payload={"jobs": [], "total_count": 0}, repeat=True)
+        await _polls(observer, now, (0.0, 10.0, 30.0, 61.0))
+        assert requests_to(mock, IN_PROGRESS) == 2  # at 0 s and at 61 s
         assert requests_to(mock, FINISHED) == 2  # likewise
         assert requests_to(mock, QUEUED) == 4
+
+
+async def test_a_scope_without_runners_is_sampled_once_until_a_runner_is_listed(sessions):
+    """No runner listed since the last sample: no runner of ours can have taken a job, so
+    the quiet poll costs two requests, not four (1,000 quiet repo groups: 33 a second less)."""
+    now = [100.0]
+    observer = Observer(FakeSecrets({"a": "t1"}), sessions, clock=lambda: now[0])  # type: ignore[arg-type]
+    with aioresponses() as mock:
+        gitea(mock)  # no runner, no job
+        await _polls(observer, now, (0.0, 61.0, 122.0, 183.0))
+        assert requests_to(mock, IN_PROGRESS) == 1  # the first poll's only
+        assert requests_to(mock, QUEUED) == 4
+    with aioresponses() as mock:
+        is_gitea(mock)
+        mock.get("http://g.test/api/v1/orgs/acme", payload={"id": 1}, repeat=True)
+        runner = {"id": 5, "name": "ci-0123abcd-bcdfg-hjklm", "status": "online", "busy": True}
+        mock.get(RUNNERS, payload={"runners": [runner], "total_count": 1}, repeat=True)
+        mock.get(JOBS, payload={"jobs": [], "total_count": 0}, repeat=True)
+        await _polls(observer, now, (200.0,))  # a runner is listed: sampled again
+        assert requests_to(mock, IN_PROGRESS) == 1 and requests_to(mock, FINISHED) == 1
 
 
 FINISHED = re.compile(r"^http://g\.test/.*/actions/jobs\?.*status=completed.*$")

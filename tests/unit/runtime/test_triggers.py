@@ -124,10 +124,38 @@ async def test_a_group_with_peers_hands_over_every_answer():
     answers = Answers((1,))
     notified: list[str] = []
     poller = GroupPoller(
-        KEY, _spec(), answers, notified.append, min_refresh=0.0, every_answer=ledger.has_peers
+        KEY, _spec(), answers, notified.append, min_refresh=0.0, every_answer=ledger.must_weigh
     )
     await _run(poller, answers, 5)
     assert len(notified) >= 4
+
+
+async def test_a_quiet_family_skips_unchanged_answers_until_a_peer_lists_a_job():
+    """Peers weigh answers by age only while their family lists a queued job: before, five
+    unchanged answers cost one reconcile; once a peer lists a job, every answer counts."""
+    from gitea_runner_operator.api.runnergroup import Scope
+    from gitea_runner_operator.reconcile.accounting import Answer
+    from tests.support.claims import group, job
+
+    ledger = Ledger(min_interval=0)
+    peer = group("team-b/app", Scope.REPO, "acme", "app")
+    ledger.report("https://g.test", peer, Answer(peer.key, 0.0, []))
+    ledger.report("https://g.test", group(KEY, Scope.REPO, "acme", "app"), Answer(KEY, 0.0, []))
+    ledger.share(KEY)
+    answers = Answers(())
+    notified: list[str] = []
+    poller = GroupPoller(
+        KEY, _spec(), answers, notified.append, min_refresh=0.0, every_answer=ledger.must_weigh
+    )
+    poller.start()
+    try:
+        await asyncio.wait_for(_polls(answers, 5), 10)
+        assert len(notified) == 1  # the first answer only
+        ledger.report("https://g.test", peer, Answer(peer.key, 6.0, [job(1)]))
+        await asyncio.wait_for(_polls(answers, answers.calls + 3), 10)
+        assert len(notified) >= 3
+    finally:
+        await poller.stop()
 
 
 async def test_a_spec_change_hands_over_the_first_answer_of_the_new_poller():

@@ -1,0 +1,93 @@
+"""A group's status patch written after its pass, by one writer per group, so that no
+reconcile worker waits for a write token to report what it did.
+
+Status patches wait behind runner creates for the write limit's tokens (kube/ratelimit.py).
+While 1,001 groups filled at once, every pass ended awaiting its status patch: the four
+workers spent the fill waiting for tokens, the work queue stayed at about 1,000 groups, and
+the passes that would have created runners waited behind them. Now a pass hands its status
+to the group's writer and returns; the writer patches the latest status handed to it when
+a token comes (a newer one replaces one not yet written: the patch is the whole status the
+pass computed, so only the latest matters), then the Events that mark the transitions. A
+failed patch gives the group back to the work queue (``retry``), which writes it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+CLOSE_GRACE = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Patch:
+    """One pass's status, with what to do once it is written."""
+
+    digest: int
+    write: Callable[[], Awaitable[None]]  # the patch, then its Events
+
+
+class LaterWrites:
+    """The status patches not yet written, one writer task per group with one pending."""
+
+    def __init__(self, retry: Callable[[str], None] | None = None) -> None:
+        self._retry = retry
+        self._pending: dict[str, Patch] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def pending(self, key: str) -> Patch | None:
+        """The status handed over for ``key`` and not yet being written."""
+        return self._pending.get(key)
+
+    def hand(self, key: str, patch: Patch) -> None:
+        """Write ``patch`` soon, replacing one for ``key`` not yet started."""
+        self._pending[key] = patch
+        if key not in self._tasks:
+            self._tasks[key] = asyncio.create_task(self._drain(key), name=f"status:{key}")
+
+    async def _drain(self, key: str) -> None:
+        try:
+            while (patch := self._pending.pop(key, None)) is not None:
+                try:
+                    await patch.write()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning(
+                        "status write failed, will retry",
+                        group=key,
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
+                    if self._retry is not None:
+                        self._retry(key)  # the pass computes and hands it again
+                    return
+        finally:
+            if self._tasks.get(key) is asyncio.current_task():
+                del self._tasks[key]
+
+    def forget(self, key: str) -> None:
+        """The group is gone: its pending patch is dropped, its writer cancelled."""
+        self._pending.pop(key, None)
+        task = self._tasks.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    async def close(self, grace: float = CLOSE_GRACE) -> None:
+        """Let the writes under way finish (at most ``grace`` seconds), then cancel the rest:
+        no writer outlives the controller."""
+        tasks = list(self._tasks.values())
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=grace)
+            for task in late:
+                task.cancel()
+            for task in late:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._pending.clear()
+        self._tasks.clear()
