@@ -16,19 +16,8 @@ from gitea_runner_operator.kube.runner_credentials import (
     SecretExists,
     credentials_secret,
 )
+from tests.support.api_response import FakeResponse
 from tests.support.clock import FakeTime
-
-
-class FakeResponse:
-    def __init__(self, status: int, body: bytes = b"{}", headers: dict[str, str] | None = None):
-        self.status, self.reason, self._body = status, "x", body
-        self.headers = headers or {}
-
-    async def read(self) -> bytes:
-        return self._body
-
-    def release(self) -> None:
-        pass
 
 
 class FakeCore:

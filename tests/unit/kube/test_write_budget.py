@@ -13,20 +13,9 @@ from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.events import EventRecorder
 from gitea_runner_operator.kube.http import Throttled
 from gitea_runner_operator.kube.ratelimit import TokenBucket
+from tests.support.api_response import FakeResponse
 from tests.support.clock import FakeTime
 from tests.support.fake_cluster import KEY, Clock, FakeCluster, make, snapshot
-
-
-class FakeResponse:
-    def __init__(self, status: int, body: bytes = b"{}", headers: dict[str, str] | None = None):
-        self.status, self.reason, self._body = status, "x", body
-        self.headers = headers or {}
-
-    async def read(self) -> bytes:
-        return self._body
-
-    def release(self) -> None:
-        pass
 
 
 class FakeBatch:

@@ -31,6 +31,15 @@ def requests_to(mock: aioresponses, pattern: re.Pattern[str]) -> int:
     )
 
 
+def gitea_with_a_busy_runner(mock: aioresponses) -> None:
+    """A scope that lists one busy runner of ours and no queued job."""
+    is_gitea(mock)
+    mock.get("http://g.test/api/v1/orgs/acme", payload={"id": 1}, repeat=True)
+    runner = {"id": 5, "name": "ci-0123abcd-bcdfg-hjklm", "status": "online", "busy": True}
+    mock.get(RUNNERS, payload={"runners": [runner], "total_count": 1}, repeat=True)
+    mock.get(JOBS, payload={"jobs": [], "total_count": 0}, repeat=True)
+
+
 @pytest.fixture
 async def sessions():
     pool = SessionPool()
@@ -90,11 +99,7 @@ async def test_running_jobs_are_listed_at_most_once_a_minute_per_scope(sessions)
     now = [100.0]
     observer = Observer(FakeSecrets({"a": "t1"}), sessions, clock=lambda: now[0])  # type: ignore[arg-type]
     with aioresponses() as mock:
-        is_gitea(mock)
-        mock.get("http://g.test/api/v1/orgs/acme", payload={"id": 1}, repeat=True)
-        runner = {"id": 5, "name": "ci-0123abcd-bcdfg-hjklm", "status": "online", "busy": True}
-        mock.get(RUNNERS, payload={"runners": [runner], "total_count": 1}, repeat=True)
-        mock.get(JOBS, payload={"jobs": [], "total_count": 0}, repeat=True)
+        gitea_with_a_busy_runner(mock)
         await _polls(observer, now, (0.0, 10.0, 30.0, 61.0))
         assert requests_to(mock, IN_PROGRESS) == 2  # at 0 s and at 61 s
         assert requests_to(mock, FINISHED) == 2  # likewise
@@ -112,11 +117,7 @@ async def test_a_scope_without_runners_is_sampled_once_until_a_runner_is_listed(
         assert requests_to(mock, IN_PROGRESS) == 1  # the first poll's only
         assert requests_to(mock, QUEUED) == 4
     with aioresponses() as mock:
-        is_gitea(mock)
-        mock.get("http://g.test/api/v1/orgs/acme", payload={"id": 1}, repeat=True)
-        runner = {"id": 5, "name": "ci-0123abcd-bcdfg-hjklm", "status": "online", "busy": True}
-        mock.get(RUNNERS, payload={"runners": [runner], "total_count": 1}, repeat=True)
-        mock.get(JOBS, payload={"jobs": [], "total_count": 0}, repeat=True)
+        gitea_with_a_busy_runner(mock)
         await _polls(observer, now, (200.0,))  # a runner is listed: sampled again
         assert requests_to(mock, IN_PROGRESS) == 1 and requests_to(mock, FINISHED) == 1
 
