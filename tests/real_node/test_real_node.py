@@ -43,6 +43,7 @@ from tests.support.testbed import (
 )
 from tests.testbed import images, realnode, runners
 from tests.testbed.realnode import GATEWAY, NODE_NAME
+from tests.testbed.sandbox import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
 
@@ -212,7 +213,7 @@ def test_a_templated_pod_with_resources_security_a_sidecar_and_a_private_ca(
 ):
     ca, pem = private_ca(tmp_path)
     gitea_port = int(cluster.gitea_url.rsplit(":", 1)[1])
-    https = f"https://{real.node.expose(gitea_port, tls_pem=pem, listen_port=_free_port())}"
+    https = f"https://{real.node.expose(gitea_port, tls_pem=pem, listen_port=free_port())}"
     manifests.apply(
         real.kube,
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "corp-ca"},
@@ -259,14 +260,6 @@ def test_a_templated_pod_with_resources_security_a_sidecar_and_a_private_ca(
     runner_spec = next(c for c in pods[0]["spec"]["containers"] if c["name"] == "runner")
     assert runner_spec["securityContext"]["readOnlyRootFilesystem"] is True
     assert runner_spec["securityContext"]["runAsUser"] == 1000  # the mode's, kept
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ---------------------------------------------------------------------------- failures

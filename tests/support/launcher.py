@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,14 +20,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.testbed.sandbox import free_port
+
 OPERATOR_NS = "gitea-runner-operator"
 OPERATOR_SA = "gitea-runner-operator"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -26,6 +26,7 @@ import contextlib
 import getpass
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -53,10 +54,32 @@ SERVICE_CIDR = "10.96.0.0/16"
 
 
 def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1 (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A currently free TCP port on 127.0.0.1, below the kernel's ephemeral range.
+
+    A port the kernel picks (a bind to port 0) comes from the ephemeral range, which every
+    outgoing connection on the machine draws from too: between this answer and the server's
+    own bind, a client may take it. CI saw exactly that ("bind: address already in use")
+    while a benchmark next to it held a thousand groups' connections. Ports below the range
+    are never handed out implicitly, so only another explicit bind can race for them."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12_000), low)  # noqa: S311 (not a secret)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # all taken: the kernel's
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 _LIVE: list[Sandbox] = []

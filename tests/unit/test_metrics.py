@@ -4,7 +4,6 @@ renamed series or a wrong label breaks these tests as it would break a dashboard
 from __future__ import annotations
 
 import re
-import socket
 
 import aiohttp
 import pytest
@@ -22,6 +21,7 @@ from gitea_runner_operator.health import HealthServer
 from gitea_runner_operator.kube.write_metrics import instrument_writes, resource_of
 from gitea_runner_operator.metrics import PREFIX, Metrics, endpoint_class
 from gitea_runner_operator.runtime.workqueue import WorkQueue
+from tests.testbed.sandbox import free_port
 
 ALLOWED_LABELS = {
     "namespace", "runnergroup", "state", "reason", "endpoint", "code", "verb", "resource",
@@ -308,12 +308,6 @@ async def test_kube_writes_are_counted_by_verb_resource_and_outcome_reads_are_no
 )  # fmt: skip
 def test_the_resource_label_is_the_type_never_a_name(url, resource):
     assert resource_of(url) == resource
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_the_health_server_serves_metrics_in_prometheus_text_format():
