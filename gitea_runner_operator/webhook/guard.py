@@ -223,6 +223,9 @@ class WakeLimiter:
 
     RECHECK: Final = 0.02
     SETTLE_MAX: Final = 1.0
+    # Job ids a due wake-up remembers to check against the group's answer; past this many
+    # (a burst of signed deliveries within a second) it just wakes, so the set stays small.
+    MAX_JOBS: Final = 64
 
     def __init__(
         self,
@@ -281,9 +284,9 @@ class WakeLimiter:
         due = self._deferred.get(key)
         if due is not None:  # a wake-up is already due: it answers this one too
             handle, since, jobs, parked = due
-            if jobs is not None and job_id is not None:
+            if jobs is not None and job_id is not None and len(jobs) < self.MAX_JOBS:
                 jobs.add(job_id)
-            elif jobs is not None:
+            elif jobs is not None:  # no job id, or more than it is worth checking: wake
                 self._deferred[key] = (handle, since, None, parked)
             return True
         now = self._clock()
