@@ -154,7 +154,15 @@ def overlap(args: argparse.Namespace) -> None:
         else ()  # the operator's defaults
     )
     probe = Path(args.cpuprobe) if args.cpuprobe else None
-    with bench(namespaces, fake, False, *extra, leader=not args.no_leader, cpuprobe=probe) as (
+    with bench(
+        namespaces,
+        fake,
+        False,
+        *extra,
+        *args.operator_args,
+        leader=not args.no_leader,
+        cpuprobe=probe,
+    ) as (
         kube,
         op,
     ):
@@ -340,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--qps", type=float, default=None, help="--kube-write-qps (default: the operator's)"
     )
+    p.add_argument("operator_args", nargs="*", help="extra operator flags, after --")
     p = sub.add_parser("busy")
     p.add_argument("--keep-log", help="copy the operator's log to this folder")
     p.add_argument("--max", type=int, default=150)

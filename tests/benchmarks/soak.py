@@ -6,8 +6,9 @@
 
 ``--groups`` repo groups (in ``--namespaces`` namespaces) on the testbed's control plane and
 the fake Gitea; a job of 20 s is queued in a random group every ``--every`` seconds. Once a
-minute the operator's RSS, its CPU over that minute, the jobs done and still queued and the
-machine's load are appended to ``--csv`` (flushed at once, so the file can be read, and
+minute the operator's RSS, its CPU over that minute, the jobs done and still queued, the
+machine's load, the operator's metric series per group and how many groups have had a job
+are appended to ``--csv`` (flushed at once, so the file can be read, and
 plotted with ``--plot-from``, while the soak runs or after it was killed). At the end it
 prints the RSS at start, the peak, the slope over the second half (least squares, MB/hour),
 CPU and reconcile quantiles, and draws ``--plot`` (needs matplotlib, the ``bench`` extra).
@@ -33,7 +34,18 @@ from tests.benchmarks import common
 from tests.support.fake_gitea import FakeGitea, GroupScope
 from tests.support.launcher import OperatorProcess
 
-COLUMNS = ("minutes", "rss_mb", "cpu_cores", "jobs_done", "jobs_queued", "load1")
+# The last two tell bounded growth from a leak: what the operator keeps per group grows
+# until every group has had a job, then stops.
+COLUMNS = (
+    "minutes",
+    "rss_mb",
+    "cpu_cores",
+    "jobs_done",
+    "jobs_queued",
+    "load1",
+    "series_per_group",
+    "groups_with_jobs",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,10 +100,12 @@ def run(args: argparse.Namespace, bench: Any, group: Any, label: str, image: str
                 f" started={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
             )
             out.writerow(COLUMNS)
+            had_jobs: set[str] = set()
             while time.monotonic() - t0 < args.minutes * 60:
                 owner_repo = f"r{random.randrange(args.groups):04d}"  # noqa: S311
                 if args.every > 0:
                     fake.queue(owner, owner_repo, (label,), 1)
+                    had_jobs.add(owner_repo)
                 now = time.monotonic()
                 if probe is not None and now >= next_snap:
                     op.snapshot()
@@ -105,6 +119,8 @@ def run(args: argparse.Namespace, bench: Any, group: Any, label: str, image: str
                         fake.count("success"),
                         fake.count("queued"),
                         os.getloadavg()[0],
+                        per_group_series(op, args.groups),
+                        len(had_jobs),
                     )
                     last_cpu, last_t = cpu, now
                     out.writerow([f"{v:.3f}" if isinstance(v, float) else v for v in row])
@@ -112,7 +128,7 @@ def run(args: argparse.Namespace, bench: Any, group: Any, label: str, image: str
                     samples.append((row[0] / 60, row[1]))
                     print(
                         f"  t={row[0]:6.1f} min RSS {row[1]:.0f} MB CPU {row[2]:.2f} "
-                        f"load {row[5]:.1f}",
+                        f"load {row[5]:.1f} series/group {row[6]:.1f} groups with jobs {row[7]}",
                         flush=True,
                     )
                     next_sample += 60
