@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="watch only this namespace; repeat for several (default: all namespaces)",
     )
-    p.add_argument("--workers", type=int, default=16, help="concurrent reconciles (default 16)")
+    p.add_argument("--workers", type=int, default=32, help="concurrent reconciles (default 32)")
     p.add_argument(
         "--health-port", type=int, default=8081, help="port of /healthz, /readyz, /metrics"
     )

@@ -17,7 +17,7 @@ class Settings:
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     kubeconfig: str | None = None
     context: str | None = None
-    workers: int = 16
+    workers: int = 32
     health_host: str = "0.0.0.0"  # noqa: S104 - probes come from the kubelet, off-host
     health_port: int = 8081
     leader_elect: bool = True

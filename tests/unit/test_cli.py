@@ -8,7 +8,7 @@ def test_defaults_match_the_documented_ones():
     assert settings.namespaces == ()
     assert settings.leader_elect is True
     assert settings.health_port == 8081
-    assert settings.workers == 16
+    assert settings.workers == 32
     assert settings.job_ttl_seconds == 600
 
 
