@@ -8,7 +8,9 @@ occurrence is written at once (a user watching sees it without delay) and later 
 the same key are written together, at most once per :data:`FLUSH_EVERY` per key, as one
 patch. An Event is reused for :data:`REUSE_FOR` after its last write, like the recorder's
 cache; what is held is bounded by :data:`MAX_KEYS` (past it, occurrences are written one
-by one, unaggregated, never dropped).
+by one, unaggregated, never dropped), and the first creates under way in the background by
+:data:`MAX_IN_FLIGHT`: past it, the caller writes its Event itself and waits, so an API
+server that answers slowly slows the passes down instead of piling up tasks.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gitea_runner_operator.kit.tasks import STOP_GRACE, finish_or_cancel
+
 FLUSH_EVERY = 30.0
 REUSE_FOR = 600.0
 MAX_KEYS = 4096
 MAX_MESSAGE = 1024
+MAX_IN_FLIGHT = 256
 
 # (namespace, object uid or name, type, reason)
 EventKey = tuple[str, str, str, str]
@@ -60,6 +65,7 @@ class EventRecorder:
         flush_every: float = FLUSH_EVERY,
         reuse_for: float = REUSE_FOR,
         max_keys: int = MAX_KEYS,
+        max_in_flight: int = MAX_IN_FLIGHT,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -68,6 +74,7 @@ class EventRecorder:
         self._flush_every = flush_every
         self._reuse_for = reuse_for
         self._max_keys = max_keys
+        self._max_in_flight = max_in_flight
         self._clock = clock
         self._wall = wall_clock
         self._held: OrderedDict[EventKey, _Aggregate] = OrderedDict()
@@ -107,6 +114,9 @@ class EventRecorder:
         # Written by a task of its own, not awaited: a pass that created runners must not
         # wait for its Event (1,001 groups filling at once each waited once, on a slow API
         # server hundreds of milliseconds). Later occurrences aggregate into it meanwhile.
+        if len(self._tasks) >= self._max_in_flight:
+            await self._create_first(key, namespace, body)
+            return
         task = asyncio.create_task(self._create_first(key, namespace, body))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -159,7 +169,7 @@ class EventRecorder:
         else:
             self._forget(key)  # gone (expired by the API server?): the next one creates
 
-    async def close(self) -> None:
+    async def close(self, grace: float = STOP_GRACE) -> None:
         """Write what is pending now (a stopping operator), then forget everything."""
         pending = [k for k, h in self._held.items() if h.flush is not None]
         for key in pending:
@@ -167,10 +177,5 @@ class EventRecorder:
             if held.flush is not None:
                 held.flush.cancel()
             await self._flush(key)
-        if self._tasks:
-            _, late = await asyncio.wait(list(self._tasks), timeout=5)
-            for task in late:  # an API server that never answers must not outlive the stop
-                task.cancel()
-            if late:
-                await asyncio.wait(late)
+        await finish_or_cancel(list(self._tasks), grace)  # nor may an API server that never answers
         self._held.clear()

@@ -14,15 +14,14 @@ failed patch gives the group back to the work queue (``retry``), which writes it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
 
-log = structlog.get_logger(__name__)
+from gitea_runner_operator.kit.tasks import STOP_GRACE, finish_or_cancel
 
-CLOSE_GRACE = 5.0
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,16 +77,9 @@ class LaterWrites:
         if task is not None:
             task.cancel()
 
-    async def close(self, grace: float = CLOSE_GRACE) -> None:
+    async def close(self, grace: float = STOP_GRACE) -> None:
         """Let the writes under way finish (at most ``grace`` seconds), then cancel the rest:
         no writer outlives the controller."""
-        tasks = list(self._tasks.values())
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=grace)
-            for task in late:
-                task.cancel()
-            for task in late:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        await finish_or_cancel(self._tasks.values(), grace)
         self._pending.clear()
         self._tasks.clear()

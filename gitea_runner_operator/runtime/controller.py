@@ -17,6 +17,7 @@ from kubernetes_asyncio import client
 
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.sessions import SessionPool
+from gitea_runner_operator.kit.tasks import finish_or_cancel
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
 from gitea_runner_operator.kube.cache_objects import CacheObjects
 from gitea_runner_operator.kube.cluster import Cluster
@@ -225,8 +226,7 @@ class Controller:
             await self.reaper.close()
             with contextlib.suppress(Exception):  # best effort, like every Event
                 await self.cluster.events.close()  # aggregated Events still pending
-            if self._housekeeping:
-                await asyncio.wait(list(self._housekeeping), timeout=5)
+            await finish_or_cancel(list(self._housekeeping))  # closes below do the rest
             await self.observer.close()
             await self.sessions.close()
             self.metrics.set_leader(False)

@@ -174,6 +174,32 @@ async def test_a_pass_does_not_wait_for_its_first_event_to_be_written():
     assert written == ["A"]
 
 
+async def test_first_events_under_way_are_bounded_then_the_pass_waits_for_its_own():
+    """An API server that never answers Events: at most ``max_in_flight`` first creates run
+    in the background; the next pass writes its Event itself (and waits), so tasks cannot
+    pile up with the write rate; a stop ends them all within its grace."""
+    gate = asyncio.Event()
+    started: list[str] = []
+
+    async def stuck_create(namespace: str, event: dict[str, Any]) -> bool:
+        started.append(event["involvedObject"]["uid"])
+        await gate.wait()
+        return True
+
+    recorder = EventRecorder(stuck_create, Sink().patch, max_in_flight=3)
+    for uid in ("a", "b", "c"):
+        await asyncio.wait_for(recorder.record(_event("RunnersCreated", "x", uid=uid)), 1)
+    fourth = asyncio.ensure_future(recorder.record(_event("RunnersCreated", "x", uid="d")))
+    await asyncio.sleep(0.05)
+    assert started == ["a", "b", "c", "d"] and not fourth.done()  # the fourth pass waits
+    gate.set()
+    await asyncio.wait_for(fourth, 1)
+    gate.clear()
+    for uid in ("e", "f", "g"):
+        await recorder.record(_event("RunnersCreated", "x", uid=uid))
+    await asyncio.wait_for(recorder.close(grace=0.05), 1)
+
+
 class CountingCluster(FakeCluster):
     def __init__(self) -> None:
         super().__init__()
