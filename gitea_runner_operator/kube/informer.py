@@ -198,11 +198,7 @@ def slim_job(obj: Obj) -> Obj:
     object, and one copy per runner would make memory grow with what tenants write."""
     meta = obj.get("metadata") or {}
     slim_meta = {k: v for k, v in meta.items() if k in _JOB_METADATA}
-    ours = {
-        k: v
-        for k, v in (meta.get("annotations") or {}).items()
-        if k.startswith(constants.GROUP + "/")
-    }
+    ours = _ours(meta.get("annotations"))
     if ours:
         slim_meta["annotations"] = ours
     conditions = [
@@ -218,8 +214,9 @@ _CONTAINER_STATUS = ("name", "state", "lastState", "ready", "started", "restartC
 
 
 def slim_pod(obj: Obj) -> Obj:
-    """A runner Pod as the operator reads it (kube/views.py, kube/disruption.py): metadata,
-    and of its status the phase, reason, conditions and each container's name and states.
+    """A runner Pod as the operator reads it (kube/views.py, kube/disruption.py): identity
+    and the labels and annotations read here, and of its status the phase, reason,
+    conditions and each container's name and states.
     Not its spec, nor the kubelet's bookkeeping (images, ids, IPs, resources, volume
     mounts), which is most of a running Pod's status: thousands of runner Pods are cached."""
     obj = strip_managed_fields(obj)
@@ -230,7 +227,32 @@ def slim_pod(obj: Obj) -> Obj:
     for key in ("initContainerStatuses", "containerStatuses"):
         if status.get(key):
             slim_status[key] = [_pick(c, _CONTAINER_STATUS) for c in status[key]]
-    return {"metadata": obj.get("metadata") or {}, "status": slim_status}
+    return {"metadata": _slim_pod_metadata(obj.get("metadata") or {}), "status": slim_status}
+
+
+# Read from a runner Pod besides the operator's own keys: the Job it belongs to (set by the
+# Job controller) and whether the node autoscaler may evict it (kube/views.py).
+_POD_LABELS = frozenset({"batch.kubernetes.io/job-name", "job-name"})
+_POD_ANNOTATIONS = frozenset({"cluster-autoscaler.kubernetes.io/safe-to-evict"})
+
+
+def _slim_pod_metadata(meta: Obj) -> Obj:
+    """Identity, and of the labels and annotations only those read here. A tenant's
+    ``spec.template`` may give runner Pods up to 256 KiB of annotations each; kept whole,
+    a few thousand runner Pods would hold that many copies."""
+    slim = {k: v for k, v in meta.items() if k in _JOB_METADATA and k != "labels"}
+    for field, others in (("labels", _POD_LABELS), ("annotations", _POD_ANNOTATIONS)):
+        kept = _ours(meta.get(field), others)
+        if kept:
+            slim[field] = kept
+    return slim
+
+
+def _ours(items: Obj | None, others: frozenset[str] = frozenset()) -> Obj:
+    """The operator's own keys (its API group's prefix), and ``others``."""
+    return {
+        k: v for k, v in (items or {}).items() if k.startswith(constants.GROUP + "/") or k in others
+    }
 
 
 def _pick(item: Obj, keys: tuple[str, ...]) -> Obj:

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterable
@@ -20,7 +21,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.testbed.sandbox import free_port
+from tests.testbed.sandbox import _die_with_parent, free_port
 
 OPERATOR_NS = "gitea-runner-operator"
 OPERATOR_SA = "gitea-runner-operator"
@@ -153,7 +154,17 @@ def launch(
     if log_path is not None:
         out = log_path.open("wb")
     try:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=environ)
+        # Dies with the process that started it: a benchmark ended by SIGTERM (`timeout`)
+        # stops its sandbox from a signal handler, which no `finally` here outlives. Only
+        # from the main thread: the kernel ties the signal to the starting thread.
+        main = threading.current_thread() is threading.main_thread()
+        proc = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=environ,
+            preexec_fn=_die_with_parent if main else None,
+        )
     finally:
         if out is not None:
             out.close()  # the child holds its own descriptor

@@ -149,12 +149,22 @@ def test_cached_objects_drop_what_the_operator_never_reads():
     from gitea_runner_operator.kube.informer import slim_pod, strip_managed_fields
 
     pod = {
-        "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [{"big": "x" * 1000}]},
+        "metadata": {
+            "name": "p",
+            "labels": {"gitea.bpg.pw/runnergroup-name": "ci", "job-name": "j"},
+            "managedFields": [{"big": "x" * 1000}],
+        },
         "spec": {"containers": [{"name": "runner"}]},
         "status": {"phase": "Running"},
     }
     slim = slim_pod(pod)
-    assert slim == {"metadata": {"name": "p", "labels": {"a": "b"}}, "status": {"phase": "Running"}}
+    assert slim == {
+        "metadata": {
+            "name": "p",
+            "labels": {"gitea.bpg.pw/runnergroup-name": "ci", "job-name": "j"},
+        },
+        "status": {"phase": "Running"},
+    }
     assert "managedFields" in pod["metadata"]  # the original is not modified
     job = strip_managed_fields({"metadata": {"name": "j", "managedFields": []}, "spec": {}})
     assert job == {"metadata": {"name": "j"}, "spec": {}}
@@ -215,6 +225,43 @@ def test_a_runner_pod_is_kept_without_the_kubelets_bookkeeping_yet_reads_the_sam
     job = {"metadata": {"name": "ci-abc-1", "creationTimestamp": "2026-01-01T00:00:00Z"}}
     assert job_view(job, [slim]) == job_view(job, [pod])
     assert len(json.dumps(slim)) < len(json.dumps(pod)) / 2
+
+
+def test_a_tenants_pod_labels_and_annotations_are_not_cached():
+    """``spec.template`` may give every runner Pod 256 KiB of annotations and many labels:
+    the cache keeps only the keys the operator reads, so a few thousand such Pods cost what
+    plain ones do."""
+    from gitea_runner_operator.kube.cache import group_key_of_owned
+    from gitea_runner_operator.kube.informer import slim_pod
+    from gitea_runner_operator.kube.views import pods_by_job
+
+    ours = {"gitea.bpg.pw/runnergroup-name": "ci", "gitea.bpg.pw/managed-by": "gro"}
+    pod = {
+        "metadata": {
+            "name": "ci-1-x", "namespace": "team-a", "uid": "u", "resourceVersion": "7",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "deletionTimestamp": "2026-01-01T00:10:00Z",
+            "labels": {**ours, "batch.kubernetes.io/job-name": "ci-1",
+                       **{f"tenant.example/l{i}": "v" * 63 for i in range(500)}},
+            "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+                            "gitea.bpg.pw/took-job": "true",
+                            "tenant.example/blob": "x" * 256 * 1024},
+        },
+        "status": {"phase": "Running"},
+    }  # fmt: skip
+    slim = slim_pod(pod)
+    assert len(json.dumps(slim)) < 1024
+    meta = slim["metadata"]
+    assert meta["labels"] == {**ours, "batch.kubernetes.io/job-name": "ci-1"}
+    assert meta["annotations"] == {
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+        "gitea.bpg.pw/took-job": "true",
+    }
+    assert (meta["deletionTimestamp"], meta["uid"], meta["resourceVersion"]) == (
+        "2026-01-01T00:10:00Z", "u", "7",
+    )  # fmt: skip
+    assert group_key_of_owned(slim) == "team-a/ci"
+    assert list(pods_by_job([slim])) == ["ci-1"]
 
 
 def test_a_runner_job_is_kept_without_its_spec_yet_reads_the_same():
