@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.informer import Informer, Obj, object_key, slim_job, slim_pod
+from gitea_runner_operator.kube.informer import (
+    Informer,
+    Obj,
+    object_key,
+    slim_group,
+    slim_job,
+    slim_pod,
+)
 from gitea_runner_operator.kube.views import job_finished, runner_exited
 
 GroupKey = str  # "namespace/name"
@@ -84,7 +91,14 @@ class ClusterCache:
             where = ns or "*"
             if ns is None:
                 self.groups.append(
-                    Informer(f"runnergroups/{where}", custom.list_cluster_custom_object, g, v, p)
+                    Informer(
+                        f"runnergroups/{where}",
+                        custom.list_cluster_custom_object,
+                        g,
+                        v,
+                        p,
+                        transform=slim_group,
+                    )
                 )
                 self.jobs.append(
                     Informer(
@@ -105,7 +119,13 @@ class ClusterCache:
             else:
                 self.groups.append(
                     Informer(
-                        f"runnergroups/{where}", custom.list_namespaced_custom_object, g, v, ns, p
+                        f"runnergroups/{where}",
+                        custom.list_namespaced_custom_object,
+                        g,
+                        v,
+                        ns,
+                        p,
+                        transform=slim_group,
                     )
                 )
                 self.jobs.append(

@@ -186,6 +186,23 @@ def strip_managed_fields(obj: Obj) -> Obj:
     return obj
 
 
+def slim_group(obj: Obj) -> Obj:
+    """A RunnerGroup without what nothing here reads: server-side apply's bookkeeping and
+    annotations not the operator's. ``kubectl apply`` keeps a copy of the whole manifest in
+    ``last-applied-configuration``, and a tenant may add up to 256 KiB more; the cache would
+    hold both for every group. The operator writes groups by patch only, never by replacing
+    the object it read, so nothing dropped here is written back."""
+    obj = strip_managed_fields(obj)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and meta.get("annotations"):
+        ours = _ours(meta["annotations"])
+        slim_meta = {k: v for k, v in meta.items() if k != "annotations"}
+        if ours:
+            slim_meta["annotations"] = ours
+        obj = {**obj, "metadata": slim_meta}
+    return obj
+
+
 _JOB_METADATA = frozenset(
     {"name", "namespace", "uid", "resourceVersion", "labels", "creationTimestamp",
      "deletionTimestamp", "generation"}

@@ -264,6 +264,38 @@ def test_a_tenants_pod_labels_and_annotations_are_not_cached():
     assert list(pods_by_job([slim])) == ["ci-1"]
 
 
+def test_a_runnergroup_is_cached_without_last_applied_or_a_tenants_annotations():
+    """``kubectl apply`` copies the whole manifest into an annotation and a tenant may add
+    256 KiB more: the cache keeps the spec, the status and the operator's own keys."""
+    from gitea_runner_operator.kube.cache import spec_changed
+    from gitea_runner_operator.kube.informer import slim_group
+
+    spec = {"gitea": {"url": "https://gitea.example"}, "labels": ["ubuntu-latest"]}
+    group = {
+        "apiVersion": "gitea.bpg.pw/v1alpha1", "kind": "RunnerGroup",
+        "metadata": {
+            "name": "ci", "namespace": "team-a", "uid": "u", "generation": 3,
+            "labels": {"app": "ci"}, "finalizers": ["gitea.bpg.pw/finalizer"],
+            "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": json.dumps({"spec": spec}),
+                "tenant.example/blob": "x" * 256 * 1024,
+                "gitea.bpg.pw/note": "kept",
+            },
+            "managedFields": [{"manager": "kubectl"}],
+        },
+        "spec": spec,
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }  # fmt: skip
+    slim = slim_group(group)
+    assert len(json.dumps(slim)) < 1024
+    assert slim["metadata"]["annotations"] == {"gitea.bpg.pw/note": "kept"}
+    assert (slim["spec"], slim["status"]) == (group["spec"], group["status"])
+    kept = ("name", "namespace", "uid", "generation", "labels", "finalizers")
+    assert {k: slim["metadata"][k] for k in kept} == {k: group["metadata"][k] for k in kept}
+    assert "managedFields" not in slim["metadata"] and "managedFields" in group["metadata"]
+    assert not spec_changed("MODIFIED", slim, slim_group(group))
+
+
 def test_a_runner_job_is_kept_without_its_spec_yet_reads_the_same():
     """The Job informer keeps identity, labels, our annotations and conditions, never the
     tenant's Pod template, and the runner's view of it is unchanged."""
