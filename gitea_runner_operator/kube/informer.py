@@ -22,7 +22,6 @@ import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
-from gitea_runner_operator.api import constants
 from gitea_runner_operator.kit.backoff import doubling
 from gitea_runner_operator.kube.http import LIST_TIMEOUT, send
 
@@ -184,96 +183,6 @@ def strip_managed_fields(obj: Obj) -> Obj:
     if isinstance(meta, dict) and "managedFields" in meta:
         obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     return obj
-
-
-def slim_group(obj: Obj) -> Obj:
-    """A RunnerGroup without what nothing here reads: server-side apply's bookkeeping and
-    annotations not the operator's. ``kubectl apply`` keeps a copy of the whole manifest in
-    ``last-applied-configuration``, and a tenant may add up to 256 KiB more; the cache would
-    hold both for every group. The operator writes groups by patch only, never by replacing
-    the object it read, so nothing dropped here is written back."""
-    obj = strip_managed_fields(obj)
-    meta = obj.get("metadata")
-    if isinstance(meta, dict) and meta.get("annotations"):
-        ours = _ours(meta["annotations"])
-        slim_meta = {k: v for k, v in meta.items() if k != "annotations"}
-        if ours:
-            slim_meta["annotations"] = ours
-        obj = {**obj, "metadata": slim_meta}
-    return obj
-
-
-_JOB_METADATA = frozenset(
-    {"name", "namespace", "uid", "resourceVersion", "labels", "creationTimestamp",
-     "deletionTimestamp", "generation"}
-)  # fmt: skip
-
-
-def slim_job(obj: Obj) -> Obj:
-    """A runner Job as the operator reads it: its identity, labels, our own annotations and
-    its conditions. Not its spec: that holds the tenant's Pod template, often most of the
-    object, and one copy per runner would make memory grow with what tenants write."""
-    meta = obj.get("metadata") or {}
-    slim_meta = {k: v for k, v in meta.items() if k in _JOB_METADATA}
-    ours = _ours(meta.get("annotations"))
-    if ours:
-        slim_meta["annotations"] = ours
-    conditions = [
-        {"type": c.get("type"), "status": c.get("status")}
-        for c in (obj.get("status") or {}).get("conditions") or []
-    ]
-    return {"metadata": slim_meta, "status": {"conditions": conditions}}
-
-
-_POD_STATUS = ("phase", "reason", "message", "conditions")
-_CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
-_CONTAINER_STATUS = ("name", "state", "lastState", "ready", "started", "restartCount")
-
-
-def slim_pod(obj: Obj) -> Obj:
-    """A runner Pod as the operator reads it (kube/views.py, kube/disruption.py): identity
-    and the labels and annotations read here, and of its status the phase, reason,
-    conditions and each container's name and states.
-    Not its spec, nor the kubelet's bookkeeping (images, ids, IPs, resources, volume
-    mounts), which is most of a running Pod's status: thousands of runner Pods are cached."""
-    obj = strip_managed_fields(obj)
-    status = obj.get("status") or {}
-    slim_status: Obj = {k: status[k] for k in _POD_STATUS if k in status}
-    if "conditions" in slim_status:
-        slim_status["conditions"] = [_pick(c, _CONDITION) for c in status["conditions"] or []]
-    for key in ("initContainerStatuses", "containerStatuses"):
-        if status.get(key):
-            slim_status[key] = [_pick(c, _CONTAINER_STATUS) for c in status[key]]
-    return {"metadata": _slim_pod_metadata(obj.get("metadata") or {}), "status": slim_status}
-
-
-# Read from a runner Pod besides the operator's own keys: the Job it belongs to (set by the
-# Job controller) and whether the node autoscaler may evict it (kube/views.py).
-_POD_LABELS = frozenset({"batch.kubernetes.io/job-name", "job-name"})
-_POD_ANNOTATIONS = frozenset({"cluster-autoscaler.kubernetes.io/safe-to-evict"})
-
-
-def _slim_pod_metadata(meta: Obj) -> Obj:
-    """Identity, and of the labels and annotations only those read here. A tenant's
-    ``spec.template`` may give runner Pods up to 256 KiB of annotations each; kept whole,
-    a few thousand runner Pods would hold that many copies."""
-    slim = {k: v for k, v in meta.items() if k in _JOB_METADATA and k != "labels"}
-    for field, others in (("labels", _POD_LABELS), ("annotations", _POD_ANNOTATIONS)):
-        kept = _ours(meta.get(field), others)
-        if kept:
-            slim[field] = kept
-    return slim
-
-
-def _ours(items: Obj | None, others: frozenset[str] = frozenset()) -> Obj:
-    """The operator's own keys (its API group's prefix), and ``others``."""
-    return {
-        k: v for k, v in (items or {}).items() if k.startswith(constants.GROUP + "/") or k in others
-    }
-
-
-def _pick(item: Obj, keys: tuple[str, ...]) -> Obj:
-    return {k: item[k] for k in keys if k in item}
 
 
 def _rv(obj: Mapping[str, Any]) -> str:

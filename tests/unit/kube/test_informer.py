@@ -146,7 +146,8 @@ async def test_an_error_answer_to_a_list_never_reads_as_an_empty_list():
 
 
 def test_cached_objects_drop_what_the_operator_never_reads():
-    from gitea_runner_operator.kube.informer import slim_pod, strip_managed_fields
+    from gitea_runner_operator.kube.informer import strip_managed_fields
+    from gitea_runner_operator.kube.slim import slim_pod
 
     pod = {
         "metadata": {
@@ -175,7 +176,7 @@ def test_a_runner_pod_is_kept_without_the_kubelets_bookkeeping_yet_reads_the_sam
     and mounts; the cache keeps what the views read, and every view answers the same."""
 
     from gitea_runner_operator.kube.disruption import loss_cause
-    from gitea_runner_operator.kube.informer import slim_pod
+    from gitea_runner_operator.kube.slim import slim_pod
     from gitea_runner_operator.kube.views import (
         job_view,
         pod_problem,
@@ -232,7 +233,7 @@ def test_a_tenants_pod_labels_and_annotations_are_not_cached():
     the cache keeps only the keys the operator reads, so a few thousand such Pods cost what
     plain ones do."""
     from gitea_runner_operator.kube.cache import group_key_of_owned
-    from gitea_runner_operator.kube.informer import slim_pod
+    from gitea_runner_operator.kube.slim import slim_pod
     from gitea_runner_operator.kube.views import pods_by_job
 
     ours = {"gitea.bpg.pw/runnergroup-name": "ci", "gitea.bpg.pw/managed-by": "gro"}
@@ -268,7 +269,7 @@ def test_a_runnergroup_is_cached_without_last_applied_or_a_tenants_annotations()
     """``kubectl apply`` copies the whole manifest into an annotation and a tenant may add
     256 KiB more: the cache keeps the spec, the status and the operator's own keys."""
     from gitea_runner_operator.kube.cache import spec_changed
-    from gitea_runner_operator.kube.informer import slim_group
+    from gitea_runner_operator.kube.slim import slim_group
 
     spec = {"gitea": {"url": "https://gitea.example"}, "labels": ["ubuntu-latest"]}
     group = {
@@ -296,10 +297,32 @@ def test_a_runnergroup_is_cached_without_last_applied_or_a_tenants_annotations()
     assert not spec_changed("MODIFIED", slim, slim_group(group))
 
 
+def test_cached_objects_share_their_keys_and_short_values_not_their_messages():
+    """Two Pods decoded apart hold one copy of each key and short value (a fill's thousands
+    of Pods repeat them all), and a copy of their own of what is theirs."""
+    from gitea_runner_operator.kube.slim import SHARED_UP_TO, slim_pod
+
+    def decoded(name: str) -> dict[str, Any]:
+        return json.loads(json.dumps({
+            "metadata": {"name": name, "labels": {"gitea.bpg.pw/runnergroup-name": "ci"}},
+            "status": {"phase": "Running", "message": "m" * (SHARED_UP_TO + 1),
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        }))  # fmt: skip
+
+    a, b = slim_pod(decoded("ci-1-a")), slim_pod(decoded("ci-2-b"))
+    assert a["status"]["phase"] is b["status"]["phase"]
+    ka, kb = next(iter(a["status"]["conditions"][0])), next(iter(b["status"]["conditions"][0]))
+    assert ka == kb == "type" and ka is kb
+    la, lb = (p["metadata"]["labels"]["gitea.bpg.pw/runnergroup-name"] for p in (a, b))
+    assert la is lb
+    assert a["status"]["message"] == b["status"]["message"]
+    assert a["status"]["message"] is not b["status"]["message"]  # long text stays its own
+
+
 def test_a_runner_job_is_kept_without_its_spec_yet_reads_the_same():
     """The Job informer keeps identity, labels, our annotations and conditions, never the
     tenant's Pod template, and the runner's view of it is unchanged."""
-    from gitea_runner_operator.kube.informer import slim_job
+    from gitea_runner_operator.kube.slim import slim_job
     from gitea_runner_operator.kube.views import job_view
 
     job = {
