@@ -297,26 +297,41 @@ def test_a_runnergroup_is_cached_without_last_applied_or_a_tenants_annotations()
     assert not spec_changed("MODIFIED", slim, slim_group(group))
 
 
-def test_cached_objects_share_their_keys_and_short_values_not_their_messages():
-    """Two Pods decoded apart hold one copy of each key and short value (a fill's thousands
-    of Pods repeat them all), and a copy of their own of what is theirs."""
-    from gitea_runner_operator.kube.slim import SHARED_UP_TO, slim_pod
+def test_cached_objects_share_their_keys_and_repeated_values_not_their_own():
+    """Two Pods decoded apart hold one copy of each key and repeated value (a fill's
+    thousands of Pods repeat them all), and a copy of their own of what is theirs."""
+    from gitea_runner_operator.kube.slim import slim_pod
 
     def decoded(name: str) -> dict[str, Any]:
         return json.loads(json.dumps({
             "metadata": {"name": name, "labels": {"gitea.bpg.pw/runnergroup-name": "ci"}},
-            "status": {"phase": "Running", "message": "m" * (SHARED_UP_TO + 1),
+            "status": {"phase": "Running", "message": "the kubelet's words",
                        "conditions": [{"type": "Ready", "status": "True"}]},
         }))  # fmt: skip
 
     a, b = slim_pod(decoded("ci-1-a")), slim_pod(decoded("ci-2-b"))
     assert a["status"]["phase"] is b["status"]["phase"]
-    ka, kb = next(iter(a["status"]["conditions"][0])), next(iter(b["status"]["conditions"][0]))
-    assert ka == kb == "type" and ka is kb
-    la, lb = (p["metadata"]["labels"]["gitea.bpg.pw/runnergroup-name"] for p in (a, b))
-    assert la is lb
+    ca, cb = a["status"]["conditions"][0], b["status"]["conditions"][0]
+    assert ca["status"] is cb["status"] and next(iter(ca)) is next(iter(cb))
     assert a["status"]["message"] == b["status"]["message"]
-    assert a["status"]["message"] is not b["status"]["message"]  # long text stays its own
+    assert a["status"]["message"] is not b["status"]["message"]  # not a repeated field
+
+
+def test_the_shared_strings_table_is_bounded_and_never_holds_long_text():
+    """A tenant cannot grow the table: it holds at most its limit, and past it strings are
+    kept as they come; nothing longer than SHARED_UP_TO goes in."""
+    from gitea_runner_operator.kube.slim import SHARED_UP_TO, _Table
+
+    table = _Table(limit=3)
+    long = "x" * (SHARED_UP_TO + 1)
+    assert table.get(long) is long and len(table) == 0
+    for text in ("a1", "b1", "c1", "d1"):
+        table.get("".join(text))
+    assert len(table) == 3
+    fresh = "".join(["d", "1"])
+    assert table.get(fresh) is fresh  # full: kept as it came
+    again = "".join(["a", "1"])
+    assert table.get(again) == "a1" and table.get(again) is not again  # the table's copy
 
 
 def test_a_runner_job_is_kept_without_its_spec_yet_reads_the_same():
