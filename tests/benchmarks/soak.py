@@ -220,6 +220,16 @@ def plot(source: Path, target: Path) -> None:
         )
     top.set_ylabel("MB")
     top.set_ylim(bottom=0)
+    if rows and "groups_with_jobs" in rows[0]:
+        # What the operator keeps per group grows until every group has had a job.
+        groups = top.twinx()
+        groups.plot(
+            t, [r["groups_with_jobs"] for r in rows], ":", color="tab:green",
+            label="groups that have had a job",
+        )  # fmt: skip
+        groups.set_ylabel("groups")
+        groups.set_ylim(bottom=0)
+        groups.legend(loc="upper left")
     top.set_title(
         f"soak: RSS {rss[0]:.0f} MB at start, peak {max(rss):.0f} MB ({note})", fontsize=9
     )
