@@ -21,6 +21,14 @@ class ProblemKind(StrEnum):
     CONFIG = "config"  # the spec or the operator's flags: retried when the spec changes
     SECRET = "secret"  # noqa: S105 - a kind, not a password. A Secret: retried on a short fixed interval, fixing one is quick
     GITEA = "gitea"  # Gitea answered badly or not at all: retried with backoff
+    CLUSTER = "cluster"  # the API server did not answer a read the poll needs: backoff too
+
+    @property
+    def backs_off(self) -> bool:
+        """A peer failed, not a setting: nobody can fix it by editing, so each retry waits
+        longer (an API server down for minutes must not make a thousand groups re-read their
+        Secrets every few seconds), and the last answer's waiting jobs are kept meanwhile."""
+        return self in (ProblemKind.GITEA, ProblemKind.CLUSTER)
 
 
 @dataclass(frozen=True, slots=True)

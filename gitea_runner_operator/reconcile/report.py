@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
+from gitea_runner_operator.api.observation import Problem, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile import forgejo
@@ -148,8 +148,8 @@ class StatusWriter:
             wanted.update(
                 self._waiting(key, meta, spec, snapshot, decision, created, healthy, state)
             )
-        elif problem is not None and problem.kind is not ProblemKind.GITEA:
-            held = held_by_problem(previous, problem.reason)  # Gitea errors keep the last
+        elif problem is not None and not problem.kind.backs_off:
+            held = held_by_problem(previous, problem.reason)  # a failing peer keeps the last
             oldest = held.oldest.timestamp() if held.oldest is not None else None
             self.why_metrics.waiting(meta["namespace"], meta["name"], held.counts(), oldest)
             wanted["waiting"] = held.status()

@@ -233,7 +233,7 @@ class Observer:
             problem = Problem(
                 "SecretReadFailed",
                 f"reading Secret {namespace}/{auth.name} failed; retrying",
-                ProblemKind.SECRET,
+                ProblemKind.CLUSTER,
             )
             return Snapshot(started, checked, problem=problem), None
 

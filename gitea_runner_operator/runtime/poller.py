@@ -9,6 +9,9 @@ Retry policy, by who can fix the problem:
 - Gitea failures back off (doubling from the poll interval to ``backoff_max``, 30 s by
   default, or as long as Gitea's capped Retry-After says), gentle on a struggling Gitea yet
   quick to recover once it is healthy; wake-ups do not shorten the backoff.
+- The API server failing a read the poll needs (the token's Secret) backs off the same way:
+  a thousand groups retrying every few seconds would load it as it recovers, and cost the
+  operator more while it waits than while it works.
 - Secret problems are retried on a short fixed interval: creating or labelling a Secret
   takes effect within seconds.
 - Configuration problems (a URL outside the allow-list) wait for the next interval.
@@ -149,11 +152,7 @@ class GroupPoller:
         ``paced``: the caller holds the group to a rate already (the webhook's WakeLimiter),
         so ``min_refresh`` does not hold this observation back a second time."""
         latest = self.latest
-        if (
-            latest is not None
-            and latest.problem is not None
-            and (latest.problem.kind is ProblemKind.GITEA)
-        ):
+        if latest is not None and latest.problem is not None and latest.problem.kind.backs_off:
             return
         now = self._clock()
         self._wanted_after = max(self._wanted_after, now)

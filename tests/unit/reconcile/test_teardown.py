@@ -138,7 +138,8 @@ def _poller(hooks: Hooks, answers: list[bool]) -> GroupPoller:
         ok = answers[min(seen, len(answers) - 1)]
         seen += 1
         if not ok:
-            problem = Problem("SecretReadFailed", "retrying", ProblemKind.SECRET)
+            # A Secret not there yet: retried on the short Secret interval (fast here).
+            problem = Problem("SecretNotFound", "not found", ProblemKind.SECRET)
             return Snapshot(0.0, "x", problem=problem), None
         snap = Snapshot(0.0, "x", observation=Observation(queued=(), runners=()))
         return snap, SimpleNamespace(forgejo=None)  # a Gitea handle
@@ -184,7 +185,7 @@ async def test_a_secret_read_that_failed_once_does_not_release_the_group_early()
     cluster = FakeCluster()
     cluster.deletion = "2026-01-01T00:01:00Z"
     hiccup = snapshot(
-        problem=Problem("SecretReadFailed", "retrying", ProblemKind.SECRET), started_at=200.0
+        problem=Problem("SecretReadFailed", "retrying", ProblemKind.CLUSTER), started_at=200.0
     )
     reconciler, _, _ = make(cluster, hiccup, wall=T0 + 61)
     await reconciler.reconcile(KEY)

@@ -36,6 +36,8 @@ from tests.support.poller import (
         (10, None, ProblemKind.GITEA, 30),
         (1, 90, ProblemKind.GITEA, 90),  # Retry-After honoured
         (5, None, ProblemKind.SECRET, 3),  # a fixed Secret takes effect within seconds
+        (1, None, ProblemKind.CLUSTER, 15),  # the API server failed the Secret read
+        (3, None, ProblemKind.CLUSTER, 30),  # backs off like Gitea, not every 3 s
         (5, None, ProblemKind.CONFIG, 15),
     ],
 )
