@@ -21,13 +21,9 @@ from gitea_runner_operator.kube.views import RunnerJobView
 from gitea_runner_operator.reconcile.accounting import Answer, Claimant
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ledger import Ledger
-from gitea_runner_operator.reconcile.scaling import RunnerState
+from gitea_runner_operator.reconcile.scaling import START_BOUND, RunnerState
 from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
-
-# How long a runner may take to start (Pod scheduled, image pulled, registered) before it
-# stops covering a job in its family's accounting.
-START_BOUND = 120.0
 
 
 def overdue(view: RunnerJobView, state: RunnerState, now: float, start_bound: float) -> bool:

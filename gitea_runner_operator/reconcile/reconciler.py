@@ -39,7 +39,7 @@ from gitea_runner_operator.reconcile.ports import (
     Sources,
 )
 from gitea_runner_operator.reconcile.report import StatusWriter
-from gitea_runner_operator.reconcile.scaling import matching_demand
+from gitea_runner_operator.reconcile.scaling import START_BOUND, matching_demand
 from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.status_writes import LaterWrites
 from gitea_runner_operator.reconcile.stuck import STUCK_BACKOFF_MAX, note_stuck
@@ -74,7 +74,7 @@ class Reconciler:
         template_policy: TemplatePolicy = RESTRICTED,
         own_namespace: str | None = None,
         cache_servers: CacheServers | None = None,
-        start_bound: float = claims.START_BOUND,
+        start_bound: float = START_BOUND,
         status_writes: LaterWrites | None = None,
     ) -> None:
         self._template_policy = template_policy

@@ -34,6 +34,9 @@ from gitea_runner_operator.kube.views import RunnerJobView, slots_held
 # something (quota, admission); an unschedulable Pod is worth reporting after this long.
 NO_POD_GRACE = 60.0
 UNSCHEDULABLE_GRACE = 120.0
+# How long a runner may take to start (Pod scheduled, image pulled, registered) before it
+# stops covering a job in its family's accounting (claims.py).
+START_BOUND = 120.0
 
 
 class RunnerState(StrEnum):

@@ -14,8 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from gitea_runner_operator.kube.views import RunnerJobView
-from gitea_runner_operator.reconcile.claims import START_BOUND
-from gitea_runner_operator.reconcile.scaling import NO_POD_GRACE, UNSCHEDULABLE_GRACE, RunnerState
+from gitea_runner_operator.reconcile.scaling import (
+    NO_POD_GRACE,
+    START_BOUND,
+    UNSCHEDULABLE_GRACE,
+    RunnerState,
+)
 
 # A deadline is met a little after it passes: the rules compare with ``>``.
 SLACK = 0.5
