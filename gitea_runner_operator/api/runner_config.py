@@ -33,7 +33,7 @@ DEFAULT_STATE_FILE = ".runner"
 def registers_in_init(spec: RunnerGroupSpec) -> bool:
     """Whether ``gro-register`` registers the runner before it starts: in host mode (the
     steps run in the runner container, so the token must never be there), and with a cache
-    (the runner container must read its config exactly once: see kube/config_handoff.py)."""
+    (the runner container must read its config exactly once: see objects/config_handoff.py)."""
     if spec.registration_token is None:
         return False
     return spec.mode is RunnerMode.HOST or uses_cache(spec.cache)

@@ -23,8 +23,8 @@ from gitea_runner_operator.api.cache import (
     service_url,
 )
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
-from gitea_runner_operator.kube import cache_server as render
-from gitea_runner_operator.kube.views import parse_time
+from gitea_runner_operator.objects import jobcache_server as render
+from gitea_runner_operator.objects.views import parse_time
 
 PVC_PENDING_WARNING: Final = 120.0  # a claim Pending this long gets a Warning
 NOT_OWNED: Final = "CacheObjectNotOwned"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gitea_runner_operator.api.credentials import normalise_url
-from gitea_runner_operator.kube.views import RunnerJobView
+from gitea_runner_operator.objects.views import RunnerJobView
 from gitea_runner_operator.reconcile.accounting import Answer, Claimant
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ledger import Ledger

@@ -22,10 +22,10 @@ from gitea_runner_operator.api.naming import new_job_name
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.backoff import doubling
 from gitea_runner_operator.kube.cluster import CreateRefused
-from gitea_runner_operator.kube.forgejo_job import render_forgejo_job
 from gitea_runner_operator.kube.http import Throttled
-from gitea_runner_operator.kube.job_template import render_runner_job
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.objects.forgejo_job import render_forgejo_job
+from gitea_runner_operator.objects.job_template import render_runner_job
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ports import ClusterWrites

@@ -20,8 +20,8 @@ from typing import Any
 from gitea_runner_operator.api.forge import ForgeInfo
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Observation, Snapshot
-from gitea_runner_operator.kube.forgejo_job import HANDLE_ANNOTATION
-from gitea_runner_operator.kube.views import RunnerJobView
+from gitea_runner_operator.objects.forgejo_job import HANDLE_ANNOTATION
+from gitea_runner_operator.objects.views import RunnerJobView
 from gitea_runner_operator.reconcile.scaling import ReapCandidate, ReapReason, RunnerState
 
 NO_JOB_EVENTS = HookStatus(

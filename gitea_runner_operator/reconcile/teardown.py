@@ -13,7 +13,7 @@ import structlog
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.observation import Observation
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, parse_spec
-from gitea_runner_operator.kube.views import parse_time
+from gitea_runner_operator.objects.views import parse_time
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.leftovers import Leftovers, describe
 from gitea_runner_operator.reconcile.ports import ClusterWrites, GroupSource, ReapOrder, Sources

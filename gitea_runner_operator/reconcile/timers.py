@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gitea_runner_operator.kube.views import RunnerJobView
+from gitea_runner_operator.objects.views import RunnerJobView
 from gitea_runner_operator.reconcile.scaling import (
     NO_POD_GRACE,
     START_BOUND,

@@ -1,7 +1,7 @@
 """Gives each suspended runner Job of a Forgejo group its own registration, and a job.
 
 Runs in the group's poll task (the only place that talks to its forge), after each
-observation. For every runner Job the reconciler created suspended (kube/forgejo_job.py):
+observation. For every runner Job the reconciler created suspended (objects/forgejo_job.py):
 
 1. choose the job it is for: the oldest waiting job of the observation that the group's
    labels can run and that no runner Job of any group is bound to yet (handles are UUIDs,
@@ -38,7 +38,12 @@ from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.errors import GiteaError
 from gitea_runner_operator.kube.cache import ClusterCache
 from gitea_runner_operator.kube.cluster import Cluster
-from gitea_runner_operator.kube.forgejo_job import (
+from gitea_runner_operator.kube.runner_credentials import (
+    RunnerCredentials,
+    SecretExists,
+    credentials_secret,
+)
+from gitea_runner_operator.objects.forgejo_job import (
     FORGE_ANNOTATION,
     HANDLE_ANNOTATION,
     HANDLE_KEY,
@@ -46,12 +51,7 @@ from gitea_runner_operator.kube.forgejo_job import (
     TOKEN_KEY,
     UUID_KEY,
 )
-from gitea_runner_operator.kube.runner_credentials import (
-    RunnerCredentials,
-    SecretExists,
-    credentials_secret,
-)
-from gitea_runner_operator.kube.views import job_finished, job_suspended
+from gitea_runner_operator.objects.views import job_finished, job_suspended
 from gitea_runner_operator.reconcile.scaling import matching_demand
 from gitea_runner_operator.runtime.fetch import GiteaHandle
 

@@ -50,8 +50,8 @@ from gitea_runner_operator.forge.reruns import (
 )
 from gitea_runner_operator.kube.cache import ClusterCache
 from gitea_runner_operator.kube.cluster import Cluster
-from gitea_runner_operator.kube.views import pods_by_job
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.objects.views import pods_by_job
 from gitea_runner_operator.reconcile.loss import decide, expired, prior_reruns
 from gitea_runner_operator.runtime.fetch import GiteaHandle
 

@@ -25,16 +25,16 @@ from gitea_runner_operator.api.cache import (
 )
 from gitea_runner_operator.api.observation import Problem, ProblemKind
 from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
-from gitea_runner_operator.kube.cache_server import (
+from gitea_runner_operator.kube.configmaps import ReferenceProblem
+from gitea_runner_operator.kube.secrets import SecretProblem
+from gitea_runner_operator.objects.job_template import render_runner_job
+from gitea_runner_operator.objects.jobcache_server import (
     made_for,
     render_deployment,
     render_pvc,
     render_secret,
     render_service,
 )
-from gitea_runner_operator.kube.configmaps import ReferenceProblem
-from gitea_runner_operator.kube.job_template import render_runner_job
-from gitea_runner_operator.kube.secrets import SecretProblem
 from gitea_runner_operator.reconcile.cache import DRIFT_RESYNC, RESYNC, STATUS_EVERY, CacheServers
 from gitea_runner_operator.reconcile.cache_plan import PVC_PENDING_WARNING
 from tests.support import REPO_ROOT

@@ -19,13 +19,13 @@ from gitea_runner_operator.api.runnergroup import InvalidSpec, Scope, parse_spec
 from gitea_runner_operator.forge.flavor import forge_problem
 from gitea_runner_operator.forge.forgejo import ForgejoClient
 from gitea_runner_operator.forge.scope import ScopeRef
-from gitea_runner_operator.kube.forgejo_job import (
+from gitea_runner_operator.kube.runner_credentials import SecretExists
+from gitea_runner_operator.objects.forgejo_job import (
     HANDLE_ANNOTATION,
     RUNNER_ID_ANNOTATION,
     render_forgejo_job,
 )
-from gitea_runner_operator.kube.runner_credentials import SecretExists
-from gitea_runner_operator.kube.views import job_view
+from gitea_runner_operator.objects.views import job_view
 from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile.scaling import (
     ReapReason,

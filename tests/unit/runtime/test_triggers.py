@@ -12,7 +12,7 @@ import pytest
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, parse_spec
-from gitea_runner_operator.kube.views import RunnerJobView
+from gitea_runner_operator.objects.views import RunnerJobView
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.scaling import RunnerState
 from gitea_runner_operator.reconcile.timers import SLACK, next_due

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gitea_runner_operator.kube.views import pod_problem
+from gitea_runner_operator.objects.views import pod_problem
 
 
 def pod(init: list[dict[str, Any]] | None = None, main: list[dict[str, Any]] | None = None):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gitea_runner_operator.kube.views import runner_status
+from gitea_runner_operator.objects.views import runner_status
 
 # Kubernetes' DisruptionTarget reasons (k8s.io/api/core/v1), all of them a loss to us.
 DISRUPTION_REASONS = frozenset(

@@ -2,7 +2,7 @@ import json
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.runnergroup import parse_spec
-from gitea_runner_operator.kube.job_template import render_runner_job
+from gitea_runner_operator.objects.job_template import render_runner_job
 from tests.support.builders import VALID
 
 
@@ -82,7 +82,7 @@ def test_registration_token_is_referenced_never_copied():
 
 def test_host_mode_renders_labels_the_runner_reads_back_as_the_same_names():
     from gitea_runner_operator.api.labels import RunnerLabel, Schema
-    from gitea_runner_operator.kube.job_template import rendered_labels
+    from gitea_runner_operator.objects.job_template import rendered_labels
 
     spec = parse_spec({**VALID, "mode": "host", "labels": ["linux:docker://node:20", "app-infra"]})
     rendered = rendered_labels(spec)

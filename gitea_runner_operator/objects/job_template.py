@@ -21,9 +21,9 @@ from gitea_runner_operator.api.naming import owner_reference
 from gitea_runner_operator.api.pod_template import REGISTER_CONTAINER, RUNNER_CONTAINER
 from gitea_runner_operator.api.runner_config import registers_in_init
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
-from gitea_runner_operator.kube import config_handoff
-from gitea_runner_operator.kube.cache_server import runner_config_volume
-from gitea_runner_operator.kube.security import restricted_container_security
+from gitea_runner_operator.objects import config_handoff
+from gitea_runner_operator.objects.jobcache_server import runner_config_volume
+from gitea_runner_operator.objects.security import restricted_container_security
 
 TTL_SECONDS_AFTER_FINISHED = 600
 BACKOFF_LIMIT = 2
@@ -68,7 +68,7 @@ def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
     if spec.registration_token is not None and not registers_in_init(spec):
         # Job containers do not inherit it. In host mode steps run in this very container, so
         # the token stays out of it altogether: the ``gro-register`` init container registers.
-        # (A Forgejo group may have none: kube/forgejo_job.py gives each runner its own.)
+        # (A Forgejo group may have none: objects/forgejo_job.py gives each runner its own.)
         env.append(_token_env(spec))
     env += [
         # Any non-empty value turns ephemeral mode on; "true" says what we mean.
@@ -157,7 +157,7 @@ def _runner_container(spec: RunnerGroupSpec) -> dict[str, Any]:
     if spec.gitea.ca_bundle is not None:
         mounts.append({"name": "gro-ca-bundle", "mountPath": CA_DIR, "readOnly": True})
     if uses_cache(spec.cache):
-        # Never the Secret itself: a FIFO that yields the config once (kube/config_handoff.py).
+        # Never the Secret itself: a FIFO that yields the config once (objects/config_handoff.py).
         mounts += config_handoff.runner_mounts(CONFIG_DIR)
     elif spec.runner_config is not None:
         mounts.append({"name": "gro-runner-config", "mountPath": CONFIG_DIR, "readOnly": True})

@@ -33,7 +33,7 @@ from gitea_runner_operator.api.cache import (
 from gitea_runner_operator.api.naming import owner_reference
 from gitea_runner_operator.api.pod_template import RUNNER_CONTAINER
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
-from gitea_runner_operator.kube.security import restricted_container_security
+from gitea_runner_operator.objects.security import restricted_container_security
 
 CACHE_OF_LABEL: Final = f"{constants.GROUP}/cache-of"
 CONTAINER: Final = "cache-server"

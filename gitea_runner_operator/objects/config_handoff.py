@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from gitea_runner_operator.api.pod_template import HANDOFF_CONTAINER
-from gitea_runner_operator.kube.security import restricted_container_security
+from gitea_runner_operator.objects.security import restricted_container_security
 
 # The operator's Secret: mounted by gro-register and gro-config only.
 SECRET_VOLUME: Final = "gro-runner-config"  # noqa: S105 - a volume name

@@ -21,9 +21,9 @@ import pytest
 
 from gitea_runner_operator.api.runner_config import registers_in_init, runner_config_problem
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerMode, parse_spec
-from gitea_runner_operator.kube import config_handoff
-from gitea_runner_operator.kube.forgejo_job import render_forgejo_job
-from gitea_runner_operator.kube.job_template import CONFIG_DIR, render_runner_job
+from gitea_runner_operator.objects import config_handoff
+from gitea_runner_operator.objects.forgejo_job import render_forgejo_job
+from gitea_runner_operator.objects.job_template import CONFIG_DIR, render_runner_job
 from tests.support.builders import VALID
 
 MODES = ("host", "dind", "dind-rootless")

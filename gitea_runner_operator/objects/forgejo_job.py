@@ -1,7 +1,7 @@
 """Render the runner Job of a Forgejo group: ``forgejo-runner one-job`` with its own
 credentials, bound to one job by its handle.
 
-It is the Gitea runner Job (kube/job_template.py: the user's template, the mode's Docker
+It is the Gitea runner Job (objects/job_template.py: the user's template, the mode's Docker
 setup, CA bundle and config) with the runner container's Gitea parts replaced:
 
 - the Job is created **suspended**: it has no credentials yet. The group's poll task
@@ -25,7 +25,7 @@ from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.forge import FORGEJO_RUNNER_IMAGE
 from gitea_runner_operator.api.pod_template import REGISTER_CONTAINER, RUNNER_CONTAINER
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
-from gitea_runner_operator.kube.job_template import OPERATOR_DIR, render_runner_job
+from gitea_runner_operator.objects.job_template import OPERATOR_DIR, render_runner_job
 
 CREDENTIALS_DIR = f"{OPERATOR_DIR}/runner"
 TOKEN_FILE = f"{CREDENTIALS_DIR}/token"
