@@ -33,7 +33,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.http import MERGE_PATCH
-from gitea_runner_operator.reconcile.teardown import FINALIZER
+from gitea_runner_operator.reconcile.steps.teardown import FINALIZER
 
 COMMANDS = ("drain-groups", "release-finalizers")
 

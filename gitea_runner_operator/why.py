@@ -2,7 +2,7 @@
 
 It reads the RunnerGroups (spec and status) through the user's kubeconfig and the job from
 Gitea with the token the user passes, then applies the operator's own rules offline
-(reconcile/explain.py) and prints the answer. Reads only: it changes nothing anywhere, and
+(reconcile/why/explain.py) and prints the answer. Reads only: it changes nothing anywhere, and
 the token is sent to the job's Gitea and nowhere else, never printed.
 
 The job URL is the API URL the ``UnmatchedJobs`` Event shows
@@ -33,7 +33,7 @@ from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
 from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.errors import GiteaError
-from gitea_runner_operator.reconcile.explain import GroupView, explain, render
+from gitea_runner_operator.reconcile.why.explain import GroupView, explain, render
 
 _API = re.compile(r"^(?P<base>https?://.+?)/api/v1/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)"
                   r"/actions/jobs/(?P<job>\d+)/?$")  # fmt: skip

@@ -27,12 +27,12 @@ from gitea_runner_operator.kube.runner_credentials import RunnerCredentials
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
-from gitea_runner_operator.reconcile.cache import CacheServers
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
-from gitea_runner_operator.reconcile.status_writes import LaterWrites
+from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
+from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
 from gitea_runner_operator.runtime.enroll import Enroller
 from gitea_runner_operator.runtime.hooks import HookKeeper
 from gitea_runner_operator.runtime.observer import Observer

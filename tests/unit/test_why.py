@@ -12,7 +12,7 @@ import pytest
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.cli import main as cli_main
 from gitea_runner_operator.forge.errors import GiteaNotFound
-from gitea_runner_operator.reconcile.explain import explain, render
+from gitea_runner_operator.reconcile.why.explain import explain, render
 from gitea_runner_operator.why import JobRef, UsageError, group_views, main, parse_job_url
 from tests.support.builders import spec_with
 

@@ -86,16 +86,16 @@ PURE_FLOORS = ("api", "kit", "objects", "reconcile")
 NOT_PURE = {
     "kit/tasks.py",
     "reconcile/reconciler.py",
-    "reconcile/cache.py",
+    "reconcile/steps/jobcache.py",
     "reconcile/ports.py",
-    "reconcile/report.py",
-    "reconcile/create.py",
-    "reconcile/teardown.py",
-    "reconcile/losses.py",
-    "reconcile/marks.py",
-    "reconcile/cache_writes.py",
-    "reconcile/unmatched_book.py",
-    "reconcile/status_writes.py",
+    "reconcile/steps/report.py",
+    "reconcile/steps/create.py",
+    "reconcile/steps/teardown.py",
+    "reconcile/steps/losses.py",
+    "reconcile/steps/marks.py",
+    "reconcile/steps/jobcache_writes.py",
+    "reconcile/why/unmatched_book.py",
+    "reconcile/steps/status_writes.py",
 }
 IO_LIBRARIES = {"aiohttp", "kubernetes_asyncio"}
 

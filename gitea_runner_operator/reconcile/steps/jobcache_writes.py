@@ -20,7 +20,11 @@ from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kube.cache_objects import secret_values
 from gitea_runner_operator.kube.cluster import api_message
 from gitea_runner_operator.objects.jobcache_server import made_for
-from gitea_runner_operator.reconcile.cache_plan import NOT_OWNED, not_owned_message, render_objects
+from gitea_runner_operator.reconcile.jobcache_plan import (
+    NOT_OWNED,
+    not_owned_message,
+    render_objects,
+)
 
 log = structlog.get_logger(__name__)
 

@@ -22,14 +22,14 @@ from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.ports import ClusterWrites, Sources
 from gitea_runner_operator.reconcile.scaling import Plan, RunnerState, matching_demand
 from gitea_runner_operator.reconcile.state import GroupState
-from gitea_runner_operator.reconcile.status_writes import LaterWrites, Patch
-from gitea_runner_operator.reconcile.waiting import (
+from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites, Patch
+from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
+from gitea_runner_operator.reconcile.why.waiting import (
     HeldBack,
     explain_waiting,
     held_by_problem,
     peers_serving,
 )
-from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +57,7 @@ class StatusWriter:
     # key -> (when, hash of the status) of this process's last patch
     written: dict[str, tuple[float, int]] = field(default_factory=dict)
     # Set: a pass's status (not a problem's) is written by the group's writer after the
-    # pass (reconcile/status_writes.py), so no worker waits for a write token.
+    # pass (reconcile/steps/status_writes.py), so no worker waits for a write token.
     later: LaterWrites | None = None
 
     def forget(self, key: str) -> None:
@@ -211,7 +211,7 @@ class StatusWriter:
         healthy: dict[str, str],
         state: GroupState,
     ) -> dict[str, Any]:
-        """``status.waiting`` and ``status.oldestQueuedTime`` (reconcile/waiting.py), and the
+        """``status.waiting`` and ``status.oldestQueuedTime`` (reconcile/why/waiting.py), and the
         same as metrics."""
         assert snapshot.observation is not None
         blocked = self.clock() < state.blocked_until or state.create_error is not None

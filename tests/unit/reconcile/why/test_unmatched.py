@@ -13,7 +13,7 @@ from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.accounting import Claimant
-from gitea_runner_operator.reconcile.unmatched import (
+from gitea_runner_operator.reconcile.why.unmatched import (
     OTHER,
     Cause,
     Offer,
@@ -23,7 +23,7 @@ from gitea_runner_operator.reconcile.unmatched import (
     find_unmatched,
     nearest_label,
 )
-from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
+from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook
 from tests.support.builders import queued_job
 from tests.support.fake_cluster import KEY, Clock, FakeCluster, make
 

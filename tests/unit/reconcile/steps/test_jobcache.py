@@ -35,8 +35,13 @@ from gitea_runner_operator.objects.jobcache_server import (
     render_secret,
     render_service,
 )
-from gitea_runner_operator.reconcile.cache import DRIFT_RESYNC, RESYNC, STATUS_EVERY, CacheServers
-from gitea_runner_operator.reconcile.cache_plan import PVC_PENDING_WARNING
+from gitea_runner_operator.reconcile.jobcache_plan import PVC_PENDING_WARNING
+from gitea_runner_operator.reconcile.steps.jobcache import (
+    DRIFT_RESYNC,
+    RESYNC,
+    STATUS_EVERY,
+    CacheServers,
+)
 from tests.support import REPO_ROOT
 from tests.support.builders import VALID
 from tests.support.fake_cluster import Clock, FakeCluster, make, snapshot
@@ -504,7 +509,7 @@ async def test_the_reconciler_creates_no_runner_before_the_config_secret_is_writ
     env = Env(configs=FakeConfigs(None))
     raw = {**VALID, "maxActiveRunners": 3, "cache": {"enabled": True}, **CONFIGURED}
     reconciler, _, _ = make(cluster, snapshot(queued=2), spec=raw)
-    reconciler._caches = env.servers
+    reconciler._jobcache = env.servers
     result = await reconciler.reconcile("team-a/ci")
     assert cluster.all_created == 0
     assert result.requeue_after is not None
@@ -523,7 +528,7 @@ async def test_a_starting_cache_server_brings_the_pass_back_until_it_is_ready():
     env = Env()
     raw = {**VALID, "maxActiveRunners": 3, "cache": {"enabled": True}}
     reconciler, _, _ = make(cluster, snapshot(queued=2), spec=raw)
-    reconciler._caches = env.servers
+    reconciler._jobcache = env.servers
     result = await reconciler.reconcile("team-a/ci")
     assert cluster.all_created == 2  # a starting server holds no runner back
     assert env.servers.settling("team-a/ci")

@@ -19,7 +19,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Gauge
 
 from gitea_runner_operator.metrics import GROUP_LABELS, PREFIX
-from gitea_runner_operator.reconcile.unmatched import Bucket
+from gitea_runner_operator.reconcile.why.unmatched import Bucket
 
 REASONS: Final = ("starting_runner", "at_capacity", "held_back", "served_by_peer")
 

@@ -22,7 +22,8 @@ import structlog
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.reconcile.accounting import Claimant
-from gitea_runner_operator.reconcile.unmatched import (
+from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
+from gitea_runner_operator.reconcile.why.unmatched import (
     Offer,
     Sighting,
     UnmatchedSet,
@@ -30,7 +31,6 @@ from gitea_runner_operator.reconcile.unmatched import (
     describe,
     find_unmatched,
 )
-from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """Pure decisions of ``spec.cache``: the objects a group's cache needs, their fingerprint,
 whether an existing object may be touched, and ``status.cache``.
 
-Kept apart from the I/O of :mod:`gitea_runner_operator.reconcile.cache` so each rule is
+Kept apart from the I/O of :mod:`gitea_runner_operator.reconcile.steps.jobcache` so each rule is
 written once and tested without an API server.
 """
 

@@ -23,7 +23,7 @@ from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.scaling import START_BOUND, RunnerState
 from gitea_runner_operator.reconcile.state import GroupState
-from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
+from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook
 
 
 def overdue(view: RunnerJobView, state: RunnerState, now: float, start_bound: float) -> bool:

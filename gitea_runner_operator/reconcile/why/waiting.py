@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitea_runner_operator.api.gitea import ActionJob
-from gitea_runner_operator.reconcile.unmatched import real_time
+from gitea_runner_operator.reconcile.why.unmatched import real_time
 
 # Peers named in status: enough to act on, bounded for a large family.
 MAX_PEERS_SHOWN = 5

@@ -31,8 +31,8 @@ from gitea_runner_operator.api.cache import RunnerConfigConflict, cache_object_n
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kube.configmaps import ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem
-from gitea_runner_operator.reconcile.cache_plan import cache_status, fingerprint
-from gitea_runner_operator.reconcile.cache_writes import CacheRefusal, Objects, OwnedWrites
+from gitea_runner_operator.reconcile.jobcache_plan import cache_status, fingerprint
+from gitea_runner_operator.reconcile.steps.jobcache_writes import CacheRefusal, Objects, OwnedWrites
 
 log = structlog.get_logger(__name__)
 

@@ -26,7 +26,7 @@ from gitea_runner_operator.reconcile.accounting import (
     job_repository,
 )
 from gitea_runner_operator.reconcile.status import find_condition
-from gitea_runner_operator.reconcile.unmatched import (
+from gitea_runner_operator.reconcile.why.unmatched import (
     Cause,
     Offer,
     Sighting,
