@@ -6,7 +6,7 @@ setup, CA bundle and config) with the runner container's Gitea parts replaced:
 
 - the Job is created **suspended**: it has no credentials yet. The group's poll task
   registers a runner for it (``POST …/actions/runners``), writes the answer into a Secret
-  named like the Job and owned by it, and only then lets the Job start (runtime/enroll.py);
+  named like the Job and owned by it, and only then lets the Job start (poll/enroll.py);
 - the runner reads its uuid from that Secret by ``secretKeyRef`` and its token from the
   Secret mounted as a file (``--token-url file://…``): never a value in the Job spec;
 - ``--handle`` (when the Secret names one) makes the runner take exactly that attempt of
@@ -106,7 +106,7 @@ def render_forgejo_job(
     meta = manifest["metadata"]
     meta["annotations"][FORGE_ANNOTATION] = "forgejo"
     labels = meta["annotations"][constants.RUNNER_LABELS_ANNOTATION]
-    manifest["spec"]["suspend"] = True  # until its credentials exist (runtime/enroll.py)
+    manifest["spec"]["suspend"] = True  # until its credentials exist (poll/enroll.py)
     pod = manifest["spec"]["template"]["spec"]
     # A Forgejo group that still names a registration token must not get Gitea's host-mode
     # registration step: its runner is registered through the API.

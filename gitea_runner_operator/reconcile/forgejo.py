@@ -1,6 +1,6 @@
 """Decisions that exist only for Forgejo groups, as pure functions.
 
-- **Stale bindings.** A runner Job bound to a job's handle (runtime/enroll.py) runs
+- **Stale bindings.** A runner Job bound to a job's handle (poll/enroll.py) runs
   ``one-job --handle H --wait``: if H no longer names a waiting job (cancelled, re-run under
   a new handle, finished), the runner waits forever. Such a runner is proposed for reaping
   (the poll task re-reads its registration first and leaves it alone if Forgejo says it is

@@ -1,6 +1,6 @@
 """When a group's next time-driven decision falls due, so that its reconcile is queued then.
 
-A reconcile is queued when something it reads changes (runtime/triggers.py); some decisions
+A reconcile is queued when something it reads changes (poll/triggers.py); some decisions
 change with nothing changing but the clock: a starting runner passes ``startupTimeout``
 (reaped), the claims' start bound (it stops covering a job) or a Pod-start grace (the
 group reports why it cannot start); an idle runner passes ``idleTimeout`` or, warm,

@@ -26,14 +26,15 @@ LEVEL = {
     "forge": 2,
     "kube": 2,
     "reconcile": 3,
-    "runtime": 4,
+    "poll": 4,
     "webhook": 4,
-    "health": 5,
-    "why": 5,
-    "uninstall": 5,
-    "manager": 6,
-    "cli": 7,
-    "__main__": 8,
+    "runtime": 5,
+    "health": 6,
+    "why": 6,
+    "uninstall": 6,
+    "manager": 7,
+    "cli": 8,
+    "__main__": 9,
 }
 
 

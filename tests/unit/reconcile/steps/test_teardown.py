@@ -13,10 +13,10 @@ from gitea_runner_operator.api.gitea import ActionRunner
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import parse_spec
+from gitea_runner_operator.poll.poller import GroupPoller
 from gitea_runner_operator.reconcile.leftovers import Leftovers, describe
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.reconciler import FINALIZER
-from gitea_runner_operator.runtime.poller import GroupPoller
 from tests.support.builders import VALID
 from tests.support.fake_cluster import HOOKED, KEY, T0, FakeCluster, make, snapshot
 

@@ -12,7 +12,7 @@ from aioresponses import aioresponses
 from gitea_runner_operator.api.runner_config import runner_config_problem
 from gitea_runner_operator.api.runnergroup import RunnerMode, parse_spec
 from gitea_runner_operator.forge.client import SessionPool
-from gitea_runner_operator.runtime.observer import Observer
+from gitea_runner_operator.poll.observer import Observer
 from tests.support.gitea_answers import ORG_SPEC, FakeSecrets, gitea
 
 

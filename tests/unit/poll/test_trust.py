@@ -15,7 +15,7 @@ from gitea_runner_operator.api.runnergroup import GiteaRef
 from gitea_runner_operator.forge.tls import CABundleError, bundle_id, ssl_context_for
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secret_store import SecretStore
-from gitea_runner_operator.runtime.trust import GiteaTrust
+from gitea_runner_operator.poll.trust import GiteaTrust
 from tests.support.builders import TEST_CA
 from tests.support.fake_cluster import FakeCore
 

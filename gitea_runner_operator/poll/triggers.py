@@ -10,7 +10,7 @@ say), so skipping one whose inputs are unchanged loses no decision; a slow resyn
 What the reconcile reads, and what queues it:
 - the group's latest Gitea answer: queued when :func:`answer_key` differs from the last one
   handed over, when the answer was asked for (a webhook, the reconciler's own wake-up), or
-  at the resync (runtime/poller.py);
+  at the resync (poll/poller.py);
 - its runner Jobs and Pods: queued on every event except one that changes only what no
   reconcile reads (:func:`owned_changed`);
 - its spec (kube/cache.py ``spec_changed``), its family's shares (reconcile/ledger.py), and

@@ -40,6 +40,7 @@ from gitea_runner_operator.api.observation import Snapshot
 from gitea_runner_operator.api.refs import is_repository
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.errors import GiteaError
+from gitea_runner_operator.forge.observe import GiteaHandle
 from gitea_runner_operator.forge.reruns import (
     RerunRefused,
     RerunUnsupported,
@@ -53,7 +54,6 @@ from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.objects.views import pods_by_job
 from gitea_runner_operator.reconcile.loss import decide, expired, prior_reruns
-from gitea_runner_operator.runtime.fetch import GiteaHandle
 
 log = structlog.get_logger(__name__)
 

@@ -13,11 +13,11 @@ from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, parse_spec
 from gitea_runner_operator.objects.views import RunnerJobView
+from gitea_runner_operator.poll.poller import GroupPoller, Pollers
+from gitea_runner_operator.poll.triggers import owned_changed
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.scaling import RunnerState
 from gitea_runner_operator.reconcile.timers import SLACK, next_due
-from gitea_runner_operator.runtime.poller import GroupPoller, Pollers
-from gitea_runner_operator.runtime.triggers import owned_changed
 from tests.support.builders import VALID
 
 KEY = "team-a/ci"

@@ -13,7 +13,7 @@ from aioresponses import aioresponses
 
 from gitea_runner_operator.api.runnergroup import parse_spec
 from gitea_runner_operator.forge.client import SessionPool
-from gitea_runner_operator.runtime.observer import Observer
+from gitea_runner_operator.poll.observer import Observer
 from tests.support.gitea_answers import (
     JOBS,
     ORG_SPEC,
@@ -166,7 +166,7 @@ async def test_the_newest_finished_jobs_are_sampled_for_the_duration_metric(
 async def test_caches_of_tokens_no_group_uses_any_more_are_dropped(sessions):
     """Memory follows what is alive: after a token rotation, what the old token resolved and
     fetched goes once nobody has used it for the idle expiry."""
-    from gitea_runner_operator.runtime.observer import IDLE_EXPIRY
+    from gitea_runner_operator.poll.observer import IDLE_EXPIRY
 
     now = [1000.0]
     secrets = FakeSecrets({"team-a": "old-token"})

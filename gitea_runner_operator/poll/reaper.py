@@ -33,12 +33,12 @@ import structlog
 from gitea_runner_operator.api.gitea import ActionRunner
 from gitea_runner_operator.api.observation import Snapshot
 from gitea_runner_operator.forge.errors import GiteaError
+from gitea_runner_operator.forge.observe import GiteaHandle
 from gitea_runner_operator.kube.cache import ClusterCache
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.objects.views import job_view, pods_by_job
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.scaling import Orphan, ReapCandidate, ReapReason
-from gitea_runner_operator.runtime.fetch import GiteaHandle
 
 log = structlog.get_logger(__name__)
 

@@ -26,6 +26,8 @@ from gitea_runner_operator.objects.forgejo_job import (
     render_forgejo_job,
 )
 from gitea_runner_operator.objects.views import job_view
+from gitea_runner_operator.poll.enroll import Enroller
+from gitea_runner_operator.poll.observer import GiteaHandle
 from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile.scaling import (
     ReapReason,
@@ -34,8 +36,6 @@ from gitea_runner_operator.reconcile.scaling import (
     runner_state,
     teardown,
 )
-from gitea_runner_operator.runtime.enroll import Enroller
-from gitea_runner_operator.runtime.observer import GiteaHandle
 from tests.support.builders import VALID
 from tests.support.fake_cluster import FakeCache, FakeCluster, FakeCredentials
 from tests.support.fake_forgejo import FakeForgejo
@@ -400,7 +400,7 @@ class TokenSecrets:
 @pytest.mark.parametrize("flavor", ["auto", "forgejo"])
 async def test_the_observer_detects_forgejo_and_maps_its_queue(fake_forgejo, flavor):
     from gitea_runner_operator.forge.client import SessionPool
-    from gitea_runner_operator.runtime.observer import Observer
+    from gitea_runner_operator.poll.observer import Observer
 
     queued = fake_forgejo.add_job("acme", "app", ["docker"])
     fake_forgejo.add_job("acme", "app", ["docker"], status="running")
@@ -425,7 +425,7 @@ async def test_the_observer_detects_forgejo_and_maps_its_queue(fake_forgejo, fla
 
 async def test_the_observer_refuses_forgejo_14(fake_forgejo):
     from gitea_runner_operator.forge.client import SessionPool
-    from gitea_runner_operator.runtime.observer import Observer
+    from gitea_runner_operator.poll.observer import Observer
 
     fake_forgejo.version = "14.0.3+gitea-1.22.0"
     pool = SessionPool()

@@ -12,8 +12,8 @@ from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import parse_spec
 from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound
 from gitea_runner_operator.metrics import Metrics
-from gitea_runner_operator.runtime.observer import GiteaHandle
-from gitea_runner_operator.runtime.rerun import LossFollowUp
+from gitea_runner_operator.poll.observer import GiteaHandle
+from gitea_runner_operator.poll.rerun import LossFollowUp
 from tests.support import merge_patch
 from tests.support.builders import VALID
 from tests.support.fake_cluster import FakeCache, FakeCluster

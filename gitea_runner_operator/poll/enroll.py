@@ -36,6 +36,7 @@ from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.errors import GiteaError
+from gitea_runner_operator.forge.observe import GiteaHandle
 from gitea_runner_operator.kube.cache import ClusterCache
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.runner_credentials import (
@@ -53,7 +54,6 @@ from gitea_runner_operator.objects.forgejo_job import (
 )
 from gitea_runner_operator.objects.views import job_finished, job_suspended
 from gitea_runner_operator.reconcile.scaling import matching_demand
-from gitea_runner_operator.runtime.fetch import GiteaHandle
 
 log = structlog.get_logger(__name__)
 

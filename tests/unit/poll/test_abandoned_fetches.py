@@ -17,7 +17,7 @@ import pytest
 
 from gitea_runner_operator.api.runnergroup import parse_spec
 from gitea_runner_operator.forge.client import SessionPool
-from gitea_runner_operator.runtime.observer import Observer
+from gitea_runner_operator.poll.observer import Observer
 from tests.support.builders import VALID
 from tests.support.gitea_answers import FakeSecrets
 

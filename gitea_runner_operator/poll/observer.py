@@ -43,18 +43,18 @@ from gitea_runner_operator.forge.limits import (
     OBSERVATION_MAX_BYTES,
     OBSERVATION_MAX_ITEMS,
 )
-from gitea_runner_operator.forge.scope import ScopeRef
-from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
-from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
-from gitea_runner_operator.metrics import Metrics
-from gitea_runner_operator.runtime.fetch import (
+from gitea_runner_operator.forge.observe import (
     Fetched,
     ScopeFetcher,
     Shared,
     settle,
 )
-from gitea_runner_operator.runtime.fetch import GiteaHandle as GiteaHandle  # re-exported
-from gitea_runner_operator.runtime.trust import GiteaTrust
+from gitea_runner_operator.forge.observe import GiteaHandle as GiteaHandle  # re-exported
+from gitea_runner_operator.forge.scope import ScopeRef
+from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
+from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
+from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.poll.trust import GiteaTrust
 
 log = structlog.get_logger(__name__)
 

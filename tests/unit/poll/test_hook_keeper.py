@@ -12,8 +12,8 @@ from gitea_runner_operator.api.runnergroup import Scope, parse_spec
 from gitea_runner_operator.forge.errors import GiteaForbidden
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kube.secrets import SecretProblem
-from gitea_runner_operator.runtime.hooks import HookKeeper
-from gitea_runner_operator.runtime.observer import GiteaHandle
+from gitea_runner_operator.poll.hooks import HookKeeper
+from gitea_runner_operator.poll.observer import GiteaHandle
 from tests.support.builders import VALID
 
 KEY = "team-a/ci"

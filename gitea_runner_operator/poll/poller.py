@@ -31,15 +31,15 @@ import structlog
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.forge.observe import GiteaHandle
 from gitea_runner_operator.kit.backoff import doubling
+from gitea_runner_operator.poll.enroll import Enroller
+from gitea_runner_operator.poll.hooks import HookKeeper
+from gitea_runner_operator.poll.reaper import Reaper
+from gitea_runner_operator.poll.rerun import LossFollowUp
+from gitea_runner_operator.poll.triggers import RESYNC, answer_key, lists_queued, new_queued
 from gitea_runner_operator.reconcile.forgejo import NO_JOB_EVENTS
 from gitea_runner_operator.reconcile.ports import ReapOrder
-from gitea_runner_operator.runtime.enroll import Enroller
-from gitea_runner_operator.runtime.fetch import GiteaHandle
-from gitea_runner_operator.runtime.hooks import HookKeeper
-from gitea_runner_operator.runtime.reaper import Reaper
-from gitea_runner_operator.runtime.rerun import LossFollowUp
-from gitea_runner_operator.runtime.triggers import RESYNC, answer_key, lists_queued, new_queued
 from gitea_runner_operator.settings import GITEA_STEP_DEADLINE
 
 log = structlog.get_logger(__name__)
@@ -321,7 +321,7 @@ class GroupPoller:
                 self._notify(self.key)
 
     async def _loss_step(self, handle: GiteaHandle, snapshot: Snapshot) -> None:
-        """Lost runners: find their jobs, re-run them (runtime/rerun.py)."""
+        """Lost runners: find their jobs, re-run them (poll/rerun.py)."""
         if self._losses is not None:
             async with asyncio.timeout(self._step_deadline):
                 await self._losses.run(self.key, self.spec, handle, snapshot)

@@ -25,9 +25,9 @@ from gitea_runner_operator.api.hooks import HookStatus, hook_url
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.errors import GiteaError, GiteaForbidden, GiteaUnauthorized
 from gitea_runner_operator.forge.hooks import HookClient
+from gitea_runner_operator.forge.observe import GiteaHandle
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
-from gitea_runner_operator.runtime.fetch import GiteaHandle
 
 log = structlog.get_logger(__name__)
 

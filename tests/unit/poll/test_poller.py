@@ -12,9 +12,9 @@ import pytest
 
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
+from gitea_runner_operator.poll.poller import GroupPoller, next_delay
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.scaling import Orphan, ReapCandidate, ReapReason
-from gitea_runner_operator.runtime.poller import GroupPoller, next_delay
 from tests.support.builders import VALID
 from tests.support.poller import (
     CANDIDATE,
