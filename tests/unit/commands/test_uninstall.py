@@ -1,5 +1,5 @@
 """helm uninstall and a namespace deleted after the operator: the groups' finalizer never
-keeps anything for ever (gitea_runner_operator/uninstall.py)."""
+keeps anything for ever (gitea_runner_operator/commands/uninstall.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gitea_runner_operator import cli, uninstall
+from gitea_runner_operator import cli
+from gitea_runner_operator.commands import uninstall
 from gitea_runner_operator.reconcile.reconciler import FINALIZER
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.cli import main as cli_main
+from gitea_runner_operator.commands.why import JobRef, UsageError, group_views, main, parse_job_url
 from gitea_runner_operator.forge.errors import GiteaNotFound
 from gitea_runner_operator.reconcile.why.explain import explain, render
-from gitea_runner_operator.why import JobRef, UsageError, group_views, main, parse_job_url
 from tests.support.builders import spec_with
 
 GITEA = "https://gitea.example.com"
@@ -175,7 +175,7 @@ def test_why_is_a_subcommand_of_the_operator_and_needs_a_token(capsys):
 async def test_the_job_is_read_from_gitea_by_id_or_by_its_place_in_the_run():
     from aioresponses import aioresponses
 
-    from gitea_runner_operator.why import job_from_gitea
+    from gitea_runner_operator.commands.why import job_from_gitea
 
     payload = {"id": 42, "status": "queued", "labels": ["ubuntu-latest"], "name": "build"}
     read = job_from_gitea()
