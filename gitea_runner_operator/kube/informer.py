@@ -24,10 +24,10 @@ from kubernetes_asyncio.watch import Watch
 
 from gitea_runner_operator.kit.backoff import doubling
 from gitea_runner_operator.kube.http import LIST_TIMEOUT, send
+from gitea_runner_operator.objects.slim import Obj, strip_managed_fields
 
 log = structlog.get_logger(__name__)
 
-Obj = dict[str, Any]
 # (event type, new object, old object or None)
 Handler = Callable[[str, Obj, Obj | None], None]
 ListFunc = Callable[..., Awaitable[Any]]
@@ -174,15 +174,6 @@ class Informer:
                 handler(kind, obj, before)
             except Exception:
                 log.exception("informer handler failed", informer=self.name)
-
-
-def strip_managed_fields(obj: Obj) -> Obj:
-    """controller-runtime's TransformStripManagedFields: server-side apply bookkeeping is
-    often most of an object's size, and nothing here reads it."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict) and "managedFields" in meta:
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    return obj
 
 
 def _rv(obj: Mapping[str, Any]) -> str:
