@@ -35,7 +35,11 @@ from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.http import MERGE_PATCH
 from gitea_runner_operator.reconcile.steps.teardown import FINALIZER
 
-COMMANDS = ("drain-groups", "release-finalizers")
+# The two subcommands, each with the line that the parsers' --help shows for it.
+COMMANDS = {
+    "drain-groups": "delete the RunnerGroups and wait for their teardown",
+    "release-finalizers": "remove the finalizer of groups whose operator is gone",
+}
 
 
 class Groups(Protocol):
@@ -135,10 +139,10 @@ async def drain(
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gitea-runner-operator", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("drain-groups", help="delete the RunnerGroups and wait for teardown")
+    d = sub.add_parser("drain-groups", help=COMMANDS["drain-groups"])
     d.add_argument("--timeout", type=float, default=270.0,
                    help="seconds to wait for the operator's teardown (default 270)")  # fmt: skip
-    r = sub.add_parser("release-finalizers", help="remove the finalizer, operator gone")
+    r = sub.add_parser("release-finalizers", help=COMMANDS["release-finalizers"])
     for s in (d, r):
         s.add_argument("--namespace", action="append", default=[],
                        help="only here (repeatable); default every namespace")  # fmt: skip
