@@ -22,7 +22,7 @@ import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
-from gitea_runner_operator.kit.backoff import doubling
+from gitea_runner_operator.kit.backoff import doubling, jittered
 from gitea_runner_operator.kube.http import LIST_TIMEOUT, send
 from gitea_runner_operator.objects.slim import Obj, strip_managed_fields
 
@@ -110,7 +110,7 @@ class Informer:
                 log.warning("list/watch failed", informer=self.name, error=repr(exc))
             failures += 1
             delay = doubling(RETRY_BASE, RETRY_MAX, failures)
-            await asyncio.sleep(delay * random.uniform(0.9, 1.1))  # noqa: S311
+            await asyncio.sleep(jittered(delay, 0.9, 1.1))
 
     async def _list(self) -> str:
         # An error answer raises (send checks the status): it must never read as an empty

@@ -29,6 +29,7 @@ import structlog
 
 from gitea_runner_operator.api.cache import RunnerConfigConflict, cache_object_name, uses_cache
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kube.configmaps import ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem
 from gitea_runner_operator.reconcile.jobcache_plan import cache_status, fingerprint
@@ -179,7 +180,7 @@ class CacheServers:
             }
         else:
             status = await self._server_status(meta, spec)
-        resync_at = now + self._drift * (1.0 - 0.25 * self._jitter())
+        resync_at = now + jittered(self._drift, 1.0, 0.75, self._jitter)
         memo = _Memo(
             str(meta.get("uid")),
             generation,
