@@ -32,6 +32,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.kube.http import MERGE_PATCH
 from gitea_runner_operator.reconcile.steps.teardown import FINALIZER
 
@@ -89,10 +90,6 @@ class KubeGroups:
                 raise
 
 
-def _key(group: dict[str, Any]) -> str:
-    return f"{group['metadata']['namespace']}/{group['metadata']['name']}"
-
-
 async def release(groups: Groups, namespace: str | None) -> list[str]:
     """Remove our finalizer from every group in scope; returns the groups released."""
     released = []
@@ -113,7 +110,7 @@ async def release(groups: Groups, namespace: str | None) -> list[str]:
                     raise
                 conflict = True
                 continue
-            released.append(_key(g))
+            released.append(str(GroupKey.of(g)))
         if not conflict:
             break
     return released
@@ -124,9 +121,9 @@ async def drain(
 ) -> tuple[list[str], list[str]]:
     """Delete every group in scope and wait for the operator to release them; after
     ``wait_seconds`` release the rest. Returns (deleted, released by force)."""
-    deleted = [_key(g) for g in await groups.find(namespace)]
+    deleted = [str(GroupKey.of(g)) for g in await groups.find(namespace)]
     for key in deleted:
-        ns, name = key.split("/", 1)
+        ns, name = GroupKey.parse(key)
         await groups.delete(ns, name)
     deadline = time.monotonic() + wait_seconds
     while await groups.find(namespace):

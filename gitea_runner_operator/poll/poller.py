@@ -28,6 +28,7 @@ from typing import TypedDict, Unpack
 import structlog
 
 from gitea_runner_operator.api.hooks import HookStatus
+from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.observation import ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.observe import GiteaHandle
@@ -129,7 +130,7 @@ class GroupPoller:
         # only ever removed, never created or kept again.
         self.deleting = False
         self._hooks = hooks
-        self._namespace = key.split("/", 1)[0]
+        self._namespace = GroupKey.parse(key).namespace
         self._observe = observe
         self._notify = notify
         self._reaper = reaper

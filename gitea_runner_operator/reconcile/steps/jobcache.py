@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import structlog
 
 from gitea_runner_operator.api.cache import RunnerConfigConflict, cache_object_name, uses_cache
+from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kube.configmaps import ReferenceProblem
@@ -118,7 +119,7 @@ class CacheServers:
         """Keep the group's cache as its spec says; False while runners must not be created
         (their config Secret could not be written)."""
         meta = group["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
+        key = str(GroupKey.of(group))
         previous = (group.get("status") or {}).get("cache")
         if not uses_cache(spec.cache):
             self._memo.pop(key, None)
@@ -218,8 +219,7 @@ class CacheServers:
     ) -> bool:
         """Remember what this pass found and report it; True when runners may start (their
         config Secret is written)."""
-        meta = group["metadata"]
-        self._remember(f"{meta['namespace']}/{meta['name']}", memo)
+        self._remember(str(GroupKey.of(group)), memo)
         await self._report(group, previous, status)
         return memo.config_ok
 
@@ -294,7 +294,7 @@ class CacheServers:
             await self._reporter.emit_event(group, "Warning", str(reason), str(status["message"]))
             log.warning(
                 "cache not working",
-                group=f"{meta['namespace']}/{meta['name']}",
+                group=str(GroupKey.of(group)),
                 reason=reason,
                 message=status["message"],
             )
