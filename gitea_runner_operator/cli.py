@@ -15,6 +15,12 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from gitea_runner_operator.kit.frugal import bound_process_memory
+
+# The process entry point: memory bounds first, before the imports below load the
+# Kubernetes client (E402 for them is allowed in this file alone, pyproject.toml).
+bound_process_memory()
+
 from gitea_runner_operator import __version__, logsetup, manager
 from gitea_runner_operator.api.template_policy import PolicyError, TemplatePolicy
 from gitea_runner_operator.commands import uninstall, why
