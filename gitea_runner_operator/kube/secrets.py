@@ -13,14 +13,12 @@ from gitea_runner_operator.api.credentials import (
     gitea_url_problem,
     not_lent_problem,
 )
-from gitea_runner_operator.api.observation import Problem, ProblemKind
+from gitea_runner_operator.api.observation import Problem, ProblemError, ProblemKind
 from gitea_runner_operator.kube.secret_store import LentSecret, SecretStore, SecretUnavailable
 
 
-class SecretProblem(Exception):
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(problem.message)
-        self.problem = problem
+class SecretProblem(ProblemError):
+    """A Secret a group names (its token, a Secret its template mounts) that cannot be used."""
 
 
 class Secrets:

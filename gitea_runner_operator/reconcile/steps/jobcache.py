@@ -29,10 +29,9 @@ import structlog
 
 from gitea_runner_operator.api.cache import RunnerConfigConflict, cache_object_name, uses_cache
 from gitea_runner_operator.api.naming import GroupKey
+from gitea_runner_operator.api.observation import ProblemError
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.backoff import jittered
-from gitea_runner_operator.kube.configmaps import ReferenceProblem
-from gitea_runner_operator.kube.secrets import SecretProblem
 from gitea_runner_operator.reconcile.jobcache_plan import cache_status, fingerprint
 from gitea_runner_operator.reconcile.steps.jobcache_writes import CacheRefusal, Objects, OwnedWrites
 
@@ -147,7 +146,7 @@ class CacheServers:
                 memo.generation, memo.checked_at = generation, now
                 return await self._refresh(group, spec, memo, previous, now)
             await self._writes.apply(meta, spec, user_config, external_secret, self._token)
-        except (ReferenceProblem, SecretProblem) as exc:
+        except ProblemError as exc:  # a ConfigMap or Secret the cache names
             refused = CacheRefusal(exc.problem.reason, exc.problem.message)
         except RunnerConfigConflict as exc:
             refused = CacheRefusal("RunnerConfigInvalid", str(exc))
