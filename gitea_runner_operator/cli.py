@@ -15,8 +15,9 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from gitea_runner_operator import __version__, logsetup, manager, uninstall, why
+from gitea_runner_operator import __version__, logsetup, manager
 from gitea_runner_operator.api.template_policy import PolicyError, TemplatePolicy
+from gitea_runner_operator.commands import uninstall, why
 from gitea_runner_operator.settings import SA_NAMESPACE_FILE, SECRETS_ROLE, Settings
 from gitea_runner_operator.webhook.secrets import (
     WebhookSecretError,
@@ -202,7 +203,7 @@ def own_namespace() -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["why"]:  # a subcommand for users, not the operator (why.py)
+    if argv[:1] == ["why"]:  # a subcommand for users, not the operator (commands/why.py)
         return why.main(argv[1:])
     if argv and argv[0] in uninstall.COMMANDS:
         return uninstall.main(argv)

@@ -37,7 +37,7 @@ class Settings:
     expectation_timeout: float = 300.0
     job_ttl_seconds: int = 600  # ttlSecondsAfterFinished of runner Jobs
     # How long a runner may take to start before it stops covering a job in its family's
-    # accounting and its group holds no share (reconcile/claims.py).
+    # accounting and its group holds no share (reconcile/steps/claims.py).
     runner_start_bound: float = 120.0
     # Prefixes of the Gitea URLs groups may use; empty: any.
     allowed_gitea_urls: tuple[str, ...] = ()

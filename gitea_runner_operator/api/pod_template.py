@@ -18,7 +18,7 @@ from gitea_runner_operator.api import constants
 RUNNER_CONTAINER: Final = "runner"
 # Host mode's init container that registers the runner, so the runner never holds the token.
 REGISTER_CONTAINER: Final = "gro-register"
-# The native sidecar that hands a cache group's runner its config once (kube/config_handoff.py).
+# The native sidecar that hands a cache group's runner its config once (objects/config_handoff.py).
 HANDOFF_CONTAINER: Final = "gro-config"
 RESERVED_CONTAINERS: Final = frozenset({REGISTER_CONTAINER, HANDOFF_CONTAINER})
 

@@ -36,7 +36,7 @@ def registers_in_init(spec: RunnerGroupSpec) -> bool:
     be in a container that runs job code or the Docker daemon jobs drive: in ``dind-rootless``
     that daemon runs in the runner container, and whatever its processes hold (their
     environment included) a job can ask it for. A group without one (Forgejo) registers each
-    runner through the API instead (kube/forgejo_job.py)."""
+    runner through the API instead (objects/forgejo_job.py)."""
     return spec.registration_token is not None
 
 

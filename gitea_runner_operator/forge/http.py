@@ -56,7 +56,7 @@ from gitea_runner_operator.kit.backoff import doubling
 RequestHook = Callable[[str, str, int | None, float], None]
 WaitHook = Callable[[float], None]
 
-# Per request. An observation as a whole has its own deadline on top (see runtime/observer).
+# Per request. An observation as a whole has its own deadline on top (see poll/observer).
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=20, connect=5, sock_read=15)
 # Retry-After values are capped: a server (or a tenant's fake one) must not park a group
 # for hours; recovery after an outage stays bounded by the poll loop's backoff cap.

@@ -1,1 +1,1 @@
-"""Cluster I/O and the pure translations between cluster objects and plain data."""
+"""Cluster I/O: watches, the informer caches, writes, Secrets and ConfigMaps."""

@@ -18,7 +18,7 @@ from kubernetes_asyncio import client
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.informer import Informer, Obj, object_key
 from gitea_runner_operator.kube.slim import slim_group, slim_job, slim_pod
-from gitea_runner_operator.kube.views import job_finished, runner_exited
+from gitea_runner_operator.objects.views import job_finished, runner_exited
 
 GroupKey = str  # "namespace/name"
 # Releases kept per group: far more than finish between two Gitea answers.
@@ -36,7 +36,7 @@ class Release:
 
 
 # Deleted runner Pods kept (last state) so a reconcile that runs after the deletion can
-# still read why it happened (kube/disruption.py); per group, for this long, at most this many.
+# still read why it happened (objects/disruption.py); per group, for this long, at most this many.
 # Expired ones are dropped, not only hidden: memory follows the Pods deleted lately.
 DELETED_POD_MEMORY = 600.0
 DELETED_PODS_PER_GROUP = 50

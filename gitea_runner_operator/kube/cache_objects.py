@@ -1,4 +1,4 @@
-"""Reads and writes of a group's cache server objects (see ``kube/cache_server.py``).
+"""Reads and writes of a group's cache server objects (see ``objects/jobcache_server.py``).
 
 Server-side apply for what the operator owns outright (Secret, Service, Deployment): one
 idempotent call creates or corrects the object, and leaves fields other controllers set

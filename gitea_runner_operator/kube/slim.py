@@ -13,7 +13,7 @@ paid that many times. Two rules:
   (2,000 runner Jobs and 2,000 Pods: 14.1 MiB slimmed, 9.8 MiB slimmed and shared, 30.1 MiB
   as parsed; `python -m tests.benchmarks.cache_footprint`). The table is bounded.
 
-Why dicts and not typed views: every reader (kube/views.py, kube/disruption.py, the reaper)
+Why dicts and not typed views: every reader (objects/views.py, objects/disruption.py, the reaper)
 takes the object in the API server's JSON shape, which is also what the unit tests and the
 fakes write; typed views would be a second shape of every object for all of them to follow.
 With the two rules the runner objects of a 2,000-runner peak take 9.8 MiB, 4 % of that
@@ -124,7 +124,7 @@ _CONTAINER_STATUS = ("name", "state", "lastState", "ready", "started", "restartC
 
 
 def slim_pod(obj: Obj) -> Obj:
-    """A runner Pod as the operator reads it (kube/views.py, kube/disruption.py): identity
+    """A runner Pod as the operator reads it (objects/views.py, objects/disruption.py): identity
     and the labels and annotations read here, and of its status the phase, reason,
     conditions and each container's name and states.
     Not its spec, nor the kubelet's bookkeeping (images, ids, IPs, resources, volume
@@ -143,7 +143,7 @@ def slim_pod(obj: Obj) -> Obj:
 
 
 # Read from a runner Pod besides the operator's own keys: the Job it belongs to (set by the
-# Job controller) and whether the node autoscaler may evict it (kube/views.py).
+# Job controller) and whether the node autoscaler may evict it (objects/views.py).
 _POD_LABELS = frozenset({"batch.kubernetes.io/job-name", "job-name"})
 _POD_ANNOTATIONS = frozenset({"cluster-autoscaler.kubernetes.io/safe-to-evict"})
 

@@ -1,6 +1,6 @@
 """Decisions that exist only for Forgejo groups, as pure functions.
 
-- **Stale bindings.** A runner Job bound to a job's handle (runtime/enroll.py) runs
+- **Stale bindings.** A runner Job bound to a job's handle (poll/enroll.py) runs
   ``one-job --handle H --wait``: if H no longer names a waiting job (cancelled, re-run under
   a new handle, finished), the runner waits forever. Such a runner is proposed for reaping
   (the poll task re-reads its registration first and leaves it alone if Forgejo says it is
@@ -20,8 +20,8 @@ from typing import Any
 from gitea_runner_operator.api.forge import ForgeInfo
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Observation, Snapshot
-from gitea_runner_operator.kube.forgejo_job import HANDLE_ANNOTATION
-from gitea_runner_operator.kube.views import RunnerJobView
+from gitea_runner_operator.objects.forgejo_job import HANDLE_ANNOTATION
+from gitea_runner_operator.objects.views import RunnerJobView
 from gitea_runner_operator.reconcile.scaling import ReapCandidate, ReapReason, RunnerState
 
 NO_JOB_EVENTS = HookStatus(

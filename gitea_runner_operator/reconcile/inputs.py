@@ -15,7 +15,7 @@ from typing import Any
 
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
-from gitea_runner_operator.kube.views import RunnerJobView, job_view, pods_by_job, slots_held
+from gitea_runner_operator.objects.views import RunnerJobView, job_view, pods_by_job, slots_held
 from gitea_runner_operator.reconcile.churn import unsettled
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ports import ClusterReads

@@ -1,7 +1,7 @@
 """Was a runner lost, and should the job it held be re-run? Pure decisions over plain data.
 
 A runner is *lost* when its Pod stopped for a reason that is not its runner's own exit
-(kube/disruption.py) while its runner held a job: known from the runner Job's ``took-job``
+(objects/disruption.py) while its runner held a job: known from the runner Job's ``took-job``
 annotation (the operator saw it busy), or from Gitea's runner list saying its registration
 is busy now. A Pod that is merely deleted counts only in the first case, because the
 operator deletes idle runners itself; a Pod evicted, pre-empted, OOM-killed or killed by a
@@ -27,8 +27,8 @@ from gitea_runner_operator.api.loss import (
     LossRecord,
     LossState,
 )
-from gitea_runner_operator.kube.disruption import DELETED, loss_cause
-from gitea_runner_operator.kube.views import RunnerJobView
+from gitea_runner_operator.objects.disruption import DELETED, loss_cause
+from gitea_runner_operator.objects.views import RunnerJobView
 
 RERUN_CONCLUSIONS = frozenset({"failure", "cancelled"})
 

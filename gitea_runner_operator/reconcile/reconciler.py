@@ -21,16 +21,10 @@ from gitea_runner_operator.api.observation import Problem, ProblemKind
 from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.metrics import Metrics
-from gitea_runner_operator.reconcile import claims, forgejo
-from gitea_runner_operator.reconcile.admission import refused
-from gitea_runner_operator.reconcile.cache import STATUS_EVERY, CacheServers
-from gitea_runner_operator.reconcile.create import CREATE_BACKOFF_MAX, Creator
+from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.inputs import GroupPass, read_pass, with_answer
 from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
-from gitea_runner_operator.reconcile.losses import record_losses
-from gitea_runner_operator.reconcile.marks import MARKS_REQUEUE, mark
-from gitea_runner_operator.reconcile.planning import decide
 from gitea_runner_operator.reconcile.ports import (
     ClusterReads,
     ClusterWrites,
@@ -38,16 +32,23 @@ from gitea_runner_operator.reconcile.ports import (
     ReapOrder,
     Sources,
 )
-from gitea_runner_operator.reconcile.report import StatusWriter
-from gitea_runner_operator.reconcile.scaling import matching_demand
+from gitea_runner_operator.reconcile.scaling import START_BOUND, matching_demand
 from gitea_runner_operator.reconcile.state import GroupState
-from gitea_runner_operator.reconcile.status_writes import LaterWrites
-from gitea_runner_operator.reconcile.stuck import STUCK_BACKOFF_MAX, note_stuck
-from gitea_runner_operator.reconcile.teardown import FINALIZER, Teardown
+from gitea_runner_operator.reconcile.steps import claims
+from gitea_runner_operator.reconcile.steps.admission import refused
+from gitea_runner_operator.reconcile.steps.create import CREATE_BACKOFF_MAX, Creator
+from gitea_runner_operator.reconcile.steps.jobcache import STATUS_EVERY, CacheServers
+from gitea_runner_operator.reconcile.steps.losses import record_losses
+from gitea_runner_operator.reconcile.steps.marks import MARKS_REQUEUE, mark
+from gitea_runner_operator.reconcile.steps.planning import decide
+from gitea_runner_operator.reconcile.steps.report import StatusWriter
+from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
+from gitea_runner_operator.reconcile.steps.stuck import STUCK_BACKOFF_MAX, note_stuck
+from gitea_runner_operator.reconcile.steps.teardown import FINALIZER, Teardown
 from gitea_runner_operator.reconcile.timers import next_due
-from gitea_runner_operator.reconcile.unmatched_book import UnmatchedBook
-from gitea_runner_operator.reconcile.unmatched_book import publish as publish_unmatched
-from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
+from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
+from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook
+from gitea_runner_operator.reconcile.why.unmatched_book import publish as publish_unmatched
 
 log = structlog.get_logger(__name__)
 
@@ -74,7 +75,7 @@ class Reconciler:
         template_policy: TemplatePolicy = RESTRICTED,
         own_namespace: str | None = None,
         cache_servers: CacheServers | None = None,
-        start_bound: float = claims.START_BOUND,
+        start_bound: float = START_BOUND,
         status_writes: LaterWrites | None = None,
     ) -> None:
         self._template_policy = template_policy
@@ -84,7 +85,7 @@ class Reconciler:
         # in (with its ``notify``) must be the one used.
         self._metrics = metrics if metrics is not None else Metrics()
         self._ledger = ledger if ledger is not None else Ledger()
-        self._caches = cache_servers
+        self._jobcache = cache_servers
         self._cache = cache
         self._cluster = cluster
         self._sources = sources
@@ -93,7 +94,7 @@ class Reconciler:
         self._wall = wall_clock
         self._on_gone = on_group_gone
         self._states: dict[str, GroupState] = {}
-        # Why jobs wait (reconcile/unmatched*.py, reconcile/waiting.py): same registry.
+        # Why jobs wait (reconcile/why/unmatched*.py, reconcile/why/waiting.py): same registry.
         self._unmatched = UnmatchedBook(clock=clock)
         self._why_metrics = WhyMetrics.of(self._metrics.registry)
         self._claims = claims.Claims(
@@ -160,7 +161,7 @@ class Reconciler:
             )
             return Result()  # the update's watch event brings us back with the new object
         # spec.cache: runners mount its config Secret, so none start before it is written.
-        cache_ok = self._caches is None or await self._caches.ensure(p.group, spec)
+        cache_ok = self._jobcache is None or await self._jobcache.ensure(p.group, spec)
         source = await self._sources.ensure(key, spec)
         p = with_answer(self._cache, p, spec, source.latest)
         blocked = self._claims.report(p, state, cache_ok)
@@ -200,7 +201,7 @@ class Reconciler:
         note_stuck(decision, spec, state, self._clock())
         requeue: float | None = None
         created = 0
-        if not cache_ok or (self._caches is not None and self._caches.settling(key)):
+        if not cache_ok or (self._jobcache is not None and self._jobcache.settling(key)):
             # A refused config is retried, a starting server read, every STATUS_EVERY.
             requeue = STATUS_EVERY
         if cache_ok and decision.create > 0:
@@ -258,7 +259,7 @@ class Reconciler:
         return requeue
 
     async def _publish_unmatched(self, url: str | None, *, force: bool = False) -> None:
-        """Unmatched jobs of that Gitea (reconcile/unmatched.py): metric and Events."""
+        """Unmatched jobs of that Gitea (reconcile/why/unmatched.py): metric and Events."""
         verdict = self._unmatched.evaluate(url, force=force) if url is not None else None
         if verdict is not None:
             await publish_unmatched(

@@ -28,12 +28,15 @@ from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.naming import job_name_pattern, runner_pattern
 from gitea_runner_operator.api.observation import Observation
 from gitea_runner_operator.api.scope import labels_fit
-from gitea_runner_operator.kube.views import RunnerJobView, slots_held
+from gitea_runner_operator.objects.views import RunnerJobView, slots_held
 
 # A Job whose Pod has not even been created this long after the Job was is refused by
 # something (quota, admission); an unschedulable Pod is worth reporting after this long.
 NO_POD_GRACE = 60.0
 UNSCHEDULABLE_GRACE = 120.0
+# How long a runner may take to start (Pod scheduled, image pulled, registered) before it
+# stops covering a job in its family's accounting (claims.py).
+START_BOUND = 120.0
 
 
 class RunnerState(StrEnum):

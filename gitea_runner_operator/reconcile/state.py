@@ -17,7 +17,7 @@ class GroupState:
     create_error: str | None = None
     create_failures: int = 0
     create_retry_at: float = 0.0
-    # The batch the next pass's creates start with (reconcile/create.py): 1 until a pass's
+    # The batch the next pass's creates start with (reconcile/steps/create.py): 1 until a pass's
     # creates all went through, then the largest batch that did (capped).
     create_batch: int = 1
     logged: tuple[str, str] | None = None

@@ -1,6 +1,6 @@
 """When a group's next time-driven decision falls due, so that its reconcile is queued then.
 
-A reconcile is queued when something it reads changes (runtime/triggers.py); some decisions
+A reconcile is queued when something it reads changes (poll/triggers.py); some decisions
 change with nothing changing but the clock: a starting runner passes ``startupTimeout``
 (reaped), the claims' start bound (it stops covering a job) or a Pod-start grace (the
 group reports why it cannot start); an idle runner passes ``idleTimeout`` or, warm,
@@ -13,9 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gitea_runner_operator.kube.views import RunnerJobView
-from gitea_runner_operator.reconcile.claims import START_BOUND
-from gitea_runner_operator.reconcile.scaling import NO_POD_GRACE, UNSCHEDULABLE_GRACE, RunnerState
+from gitea_runner_operator.objects.views import RunnerJobView
+from gitea_runner_operator.reconcile.scaling import (
+    NO_POD_GRACE,
+    START_BOUND,
+    UNSCHEDULABLE_GRACE,
+    RunnerState,
+)
 
 # A deadline is met a little after it passes: the rules compare with ``>``.
 SLACK = 0.5

@@ -1,1 +1,2 @@
-"""The moving parts: work queue, per-group Gitea pollers, informers wiring and leadership."""
+"""The moving parts around the reconcile: the work queue, the wiring of informers, poll tasks
+and reconciles (controller), and leadership."""

@@ -27,20 +27,20 @@ from gitea_runner_operator.kube.runner_credentials import RunnerCredentials
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
-from gitea_runner_operator.reconcile.cache import CacheServers
+from gitea_runner_operator.poll.enroll import Enroller
+from gitea_runner_operator.poll.hooks import HookKeeper
+from gitea_runner_operator.poll.observer import Observer
+from gitea_runner_operator.poll.poller import Pollers
+from gitea_runner_operator.poll.reaper import Reaper
+from gitea_runner_operator.poll.rerun import LossFollowUp
+from gitea_runner_operator.poll.triggers import owned_changed
+from gitea_runner_operator.poll.trust import GiteaTrust
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
-from gitea_runner_operator.reconcile.status_writes import LaterWrites
-from gitea_runner_operator.runtime.enroll import Enroller
-from gitea_runner_operator.runtime.hooks import HookKeeper
-from gitea_runner_operator.runtime.observer import Observer
-from gitea_runner_operator.runtime.poller import Pollers
-from gitea_runner_operator.runtime.reaper import Reaper
-from gitea_runner_operator.runtime.rerun import LossFollowUp
-from gitea_runner_operator.runtime.triggers import owned_changed
-from gitea_runner_operator.runtime.trust import GiteaTrust
+from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
+from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
 

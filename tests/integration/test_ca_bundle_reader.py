@@ -14,7 +14,7 @@ from kubernetes_asyncio import client, config
 from gitea_runner_operator.api.runnergroup import GiteaRef
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secret_store import SecretStore
-from gitea_runner_operator.runtime.trust import GiteaTrust
+from gitea_runner_operator.poll.trust import GiteaTrust
 from tests.support import manifests
 from tests.support.builders import TEST_CA
 from tests.support.launcher import OPERATOR_NS, OPERATOR_SA

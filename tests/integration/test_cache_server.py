@@ -23,7 +23,7 @@ import pytest
 
 from gitea_runner_operator.api.cache import server_config
 from gitea_runner_operator.api.runnergroup import parse_spec
-from gitea_runner_operator.kube.cache_server import CONFIG_DIR, DATA_DIR, render_deployment
+from gitea_runner_operator.objects.jobcache_server import CONFIG_DIR, DATA_DIR, render_deployment
 from tests.support.builders import VALID
 from tests.support.launcher import free_port
 from tests.testbed import runners

@@ -42,7 +42,7 @@ from typing import Any
 import pytest
 
 from gitea_runner_operator.api.cache import service_host
-from gitea_runner_operator.kube import config_handoff
+from gitea_runner_operator.objects import config_handoff
 from tests.support.job_probe import DOCKER, cache_secret, probe, registration_token, step
 from tests.support.real_node import (
     DIND_CONFIG,

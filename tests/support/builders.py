@@ -11,7 +11,7 @@ from typing import Any
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import parse_spec
-from gitea_runner_operator.kube.job_template import render_runner_job
+from gitea_runner_operator.objects.job_template import render_runner_job
 
 VALID = {
     "scope": "repo",

@@ -8,10 +8,10 @@ from typing import Any
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner, Listing
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.forge.errors import GiteaServerError
+from gitea_runner_operator.poll.observer import GiteaHandle
+from gitea_runner_operator.poll.reaper import Reaper
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.scaling import ReapCandidate, ReapReason
-from gitea_runner_operator.runtime.observer import GiteaHandle
-from gitea_runner_operator.runtime.reaper import Reaper
 from tests.support.fake_cluster import FakeCache, FakeCluster, runner_pod
 
 GROUP = {"metadata": {"name": "ci", "namespace": "team-a", "uid": "u1"}}

@@ -23,7 +23,7 @@ from gitea_runner_operator.forge.forgejo import ForgejoClient
 from gitea_runner_operator.forge.hooks import HookClient
 from gitea_runner_operator.forge.limits import AnswerBudget
 from gitea_runner_operator.forge.scope import ScopeRef
-from gitea_runner_operator.runtime.observer import Observer
+from gitea_runner_operator.poll.observer import Observer
 from tests.support.gitea_answers import JOBS, ORG_SPEC, RUNNERS, FakeSecrets, is_gitea
 
 BASE = "http://gitea.test"

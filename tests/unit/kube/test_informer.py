@@ -175,9 +175,9 @@ def test_a_runner_pod_is_kept_without_the_kubelets_bookkeeping_yet_reads_the_sam
     """A running Pod's status as a kubelet writes it is mostly images, ids, IPs, resources
     and mounts; the cache keeps what the views read, and every view answers the same."""
 
-    from gitea_runner_operator.kube.disruption import loss_cause
     from gitea_runner_operator.kube.slim import slim_pod
-    from gitea_runner_operator.kube.views import (
+    from gitea_runner_operator.objects.disruption import loss_cause
+    from gitea_runner_operator.objects.views import (
         job_view,
         pod_problem,
         pod_started_at,
@@ -234,7 +234,7 @@ def test_a_tenants_pod_labels_and_annotations_are_not_cached():
     plain ones do."""
     from gitea_runner_operator.kube.cache import group_key_of_owned
     from gitea_runner_operator.kube.slim import slim_pod
-    from gitea_runner_operator.kube.views import pods_by_job
+    from gitea_runner_operator.objects.views import pods_by_job
 
     ours = {"gitea.bpg.pw/runnergroup-name": "ci", "gitea.bpg.pw/managed-by": "gro"}
     pod = {
@@ -338,7 +338,7 @@ def test_a_runner_job_is_kept_without_its_spec_yet_reads_the_same():
     """The Job informer keeps identity, labels, our annotations and conditions, never the
     tenant's Pod template, and the runner's view of it is unchanged."""
     from gitea_runner_operator.kube.slim import slim_job
-    from gitea_runner_operator.kube.views import job_view
+    from gitea_runner_operator.objects.views import job_view
 
     job = {
         "metadata": {

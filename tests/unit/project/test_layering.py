@@ -1,10 +1,13 @@
-"""Data flows one way through the packages; this keeps it so.
+"""Data flows one way through the packages, and a folder says what kind of code is in it.
 
-ground floor: api (plain values, no I/O), settings, metrics
+ground floor: api (plain values), kit (generic helpers), settings, metrics, logsetup
+objects:      Kubernetes objects built and read without I/O (runner Job, cache server, views)
 I/O edges:    forge (Gitea), kube (Kubernetes): never each other
-decisions:    reconcile (may use api, forge's plain parts, kube)
-runtime:      runtime (queue, pollers, leadership wiring)
-top:          health, why, webhook; manager (the process); cli (flags)
+decisions:    reconcile: its rules (reconcile/*.py), the why code (reconcile/why/), the steps
+              of a pass (reconcile/steps/), and reconciler.py that runs a pass
+the tasks:    poll (one task per group, Gitea steps), webhook (the receiver)
+runtime:      runtime (work queue, the controller's wiring, leadership)
+top:          health, commands (why, uninstall); manager (the process); cli (flags)
 """
 
 import ast
@@ -21,17 +24,18 @@ LEVEL = {
     "settings": 0,
     "metrics": 0,
     "logsetup": 0,
-    "forge": 1,
-    "kube": 1,
-    "reconcile": 2,
-    "runtime": 3,
-    "webhook": 3,
-    "health": 4,
-    "why": 4,
-    "uninstall": 4,
-    "manager": 5,
-    "cli": 6,
-    "__main__": 7,
+    "objects": 1,
+    "forge": 2,
+    "kube": 2,
+    "reconcile": 3,
+    "poll": 4,
+    "webhook": 4,
+    "runtime": 5,
+    "health": 6,
+    "commands": 6,
+    "manager": 7,
+    "cli": 8,
+    "__main__": 9,
 }
 
 
@@ -69,32 +73,16 @@ def test_imports_point_down_only(path):
         )
 
 
-def test_the_pure_layers_do_no_io():
-    for path in (PACKAGE / "api").rglob("*.py"):
-        imported = ast.dump(ast.parse(path.read_text()))
-        for io in ("aiohttp", "kubernetes_asyncio"):
-            assert io not in imported, f"{path.name} imports {io}"
-
-
-# The pure floors: plain values (api/) and the decisions of reconcile/, which read and return
-# data only. Their I/O-facing neighbours in reconcile/ are named here; any other module there
-# is a decision, and new I/O belongs in kube/, forge/ or these. kit/tasks.py does no I/O
-# but awaits tasks that do (how a stop ends them), so it is async.
-PURE_FLOORS = ("api", "kit", "reconcile")
-NOT_PURE = {
-    "kit/tasks.py",
-    "reconcile/reconciler.py",
-    "reconcile/cache.py",
-    "reconcile/ports.py",
-    "reconcile/report.py",
-    "reconcile/create.py",
-    "reconcile/teardown.py",
-    "reconcile/losses.py",
-    "reconcile/marks.py",
-    "reconcile/cache_writes.py",
-    "reconcile/unmatched_book.py",
-    "reconcile/status_writes.py",
-}
+# Purity is said by folder. api/, objects/ and the rules of reconcile/ (its own files, not
+# its subfolders) read and return data only: no I/O library however indirectly, no
+# ``async def``. The Protocols of reconcile/ports.py declare async methods without a body:
+# a declaration awaits nothing, so only an async function with code counts. kit/ is
+# generic: no I/O library, but it may be async by nature (kit/tasks.py awaits the tasks it
+# stops). reconcile/steps/ and reconcile/why/ may await the Kubernetes ports, and the one
+# module that runs a pass, reconcile/reconciler.py, awaits its steps.
+PURE_FOLDERS = ("api", "objects", "reconcile")
+NO_IO_FOLDERS = ("kit", *PURE_FOLDERS)
+RUNS_A_PASS = "reconcile/reconciler.py"
 IO_LIBRARIES = {"aiohttp", "kubernetes_asyncio"}
 
 
@@ -139,17 +127,79 @@ def _reaches(path: Path) -> set[str]:
     return outside
 
 
-PURE = [
-    p for p in MODULES if _layer(p) in PURE_FLOORS and str(p.relative_to(PACKAGE)) not in NOT_PURE
-]
+def _folder(path: Path) -> str:
+    return str(path.parent.relative_to(PACKAGE))
+
+
+def _declares_only(node: ast.AsyncFunctionDef) -> bool:
+    """A body of a docstring and/or ``...``: a Protocol's method, not code that awaits."""
+    return all(
+        isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) for stmt in node.body
+    )
+
+
+def _runs_a_pass(path: Path) -> bool:
+    return str(path.relative_to(PACKAGE)) == RUNS_A_PASS
+
+
+NO_IO = [p for p in MODULES if _folder(p) in NO_IO_FOLDERS and not _runs_a_pass(p)]
+PURE = [p for p in NO_IO if _folder(p) in PURE_FOLDERS]
+
+
+@pytest.mark.parametrize("path", NO_IO, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_ground_and_the_decisions_reach_no_io_library(path):
+    """No aiohttp or kubernetes_asyncio, however indirectly: what is decided here can be
+    tested with plain values and holds the same on every replica."""
+    assert not _reaches(path) & IO_LIBRARIES, f"{path.name} reaches an I/O library"
 
 
 @pytest.mark.parametrize("path", PURE, ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_pure_floors_do_no_io(path):
-    """No aiohttp or kubernetes_asyncio (however indirectly) and no ``async def``: what is
-    decided here can be tested with plain values and holds the same on every replica."""
-    assert not _reaches(path) & IO_LIBRARIES, f"{path.name} reaches an I/O library"
+def test_pure_folders_await_nothing(path):
     tree = ast.parse(path.read_text())
-    assert not any(isinstance(n, ast.AsyncFunctionDef) for n in ast.walk(tree)), (
-        f"{path.name} defines an async function"
-    )
+    coded = [
+        n.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.AsyncFunctionDef) and not _declares_only(n)
+    ]
+    assert coded == [], f"{path.name} defines async functions"
+
+
+def test_the_purity_rule_tells_a_declaration_from_code():
+    declared, coded = ast.parse(
+        "async def a(self) -> None: ...\nasync def b():\n    await c()\n"
+    ).body
+    assert isinstance(declared, ast.AsyncFunctionDef) and isinstance(coded, ast.AsyncFunctionDef)
+    assert _declares_only(declared)
+    assert not _declares_only(coded)
+
+
+# Inside reconcile/: rules < why < steps < reconciler.py. A rule imports no step and no why
+# code (a decision never waits on how a pass acts), and the why code imports no step (it
+# reads the pass after the fact).
+RECONCILE_ROOMS = {"reconcile": 0, "reconcile/why": 1, "reconcile/steps": 2}
+
+
+def _reconcile_room(module: str) -> str | None:
+    parts = module.split(".")[1:]
+    if parts[:1] != ["reconcile"]:
+        return None
+    if len(parts) > 1 and parts[1] in ("why", "steps"):
+        return f"reconcile/{parts[1]}"
+    if len(parts) > 1 and parts[1] == "reconciler":
+        return RUNS_A_PASS
+    return "reconcile"
+
+
+RECONCILE = [p for p in MODULES if _folder(p).startswith("reconcile") and not _runs_a_pass(p)]
+
+
+@pytest.mark.parametrize("path", RECONCILE, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_rules_import_no_step_and_the_why_code_no_step(path):
+    rel = str(path.relative_to(PACKAGE))
+    room = RECONCILE_ROOMS[_folder(path)]
+    for module in _module_imports(path):
+        target = _reconcile_room(module)
+        if target is None:
+            continue
+        assert target != RUNS_A_PASS, f"{rel} imports the reconciler"
+        assert RECONCILE_ROOMS[target] <= room, f"{rel} ({_folder(path)}) imports {module}"

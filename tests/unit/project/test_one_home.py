@@ -43,5 +43,5 @@ def test_kubernetes_requests_take_the_one_timeout(path):
 
 
 def test_the_poll_tasks_steps_take_the_settings_deadline():
-    assert _numbers_given_to(PACKAGE / "runtime" / "poller.py", {"timeout"}) == []
+    assert _numbers_given_to(PACKAGE / "poll" / "poller.py", {"timeout"}) == []
     assert REQUEST_TIMEOUT == 10.0

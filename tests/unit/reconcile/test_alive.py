@@ -7,10 +7,10 @@ import pytest
 from gitea_runner_operator.api.gitea import ActionRunner
 from gitea_runner_operator.api.observation import Observation
 from gitea_runner_operator.api.runnergroup import parse_spec
-from gitea_runner_operator.kube.views import RunnerJobView
-from gitea_runner_operator.reconcile.claims import claimant
+from gitea_runner_operator.objects.views import RunnerJobView
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.scaling import plan, runner_state
+from gitea_runner_operator.reconcile.steps.claims import claimant
 from tests.support.builders import spec_with
 
 NOW = 10_000.0

@@ -17,9 +17,9 @@ from gitea_runner_operator.api.loss import (
 from gitea_runner_operator.api.naming import runner_prefix
 from gitea_runner_operator.api.refs import is_repository
 from gitea_runner_operator.api.runnergroup import parse_spec
-from gitea_runner_operator.kube.disruption import loss_cause
-from gitea_runner_operator.kube.job_template import render_runner_job
-from gitea_runner_operator.kube.views import RunnerJobView
+from gitea_runner_operator.objects.disruption import loss_cause
+from gitea_runner_operator.objects.job_template import render_runner_job
+from gitea_runner_operator.objects.views import RunnerJobView
 from gitea_runner_operator.reconcile.loss import decide, expired, find_losses, prior_reruns
 from tests.support.builders import VALID
 

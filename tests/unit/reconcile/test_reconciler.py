@@ -18,9 +18,9 @@ from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.kube.cache import Release
 from gitea_runner_operator.reconcile.expectations import Expectations
-from gitea_runner_operator.reconcile.marks import MARKS_PER_PASS
 from gitea_runner_operator.reconcile.reconciler import FINALIZER, Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
+from gitea_runner_operator.reconcile.steps.marks import MARKS_PER_PASS
 from tests.support.builders import VALID
 from tests.support.fake_cluster import (
     HOOKED,

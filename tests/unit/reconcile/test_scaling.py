@@ -6,7 +6,7 @@ import pytest
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.naming import runner_pattern, runner_prefix
 from gitea_runner_operator.api.observation import Observation
-from gitea_runner_operator.kube.views import RunnerJobView
+from gitea_runner_operator.objects.views import RunnerJobView
 from gitea_runner_operator.reconcile.scaling import (
     ReapReason,
     RunnerState,

@@ -25,9 +25,9 @@ from gitea_runner_operator.api.template_policy import (
 from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
+from gitea_runner_operator.poll.observer import Observer
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.reconciler import Reconciler
-from gitea_runner_operator.runtime.observer import Observer
 from tests.support.builders import VALID
 from tests.support.fake_cluster import KEY, Clock, FakeCache, FakeCluster, FakeSources, snapshot
 from tests.support.gitea_answers import ORG_SPEC, FakeSecrets, gitea

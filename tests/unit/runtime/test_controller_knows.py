@@ -9,8 +9,8 @@ from kubernetes_asyncio import client
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import parse_spec
+from gitea_runner_operator.poll.poller import GroupPoller
 from gitea_runner_operator.runtime.controller import Controller
-from gitea_runner_operator.runtime.poller import GroupPoller
 from gitea_runner_operator.settings import Settings
 from tests.support.builders import VALID
 

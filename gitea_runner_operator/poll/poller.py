@@ -1,0 +1,399 @@
+"""One asyncio task per RunnerGroup: the only place that talks to that group's Gitea.
+
+The task observes Gitea every ``pollInterval`` (or sooner when woken), publishes the snapshot
+and enqueues the group; it then carries out the reaps the reconciler proposed. Reconciles
+only read the latest snapshot and never wait for Gitea, so a slow or hanging Gitea URL
+delays its own group and nobody else's.
+
+Retry policy, by who can fix the problem:
+- Gitea failures back off (doubling from the poll interval to ``backoff_max``, 30 s by
+  default, or as long as Gitea's capped Retry-After says), gentle on a struggling Gitea yet
+  quick to recover once it is healthy; wake-ups do not shorten the backoff.
+- The API server failing a read the poll needs (the token's Secret) backs off the same way:
+  a thousand groups retrying every few seconds would load it as it recovers, and cost the
+  operator more while it waits than while it works.
+- Secret problems are retried on a short fixed interval: creating or labelling a Secret
+  takes effect within seconds.
+- Configuration problems (a URL outside the allow-list) wait for the next interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypedDict, Unpack
+
+import structlog
+
+from gitea_runner_operator.api.hooks import HookStatus
+from gitea_runner_operator.api.observation import ProblemKind, Snapshot
+from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.forge.observe import GiteaHandle
+from gitea_runner_operator.kit.backoff import doubling
+from gitea_runner_operator.poll.enroll import Enroller
+from gitea_runner_operator.poll.hooks import HookKeeper
+from gitea_runner_operator.poll.reaper import Reaper
+from gitea_runner_operator.poll.rerun import LossFollowUp
+from gitea_runner_operator.poll.triggers import RESYNC, answer_key, lists_queued, new_queued
+from gitea_runner_operator.reconcile.forgejo import NO_JOB_EVENTS
+from gitea_runner_operator.reconcile.ports import ReapOrder
+from gitea_runner_operator.settings import GITEA_STEP_DEADLINE
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_BACKOFF_MAX = 30.0
+SECRET_RETRY = 3.0
+STEP_DEADLINE = GITEA_STEP_DEADLINE
+ObserveFn = Callable[[str, RunnerGroupSpec, float], Awaitable[tuple[Snapshot, GiteaHandle | None]]]
+# A periodic poll may reuse an answer another group on the same scope got this recently.
+SHARE_WINDOW = 5.0
+
+
+def next_delay(
+    interval: float,
+    failures: int,
+    retry_after: float | None,
+    kind: ProblemKind | None = None,
+    backoff_max: float = DEFAULT_BACKOFF_MAX,
+    secret_retry: float = SECRET_RETRY,
+) -> float:
+    """Seconds until the next poll."""
+    if failures == 0 or kind is None:
+        return interval
+    if kind is ProblemKind.SECRET:
+        return secret_retry
+    if kind is ProblemKind.CONFIG:
+        return interval
+    backoff = doubling(interval, max(backoff_max, interval), failures)
+    if retry_after is not None:
+        return max(retry_after, backoff)
+    return backoff
+
+
+class PollerOptions(TypedDict, total=False):
+    """What every group's poller is started with, besides its key and spec: the pollers
+    (Pollers) hand these on as they are, and GroupPoller's signature holds the defaults."""
+
+    hooks: HookKeeper | None
+    losses: LossFollowUp | None
+    min_refresh: float
+    backoff_max: float
+    secret_retry: float
+    clock: Callable[[], float]
+    enroller: Enroller | None
+    step_deadline: float
+    every_answer: Callable[[str, float, bool], bool] | None
+    resync: float
+
+
+class GroupPoller:
+    def __init__(
+        self,
+        key: str,
+        spec: RunnerGroupSpec,
+        observe: ObserveFn,
+        notify: Callable[[str], None],
+        reaper: Reaper | None = None,
+        *,
+        hooks: HookKeeper | None = None,
+        losses: LossFollowUp | None = None,
+        min_refresh: float = 0.5,
+        backoff_max: float = DEFAULT_BACKOFF_MAX,
+        secret_retry: float = SECRET_RETRY,
+        clock: Callable[[], float] = time.monotonic,
+        enroller: Enroller | None = None,
+        step_deadline: float = STEP_DEADLINE,
+        every_answer: Callable[[str, float, bool], bool] | None = None,
+        resync: float = RESYNC,
+    ) -> None:
+        self._step_deadline = step_deadline
+        self._enroller = enroller
+        # Whether an unchanged answer must still reach the reconcile (Ledger.must_weigh).
+        self._every_answer = every_answer
+        self._resync = resync
+        self._handed: tuple[object, ...] | None = None  # answer_key of the last one handed
+        self._handed_at = float("-inf")
+        self._asked = False  # a wake-up came since the last observation started
+        self._asked_at = 0.0  # when the first of those came (for the wake-up path's spans)
+        self._paced = False  # one of those was paced by its caller (wake(paced=True))
+        self.notified = 0  # answers handed to the reconcile, for tests and benchmarks
+        self.key = key
+        self._losses = losses
+        self.spec = spec
+        self.latest: Snapshot | None = None
+        self.hook: HookStatus | None = None
+        self.hook_removed = False
+        # Set by the first teardown order and never cleared: a deleting group's hook is
+        # only ever removed, never created or kept again.
+        self.deleting = False
+        self._hooks = hooks
+        self._namespace = key.split("/", 1)[0]
+        self._observe = observe
+        self._notify = notify
+        self._reaper = reaper
+        self._min_refresh = min_refresh
+        self._backoff_max = backoff_max
+        self._secret_retry = secret_retry
+        self._clock = clock
+        self._wake = asyncio.Event()
+        self._wanted_after = float("-inf")
+        self._order: ReapOrder | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.observations = 0
+        self.asking = False  # an observation is in flight
+
+    def wake(self, *, paced: bool = False) -> None:
+        """Ask for a fresh observation soon, without waiting for it. Coalesced: any number of
+        wake-ups before the next observation cause exactly one. Ignored while Gitea itself is
+        failing (its backoff rules), so events cannot turn into a flood of requests.
+        ``paced``: the caller holds the group to a rate already (the webhook's WakeLimiter),
+        so ``min_refresh`` does not hold this observation back a second time."""
+        latest = self.latest
+        if latest is not None and latest.problem is not None and latest.problem.kind.backs_off:
+            return
+        now = self._clock()
+        self._wanted_after = max(self._wanted_after, now)
+        if not self._asked:
+            self._asked, self._asked_at = True, now
+        self._paced = self._paced or paced
+        self._wake.set()
+
+    @property
+    def kept_hook_id(self) -> int | None:
+        return self._hooks.kept_id(self.key) if self._hooks is not None else None
+
+    def submit(self, order: ReapOrder) -> None:
+        """Reaps to carry out after the next observation (replacing any not yet started;
+        each order is a full plan). An order that removes the hook is kept even with no
+        runner to reap: dropping it wedged the teardown of a group without runners."""
+        if order.deleting:
+            self.deleting = True
+        wanted = order.candidates or order.orphans or order.remove_hook
+        self._order = order if wanted else None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name=f"poll:{self.key}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _loop(self) -> None:
+        failures = 0
+        while True:
+            self._wake.clear()
+            asked, self._asked, self._paced = self._asked, False, False
+            started = self._clock()
+            asked_at = self._asked_at
+            snapshot: Snapshot | None = None
+            handle: GiteaHandle | None = None
+            interval = self.spec.poll_interval_seconds
+            newer_than = max(self._wanted_after, started - min(interval / 2, SHARE_WINDOW))
+            self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
+            try:
+                snapshot, handle = await self._observe(self._namespace, self.spec, newer_than)
+            except Exception:
+                log.exception("poll failed unexpectedly", group=self.key)
+            self.asking = False
+            self.observations += 1
+            if asked:  # the wake-up path's spans (tests/benchmarks/webhook_latency.py)
+                log.debug(
+                    "observed after a wake-up",
+                    group=self.key,
+                    waited=round(started - asked_at, 4),
+                    took=round(self._clock() - started, 4),
+                    new_queued=new_queued(self.latest, snapshot),
+                )
+            kind = None
+            if snapshot is None or snapshot.problem is not None:
+                failures += 1
+                kind = snapshot.problem.kind if snapshot and snapshot.problem else ProblemKind.GITEA
+            else:
+                failures = 0
+            if snapshot is not None:
+                self.latest = snapshot
+            self._hand_over(snapshot, asked)
+            order, self._order = self._order, None
+            if order is not None and handle is None and self._order is None:
+                self._order = order  # Gitea could not be asked: keep it for the next pass
+            if order is not None and handle is not None and snapshot is not None:
+                try:
+                    await self._reaper_run(handle, snapshot, order)
+                except Exception:
+                    log.exception("reaping failed unexpectedly", group=self.key)
+            if handle is not None and snapshot is not None and snapshot.problem is None:
+                await self._enroll(handle, snapshot)
+            if handle is not None and snapshot is not None and snapshot.problem is None:
+                try:
+                    await self._loss_step(handle, snapshot)
+                except Exception:
+                    log.exception("following up lost runners failed", group=self.key)
+                try:
+                    await self._hook_step(handle, order)
+                except Exception:
+                    log.exception("keeping the webhook failed unexpectedly", group=self.key)
+            retry_after = snapshot.retry_after if snapshot else None
+            delay = next_delay(
+                self.spec.poll_interval_seconds,
+                failures,
+                retry_after,
+                kind,
+                self._backoff_max,
+                self._secret_retry,
+            )
+            await self._sleep(started, delay * random.uniform(0.95, 1.05))  # noqa: S311
+
+    def _hand_over(self, snapshot: Snapshot | None, asked: bool) -> None:
+        """Queue the group's reconcile when this answer may change a decision: it differs
+        from the last one handed over, someone asked for it, the resync is due, or peers
+        weigh it by its age while their family has queued jobs (Ledger.must_weigh)."""
+        key = answer_key(snapshot) if snapshot is not None else None
+        now = self._clock()
+        if (
+            snapshot is None
+            or asked
+            or key != self._handed
+            or now - self._handed_at >= self._resync
+            or (
+                self._every_answer is not None
+                and self._every_answer(self.key, snapshot.started_at, lists_queued(snapshot))
+            )
+        ):
+            self._handed, self._handed_at = key, now
+            self.notified += 1
+            self._notify(self.key)
+
+    async def _enroll(self, handle: GiteaHandle, snapshot: Snapshot) -> None:
+        """Forgejo: register the runners of the group's suspended runner Jobs."""
+        if self._enroller is None or handle.forgejo is None:
+            return
+        try:
+            async with asyncio.timeout(self._step_deadline):
+                await self._enroller.run(self.key, handle, snapshot, self.spec)
+        except Exception:
+            log.exception("registering runners failed unexpectedly", group=self.key)
+
+    async def _hook_step(self, handle: GiteaHandle, order: ReapOrder | None) -> None:
+        """Keep, or remove, the group's own hook in Gitea; after the reconcile was told about
+        the observation, so a slow hook call never delays a runner."""
+        if handle.forgejo is not None:
+            # No workflow_job event in Forgejo: never a hook there, so none to remove.
+            if order is not None and order.remove_hook and not self.hook_removed:
+                self.hook_removed = True
+                self._notify(self.key)
+            elif self.spec.manages_hook and self.hook != NO_JOB_EVENTS:
+                self.hook = NO_JOB_EVENTS
+                self._notify(self.key)
+            return
+        if self._hooks is None:
+            return
+        removing = (order is not None and order.remove_hook) or (
+            self.deleting and (self.spec.manages_hook or self._hooks.holds(self.key))
+        )
+        if self.deleting and not removing:
+            return  # never create or keep a hook for a group being deleted
+        try:
+            async with asyncio.timeout(self._step_deadline):
+                if removing:
+                    if self.hook_removed:
+                        return
+                    self.hook_removed = await self._hooks.remove(self.key, handle)
+                    if self.hook_removed:
+                        self._notify(self.key)
+                elif self.spec.manages_hook:
+                    status = await self._hooks.keep(self.key, self.spec, handle)
+                    if status is not None and status != self.hook:
+                        self.hook = status
+                        self._notify(self.key)
+                elif self._hooks.holds(self.key):
+                    await self._hooks.remove(self.key, handle)  # manageHook was turned off
+        except TimeoutError:
+            if self.spec.manages_hook and not removing:
+                self.hook = HookStatus(
+                    False, "HookFailed", f"Gitea did not answer within {self._step_deadline:.0f}s"
+                )
+                self._notify(self.key)
+
+    async def _loss_step(self, handle: GiteaHandle, snapshot: Snapshot) -> None:
+        """Lost runners: find their jobs, re-run them (poll/rerun.py)."""
+        if self._losses is not None:
+            async with asyncio.timeout(self._step_deadline):
+                await self._losses.run(self.key, self.spec, handle, snapshot)
+
+    async def _reaper_run(self, handle: GiteaHandle, snapshot: Snapshot, order: ReapOrder) -> None:
+        if self._reaper is None:
+            return
+        async with asyncio.timeout(self._step_deadline):
+            await self._reaper.run(self.key, handle, snapshot, order)
+
+    async def _sleep(self, started: float, delay: float) -> None:
+        """Sleep ``delay`` after ``started``, or until woken, but never observe again sooner
+        than ``min_refresh`` after the last observation started (unless paced)."""
+        remaining = started + delay - self._clock()
+        if remaining > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), remaining)
+        gap = started + self._min_refresh - self._clock()
+        if gap > 0 and not self._paced:
+            await asyncio.sleep(gap)
+
+
+class Pollers:
+    """Starts, restarts (on spec change) and stops the per-group pollers."""
+
+    def __init__(
+        self,
+        observe: ObserveFn,
+        notify: Callable[[str], None],
+        reaper: Reaper | None = None,
+        **options: Unpack[PollerOptions],
+    ) -> None:
+        self._observe = observe
+        self._notify = notify
+        self._reaper = reaper
+        self._options = options
+        self._pollers: dict[str, GroupPoller] = {}
+
+    def get(self, key: str) -> GroupPoller | None:
+        return self._pollers.get(key)
+
+    def keys(self) -> list[str]:
+        return list(self._pollers)
+
+    def specs(self) -> list[RunnerGroupSpec]:
+        return [p.spec for p in self._pollers.values()]
+
+    async def ensure(self, key: str, spec: RunnerGroupSpec) -> GroupPoller:
+        current = self._pollers.get(key)
+        if current is not None and current.spec == spec:
+            return current
+        if current is not None:
+            await current.stop()
+        poller = GroupPoller(
+            key,
+            spec,
+            self._observe,
+            self._notify,
+            self._reaper,
+            **self._options,
+        )
+        if current is not None:  # what the old task knew still holds
+            poller.hook, poller.hook_removed = current.hook, current.hook_removed
+            poller.deleting, poller._order = current.deleting, current._order
+        self._pollers[key] = poller
+        poller.start()
+        return poller
+
+    async def stop(self, key: str) -> None:
+        poller = self._pollers.pop(key, None)
+        if poller is not None:
+            await poller.stop()
+
+    async def stop_all(self) -> None:
+        await asyncio.gather(*(self.stop(key) for key in list(self._pollers)))

@@ -1,0 +1,256 @@
+"""A group's status, conditions, Events, gauges and log lines after one reconcile pass: the
+reconciler's one writer of ``status`` (besides the loss records, which are merged into their
+own field, api/loss.py). Pure decisions live in :mod:`.status`; this module writes them."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from gitea_runner_operator.api.observation import Problem, Snapshot
+from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.reconcile import forgejo
+from gitea_runner_operator.reconcile import status as st
+from gitea_runner_operator.reconcile.inputs import GroupPass
+from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile.ports import ClusterWrites, Sources
+from gitea_runner_operator.reconcile.scaling import Plan, RunnerState, matching_demand
+from gitea_runner_operator.reconcile.state import GroupState
+from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites, Patch
+from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
+from gitea_runner_operator.reconcile.why.waiting import (
+    HeldBack,
+    explain_waiting,
+    held_by_problem,
+    peers_serving,
+)
+
+log = structlog.get_logger(__name__)
+
+# A problem that persists is logged again this often (not once per poll).
+LOG_REMINDER = 600.0
+# A group's status is patched at most once per this many seconds: passes in between (a
+# filling group reconciles several times a second) are folded into the next patch.
+STATUS_MIN_INTERVAL = 1.0
+# The status this process last wrote counts as current for this long, even before the
+# watch shows it (the next pass must not write the same status again meanwhile).
+WRITTEN_TRUSTED_FOR = 10.0
+
+
+@dataclass(slots=True)
+class StatusWriter:
+    """Writes a group's status, conditions, Events, gauges and log lines after a pass."""
+
+    cluster: ClusterWrites
+    sources: Sources
+    metrics: Metrics
+    why_metrics: WhyMetrics
+    ledger: Ledger
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+    # key -> (when, hash of the status) of this process's last patch
+    written: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # Set: a pass's status (not a problem's) is written by the group's writer after the
+    # pass (reconcile/steps/status_writes.py), so no worker waits for a write token.
+    later: LaterWrites | None = None
+
+    def forget(self, key: str) -> None:
+        self.written.pop(key, None)
+        if self.later is not None:
+            self.later.forget(key)
+
+    def _hold_back(self, key: str, digest: int) -> tuple[bool, float | None]:
+        """Whether to skip this write, and if so when to come back (None: never, it was
+        written already). At most one patch per group per STATUS_MIN_INTERVAL."""
+        now = self.clock()
+        pending = self.later.pending(key) if self.later is not None else None
+        if pending is not None and pending.digest == digest:
+            return True, None  # handed to the group's writer already
+        last = self.written.get(key)
+        if last is not None and last[1] == digest and now - last[0] < WRITTEN_TRUSTED_FOR:
+            return True, None
+        if last is not None and now - last[0] < STATUS_MIN_INTERVAL:
+            return True, last[0] + STATUS_MIN_INTERVAL - now
+        return False, None
+
+    async def write(
+        self,
+        p: GroupPass,
+        problem: Problem | None,
+        state: GroupState,
+        *,
+        spec: RunnerGroupSpec | None = None,
+        decision: Plan | None = None,
+        snapshot: Snapshot | None = None,
+        seen: int | None = None,
+        created: int = 0,
+    ) -> float | None:
+        """``seen``: the matching jobs a blocked group sees, reported as its demand although
+        its family's accounting gave them to its peers. Returns when to come back (seconds)
+        if the write was held back (STATUS_MIN_INTERVAL), else None."""
+        key, group, views, pending = p.key, p.group, p.views, p.pending
+        meta = p.meta
+        previous = group.get("status") or {}
+        alive = p.alive
+        counts: dict[str, int] | None = None
+        queued: int | None = None
+        complete = True
+        if decision is not None:
+            queued = decision.demand if seen is None else seen
+            counts = {
+                "starting": decision.count(RunnerState.STARTING) + pending,
+                "idle": decision.count(RunnerState.IDLE),
+                "busy": decision.count(RunnerState.BUSY),
+            }
+            if snapshot is not None and snapshot.observation is not None:
+                complete = snapshot.observation.queued_complete
+        max_active = spec.max_active_runners if spec is not None and problem is None else 0
+        ready = st.ready_condition(
+            problem, demand=queued or 0, alive=alive, max_active=max_active, complete=complete
+        )
+        healthy = st.runners_healthy_condition(
+            failed_jobs=[v.name for v in views if v.failed],
+            start_failures=list(decision.start_failures) if decision is not None else [],
+            stuck=state.stuck_message if self.clock() < state.blocked_until else None,
+            create_error=state.create_error,
+        )
+        extra = [healthy]
+        managed = spec is not None and spec.manages_hook
+        source = self.sources.get(key)
+        hook = source.hook if managed and source is not None else None
+        if hook is not None:
+            extra.append(st.webhook_condition(hook))
+        wanted = st.desired_status(
+            # No hook of ours: no condition about one.
+            previous=st.without_condition(previous, st.WEBHOOK)
+            if spec is not None and not managed
+            else previous,
+            generation=int(meta.get("generation") or 0),
+            active=alive,
+            queued=queued,
+            runners=counts,
+            last_check_time=snapshot.checked_at if snapshot is not None else None,
+            ready=ready,
+            now_iso=st.utc_now_iso(),
+            target=spec.target if spec is not None else None,
+            extra_conditions=extra,
+        )
+        forge = forgejo.forge_status(forgejo.forge_of(snapshot), previous)
+        if forge is not None:
+            wanted["forge"] = forge
+        if decision is not None and snapshot is not None and spec is not None:
+            wanted.update(
+                self._waiting(key, meta, spec, snapshot, decision, created, healthy, state)
+            )
+        elif problem is not None and not problem.kind.backs_off:
+            held = held_by_problem(previous, problem.reason)  # a failing peer keeps the last
+            oldest = held.oldest.timestamp() if held.oldest is not None else None
+            self.why_metrics.waiting(meta["namespace"], meta["name"], held.counts(), oldest)
+            wanted["waiting"] = held.status()
+        self._log_transitions(key, ready, healthy, state)
+        if counts is not None and spec is not None:
+            self.metrics.group_observed(
+                meta["namespace"],
+                meta["name"],
+                queued=queued or 0,
+                starting=counts["starting"],
+                idle=counts["idle"],
+                busy=counts["busy"],
+                desired=alive,
+                max_active=spec.max_active_runners,
+                ready=ready["status"] == "True",
+                failed=sum(1 for v in views if v.failed),
+            )
+        else:
+            self.metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
+        if not st.status_differs(previous, wanted, now=self.wall_clock()):
+            return None
+        digest = hash(json.dumps(wanted, sort_keys=True, default=str))
+        skip, come_back = self._hold_back(key, digest)
+        if skip:
+            return come_back
+        # Events mark transitions, not every pass.
+        events: list[tuple[str, str]] = []
+        if problem is not None and st.find_condition(previous, st.READY).get("reason") != (
+            problem.reason
+        ):
+            events.append((problem.reason, problem.message))
+        before = st.find_condition(previous, st.RUNNERS_HEALTHY)
+        if healthy["status"] == "False" and before.get("reason") != healthy["reason"]:
+            events.append((healthy["reason"], healthy["message"]))
+        hook_before = st.find_condition(previous, st.WEBHOOK).get("reason")
+        if hook is not None and not hook.ok and hook_before != hook.reason:
+            events.append((hook.reason, hook.message))
+
+        async def patch() -> None:
+            await self.cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
+            self.written[key] = (self.clock(), digest)  # only once it is written
+            for reason, message in events:
+                await self.cluster.emit_event(group, "Warning", reason, message)
+
+        if self.later is not None and decision is not None:
+            self.later.hand(key, Patch(digest, patch))
+        else:
+            await patch()
+        return None
+
+    def _waiting(
+        self,
+        key: str,
+        meta: dict[str, Any],
+        spec: RunnerGroupSpec,
+        snapshot: Snapshot,
+        decision: Plan,
+        created: int,
+        healthy: dict[str, str],
+        state: GroupState,
+    ) -> dict[str, Any]:
+        """``status.waiting`` and ``status.oldestQueuedTime`` (reconcile/why/waiting.py), and the
+        same as metrics."""
+        assert snapshot.observation is not None
+        blocked = self.clock() < state.blocked_until or state.create_error is not None
+        held = None
+        if blocked and healthy["status"] == "False":
+            held = HeldBack(healthy["reason"], st.RUNNERS_HEALTHY)
+        matching = matching_demand(snapshot.observation.queued, spec.label_names)
+        holders = self.ledger.holders(key)
+        waiting = explain_waiting(
+            own=[j for j in matching if holders.get(j.id, key) == key],
+            by_peer=peers_serving(matching, holders, key),
+            covered=decision.not_busy + created,
+            room=spec.max_active_runners - decision.alive - created,
+            held=held,
+            listed=matching,
+        )
+        oldest = waiting.oldest.timestamp() if waiting.oldest is not None else None
+        self.why_metrics.waiting(meta["namespace"], meta["name"], waiting.counts(), oldest)
+        return {"waiting": waiting.status(), "oldestQueuedTime": waiting.oldest_iso()}
+
+    def _log_transitions(
+        self, key: str, ready: dict[str, str], healthy: dict[str, str], state: GroupState
+    ) -> None:
+        """On-call engineers read logs first: every failure reaches the log at warning level
+        when it starts or changes, and again every ``LOG_REMINDER`` while it lasts."""
+        bad = [c for c in (ready, healthy) if c["status"] == "False"]
+        now = self.clock()
+        if not bad:
+            if state.logged is not None:
+                log.info("group healthy again", group=key)
+            state.logged = None
+            return
+        current = (bad[0]["reason"], bad[0]["message"])
+        if state.logged != current or now - state.logged_at >= LOG_REMINDER:
+            log.warning(
+                "group not working" if state.logged != current else "group still not working",
+                group=key,
+                condition=bad[0]["type"],
+                reason=current[0],
+                message=current[1],
+            )
+            state.logged, state.logged_at = current, now

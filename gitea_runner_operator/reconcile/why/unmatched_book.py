@@ -1,0 +1,173 @@
+"""What the operator remembers to report unmatched jobs: each group's offer and latest queue,
+and when it last warned about each label set.
+
+Each reconcile reports its own group (as it reports to the ledger); the unmatched jobs of a
+Gitea are then recomputed with :func:`unmatched.find_unmatched`, at most once per
+``min_interval`` and only when some group of that Gitea reported something new, so a
+thousand reconciles a minute cost a few evaluations, not a thousand. A label set is warned
+about at most once per ``every`` (an hour): a typo in a busy workflow must not flood the
+Events. That memo is capped (``memo_size`` label sets, oldest forgotten first), so a stream
+of invented label sets costs bounded memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.reconcile.accounting import Claimant
+from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
+from gitea_runner_operator.reconcile.why.unmatched import (
+    Offer,
+    Sighting,
+    UnmatchedSet,
+    buckets,
+    describe,
+    find_unmatched,
+)
+
+log = structlog.get_logger(__name__)
+
+WARN_EVERY = 3600.0
+MEMO_SIZE = 1024
+MIN_INTERVAL = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One evaluation of a Gitea: every unmatched set, and those to warn about now."""
+
+    url: str
+    sets: tuple[UnmatchedSet, ...]
+    warn: tuple[UnmatchedSet, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Member:
+    url: str
+    claimant: Claimant
+    jobs: Sequence[ActionJob]
+
+
+class UnmatchedBook:
+    def __init__(
+        self,
+        *,
+        every: float = WARN_EVERY,
+        memo_size: int = MEMO_SIZE,
+        min_interval: float = MIN_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._every = every
+        self._memo_size = memo_size
+        self._min_interval = min_interval
+        self._clock = clock
+        self._members: dict[str, _Member] = {}
+        self._dirty: set[str] = set()  # Gitea URLs whose inputs changed since evaluated
+        self._evaluated_at: dict[str, float] = {}
+        # Gitea URL -> the one group asked to come back for an evaluation skipped for
+        # min_interval: one pass per URL, not one per group (1,000 groups share a Gitea).
+        self._retry: dict[str, str] = {}
+        self._warned: OrderedDict[tuple[str, tuple[str, ...]], float] = OrderedDict()
+
+    def report(self, url: str, claimant: Claimant, jobs: Sequence[ActionJob] | None) -> None:
+        """A group's offer and latest queued jobs (None: no answer from Gitea now)."""
+        # Spare capacity and runners do not decide whether a job matches: compare without.
+        offer = Claimant(claimant.key, claimant.scope, claimant.org, claimant.repo,
+                         claimant.offered, not_busy=0, spare=0)  # fmt: skip
+        new = _Member(url, offer, tuple(jobs or ()))
+        old = self._members.get(claimant.key)
+        if old == new:
+            return
+        self._members[claimant.key] = new
+        self._dirty.add(url)
+        if old is not None and old.url != url:
+            self._dirty.add(old.url)
+
+    def remove(self, key: str) -> str | None:
+        """Forget a group; returns its Gitea URL, to be evaluated again."""
+        old = self._members.pop(key, None)
+        if old is None:
+            return None
+        self._dirty.add(old.url)
+        return old.url
+
+    def evaluate(self, url: str, *, force: bool = False) -> Verdict | None:
+        """The unmatched jobs of one Gitea, when its inputs changed and the last evaluation is
+        ``min_interval`` old (or ``force``); None when nothing is to be published."""
+        now = self._clock()
+        if url not in self._dirty:
+            return None
+        if not force and now - self._evaluated_at.get(url, float("-inf")) < self._min_interval:
+            return None
+        self._dirty.discard(url)
+        self._retry.pop(url, None)
+        self._evaluated_at[url] = now
+        members = [m for m in self._members.values() if m.url == url]
+        if not members:
+            self._evaluated_at.pop(url, None)
+        sets = tuple(
+            find_unmatched(
+                (Sighting(url, m.claimant.key, m.jobs) for m in members),
+                (Offer(url, m.claimant) for m in members),
+            )
+        )
+        return Verdict(url, sets, tuple(s for s in sets if self._due(s, now)))
+
+    def pending(self, url: str) -> bool:
+        """Whether an evaluation was skipped for ``min_interval``."""
+        return url in self._dirty
+
+    def come_back(self, key: str) -> float | None:
+        """When group ``key`` should pass again so that a skipped evaluation of its Gitea
+        happens: a reconcile is queued only when something changed, so without this a typo
+        label could wait for the next resync. One group per Gitea is asked; None for the
+        rest, and when nothing is pending."""
+        member = self._members.get(key)
+        if member is None or member.url not in self._dirty:
+            return None
+        owner = self._retry.setdefault(member.url, key)
+        if owner != key and owner in self._members:
+            return None
+        self._retry[member.url] = key
+        since = self._clock() - self._evaluated_at.get(member.url, float("-inf"))
+        return max(0.0, self._min_interval - since)
+
+    def _due(self, s: UnmatchedSet, now: float) -> bool:
+        key = (s.url, s.labels)
+        last = self._warned.get(key)
+        if last is not None and now - last < self._every:
+            return False
+        self._warned[key] = now
+        self._warned.move_to_end(key)
+        while len(self._warned) > self._memo_size:
+            self._warned.popitem(last=False)
+        return True
+
+
+# Events name each observer: a job listed by more groups than this warns only the first.
+MAX_OBSERVERS_WARNED = 10
+EVENT_REASON = "UnmatchedJobs"
+
+
+async def publish(
+    verdict: Verdict,
+    metrics: WhyMetrics,
+    group_of: Callable[[str], dict[str, Any] | None],
+    emit: Callable[[dict[str, Any], str, str, str], Awaitable[None]],
+) -> None:
+    """Export a Gitea's unmatched jobs, and warn the groups that observed a set now due."""
+    metrics.unmatched(verdict.url, buckets(verdict.sets))
+    for s in verdict.warn:
+        message = describe(s)
+        log.warning("unmatched jobs", gitea=verdict.url, labels=s.label_text, cause=s.cause.value)
+        for key in sorted(s.observers)[:MAX_OBSERVERS_WARNED]:
+            group = group_of(key)
+            if group is not None:
+                await emit(group, "Warning", EVENT_REASON, message)

@@ -1,0 +1,217 @@
+"""The per-group Gitea task: how often it asks, how it recovers, and how it reaps.
+
+Reaping is where a wrong move kills a CI job, so the fake Gitea here lets a runner take a job
+in the window between the plan (made from an older runner list) and the reap."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
+from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
+from gitea_runner_operator.poll.poller import GroupPoller, next_delay
+from gitea_runner_operator.reconcile.ports import ReapOrder
+from gitea_runner_operator.reconcile.scaling import Orphan, ReapCandidate, ReapReason
+from tests.support.builders import VALID
+from tests.support.poller import (
+    CANDIDATE,
+    GROUP,
+    IDLE,
+    FakeGitea,
+    _reaper,
+    _run,
+)
+
+
+@pytest.mark.parametrize(
+    ("failures", "retry_after", "kind", "expected"),
+    [
+        (0, None, None, 15),
+        (1, None, ProblemKind.GITEA, 15),
+        (2, None, ProblemKind.GITEA, 30),
+        (3, None, ProblemKind.GITEA, 30),  # capped: recovery within 30 s of Gitea healing
+        (10, None, ProblemKind.GITEA, 30),
+        (1, 90, ProblemKind.GITEA, 90),  # Retry-After honoured
+        (5, None, ProblemKind.SECRET, 3),  # a fixed Secret takes effect within seconds
+        (1, None, ProblemKind.CLUSTER, 15),  # the API server failed the Secret read
+        (3, None, ProblemKind.CLUSTER, 30),  # backs off like Gitea, not every 3 s
+        (5, None, ProblemKind.CONFIG, 15),
+    ],
+)
+def test_poll_delay(failures, retry_after, kind, expected):
+    assert next_delay(15, failures, retry_after, kind, backoff_max=30) == expected
+
+
+def test_a_long_poll_interval_is_never_shortened_by_the_backoff_cap():
+    assert next_delay(300, 3, None, ProblemKind.GITEA, backoff_max=30) == 300
+
+
+def _snap(problem: Problem | None = None) -> Snapshot:
+    obs = None if problem else Observation(queued=(), runners=())
+    return Snapshot(started_at=0.0, checked_at="x", observation=obs, problem=problem)
+
+
+async def test_wake_ups_are_coalesced_and_ignored_while_gitea_fails():
+    from gitea_runner_operator.api.runnergroup import parse_spec
+
+    calls = 0
+    results: list[Snapshot] = [_snap(), _snap(Problem("GiteaServerError", "500"))]
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
+        nonlocal calls
+        calls += 1
+        return results[min(calls - 1, len(results) - 1)], None
+
+    notified: list[str] = []
+    poller = GroupPoller(
+        "team-a/ci",
+        parse_spec({**VALID, "pollInterval": "600s"}),
+        observe,
+        notified.append,
+        min_refresh=0.05,
+    )
+    poller.start()
+    try:
+        await asyncio.sleep(0.1)
+        assert calls == 1 and notified == ["team-a/ci"]
+        for _ in range(5):
+            poller.wake()
+        await asyncio.sleep(0.2)
+        assert calls == 2  # five wake-ups, one observation
+        assert poller.latest is not None and poller.latest.problem is not None
+        poller.wake()  # Gitea is failing now: its backoff decides, not events
+        await asyncio.sleep(0.2)
+        assert calls == 2
+    finally:
+        await poller.stop()
+
+
+async def test_a_paced_wake_up_is_asked_at_once_and_a_plain_one_waits_for_the_gap():
+    # A webhook's wake-up is paced by the receiver already (a token bucket per group): the
+    # poller's own gap must not hold it back a second time, or a job queued just after the
+    # last woken refresh waits up to that gap (issue 27). The reconciler's own wake-ups keep
+    # the gap. min_refresh is an hour here: a wait for it would never end within the test.
+    from gitea_runner_operator.api.runnergroup import parse_spec
+
+    calls = 0
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
+        nonlocal calls
+        calls += 1
+        return _snap(), None
+
+    poller = GroupPoller(
+        "team-a/ci",
+        parse_spec({**VALID, "pollInterval": "600s"}),
+        observe,
+        lambda key: None,
+        min_refresh=3600.0,
+    )
+    poller.start()
+    try:
+        await asyncio.sleep(0.05)
+        assert calls == 1
+        poller.wake(paced=True)
+        await asyncio.sleep(0.05)
+        assert calls == 2  # at once
+        poller.wake()
+        await asyncio.sleep(0.05)
+        assert calls == 2  # held back by the gap
+    finally:
+        await poller.stop()
+
+
+async def test_an_idle_runner_is_disabled_rechecked_then_job_deleted_before_registration():
+    gitea = FakeGitea([IDLE])
+    reaper, cluster = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
+    outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
+    assert outcome.reaped == [("ci-h-jobxx", ReapReason.IDLE)]
+    assert gitea.calls[:3] == [("disable", 7), ("jobs", 0), ("get", 7)]
+    assert gitea.log == ["delete job ci-h-jobxx", "deregister 7"]  # Job first
+    assert cluster.events == [("Normal", "RunnerReaped")]
+
+
+@pytest.mark.parametrize("can_disable", [True, False])
+async def test_a_runner_that_takes_a_job_between_plan_and_reap_is_left_alone(can_disable):
+    gitea = FakeGitea([IDLE], can_disable=can_disable)
+    gitea.take_job_on = ("disable", 7)  # it fetched a task just now
+    reaper, _ = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
+    outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
+    assert outcome.reaped == [] and gitea.log == []
+    assert 7 in gitea.runners and gitea.runners[7].busy
+    if can_disable:
+        assert ("enable", 7) in gitea.calls  # handed back, enabled
+
+
+async def test_a_runner_named_by_a_running_job_is_left_alone_before_gitea_calls_it_busy():
+    """Between FetchTask and the runner's first report Gitea's ``busy`` is still false; the
+    job in progress already names the runner."""
+    gitea = FakeGitea([IDLE])
+    gitea.in_progress = [ActionJob(id=1, status="in_progress", runner_id=7, runner_name=IDLE.name)]
+    reaper, _ = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
+    outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
+    assert outcome.reaped == [] and gitea.log == []
+    assert gitea.calls[-1] == ("enable", 7)  # handed back, enabled
+
+
+@pytest.mark.parametrize("failure", ["listing fails", "listing cut short"])
+async def test_no_runner_is_reaped_while_the_jobs_in_progress_are_unknown(failure):
+    gitea = FakeGitea([IDLE])
+    gitea.jobs_fail = failure == "listing fails"
+    gitea.jobs_complete = failure != "listing cut short"
+    reaper, _ = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
+    outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
+    assert outcome.reaped == [] and gitea.log == []
+    assert ("enable", 7) in gitea.calls
+
+
+async def test_a_teardown_keeps_an_online_registration_a_job_names_but_not_an_offline_one():
+    online = ActionRunner(id=2, name="ci-h-ccccc-ddddd", ephemeral=True, status="online")
+    dead = ActionRunner(id=3, name="ci-h-eeeee-fffff", ephemeral=True, status="offline")
+    gitea = FakeGitea([online, dead])
+    gitea.in_progress = [
+        ActionJob(id=1, status="in_progress", runner_id=2, runner_name=online.name),
+        ActionJob(id=2, status="in_progress", runner_id=3, runner_name=dead.name),  # a zombie
+    ]
+    reaper, _ = _reaper(gitea, [], [])
+    orphans = tuple(Orphan(r.id, r.name, require_offline=False) for r in (online, dead))
+    outcome = await _run(reaper, gitea, ReapOrder(GROUP, (), orphans), [])
+    assert outcome.deregistered == [dead.name]
+    assert set(gitea.runners) == {2}
+
+
+async def test_a_registration_already_gone_means_the_runner_worked_and_is_left_alone():
+    gitea = FakeGitea([])
+    reaper, _ = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
+    outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [])
+    assert outcome.reaped == [] and gitea.log == []
+
+
+async def test_a_job_that_is_gone_from_the_cluster_is_not_reaped_again():
+    gitea = FakeGitea([IDLE])
+    reaper, _ = _reaper(gitea, [], [])
+    outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
+    assert outcome.reaped == [] and gitea.calls == []
+
+
+async def test_a_starting_runner_that_registered_since_the_plan_gets_its_idle_time():
+    gitea = FakeGitea([IDLE])
+    starting = ReapCandidate("ci-h-jobxx", ReapReason.STARTUP_TIMEOUT, ("ci-h-jobxx-podxx",), ())
+    reaper, _ = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
+    outcome = await _run(reaper, gitea, ReapOrder(GROUP, (starting,)), [IDLE])
+    assert outcome.reaped == [] and gitea.log == []
+
+
+async def test_orphans_are_removed_only_when_offline_idle_and_podless():
+    offline = ActionRunner(id=1, name="ci-h-aaaaa-bbbbb", ephemeral=True, status="offline")
+    online = ActionRunner(id=2, name="ci-h-ccccc-ddddd", ephemeral=True, status="online")
+    with_pod = ActionRunner(id=3, name="ci-h-eeeee-fffff", ephemeral=True, status="offline")
+    gitea = FakeGitea([offline, online, with_pod])
+    reaper, _ = _reaper(gitea, [], ["ci-h-eeeee-fffff"])
+    orphans = tuple(Orphan(r.id, r.name) for r in (offline, online, with_pod))
+    outcome = await _run(reaper, gitea, ReapOrder(GROUP, (), orphans), [])
+    assert outcome.deregistered == ["ci-h-aaaaa-bbbbb"]
+    assert set(gitea.runners) == {2, 3}

@@ -1,0 +1,233 @@
+"""Jobs no group will ever serve: what the platform team sees (the cause, the nearest offered
+label, an example job, a bounded metric) and how often it is told."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.api.observation import Observation, Snapshot
+from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.reconcile.accounting import Claimant
+from gitea_runner_operator.reconcile.why.unmatched import (
+    OTHER,
+    Cause,
+    Offer,
+    Sighting,
+    buckets,
+    describe,
+    find_unmatched,
+    nearest_label,
+)
+from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook
+from tests.support.builders import queued_job
+from tests.support.fake_cluster import KEY, Clock, FakeCluster, make
+
+URL = "https://g.test"
+QUEUED = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def job(i: int, labels: tuple[str, ...] = ("ubuntu-latest",), repo: str = "acme/app") -> ActionJob:
+    return queued_job(i, repo, labels, url=URL, created_at=QUEUED + dt.timedelta(minutes=i))
+
+
+def claimant(key: str, scope: Scope, org: str | None = None, repo: str | None = None,
+             labels: tuple[str, ...] = ("ubuntu-latest",)) -> Claimant:  # fmt: skip
+    return Claimant(key, scope, org, repo, frozenset(labels), not_busy=0, spare=0)
+
+
+ORG = claimant("team-a/org", Scope.ORG, "acme")
+GPU = claimant("team-b/gpu", Scope.REPO, "acme", "ml", labels=("gpu",))
+
+
+def unmatched(jobs: list[ActionJob], groups: list[Claimant], observer: str = "team-a/org"):
+    return find_unmatched([Sighting(URL, observer, jobs)], [Offer(URL, c) for c in groups])
+
+
+@pytest.mark.parametrize(
+    ("labels", "repo", "cause", "nearest", "offered_by"),
+    [
+        (("ubuntu-latest",), "acme/app", None, (), ()),  # served: not reported
+        (("ubuntu-lastest",), "acme/app", Cause.LABELS, (("ubuntu-lastest", "ubuntu-latest"),), ()),
+        (("windows",), "acme/app", Cause.LABELS, (), ()),  # nothing close: no guess
+        (("gpu",), "acme/app", Cause.SCOPE, (), ("team-b/gpu",)),  # offered, scope misses it
+        (("gpu",), "acme/ml", None, (), ()),
+        (("gpu", "ubuntu-latest"), "acme/ml", Cause.LABELS, (), ()),  # no one group offers both
+    ],
+)
+def test_a_job_is_unmatched_when_no_group_both_covers_it_and_offers_its_labels(
+    labels, repo, cause, nearest, offered_by
+):
+    found = unmatched([job(1, labels, repo)], [ORG, GPU])
+    if cause is None:
+        assert found == []
+        return
+    (s,) = found
+    assert (s.cause, s.nearest, s.offered_by) == (cause, nearest, offered_by)
+    assert s.labels == tuple(sorted(labels)) and s.observers == {"team-a/org"}
+
+
+def test_a_job_listed_by_two_groups_counts_once_and_both_are_observers():
+    sightings = [Sighting(URL, "team-a/org", [job(1, ("typo",))]),
+                 Sighting(URL, "team-c/app", [job(1, ("typo",))])]  # fmt: skip
+    (s,) = find_unmatched(sightings, [Offer(URL, ORG)])
+    assert len(s.jobs) == 1 and s.observers == {"team-a/org", "team-c/app"}
+
+
+def test_groups_of_another_gitea_do_not_serve_a_job():
+    (s,) = find_unmatched([Sighting(URL, "x/y", [job(1)])], [Offer("https://other", ORG)])
+    assert s.cause is Cause.LABELS
+
+
+def test_the_event_names_the_labels_the_nearest_offered_label_and_an_example_job():
+    (s,) = unmatched([job(7, ("ubuntu-lastest",)), job(8, ("ubuntu-lastest",))], [ORG])
+    message = describe(s)
+    assert "2 queued job(s) with runs-on [ubuntu-lastest]" in message
+    assert "did you mean 'ubuntu-latest'?" in message
+    assert f"{URL}/api/v1/repos/acme/app/actions/jobs/7" in message
+    (s,) = unmatched([job(1, ("gpu",))], [ORG, GPU])
+    assert "offered by team-b/gpu, whose scope does not cover" in describe(s)
+
+
+def test_nearest_label_is_a_close_spelling_only():
+    assert nearest_label("ubuntu-lastest", ["ubuntu-latest", "ubuntu-22.04"]) == "ubuntu-latest"
+    assert nearest_label("macos", ["ubuntu-latest"]) is None
+    assert nearest_label("gro-linx", ["gro-linux"]) == "gro-linux"
+    # a shared prefix is not a typo: a wrong hint sends the user after the wrong fix
+    assert nearest_label("gro-gpu", ["gro-linux"]) is None
+
+
+def test_the_metric_keeps_the_largest_label_sets_and_adds_up_the_rest_as_other():
+    jobs = [job(i, (f"label-{i % 5}",)) for i in range(1, 31)]
+    series = buckets(unmatched(jobs, [ORG]), cap=3)
+    assert len(series) == 4
+    assert series[(URL, OTHER)].count == 12  # two sets of six
+    assert sum(b.count for b in series.values()) == 30
+    assert series[(URL, "label-1")].oldest == QUEUED + dt.timedelta(minutes=1)
+
+
+def test_a_label_set_is_warned_about_once_an_hour_with_a_bounded_memo():
+    clock = Clock()
+    book = UnmatchedBook(clock=clock, min_interval=0, memo_size=2)
+    book.report(URL, ORG, [job(1, ("typo",))])
+    verdict = book.evaluate(URL)
+    assert verdict is not None and [s.labels for s in verdict.warn] == [("typo",)]
+    book.report(URL, ORG, [job(1, ("typo",)), job(2, ("typo",))])
+    verdict = book.evaluate(URL)
+    assert verdict is not None and len(verdict.sets[0].jobs) == 2 and verdict.warn == ()
+    clock.now += 3600
+    book.report(URL, ORG, [job(3, ("typo",))])
+    verdict = book.evaluate(URL)
+    assert verdict is not None and len(verdict.warn) == 1
+    for i in range(10):  # many invented label sets: the memo keeps only the newest two
+        book.report(URL, ORG, [job(10 + i, (f"made-up-{i}",))])
+        book.evaluate(URL)
+    assert len(book._warned) == 2
+
+
+def test_nothing_is_recomputed_while_no_group_of_that_gitea_reported_anything_new():
+    book = UnmatchedBook(min_interval=0)
+    book.report(URL, ORG, [job(1, ("typo",))])
+    assert book.evaluate(URL) is not None
+    book.report(URL, ORG, [job(1, ("typo",))])
+    assert book.evaluate(URL) is None
+
+
+def test_a_skipped_evaluation_brings_one_group_back_not_every_group():
+    """Reconciles are queued only when something changed: an evaluation skipped for
+    min_interval must bring a pass back, or a typo label waits for the resync. One group per
+    Gitea comes back (1,000 groups may share it), at the end of the interval."""
+    now = [100.0]
+    book = UnmatchedBook(min_interval=5.0, clock=lambda: now[0])
+    other = claimant("team-b/app", Scope.REPO, "acme", "app")
+    book.report(URL, ORG, [])
+    assert book.evaluate(URL) is not None  # the first evaluation, at 100
+    assert book.come_back(ORG.key) is None  # nothing pending
+    now[0] = 102.0
+    book.report(URL, ORG, [job(1, ("typo",))])
+    book.report(URL, other, [job(1, ("typo",))])
+    assert book.evaluate(URL) is None  # skipped: 2 s after the last one
+    assert book.come_back(ORG.key) == pytest.approx(3.0)
+    assert book.come_back(other.key) is None  # one group is enough
+    now[0] = 105.0
+    assert book.evaluate(URL) is not None
+    assert book.come_back(ORG.key) is None
+
+
+class EventCluster(FakeCluster):
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: list[tuple[str, str, str]] = []
+
+    async def emit_event(self, group: Any, event_type: str, reason: str, message: str) -> None:
+        await super().emit_event(group, event_type, reason, message)
+        self.said.append((group["metadata"]["name"], reason, message))
+
+
+def scrape(metrics: Metrics) -> str:
+    return metrics.render().decode()
+
+
+async def test_the_operator_warns_the_observing_group_and_exports_the_metric():
+    typo = ActionJob(
+        id=4,
+        labels=("ubuntu-lastest",),
+        status="queued",
+        url="https://gitea.example.com/api/v1/repos/acme/widgets/actions/jobs/4",
+        created_at=QUEUED,
+    )
+    snap = Snapshot(1.0, "2026-01-01T00:00:10Z", Observation(queued=(typo,), runners=()))
+    cluster = EventCluster()
+    reconciler, _, _ = make(cluster, snap)
+    await reconciler.reconcile(KEY)
+    await reconciler.reconcile(KEY)
+    (event,) = [m for m in cluster.said if m[1] == "UnmatchedJobs"]
+    assert event[0] == "ci"
+    assert "did you mean 'ubuntu-latest'?" in event[2]
+    assert typo.url in event[2]
+    text = scrape(reconciler._metrics)
+    assert (
+        'gitea_runner_operator_unmatched_jobs{gitea="https://gitea.example.com",'
+        'labels="ubuntu-lastest"} 1.0'
+    ) in text
+    assert cluster.unsynced == []  # no runner for a job it cannot run
+
+
+async def test_a_pass_whose_unmatched_evaluation_was_skipped_comes_back_for_it():
+    """The second typo job arrives within the book's min_interval of the first evaluation:
+    the pass asks to come back then, so the Event does not wait for the resync."""
+    first = ActionJob(id=4, labels=("ubuntu-lastest",), status="queued",
+                      url="https://gitea.example.com/api/v1/repos/acme/widgets/actions/jobs/4",
+                      created_at=QUEUED)  # fmt: skip
+    second = ActionJob(id=5, labels=("ubuntu-lates",), status="queued",
+                       url="https://gitea.example.com/api/v1/repos/acme/widgets/actions/jobs/5",
+                       created_at=QUEUED)  # fmt: skip
+    cluster = EventCluster()
+    reconciler, sources, _ = make(
+        cluster, Snapshot(1.0, "2026-01-01T00:00:10Z", Observation(queued=(first,), runners=()))
+    )
+    await reconciler.reconcile(KEY)
+    await reconciler.reconcile(KEY)  # evaluated: the first Event
+    sources.source.latest = Snapshot(
+        2.0, "2026-01-01T00:00:12Z", Observation(queued=(first, second), runners=())
+    )
+    result = await reconciler.reconcile(KEY)  # within min_interval: skipped
+    assert result.requeue_after is not None and 0 < result.requeue_after <= 5.0
+
+
+def test_the_shipped_rules_alert_on_unmatched_jobs_queued_for_ten_minutes():
+    import yaml
+
+    from tests.support import CHART, MONITORING
+
+    rule = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())["spec"]
+    chart = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+    for doc in (rule, chart):
+        (alert,) = [r for g in doc["groups"] for r in g["rules"]
+                    if r["alert"] == "GiteaRunnerJobsUnmatched"]  # fmt: skip
+        assert "unmatched_oldest_job_created_timestamp_seconds" in alert["expr"]
+        assert alert["expr"].endswith("> 600")
