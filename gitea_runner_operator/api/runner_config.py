@@ -8,9 +8,10 @@ what the operator arranged, so runners start that can never do what the group pr
   ignored, use labels defined in config file") and ``daemon`` declares these labels instead of
   the registered ones, so the runners offer other labels than ``spec.labels`` and the jobs the
   operator counted as demand are never taken;
-- ``runner.file`` in host mode (and with ``spec.cache``): the ``gro-register`` init container
-  writes the registration to ``/data/.runner`` and the image's entrypoint looks for
-  ``.runner``; another file means the runner container finds no registration;
+- ``runner.file``: the ``gro-register`` init container writes the registration to
+  ``/data/.runner`` and the image's entrypoint looks for ``.runner``; another file means the
+  runner container finds no registration (and would need the registration token it no
+  longer has);
 - ``cache.external_server`` without ``cache.external_secret``: the runner refuses to start;
 - a file that does not parse: the runner refuses to start.
 
@@ -24,19 +25,19 @@ from typing import Any
 
 import yaml
 
-from gitea_runner_operator.api.cache import uses_cache
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
 
 DEFAULT_STATE_FILE = ".runner"
 
 
 def registers_in_init(spec: RunnerGroupSpec) -> bool:
-    """Whether ``gro-register`` registers the runner before it starts: in host mode (the
-    steps run in the runner container, so the token must never be there), and with a cache
-    (the runner container must read its config exactly once: see objects/config_handoff.py)."""
-    if spec.registration_token is None:
-        return False
-    return spec.mode is RunnerMode.HOST or uses_cache(spec.cache)
+    """Whether ``gro-register`` registers the runner before it starts: for every Gitea group,
+    in every mode. The registration token makes new runners of any labels, so it must never
+    be in a container that runs job code or the Docker daemon jobs drive: in ``dind-rootless``
+    that daemon runs in the runner container, and whatever its processes hold (their
+    environment included) a job can ask it for. A group without one (Forgejo) registers each
+    runner through the API instead (objects/forgejo_job.py)."""
+    return spec.registration_token is not None
 
 
 def runner_config_problem(
@@ -65,9 +66,8 @@ def runner_config_problem(
     state_file = runner.get("file")
     in_init = mode is RunnerMode.HOST or init_registers
     if in_init and state_file not in (None, "", DEFAULT_STATE_FILE):
-        where = "in host mode" if mode is RunnerMode.HOST else "with spec.cache"
         return (
-            f"sets runner.file to {state_file!r}: {where} the registration is written to "
+            f"sets runner.file to {state_file!r}: the registration is written to "
             f"{DEFAULT_STATE_FILE!r} by the gro-register init container, so keep the default"
         )
     if (

@@ -64,12 +64,9 @@ def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
     The Gitea part is owned (a template may not set it); the rest are the mode's defaults,
     which a template's env entry of the same name replaces.
     """
+    # No registration token, in any mode: the ``gro-register`` init container registers, and
+    # the runner container starts with the registration file only (see _register_container).
     env: list[dict[str, Any]] = [{"name": "GITEA_INSTANCE_URL", "value": spec.gitea.url}]
-    if spec.registration_token is not None and not registers_in_init(spec):
-        # Job containers do not inherit it. In host mode steps run in this very container, so
-        # the token stays out of it altogether: the ``gro-register`` init container registers.
-        # (A Forgejo group may have none: objects/forgejo_job.py gives each runner its own.)
-        env.append(_token_env(spec))
     env += [
         # Any non-empty value turns ephemeral mode on; "true" says what we mean.
         {"name": "GITEA_RUNNER_EPHEMERAL", "value": "true"},
@@ -130,11 +127,13 @@ _NOT_FOR_INIT = frozenset(
 
 
 def _register_container(runner: dict[str, Any], spec: RunnerGroupSpec) -> dict[str, Any]:
-    """Host mode's registration step, run to completion before the runner container starts,
-    so that no workflow step can ever read the registration token (which registers any
-    number of runners). It is the runner container as the template made it (image, env such
-    as a proxy, CA and config mounts, resources for a quota, security context), with the
-    token added and the image's registration as its command."""
+    """The registration step of every mode, run to completion before the runner container
+    (and, in ``dind-rootless``, the Docker daemon jobs drive) starts, so that no job can ever
+    read the registration token (which registers any number of runners, of any labels). It
+    is the runner container as the template made it (image, env such as a proxy, CA and config
+    mounts, resources for a quota, security context), with the token added and the image's
+    registration as its command. What stays behind is ``/data/.runner``: this one ephemeral
+    runner's own credential, good for the one job it takes."""
     register = {k: copy.deepcopy(v) for k, v in runner.items() if k not in _NOT_FOR_INIT}
     register["name"] = REGISTER_CONTAINER
     register["command"] = ["/bin/sh", "-c", REGISTER_SCRIPT]

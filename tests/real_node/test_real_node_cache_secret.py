@@ -2,7 +2,8 @@
 (``cache.external_secret`` of the runner's config), in every mode, and fails; the cache
 still works for it (a save, then a restore that hits).
 
-What a job tries, where it runs (each way bounded in time and bytes, see ``PROBE``):
+What a job tries, where it runs (each way bounded in time and bytes, see
+``tests/support/job_probe.py``), for the cache secret and (issue 34) the registration token:
 
 - the config's paths: ``$CONFIG_FILE`` and the config directory (the hand-off's FIFO), the
   sidecar's Secret mount (``/gro/secret``), the kubelet's copy of Secret volumes; then the
@@ -42,6 +43,7 @@ import pytest
 
 from gitea_runner_operator.api.cache import service_host
 from gitea_runner_operator.objects import config_handoff
+from tests.support.job_probe import DOCKER, cache_secret, probe, registration_token, step
 from tests.support.real_node import (
     DIND_CONFIG,
     DIND_SIDECAR,
@@ -57,143 +59,6 @@ from tests.support.testbed import GROUPS, allow_cache, wait_until
 from tests.testbed import images
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
-
-# Every way a job could reach the cache secret, as POSIX sh functions (bash and busybox), so
-# that one text runs in a host step, in a job container and in the containers a job asks the
-# daemon for. Each is bounded, so the probe costs seconds, not the minutes that a scan of all
-# memory and all of ``/`` cost (and that stalled the kubelet): every command that may block or
-# read much runs under ``timeout``, every answer is cut to one short line, memory is read only
-# from small writable mappings, and files are searched only in small, named places.
-# ``SECRET`` matches the key's line with a value, or the value itself wherever it stands: the
-# test writes the first 12 of its 64 hex digits (48 of 256 bits of a secret that lives as
-# long as the test) in place of ``@PREFIX@``, and the probe prints them with the 16 or more
-# hex digits that must follow (so the probe's own script, which holds the 12, is no hit).
-# The test then looks for the whole value in the whole log.
-PROBE = r"""
-T=timeout
-SECRET='external_secret: *.\?[0-9a-f]\{8,\}\|@PREFIX@[0-9a-f]\{16,\}'
-CFG=/etc/gitea-runner-operator/config
-one() { tr '\0\n' '  ' | head -c 240; }
-grab() { tr -c 'a-zA-Z0-9_:. -' '\n' | grep -o "$1.\{0,80\}" | head -n 3 | one; }
-
-# mem DIR PATTERN: whether the process's memory opens at all (the defence: a non-dumpable
-# process's does not, for its own uid too), then PATTERN in its writable mappings of at most
-# 64 MiB, 256 MiB in all. A config lives in small heap spans; the large mappings (Go's arena
-# reservations, dockerd's) are mostly untouched pages and cost minutes for nothing.
-mem() {
-  err=$($T 5 dd if="$1/mem" bs=1 count=0 2>&1 >/dev/null) ||
-    { echo "not readable: $err" | one; return 0; }
-  maps=$($T 5 cat "$1/maps" 2>&1) || { echo "maps not readable: $maps" | one; return 0; }
-  left=65536
-  found=$(echo "$maps" | while read -r range perms rest; do
-    case $perms in rw*) ;; *) continue ;; esac
-    s=$((0x${range%-*} / 4096)); n=$((0x${range#*-} / 4096 - s))
-    [ "$n" -gt 16384 ] && continue
-    [ "$n" -gt "$left" ] && break
-    left=$((left - n))
-    $T 10 dd if="$1/mem" bs=4096 skip="$s" count="$n" 2>/dev/null
-  done | grab "$2")
-  echo "readable, found: ${found:-nothing}"
-}
-
-# proc DIR WHO: each door /proc opens onto a process: its environment, its memory, its open
-# descriptors (a config read through one would still be there), its root and working
-# directory (the config directory and the sidecar's Secret mount seen from inside it).
-proc() {
-  echo "PROBE $2 process: pid ${1##*/} ($(cat "$1/comm" 2>&1))"
-  echo "PROBE $2 environ: $($T 5 cat "$1/environ" 2>&1 | one)"
-  echo "PROBE $2 mem: $(mem "$1" '\(external_secret\|@PREFIX@[0-9a-f]\{16,\}\)')"
-  echo "PROBE $2 fd: $($T 5 ls -l "$1/fd/" 2>&1 | one)"
-  echo "PROBE $2 fd read: $(n=0; for f in "$1"/fd/*; do
-      n=$((n + 1)); [ $n -gt 16 ] && break
-      $T 1 head -c 65536 "$f" 2>&1 </dev/null
-    done | grab '\(external_secret\|@PREFIX@[0-9a-f]\{16,\}\|denied\|No such\)')"
-  echo "PROBE $2 root: $($T 5 cat "$1/root$CFG"/* "$1/root/gro/secret/config.yaml" 2>&1 | one)"
-  echo "PROBE $2 cwd: $($T 5 ls -la "$1/cwd/" 2>&1 | one)"
-  echo "PROBE $2 cwd files: $($T 5 grep -hos "$SECRET" "$1"/cwd/* "$1"/cwd/.[!.]* 2>&1 | one)"
-}
-
-# procs PROC: the runner and the gro-config sidecar under a proc file system, found by name
-# (the runner's binary; the sidecar's shell by its script's marker path, spelt here in two
-# parts so that no probe's own command line matches it), not by reading every process.
-procs() {
-  mark=/gro/state; mark=$mark/delivered; runner=; sidecar=
-  for p in "$1"/[0-9]*; do
-    case $(cat "$p/comm" 2>/dev/null) in
-      gitea-runner | act_runner | forgejo-runner) proc "$p" runner; runner=1 ;;
-      sh) case $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) in
-            *"$mark"*) proc "$p" gro-config; sidecar=1 ;;
-          esac ;;
-    esac
-  done
-  [ -n "$runner" ] || echo "PROBE runner process: not visible in $1"
-  [ -n "$sidecar" ] || echo "PROBE gro-config process: not visible in $1"
-}
-
-# control: a process of the job's own, read the same way, must show its marker, so a probe
-# that can read nothing cannot pass for a defence.
-control() {
-  # not last in its script, or busybox's sh would exec sleep and drop the marker
-  sh -c 'marker=gro-control-marker-1; sleep 30; :' </dev/null >/dev/null 2>&1 & ctl=$!
-  sleep 1
-  echo "PROBE control memory: $(mem /proc/$ctl gro-control-marker)"
-  kill $ctl
-}
-
-# files ROOT: the config where a job would look for it: $CONFIG_FILE and the config directory
-# (the FIFO: it blocks a reader while it exists, hence the timeout), the sidecar's Secret
-# mount, the kubelet's copy of the Secret volume on the node; then the secret's line in the
-# regular files (FIFOs would block) of small, named places, the daemon's storage left out.
-files() {
-  for f in "$1${CONFIG_FILE:-$CFG/config.yaml}" "$1$CFG"/* "$1/gro/secret/config.yaml" \
-    "$1"/var/lib/kubelet/pods/*/volumes/kubernetes.io~secret/*/config.yaml; do
-    echo "PROBE file $f: $($T 5 cat "$f" 2>&1 | one)"
-  done
-  echo "PROBE config dir: $($T 5 ls -la "$1$CFG" 2>&1 | one)"
-  dirs=
-  for d in etc data tmp run home root gro certs var/run var/lib/kubelet/pods; do
-    [ -d "$1/$d" ] && dirs="$dirs $1/$d"
-  done
-  # shellcheck disable=SC2086
-  echo "PROBE files: $($T 30 find $dirs -maxdepth 8 \
-    \( -path '*/.local/share/docker' -o -path '*/var/lib/docker' -o -name proc \) -prune \
-    -o -type f -size -256k -print 2>/dev/null | head -n 5000 |
-    $T 30 xargs grep -hos "$SECRET" 2>/dev/null | head -n 3 | one)"
-}
-"""
-
-# What a container step runs after the job's own view: the daemon's. With Docker (``dind``,
-# ``dind-rootless``) a job asks the daemon for what it may not have: ``-v`` of the config
-# directory; ``-v /:/host``, the daemon's root (in ``dind-rootless`` the runner container's
-# own file system) with its ``/proc`` (in ``dind-rootless`` the runner's PID namespace); and
-# ``--pid=host``. Each with ``--privileged`` where the daemon grants it, else without: the
-# testbed's DinD refuses it ("unable to apply caps"); the rootless daemon may not mount a new
-# sysfs, but grants it with its own ``/sys`` bound in. The rootless daemon refuses
-# ``--pid=host`` (its user namespace may not mount a ``/proc`` for the PID namespace it
-# shares), which ``-v /:/host`` makes up for: the same processes under ``/host/proc``.
-DOCKER = r"""
-B=docker.io/local/busybox:1.35
-echo "PROBE docker bind: $($T 60 docker run --rm -v $CFG:/x $B \
-  sh -c 'ls -la /x; cat /x/*' 2>&1 | one)"
-# the ways a job would ask for privilege: plain, then with the daemon's own /sys (a rootless
-# daemon that may not mount a new sysfs may still bind the one it has), then none
-P1=--privileged; P2="--privileged -v /sys:/sys"
-for extra in "$P1" "$P2" ""; do
-  # shellcheck disable=SC2086
-  $T 120 docker run --rm $extra -v /:/host -e PROBE="$PROBE" $B \
-    sh -c 'eval "$PROBE"; files /host; procs /host/proc' >/tmp/root 2>&1 && break
-  [ -n "$extra" ] && echo "PROBE docker $extra -v /:/host refused: $(one </tmp/root)"
-done
-sed "s|^PROBE ||; s|^|PROBE via docker ${extra:+$extra }-v /:/host: |" /tmp/root
-for extra in "$P1" "$P2" ""; do
-  # shellcheck disable=SC2086
-  $T 120 docker run --rm $extra --pid=host -e PROBE="$PROBE" $B \
-    sh -c 'eval "$PROBE"; procs /proc; control' >/tmp/pidhost 2>&1 && break
-  [ -n "$extra" ] && echo "PROBE docker $extra --pid=host refused: $(one </tmp/pidhost)"
-done
-sed "s|^PROBE ||; s|^|PROBE via docker ${extra:+$extra }--pid=host: |" /tmp/pidhost
-"""
-
 
 # The cache API as actions/cache speaks it, over busybox's nc (the DinD jobs' image has
 # neither bash nor curl): ``req METHOD PATH [BODY] [HEADER]`` sets $code and $body.
@@ -232,17 +97,7 @@ echo "CACHE HIT $body"
 """
 
 
-def _step(script: str) -> str:
-    return textwrap.indent(textwrap.dedent(script).strip(), " " * 10).lstrip()
-
-
-def probe(prefix: str) -> str:
-    """The probe's functions, set to look for the value starting with ``prefix`` too."""
-    assert re.fullmatch(r"[0-9a-f]{12}", prefix)
-    return PROBE.replace("@PREFIX@", prefix)
-
-
-def host_workflow(prefix: str) -> str:
+def host_workflow(probe_text: str) -> str:
     # bash's /dev/tcp client from the cache test (the runner image has no nc); its ``req``
     # takes the extra header with its own CRLF
     save = SAVE_RESTORE.replace('"$range"', "\"$range\"$'\\r\\n'")
@@ -259,19 +114,19 @@ jobs:
       - timeout-minutes: 4
         run: |
           t0=$(date +%s); echo "job uid=$(id -u)"
-          {_step(probe(prefix))}
+          {step(probe_text)}
           files ""; procs /proc; control
           echo "PROBE took $(( $(date +%s) - t0 )) s"
       - run: |
           set -eu
           CACHE=$ACTIONS_CACHE_URL
-          {_step(HTTP)}
-          {_step(save)}
+          {step(HTTP)}
+          {step(save)}
 """
 
 
-def container_workflow(label: str, socket: str, cache_url: str, prefix: str) -> str:
-    probe_var = "PROBE=$(cat <<'EOF'\n" + textwrap.dedent(probe(prefix)).strip() + "\nEOF\n)"
+def container_workflow(label: str, socket: str, cache_url: str, probe_text: str) -> str:
+    probe_var = "PROBE=$(cat <<'EOF'\n" + textwrap.dedent(probe_text).strip() + "\nEOF\n)"
     return f"""\
 name: secret-{label}
 on: [push]
@@ -289,16 +144,16 @@ jobs:
       - timeout-minutes: 6
         run: |
           t0=$(date +%s); echo "job uid=$(id -u)"
-          {_step(probe_var)}
+          {step(probe_var)}
           eval "$PROBE"
           files ""; procs /proc; control
-          {_step(DOCKER)}
+          {step(DOCKER)}
           echo "PROBE took $(( $(date +%s) - t0 )) s"
       - run: |
           set -eu
           CACHE={cache_url}
-          {_step(NC_HTTP)}
-          {_step(SAVE_RESTORE)}
+          {step(NC_HTTP)}
+          {step(SAVE_RESTORE)}
 """
 
 
@@ -358,11 +213,14 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, case)
     wait_until(settled, timeout=60, what="new spec observed, cache ready")
     secret = real.kube.get(f"/api/v1/namespaces/{real.ns}/secrets/probe-cache")["data"]
     value = base64.b64decode(secret["external-secret"]).decode()
+    # the registration token too (issue 34): gro-register registers with a cache as without
+    token = real.target.registration_token
+    probe_text = probe(cache_secret(value), registration_token(token))
     if mode == "host":
-        workflow = host_workflow(value[:12])
+        workflow = host_workflow(probe_text)
     else:
         url = f"http://{ip}:8088/"
-        workflow = container_workflow(label, MODES[mode]["socket"], url, value[:12])
+        workflow = container_workflow(label, MODES[mode]["socket"], url, probe_text)
     real.push("secret.yml", workflow)
     done = real.wait_done({"probe"}, timeout=420)
     log = real.job_log("probe")
@@ -370,6 +228,7 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, case)
     print(f"\n--- {case}: what the job could reach\n{probes}")
     assert done == {"probe": "success"}, f"{log}\n{real.pods_report()}"
     assert value not in log, f"the job read the cache secret:\n{probes}"
+    assert token not in log, f"the job read the registration token:\n{probes}"
     assert "CACHE HIT probe-" in log  # the runner still registered the job's token
     # the probe could read memory where it ran: a denial is the defence, not a broken probe
     assert "PROBE control memory: readable, found: gro-control-marker" in log, probes

@@ -240,10 +240,16 @@ def test_the_config_is_read_once_then_gone_and_a_restarted_sidecar_hands_out_not
         again.wait(timeout=10)
 
 
-def test_a_cache_groups_runner_file_must_stay_where_gro_register_writes_it():
+def test_the_runner_file_must_stay_where_gro_register_writes_it_in_every_mode():
     text = "runner:\n  file: state.json\n"
-    assert runner_config_problem(text, RunnerMode.DIND) is None
-    problem = runner_config_problem(text, RunnerMode.DIND, init_registers=True)
-    assert problem is not None and "with spec.cache" in problem
+    for mode in RunnerMode:
+        problem = runner_config_problem(text, mode, init_registers=True)
+        assert problem is not None and "gro-register" in problem, mode
+    # every Gitea group registers in the init container, with a cache or without
     assert registers_in_init(cache_spec("dind"))
-    assert not registers_in_init(parse_spec({**VALID, "mode": "dind"}))
+    for mode in ("dind", "dind-rootless", "host"):
+        assert registers_in_init(parse_spec({**VALID, "mode": mode}))
+    # a group with no registration token (Forgejo) registers each runner through the API
+    assert not registers_in_init(
+        parse_spec({**VALID, "mode": "dind"}).model_copy(update={"registration_token": None})
+    )

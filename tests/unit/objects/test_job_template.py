@@ -68,12 +68,17 @@ def test_job_runs_one_ephemeral_runner_named_after_its_pod():
 
 def test_registration_token_is_referenced_never_copied():
     job = render()
-    token = env_of(job)["GITEA_RUNNER_REGISTRATION_TOKEN"]
+    pod = job["spec"]["template"]["spec"]
+    (register,) = [c for c in pod["initContainers"] if c["name"] == "gro-register"]
+    register_env = {e["name"]: e for e in register["env"]}
+    token = register_env["GITEA_RUNNER_REGISTRATION_TOKEN"]
     assert "value" not in token
     assert token["valueFrom"] == {"secretKeyRef": {"name": "runner-secrets", "key": "registration"}}
+    # the runner container, where the daemon jobs drive runs in this mode, has none of it
+    assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env_of(job)
     # The auth token is the operator's alone: it must not reach the runner in any form.
-    assert "api" not in json.dumps([e for e in env_of(job).values() if "valueFrom" in e])
-    for env in env_of(job).values():
+    assert '"api"' not in json.dumps(pod)
+    for env in [*env_of(job).values(), *register_env.values()]:
         assert (
             "secretKeyRef" not in json.dumps(env)
             or env["name"] == "GITEA_RUNNER_REGISTRATION_TOKEN"

@@ -20,8 +20,11 @@ def test_dind_rootless_is_the_default_privileged_image_with_its_own_daemon():
     assert runner["image"] == "gitea/runner:1.0.8-dind-rootless"
     assert runner["securityContext"] == {"privileged": True}
     assert env(runner)["DOCKER_HOST"] == "tcp://localhost:2376"
-    assert env(runner)["GITEA_RUNNER_REGISTRATION_TOKEN"] == TOKEN_REF
-    assert "initContainers" not in pod
+    # the daemon jobs drive runs in this container: the token is not in it (issue 34)
+    assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env(runner)
+    (register,) = pod["initContainers"]
+    assert register["name"] == "gro-register"
+    assert env(register)["GITEA_RUNNER_REGISTRATION_TOKEN"] == TOKEN_REF
     assert pod["securityContext"] == {"fsGroup": 1000}
 
 

@@ -1,0 +1,168 @@
+"""Issue 34 on the real node: a job tries every way to read the group's registration token,
+in every mode without a cache (with a cache: test_real_node_cache_secret.py, whose probe looks
+for the token too), with ``shareProcessNamespace`` and without, and fails; the job still runs
+and succeeds.
+
+The token makes runners of any labels for the whole scope, so whoever holds it receives other
+repositories' jobs and their secrets. Until issue 34, ``dind`` and ``dind-rootless`` groups
+without a cache gave it to the runner container, and in ``dind-rootless`` the Docker daemon
+jobs drive runs in that container: a job read it from dockerd's ``/proc/<pid>/environ`` with
+``docker run --privileged -v /sys:/sys -v /:/host``. Now ``gro-register`` registers in every
+mode and ends before the runner container starts.
+
+What a job tries (tests/support/job_probe.py): its own environment and ``/proc`` (every
+process's environment, the runner's memory, descriptors, root and working directory), the
+files a runner keeps (``/data/.runner`` among the small, named places searched), and with
+Docker the same through the daemon: ``-v /:/host`` (the daemon's files and ``/proc``),
+``--pid=host``, each with ``--privileged`` and ``--privileged -v /sys:/sys`` where the daemon
+grants it. The oracle is the token itself, read by the test from the Secret, looked for in
+the whole job log. A control reads a process of the job's own (memory, environment) and must
+find its marker.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from typing import Any
+
+import pytest
+
+from tests.support.job_probe import DOCKER, probe, registration_token, step
+from tests.support.real_node import (
+    DIND_CONFIG,
+    DIND_SIDECAR,
+    LOCAL,
+    ROOTLESS_CONFIG,
+    Real,
+    on_real_node,
+    runner_config,
+)
+from tests.testbed import images
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
+
+MODES: dict[str, dict[str, Any]] = {
+    "host": {"image": images.RUNNER, "socket": ""},
+    "dind": {"image": images.RUNNER, "socket": "/var/run/docker.sock"},
+    "dind-rootless": {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"},
+}
+SHARED = "-shared-pids"
+CASES = [*MODES, *(f"{mode}{SHARED}" for mode in MODES)]
+# The rootless daemon's view from a ``--privileged`` container: the runner container's own
+# file system and PID namespace, the daemon's processes among them.
+PRIVILEGED_VIEW = r"via docker --privileged (-v /sys:/sys )?-v /:/host:"
+
+
+def host_workflow(label: str, probe_text: str) -> str:
+    return f"""\
+name: token-host
+on: [push]
+defaults:
+  run:
+    shell: bash
+jobs:
+  probe:
+    runs-on: {label}
+    steps:
+      - timeout-minutes: 4
+        run: |
+          t0=$(date +%s); echo "job uid=$(id -u)"
+          {step(probe_text)}
+          echo "PROBE own environment: $(env | grep -c . ) entries"
+          env | grep -o "\\($SECRET\\).\\{{0,64\\}}" || true
+          files ""; procs /proc; control
+          echo "PROBE took $(( $(date +%s) - t0 )) s"
+      - run: echo "JOB STILL RUNS"
+"""
+
+
+def container_workflow(label: str, socket: str, probe_text: str) -> str:
+    probe_var = "PROBE=$(cat <<'EOF'\n" + textwrap.dedent(probe_text).strip() + "\nEOF\n)"
+    return f"""\
+name: token-{label}
+on: [push]
+defaults:
+  run:
+    shell: sh
+jobs:
+  probe:
+    runs-on: {label}
+    container:
+      image: docker.io/local/busybox-docker:1.35
+      volumes:
+        - {socket}:/var/run/docker.sock
+    steps:
+      - timeout-minutes: 6
+        run: |
+          t0=$(date +%s); echo "job uid=$(id -u)"
+          {step(probe_var)}
+          eval "$PROBE"
+          echo "PROBE own environment: $(env | grep -c . ) entries"
+          env | grep -o "\\($SECRET\\).\\{{0,64\\}}" || true
+          files ""; procs /proc; control
+          {step(DOCKER)}
+          echo "PROBE took $(( $(date +%s) - t0 )) s"
+      - run: echo "JOB STILL RUNS"
+"""
+
+
+def _apply_group(real: Real, mode: str, label: str, shared: bool) -> None:
+    pod: dict[str, Any] = {"shareProcessNamespace": True} if shared else {}
+    spec: dict[str, Any] = {"image": LOCAL + MODES[mode]["image"]}
+    if mode == "host":
+        spec |= {"labels": [label], "template": on_real_node(**pod)}
+    else:
+        spec["labels"] = [f"{label}:docker://{LOCAL}{images.BUSYBOX_DOCKER}"]
+        text = DIND_CONFIG if mode == "dind" else ROOTLESS_CONFIG
+        spec["runnerConfig"] = runner_config(real, f"{label}-config", text)
+        init = [DIND_SIDECAR] if mode == "dind" else None
+        spec["template"] = on_real_node(init=init, **pod)
+    real.group("probe", mode=mode, maxActiveRunners=1, **spec)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_job_cannot_read_the_registration_token_and_still_runs(real, case):
+    mode = case.removesuffix(SHARED)
+    shared = mode != case
+    label = f"gro-token-{mode}"
+    _apply_group(real, mode, label, shared)
+    token = real.target.registration_token
+    probe_text = probe(registration_token(token))
+    if mode == "host":
+        workflow = host_workflow(label, probe_text)
+    else:
+        workflow = container_workflow(label, MODES[mode]["socket"], probe_text)
+    real.push("token.yml", workflow)
+    done = real.wait_done({"probe"}, timeout=420)
+    log = real.job_log("probe")
+    probes = "\n".join(line for line in log.splitlines() if "PROBE" in line and "echo" not in line)
+    print(f"\n--- {case}: what the job could reach\n{probes}")
+    assert done == {"probe": "success"}, f"{log}\n{real.pods_report()}"
+    assert "JOB STILL RUNS" in log
+    # the oracle: the token, read from the Secret, is nowhere in what the job printed
+    assert token not in log, f"the job read the registration token:\n{probes}"
+    # the probe could read where it ran: a denial is the defence, not a broken probe
+    assert "PROBE control memory: readable, found: gro-control-marker" in log, probes
+    assert "PROBE control environ: gro-control-env-1" in log, probes
+    # every environment the job's own /proc shows was searched, and none holds the token
+    assert re.search(r"PROBE environs: [1-9]\d* processes, \d+ not readable, hits: none", log)
+    if mode == "host":
+        # steps run in the runner container, same user: the runner is right there, and what
+        # it holds is its own registration (/data/.runner), good for this one job
+        assert re.search(r"PROBE runner process: pid \d+", log), probes
+        assert re.search(r"PROBE state file /data/\.runner: readable", log), probes
+    else:
+        # what the daemon showed: its /proc under -v /:/host, every environment searched
+        assert re.search(r"via docker .*-v /:/host: environs: [1-9]\d* processes", log), probes
+        assert "hits: [" not in log, probes
+    if mode == "dind-rootless":
+        # the daemon runs in the runner's container: through its /proc a job sees the runner
+        # and the daemon (whose environment held the token until issue 34)
+        assert re.search(PRIVILEGED_VIEW + r" runner process: pid \d+", log), probes
+        assert re.search(PRIVILEGED_VIEW + r" environs: [1-9]\d* processes", log), probes
+    pods = real.pods("probe")
+    runner = next(c for c in pods[0]["spec"]["containers"] if c["name"] == "runner")
+    assert not [e for e in runner.get("env", []) if "TOKEN" in e["name"]]
+    statuses = {c["name"]: c for c in pods[0]["status"].get("initContainerStatuses") or []}
+    assert statuses["gro-register"]["state"]["terminated"]["exitCode"] == 0
