@@ -136,7 +136,7 @@ class ConfigReader:
             lent = await self._secrets.get(namespace, name, key)
         except SecretUnavailable as exc:
             if exc.reason == "Forbidden":
-                refused = self._secrets.refused(f"Secret {namespace}/{name}")
+                refused = self._secrets.why_unavailable(exc)
                 raise ReferenceProblem(
                     Problem(f"{reason_prefix}Forbidden", f"{field}: {refused}")
                 ) from None

@@ -85,10 +85,8 @@ class Secrets:
             raise SecretProblem(self._unavailable(exc, field)) from None
 
     def _unavailable(self, exc: SecretUnavailable, field: str) -> Problem:
-        what = f"Secret {exc.namespace}/{exc.name}"
+        """SecretNotFound, SecretForbidden, or SecretNotAllowed with how to opt in."""
         if exc.reason == "NotOptedIn":
             return not_lent_problem(field=field, namespace=exc.namespace, name=exc.name)
-        if exc.reason == "Forbidden":
-            message = f"{field}.secretRef: {self.store.refused(what)}"
-            return Problem("SecretForbidden", message, ProblemKind.SECRET)
-        return Problem("SecretNotFound", f"{field}.secretRef: {what} not found", ProblemKind.SECRET)
+        message = f"{field}.secretRef: {self.store.why_unavailable(exc)}"
+        return Problem(f"Secret{exc.reason}", message, ProblemKind.SECRET)
