@@ -9,21 +9,14 @@ from typing import Any
 
 from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.runtime.sharding import Sharding, layout_of
+from tests.support.builders import spec_with
 from tests.support.leases import Clock, FakeLeases
 
-URL = "https://git.example"
 
-
-def group(org: str, repo: str | None = None, labels: tuple[str, ...] = ("x",)) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "gitea": {"url": URL, "secretRef": {"name": "t"}},
-        "scope": "repo" if repo else "org",
-        "org": org,
-        "labels": list(labels),
-    }
-    if repo:
-        spec["repo"] = repo
-    return {"spec": spec}
+def group(org: str, repo: str | None = None) -> dict[str, Any]:
+    if repo is None:
+        return {"spec": spec_with(scope="org", org=org, repo=None)}
+    return {"spec": spec_with(org=org, repo=repo)}
 
 
 GROUPS: dict[str, dict[str, Any]] = {
@@ -101,6 +94,8 @@ def test_replicas_share_the_groups_and_keep_a_domain_whole() -> None:
         a, b, c = (Replica(api, clock, n) for n in "abc")
         await rounds([a], 2)
         await rounds([a, b, c], 4)
+        layout = layout_of(GROUPS.items())
+        assert len(layout.domains) == 13  # ns/org3 and ns/app3 share one; ns/broken is alone
         shares = [r.serves() for r in (a, b, c)]
         assert set().union(*shares) == set(GROUPS)
         assert all(shares), shares  # 13 domains over 3 replicas: each gets some
