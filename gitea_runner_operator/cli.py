@@ -34,7 +34,7 @@ log = structlog.get_logger("gitea_runner_operator")
 
 # Settings whose flag has the same name (``--health-port`` -> ``health_port``).
 SAME_NAMES = (
-    "kubeconfig", "context", "workers", "health_host", "health_port", "leader_elect",
+    "kubeconfig", "context", "workers", "health_host", "health_port", "leader_elect", "sharding",
     "job_ttl_seconds", "gitea_backoff_max", "kube_write_qps", "kube_write_burst",
     "webhook_host", "webhook_port", "webhook_secret", "webhook_secret_file", "webhook_url",
     "template_policy", "secrets_cluster_role",
@@ -88,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="take a Lease before acting, so two replicas never both create runners",
     )
     p.add_argument("--leader-election-namespace", help="namespace of the Lease")
+    p.add_argument(
+        "--sharding",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="every replica acts, each on its share of the groups by capacity domain"
+        " (membership Leases in the leader election namespace; experimental)",
+    )
     p.add_argument(
         "--job-ttl-seconds",
         type=int,

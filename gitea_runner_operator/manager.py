@@ -20,6 +20,7 @@ from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import Leadership, LeaseElector, run_with_leadership
+from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.settings import SA_NAMESPACE_FILE, Settings
 from gitea_runner_operator.webhook import CachedSecretReader, Descriptors, WebhookServer
 from gitea_runner_operator.webhook.secrets import (
@@ -173,7 +174,18 @@ async def run(settings: Settings) -> int:
         )
 
         def make_controller() -> Controller:
-            return Controller(api, settings, watch_api, metrics, secret_store=secrets)
+            membership = None
+            if settings.sharding:  # every replica acts, on its own share (runtime/sharding.py)
+                membership = MembershipLeases(
+                    lease_api,
+                    lease_namespace(settings),
+                    settings.lease_name,
+                    settings.identity,
+                    lease_duration=settings.lease_duration,
+                )
+            return Controller(
+                api, settings, watch_api, metrics, secret_store=secrets, membership=membership
+            )
 
         def ready() -> bool:
             current = leadership.controller
@@ -214,7 +226,7 @@ async def run(settings: Settings) -> int:
                 operator_secret=secret is not None,
             )
         try:
-            if not settings.leader_elect:
+            if not settings.leader_elect or settings.sharding:
                 controller = make_controller()
                 leadership.controller = controller
                 await controller.run(stop)

@@ -40,8 +40,11 @@ from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
+from gitea_runner_operator.reconcile.shards import Layout
 from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
+from gitea_runner_operator.runtime.membership import MembershipLeases
+from gitea_runner_operator.runtime.sharding import Sharding, layout_of
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
 
@@ -59,6 +62,7 @@ class Controller:
         watch_api: client.ApiClient | None = None,
         metrics: Metrics | None = None,
         secret_store: SecretStore | None = None,
+        membership: MembershipLeases | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics if metrics is not None else Metrics()
@@ -132,10 +136,47 @@ class Controller:
         self.synced = asyncio.Event()
         self.stopped = asyncio.Event()
         self._housekeeping: set[asyncio.Task[None]] = set()
+        self._running: set[str] = set()  # groups a worker reconciles now
+        self._finished = asyncio.Event()  # set whenever a worker finishes a reconcile
+        # --sharding: act only on the groups of the domains this replica holds.
+        self.sharding: Sharding | None = None
+        if membership is not None:
+            self.sharding = Sharding(
+                membership,
+                self._layout,
+                take=self._take,
+                release=self._release,
+                retry_period=settings.retry_period,
+                renew_deadline=settings.renew_deadline,
+            )
+        self._layout_cached: Layout | None = None
 
     def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         if spec_changed(kind, obj, before):
+            self._layout_cached = None
             self.queue.add(key)
+
+    def _layout(self) -> Layout:
+        """The domains of the groups in the cache, recomputed after a spec changed."""
+        if self._layout_cached is None:
+            groups = self.cache.group_keys()
+            self._layout_cached = layout_of((k, self.cache.group(k)) for k in groups)
+        return self._layout_cached
+
+    def _take(self, keys: frozenset[str]) -> None:
+        for key in keys:
+            self.queue.add(key)
+
+    async def _release(self, keys: frozenset[str]) -> None:
+        """Another replica will serve these groups: finish their reconciles under way, then
+        stop their Gitea tasks and drop them from the ledger and the pending statuses."""
+        while self._running & keys:
+            self._finished.clear()
+            await self._finished.wait()
+        for key in keys:
+            await self.pollers.stop(key)
+            self.ledger.remove(key)
+            self.status_writes.forget(key)
 
     def _on_owned(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         # A Job created and deleted before any reconcile saw it must not stay expected.
@@ -208,6 +249,8 @@ class Controller:
                 asyncio.create_task(self._worker(), name=f"worker:{i}")
                 for i in range(self.settings.workers)
             ]
+            if self.sharding is not None:
+                workers.append(asyncio.create_task(self.sharding.run(stop), name="sharding"))
             await stop.wait()
             log.info("stopping: finishing in-flight reconciles")
             self.queue.shut_down()
@@ -239,7 +282,12 @@ class Controller:
                 key = await self.queue.get()
             except ShutDown:
                 return
+            if self.sharding is not None and not self.sharding.acts_on(key):
+                self.queue.forget(key)  # another replica's group
+                self.queue.done(key)
+                continue
             started = time.monotonic()
+            self._running.add(key)
             try:
                 result = await self.reconciler.reconcile(key)
             except Exception as exc:
@@ -261,4 +309,6 @@ class Controller:
                 if result.requeue_after is not None:
                     self.queue.add_after(key, result.requeue_after)
             finally:
+                self._running.discard(key)
+                self._finished.set()
                 self.queue.done(key)

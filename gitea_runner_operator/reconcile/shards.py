@@ -1,0 +1,200 @@
+"""Which replica serves which capacity domain, and from when: rendezvous hashing over the
+live members, fenced by what each member publishes in its own membership Lease.
+
+Assignment: a domain goes to the member with the highest hash of (member, domain) (highest
+random weight, Thaler and Ravishankar). A member that joins takes exactly the domains whose
+hash it wins; a member that leaves gives away only its own. No table is stored: every
+replica computes the same owner from the same member set.
+
+Fencing: replicas see one another through their Leases, each read at its own time, so two
+of them may for a while disagree on who is alive. The rule that keeps two replicas off one
+domain (the proof is in docs/architecture.md, "Past one replica"):
+
+1. Each member publishes, in its Lease, the member set it acts for (its view) and the
+   fingerprint of the groups it computed domains from (domains.fingerprint).
+2. Before it publishes a new view or fingerprint, a member stops acting on every domain the
+   new one does not give it (and on every domain whose membership changed).
+3. A member starts acting on a domain only on a read of the Leases begun after its own last
+   publication, in which every other fresh member publishes the same fingerprint and a view
+   that gives the domain to it too. Members whose Lease lapsed or was released are not
+   asked: client-go's rule makes a member stop acting before others can see its Lease lapse
+   (it steps down after ``renew_deadline``, shorter than the duration), and a released
+   Lease is released only after its member stopped.
+4. A member that stepped down (could not renew in time) holds nothing and must publish
+   again before it takes anything.
+
+Pure: :class:`Tenure` is one member's state; the Lease I/O is runtime/membership.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gitea_runner_operator.reconcile.domains import Shape, domains, fingerprint, lone_domain
+
+ANNOTATION = "gitea-runners.dev/view"  # on each member's Lease: the Published record
+_FORMAT = 1
+MAX_MEMBERS = 64  # a view longer than this is refused when read (a Lease is shared input)
+
+
+def weight(member: str, domain: str) -> int:
+    """The member's bid for the domain: the first 8 bytes of a hash of both names."""
+    digest = hashlib.sha256(f"{member}\x00{domain}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def owner(domain: str, members: Collection[str]) -> str | None:
+    """The domain's owner among ``members`` (ties, which need a hash collision, go to the
+    larger name); None when there is nobody."""
+    if not members:
+        return None
+    return max(members, key=lambda m: (weight(m, domain), m))
+
+
+def assignment(domain_ids: Iterable[str], members: Collection[str]) -> dict[str, str]:
+    """Each domain's owner; empty when there are no members."""
+    if not members:
+        return {}
+    return {d: owner(d, members) or "" for d in domain_ids}
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The domains one member computed, and the fingerprint of the groups it read."""
+
+    fingerprint: str
+    domains: Mapping[str, frozenset[str]]  # domain id -> its group keys
+
+    @classmethod
+    def of(cls, shapes: Iterable[Shape], unreadable: Iterable[str] = ()) -> Layout:
+        """From the groups' shapes; groups whose spec cannot be read each get a domain of
+        their own (they compete with nobody), and take part in the fingerprint by key."""
+        listed = list(shapes)
+        found = {d.id: d.members for d in domains(listed).values()}
+        odd = sorted(unreadable)
+        for key in odd:
+            found.setdefault(lone_domain(key).id, frozenset({key}))
+        print_ = fingerprint(listed)
+        if odd:
+            print_ = hashlib.sha256("\x1e".join([print_, *odd]).encode()).hexdigest()[:16]
+        return cls(print_, found)
+
+    def domain_of(self) -> dict[str, str]:
+        """Group key -> domain id."""
+        return {key: d for d, keys in self.domains.items() for key in keys}
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What one member's Lease says it acts for."""
+
+    view: frozenset[str]
+    fingerprint: str
+
+    def encode(self) -> str:
+        return json.dumps(
+            {"format": _FORMAT, "members": sorted(self.view), "groups": self.fingerprint},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def decode(cls, text: str | None) -> Published | None:
+        """None for anything this version cannot read: such a member blocks every gain
+        (rule 3), which is the safe reading of a peer one does not understand."""
+        if not text or len(text) > 64 * 1024:
+            return None
+        try:
+            raw = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(raw, dict) or raw.get("format") != _FORMAT:
+            return None
+        members, groups = raw.get("members"), raw.get("groups")
+        if not isinstance(members, list) or not isinstance(groups, str):
+            return None
+        if len(members) > MAX_MEMBERS or not all(isinstance(m, str) for m in members):
+            return None
+        return cls(frozenset(members), groups)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One read of every membership Lease, from one member's side: the other members whose
+    Lease is held and fresh, and what each publishes (None: unreadable or not yet)."""
+
+    fresh: Mapping[str, Published | None]
+    publication: int  # the reader's own publication count when the read began
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What a member must do after a read, in this order: stop acting on ``release``, then
+    write ``publish`` to its Lease (and report it with :meth:`Tenure.published`), then act
+    on ``take`` too."""
+
+    release: frozenset[str] = frozenset()
+    publish: Published | None = None
+    take: frozenset[str] = frozenset()
+
+
+@dataclass
+class Tenure:
+    """One member's right to domains."""
+
+    me: str
+    current: Published | None = None  # last written to its Lease
+    publication: int = 0
+    held: dict[str, frozenset[str]] = field(default_factory=dict)  # domain id -> group keys
+    _must_publish: bool = True
+
+    def plan(self, reading: Reading, layout: Layout) -> Step:
+        """The next step after ``reading``, with the domains computed from the groups this
+        member sees now (``layout``). Releases and gains are applied to :attr:`held` here;
+        the publication counts only once :meth:`published` is called."""
+        wanted = Published(frozenset({self.me, *reading.fresh}), layout.fingerprint)
+        if self._must_publish or wanted != self.current:
+            return Step(release=self._keep_only(wanted, layout), publish=wanted)
+        if reading.publication != self.publication:
+            return Step()  # read before our own last write: proves nothing about the others
+        peers = list(reading.fresh.values())
+        if any(p is None or p.fingerprint != layout.fingerprint for p in peers):
+            return Step()
+        take = frozenset(
+            d
+            for d, keys in layout.domains.items()
+            if d not in self.held
+            and owner(d, wanted.view) == self.me
+            and all(owner(d, p.view) == self.me for p in peers if p is not None)
+        )
+        self.held.update({d: layout.domains[d] for d in take})
+        return Step(take=take)
+
+    def published(self, what: Published) -> None:
+        self.current = what
+        self.publication += 1
+        self._must_publish = False
+
+    def step_down(self) -> frozenset[str]:
+        """The Lease could not be renewed in time (or the process stops): act on nothing,
+        and publish again before taking anything."""
+        released = frozenset(self.held)
+        self.held.clear()
+        self._must_publish = True
+        return released
+
+    def groups(self) -> frozenset[str]:
+        """The groups this member may act on now."""
+        return frozenset(key for keys in self.held.values() for key in keys)
+
+    def _keep_only(self, wanted: Published, layout: Layout) -> frozenset[str]:
+        lost = frozenset(
+            d
+            for d, keys in self.held.items()
+            if layout.domains.get(d) != keys or owner(d, wanted.view) != self.me
+        )
+        for d in lost:
+            del self.held[d]
+        return lost

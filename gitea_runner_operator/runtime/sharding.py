@@ -1,0 +1,140 @@
+"""``--sharding``: every replica acts, each on the capacity domains it holds
+(reconcile/shards.py) by its membership Lease (runtime/membership.py).
+
+One round, every ``retry_period``: renew the Lease; read everyone's; plan. The plan's order
+is the fencing rule's: groups it releases are closed to the workers first and their
+in-flight reconciles finished and their Gitea tasks stopped (``release``), then the new
+view is written, and groups it takes are handed to the work queue (``take``) only on a
+later read. A replica that has not renewed within ``renew_deadline`` releases everything,
+as the leader does (runtime/leadership.py). On a graceful stop it releases everything and
+deletes its Lease, so the next owners start on their next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import structlog
+
+from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
+from gitea_runner_operator.reconcile.domains import Shape, shape_of
+from gitea_runner_operator.reconcile.shards import Layout, Tenure
+from gitea_runner_operator.runtime.membership import MembershipLeases
+
+log = structlog.get_logger(__name__)
+
+
+def layout_of(groups: Iterable[tuple[str, Any]]) -> Layout:
+    """The domains of ``(key, object)`` pairs as the informer cache holds them; a group
+    whose spec cannot be read competes with nobody (its own domain)."""
+    shapes: list[Shape] = []
+    odd: list[str] = []
+    for key, obj in groups:
+        try:
+            shapes.append(shape_of(key, parse_spec((obj or {}).get("spec"))))
+        except InvalidSpec:
+            odd.append(key)
+    return Layout.of(shapes, odd)
+
+
+class Sharding:
+    """The replica's share of the groups, for the controller's workers to ask."""
+
+    def __init__(
+        self,
+        leases: MembershipLeases,
+        layout: Callable[[], Layout],
+        *,
+        take: Callable[[frozenset[str]], None],
+        release: Callable[[frozenset[str]], Awaitable[None]],
+        retry_period: float = 2.0,
+        renew_deadline: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._leases = leases
+        self._layout = layout
+        self._take = take
+        self._release = release
+        self._period = retry_period
+        self._deadline = renew_deadline
+        self._clock = clock
+        self.tenure = Tenure(leases.identity)
+        self._open: frozenset[str] = frozenset()  # groups the workers may reconcile
+        self._renewed_at: float | None = None
+        self.handovers = 0  # domains taken or released, for metrics and tests
+
+    def acts_on(self, key: str) -> bool:
+        return key in self._open
+
+    async def _close(self, before: frozenset[str]) -> None:
+        gone = before - self.tenure.groups()
+        if gone:
+            self._open = self.tenure.groups()
+            await self._release(gone)
+
+    def _budget(self) -> float:
+        """Seconds until this replica must have stepped down, were its Lease not renewed."""
+        if self._renewed_at is None:
+            return self._deadline
+        return self._deadline - (self._clock() - self._renewed_at)
+
+    async def _within_budget(self, call: Awaitable[Any]) -> Any:
+        """A Lease call cut at the step-down deadline: a slow API server must not keep a
+        replica acting past it (None: cut)."""
+        budget = self._budget()
+        if budget <= 0:
+            if asyncio.iscoroutine(call):
+                call.close()
+            return None
+        try:
+            return await asyncio.wait_for(call, budget)
+        except TimeoutError:
+            return None
+
+    async def round(self) -> None:
+        """One renew, read and plan."""
+        renew = self._leases.renew(self.tenure.current)
+        # Holding nothing, there is no deadline to keep: the call's own timeout bounds it.
+        if await (self._within_budget(renew) if self.tenure.held else renew):
+            self._renewed_at = self._clock()
+        elif self._budget() <= 0:  # not renewed in time: act on nothing, read nothing
+            before = self.tenure.groups()
+            if self.tenure.step_down():
+                log.warning("membership lease not renewed in time: serving no group")
+                self.handovers += 1
+            await self._close(before)
+            return
+        reading = await self._within_budget(self._leases.read(self.tenure.publication))
+        if reading is None:
+            return
+        before = self.tenure.groups()
+        step = self.tenure.plan(reading, self._layout())
+        self.handovers += len(step.release) + len(step.take)
+        await self._close(before)
+        if step.publish is not None and await self._within_budget(self._leases.renew(step.publish)):
+            self.tenure.published(step.publish)
+            self._renewed_at = self._clock()
+        if step.take:
+            self._open = self.tenure.groups()
+            self._take(self._open - before)
+            log.info("serving domains", taken=len(step.take), held=len(self.tenure.held))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            while not stop.is_set():
+                await self.round()
+                # While it holds domains, it wakes by its step-down deadline at the latest.
+                budget = max(0.05, self._budget())
+                pause = min(self._period, budget) if self.tenure.held else self._period
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), pause)
+        finally:
+            before = self.tenure.groups()
+            self.tenure.step_down()
+            with contextlib.suppress(Exception):
+                await self._close(before)
+            await self._leases.release()

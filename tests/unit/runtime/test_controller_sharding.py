@@ -1,0 +1,106 @@
+"""--sharding in the controller: its workers reconcile only the groups of the domains this
+replica holds, and a group that moves away has its reconcile under way finished before the
+replica publishes the view that gives it away."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kubernetes_asyncio import client
+
+from gitea_runner_operator.reconcile.reconciler import Result
+from gitea_runner_operator.reconcile.shards import owner
+from gitea_runner_operator.runtime.controller import Controller
+from gitea_runner_operator.runtime.membership import MembershipLeases, lease_name
+from gitea_runner_operator.settings import Settings
+from tests.support.builders import spec_with
+from tests.support.leases import Clock, FakeLeases
+
+KEYS = [f"team/app{i}" for i in range(10)]
+
+
+class Replica:
+    def __init__(self, api: client.ApiClient, leases: FakeLeases, clock: Clock, name: str) -> None:
+        membership = MembershipLeases(api, "ops", "gro", name, clock=clock, leases=leases)
+        self.controller = Controller(api, Settings(sharding=True), membership=membership)
+        for i, key in enumerate(KEYS):
+            obj = {"metadata": {"namespace": "team", "name": key.split("/")[1]},
+                   "spec": spec_with(org=f"org{i}", repo="app")}  # fmt: skip
+            self.controller.cache.groups[0].cache[key] = obj
+        self.reconciled: list[str] = []
+        self.hold: dict[str, asyncio.Event] = {}
+        self.controller.reconciler.reconcile = self._reconcile  # type: ignore[method-assign]
+        self.workers = [asyncio.create_task(self.controller._worker()) for _ in range(2)]
+
+    async def _reconcile(self, key: str) -> Result:
+        self.reconciled.append(key)
+        if key in self.hold:
+            await self.hold[key].wait()
+        return Result()
+
+    async def round(self) -> None:
+        assert self.controller.sharding is not None
+        await self.controller.sharding.round()
+        await asyncio.sleep(0.01)  # the workers take what was queued
+
+    def serves(self) -> set[str]:
+        assert self.controller.sharding is not None
+        return {k for k in KEYS if self.controller.sharding.acts_on(k)}
+
+    async def close(self) -> None:
+        self.controller.queue.shut_down()
+        await asyncio.gather(*self.workers)
+
+
+async def test_each_replica_reconciles_only_its_share() -> None:
+    async with client.ApiClient() as api:
+        leases, clock = FakeLeases(), Clock()
+        a, b = Replica(api, leases, clock, "a"), Replica(api, leases, clock, "b")
+        for _ in range(3):
+            await a.round()
+            await b.round()
+        assert a.serves() and b.serves() and not a.serves() & b.serves()
+        assert a.serves() | b.serves() == set(KEYS)
+        a.reconciled.clear()
+        b.reconciled.clear()
+        for r in (a, b):
+            for key in KEYS:  # every event reaches both replicas' queues
+                r.controller.queue.add(key)
+        await asyncio.sleep(0.05)
+        assert set(a.reconciled) == a.serves() and set(b.reconciled) == b.serves()
+        await a.close()
+        await b.close()
+
+
+async def test_a_moving_group_finishes_its_reconcile_before_the_view_is_published() -> None:
+    async with client.ApiClient() as api:
+        leases, clock = FakeLeases(), Clock()
+        a = Replica(api, leases, clock, "a")
+        await a.round()
+        await a.round()
+        assert a.serves() == set(KEYS)
+        b = Replica(api, leases, clock, "b")
+        await b.round()  # b publishes {b}: a will give b its share
+        await b.round()
+        assert not b.serves()
+        # Which groups move is rendezvous hashing's choice; hold one of them mid-reconcile.
+        layout = a.controller._layout()
+        both = {"a", "b"}
+        moving = sorted(k for d, ks in layout.domains.items() if owner(d, both) == "b" for k in ks)
+        assert moving
+        a.hold[moving[0]] = asyncio.Event()
+        a.controller.queue.add(moving[0])
+        await asyncio.sleep(0.01)
+        assert a.reconciled[-1] == moving[0]  # under way
+        before = leases.objects[lease_name("gro", "a")]["metadata"]["annotations"]
+        planning = asyncio.create_task(a.round())
+        await asyncio.sleep(0.05)
+        assert not planning.done()  # waits for the reconcile under way
+        assert leases.objects[lease_name("gro", "a")]["metadata"]["annotations"] == before
+        assert moving[0] not in a.serves()  # and starts no new one for it
+        a.hold[moving[0]].set()
+        await planning
+        await b.round()
+        assert b.serves() == set(moving) and not a.serves() & b.serves()
+        await a.close()
+        await b.close()

@@ -1,0 +1,133 @@
+"""Membership Leases against an in-memory Lease API with the API server's compare-and-swap
+(resourceVersion) and delete preconditions. The testbed's API server was not built when this
+was written; tests/integration would run the same calls against it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gitea_runner_operator.reconcile.shards import ANNOTATION, Published
+from gitea_runner_operator.runtime.membership import MEMBERS_LABEL, MembershipLeases, lease_name
+from tests.support.leases import Clock, FakeLeases
+
+NS = "ops"
+
+
+def member(api: FakeLeases, identity: str, clock: Clock, release: str = "gro") -> MembershipLeases:
+    return MembershipLeases(
+        None,  # type: ignore[arg-type]
+        NS,
+        release,
+        identity,
+        lease_duration=15,
+        clock=clock,
+        leases=api,
+    )
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_members_see_each_other_and_what_each_publishes() -> None:
+    api, clock = FakeLeases(), Clock()
+    a, b = member(api, "pod-a", clock), member(api, "pod-b", clock)
+    view = Published(frozenset({"pod-a", "pod-b"}), "fp")
+    assert run(a.renew(view)) and run(b.renew(None))
+    reading = run(a.read(3))
+    assert reading.fresh == {"pod-b": None} and reading.publication == 3
+    assert run(b.read(0)).fresh == {"pod-a": view}
+    stored = api.objects[lease_name("gro", "pod-a")]
+    assert stored["metadata"]["labels"] == {MEMBERS_LABEL: "gro"}
+    assert stored["spec"]["holderIdentity"] == "pod-a"
+    assert stored["spec"]["leaseDurationSeconds"] == 15
+    # A later renewal without a new record keeps the one published.
+    assert run(a.renew(None))
+    assert run(b.read(0)).fresh == {"pod-a": view}
+
+
+def test_another_release_is_not_a_member() -> None:
+    api, clock = FakeLeases(), Clock()
+    run(member(api, "pod-a", clock).renew(None))
+    run(member(api, "pod-x", clock, release="other").renew(None))
+    assert run(member(api, "pod-b", clock).read(0)).fresh == {"pod-a": None}
+
+
+def test_a_lease_lapses_after_its_duration_unchanged_on_the_readers_clock() -> None:
+    api, clock = FakeLeases(), Clock()
+    a, b = member(api, "pod-a", clock), member(api, "pod-b", clock)
+    run(a.renew(None))
+    assert "pod-a" in run(b.read(0)).fresh  # first sighting: counted from now
+    clock.now += 14
+    assert "pod-a" in run(b.read(0)).fresh
+    clock.now += 1
+    assert run(b.read(0)).fresh == {}  # unchanged for 15 s on b's clock: lapsed
+    run(a.renew(None))
+    assert "pod-a" in run(b.read(0)).fresh  # renewed: fresh again
+    # A reader that starts late cannot tell how old a record is: it waits a full duration.
+    late = member(api, "pod-c", clock)
+    clock.now += 100
+    assert "pod-a" in run(late.read(0)).fresh
+
+
+def test_failures_are_not_renewals_and_a_failed_list_is_no_reading() -> None:
+    api, clock = FakeLeases(), Clock()
+    a = member(api, "pod-a", clock)
+    api.fail = ApiException(status=500)
+    assert not run(a.renew(None))
+    assert run(a.read(0)) is None
+    api.fail = OSError("connection reset")
+    assert not run(a.renew(None))
+    api.fail = None
+    assert run(a.renew(None))
+
+
+def test_a_write_that_loses_the_compare_and_swap_is_not_a_renewal() -> None:
+    api, clock = FakeLeases(), Clock()
+    a = member(api, "pod-a", clock)
+    run(a.renew(None))
+    real = api.read_namespaced_lease
+
+    async def read_then_someone_writes(name: str, namespace: str, **kw: Any) -> Any:
+        got = await real(name, namespace, **kw)
+        api.steal(name)
+        return got
+
+    api.read_namespaced_lease = read_then_someone_writes  # type: ignore[method-assign]
+    assert not run(a.renew(None))
+
+
+def test_release_deletes_only_the_version_it_wrote() -> None:
+    api, clock = FakeLeases(), Clock()
+    a, b = member(api, "pod-a", clock), member(api, "pod-b", clock)
+    run(a.renew(None))
+    run(a.release())
+    assert run(b.read(0)).fresh == {}
+    run(a.renew(None))
+    api.steal(a.name)
+    run(a.release())  # someone wrote since: not ours to delete
+    assert a.name in api.objects
+
+
+@pytest.mark.parametrize(
+    ("release", "identity", "expected"),
+    [
+        ("gro", "gro-7d9f-abcde", "gro-member-gro-7d9f-abcde"),
+        ("GRO", "Pod_1", "gro-member-pod-1"),
+    ],
+)
+def test_lease_names_are_valid_object_names(release: str, identity: str, expected: str) -> None:
+    assert lease_name(release, identity) == expected
+    assert len(lease_name("r", "x" * 400)) <= 253
+
+
+def test_an_unreadable_record_reads_as_none() -> None:
+    api, clock = FakeLeases(), Clock()
+    a, b = member(api, "pod-a", clock), member(api, "pod-b", clock)
+    run(a.renew(None))
+    api.objects[a.name]["metadata"]["annotations"] = {ANNOTATION: "{not json"}
+    assert run(b.read(0)).fresh == {"pod-a": None}

@@ -1,0 +1,150 @@
+"""The sharding loop of each replica, on one in-memory Lease API: replicas share the
+groups by domain, never act on one group together, hand over when one stops or cannot renew,
+and tell the controller what to stop and what to start."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gitea_runner_operator.runtime.membership import MembershipLeases
+from gitea_runner_operator.runtime.sharding import Sharding, layout_of
+from tests.support.builders import spec_with
+from tests.support.leases import Clock, FakeLeases
+
+
+def group(org: str, repo: str | None = None) -> dict[str, Any]:
+    if repo is None:
+        return {"spec": spec_with(scope="org", org=org, repo=None)}
+    return {"spec": spec_with(org=org, repo=repo)}
+
+
+GROUPS: dict[str, dict[str, Any]] = {
+    **{f"ns/app{i}": group(f"org{i}", "app") for i in range(12)},
+    "ns/org3": group("org3"),  # joins ns/app3: one domain of two
+    "ns/broken": {"spec": {"scope": "nowhere"}},
+}
+
+
+class Link:
+    """One replica's way to the shared Lease API, which can be cut (a partition)."""
+
+    def __init__(self, api: FakeLeases) -> None:
+        self.api = api
+        self.down = False
+
+    def __getattr__(self, name: str) -> Any:
+        if self.down:
+            raise OSError("partitioned")
+        return getattr(self.api, name)
+
+
+class Replica:
+    def __init__(self, api: FakeLeases, clock: Clock, name: str) -> None:
+        self.taken: list[frozenset[str]] = []
+        self.released: list[frozenset[str]] = []
+        self.link = Link(api)
+        self.leases = MembershipLeases(None, "ops", "gro", name, clock=clock, leases=self.link)  # type: ignore[arg-type]
+        self.sharding = Sharding(
+            self.leases,
+            lambda: layout_of(GROUPS.items()),
+            take=self.taken.append,
+            release=self._release,
+            clock=clock,
+        )
+
+    async def _release(self, keys: frozenset[str]) -> None:
+        self.released.append(keys)
+
+    def serves(self) -> set[str]:
+        return {k for k in GROUPS if self.sharding.acts_on(k)}
+
+
+def exclusive(replicas: list[Replica]) -> None:
+    seen: set[str] = set()
+    for r in replicas:
+        mine = r.serves()
+        assert not mine & seen
+        seen |= mine
+
+
+async def rounds(replicas: list[Replica], n: int) -> None:
+    for _ in range(n):
+        for r in replicas:
+            await r.sharding.round()
+            exclusive(replicas)
+
+
+def test_one_replica_serves_every_group_after_publishing() -> None:
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        a = Replica(api, clock, "a")
+        await a.sharding.round()  # publishes its view; acts on nothing yet
+        assert a.serves() == set() and not a.taken
+        await a.sharding.round()
+        assert a.serves() == set(GROUPS)
+        assert a.taken == [frozenset(GROUPS)]
+
+    asyncio.run(main())
+
+
+def test_replicas_share_the_groups_and_keep_a_domain_whole() -> None:
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        a, b, c = (Replica(api, clock, n) for n in "abc")
+        await rounds([a], 2)
+        await rounds([a, b, c], 4)
+        layout = layout_of(GROUPS.items())
+        assert len(layout.domains) == 13  # ns/org3 and ns/app3 share one; ns/broken is alone
+        shares = [r.serves() for r in (a, b, c)]
+        assert set().union(*shares) == set(GROUPS)
+        assert all(shares), shares  # 13 domains over 3 replicas: each gets some
+        assert any({"ns/app3", "ns/org3"} <= s for s in shares)
+        moved = set().union(*a.released)
+        assert moved == set(GROUPS) - a.serves()  # a released just what it gave away
+
+    asyncio.run(main())
+
+
+def test_a_stopping_replica_hands_over_at_once() -> None:
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        a, b = Replica(api, clock, "a"), Replica(api, clock, "b")
+        await rounds([a, b], 4)
+        theirs = b.serves()
+        assert theirs
+        stop = asyncio.Event()
+        stop.set()
+        await b.sharding.run(stop)  # released, Lease deleted
+        assert b.serves() == set() and b.released[-1] == theirs
+        await rounds([a], 2)  # no wait for a lapse
+        assert a.serves() == set(GROUPS)
+
+    asyncio.run(main())
+
+
+def test_a_replica_that_cannot_renew_stops_before_its_lease_lapses() -> None:
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        a, b = Replica(api, clock, "a"), Replica(api, clock, "b")
+        await rounds([a, b], 4)
+        mine = b.serves()
+        b.link.down = True
+        cut = clock.now
+        for _ in range(4):  # 8 s: a renews, b cannot
+            clock.now += 2
+            await rounds([a, b], 1)
+        assert b.serves() == mine  # within the renew deadline: still serving
+        clock.now += 2
+        await rounds([a, b], 1)
+        assert b.serves() == set() and b.released[-1] == mine
+        assert not a.serves() & mine  # b's Lease has not lapsed on a's clock yet
+        while a.serves() != set(GROUPS):
+            assert clock.now - cut < 15 + 3 * 2  # the Lease duration and three periods
+            clock.now += 2
+            await rounds([a, b], 1)
+        b.link.down = False
+        await rounds([b, a], 3)
+        assert b.serves()  # b comes back and gets its share again
+
+    asyncio.run(main())
