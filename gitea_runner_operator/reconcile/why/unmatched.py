@@ -70,6 +70,9 @@ class UnmatchedSet:
     nearest: tuple[tuple[str, str], ...] = ()
     # Groups that offer the labels but whose scope misses the repositories (cause scope).
     offered_by: tuple[str, ...] = ()
+    # Per observer: how many of the jobs it listed, and the oldest of them. An Event on a
+    # group speaks of what that group listed, never of another tenant's repositories.
+    seen: tuple[tuple[str, int, ActionJob], ...] = ()
 
     @property
     def label_text(self) -> str:
@@ -124,7 +127,9 @@ def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> li
             observers.setdefault((sighting.url, job.id), set()).add(sighting.observer)
     verdicts: dict[tuple[str, frozenset[str], Repository | None], Cause | None] = {}
     able_for: dict[tuple[str, frozenset[str]], _Able] = {}
-    found: dict[tuple[str, tuple[str, ...]], tuple[Cause, list[ActionJob], set[str]]] = {}
+    found: dict[
+        tuple[str, tuple[str, ...]], tuple[Cause, list[ActionJob], dict[str, tuple[int, ActionJob]]]
+    ] = {}
     for (url, job_id), job in sorted(jobs.items(), key=lambda item: item[0][1]):
         labels, repository = frozenset(job.labels), job_repository(job)
         pair = (url, labels, repository)
@@ -142,9 +147,11 @@ def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> li
         if cause is None:
             continue
         key = (url, tuple(sorted(labels)))
-        entry = found.setdefault(key, (cause, [], set()))
+        entry = found.setdefault(key, (cause, [], {}))
         entry[1].append(job)
-        entry[2].update(observers[(url, job_id)])
+        for observer in observers[(url, job_id)]:
+            n, first = entry[2].get(observer, (0, job))
+            entry[2][observer] = (n + 1, first)
     out = []
     for (url, names), (cause, listed, seen) in sorted(found.items()):
         claimants = by_url.get(url, [])
@@ -155,6 +162,7 @@ def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> li
                 cause=cause,
                 jobs=tuple(listed),
                 observers=frozenset(seen),
+                seen=tuple((key, n, first) for key, (n, first) in sorted(seen.items())),
                 nearest=_nearest(names, claimants) if cause is Cause.LABELS else (),
                 offered_by=tuple(sorted(c.key for c in claimants if frozenset(names) <= c.offered)),
             )
@@ -229,10 +237,16 @@ def _add(a: Bucket | None, b: Bucket) -> Bucket:
     return Bucket(a.count + b.count, min(times, default=None))
 
 
-def describe(s: UnmatchedSet) -> str:
-    """The Event message: the label set, what to do, and an example job's URL."""
-    example = s.jobs[0].url or f"job {s.jobs[0].id}"
-    head = f"{len(s.jobs)} queued job(s) with runs-on [{', '.join(s.labels)}] match no RunnerGroup"
+def describe(s: UnmatchedSet, observer: str) -> str:
+    """The Event message for the group ``observer`` (namespace/name): the label set, what to
+    do, and an example job's URL. It counts and shows only jobs that group listed, and names
+    only groups of its own namespace: the others are a count (tenants share a Gitea, not
+    their groups' names or repositories)."""
+    count, first = next(
+        ((n, job) for key, n, job in s.seen if key == observer), (len(s.jobs), s.jobs[0])
+    )
+    example = first.url or f"job {first.id}"
+    head = f"{count} queued job(s) with runs-on [{', '.join(s.labels)}] match no RunnerGroup"
     if s.cause is Cause.LABELS:
         hint = "; no group of this Gitea offers " + (
             " ".join(f"{a!r} (did you mean {b!r}?)" for a, b in s.nearest)
@@ -240,9 +254,12 @@ def describe(s: UnmatchedSet) -> str:
             else "this label set"
         )
     else:
-        hint = (
-            f"; the label set is offered by {', '.join(s.offered_by[:3])}"
-            + (" ..." if len(s.offered_by) > 3 else "")
-            + ", whose scope does not cover the job's repository"
-        )
+        namespace = observer.partition("/")[0]
+        own = [key for key in s.offered_by if key.partition("/")[0] == namespace]
+        names = ", ".join(own[:3]) + (" ..." if len(own) > 3 else "")
+        others = len(s.offered_by) - len(own)
+        if others:
+            names += f"{' and ' if own else ''}{others} group(s) of other namespaces"
+        hint = f"; the label set is offered by {names}, whose scope does not cover the job's"
+        hint += " repository"
     return f"{head}{hint}. Example: {example}"

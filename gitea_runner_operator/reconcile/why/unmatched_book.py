@@ -165,9 +165,8 @@ async def publish(
     """Export a Gitea's unmatched jobs, and warn the groups that observed a set now due."""
     metrics.unmatched(verdict.url, buckets(verdict.sets))
     for s in verdict.warn:
-        message = describe(s)
         log.warning("unmatched jobs", gitea=verdict.url, labels=s.label_text, cause=s.cause.value)
         for key in sorted(s.observers)[:MAX_OBSERVERS_WARNED]:
             group = group_of(key)
             if group is not None:
-                await emit(group, "Warning", EVENT_REASON, message)
+                await emit(group, "Warning", EVENT_REASON, describe(s, key))

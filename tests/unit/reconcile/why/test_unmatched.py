@@ -85,12 +85,12 @@ def test_groups_of_another_gitea_do_not_serve_a_job():
 
 def test_the_event_names_the_labels_the_nearest_offered_label_and_an_example_job():
     (s,) = unmatched([job(7, ("ubuntu-lastest",)), job(8, ("ubuntu-lastest",))], [ORG])
-    message = describe(s)
+    message = describe(s, "team-a/org")
     assert "2 queued job(s) with runs-on [ubuntu-lastest]" in message
     assert "did you mean 'ubuntu-latest'?" in message
     assert f"{URL}/api/v1/repos/acme/app/actions/jobs/7" in message
-    (s,) = unmatched([job(1, ("gpu",))], [ORG, GPU])
-    assert "offered by team-b/gpu, whose scope does not cover" in describe(s)
+    (s,) = unmatched([job(1, ("gpu",))], [ORG, GPU], observer="team-b/app")
+    assert "offered by team-b/gpu, whose scope does not cover" in describe(s, "team-b/app")
 
 
 def test_nearest_label_is_a_close_spelling_only():
@@ -231,3 +231,21 @@ def test_the_shipped_rules_alert_on_unmatched_jobs_queued_for_ten_minutes():
                     if r["alert"] == "GiteaRunnerJobsUnmatched"]  # fmt: skip
         assert "unmatched_oldest_job_created_timestamp_seconds" in alert["expr"]
         assert alert["expr"].endswith("> 600")
+
+
+def test_the_event_on_a_group_names_only_its_own_namespaces_groups_and_jobs():
+    """Tenants share a Gitea, not their groups: team-a's Event says that other namespaces
+    offer the labels, never which groups, and shows a job team-a listed itself."""
+    own_gpu = claimant("team-a/gpu", Scope.REPO, "acme", "ml", labels=("gpu",))
+    sightings = [Sighting(URL, "team-c/app", [job(1, ("gpu",), "other/secret-app")]),
+                 Sighting(URL, "team-a/org", [job(2, ("gpu",)), job(3, ("gpu",))])]  # fmt: skip
+    (s,) = find_unmatched(sightings, [Offer(URL, c) for c in (ORG, GPU, own_gpu)])
+    message = describe(s, "team-a/org")
+    assert "team-b" not in message and "secret-app" not in message
+    assert "team-a/gpu" in message and "1 group(s) of other namespaces" in message
+    assert message.startswith("2 queued job(s)")
+    assert f"{URL}/api/v1/repos/acme/app/actions/jobs/2" in message
+    other = describe(s, "team-c/app")
+    assert "team-a" not in other and "team-b" not in other
+    assert other.startswith("1 queued job(s)") and "secret-app" in other
+    assert "offered by 2 group(s) of other namespaces" in other
