@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,8 +28,13 @@ from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.api.scope import fold
 from gitea_runner_operator.reconcile.accounting import Claimant, Repository, job_repository
 
-# Label sets per Gitea shown in metrics on their own; the rest add up in OTHER.
+# Label sets per Gitea shown in metrics on their own; the rest add up in OTHER. Only these
+# are described (nearest label, groups offering it) and warned about: a Gitea listing 25,000
+# jobs with a label each costs 20 descriptions per evaluation, not 25,000.
 MAX_LABEL_SETS = 20
+# Offered labels a typo is compared with: the most offered ones (ties by name), so the
+# nearest-label search costs the same beside 10 groups or 1,000 groups of 64 labels.
+MAX_NEAREST_CANDIDATES = 256
 OTHER = "other"
 MAX_LABEL_TEXT = 120
 # Gitea stamps unclaimed times as the zero time; anything before this is "unknown".
@@ -73,6 +79,9 @@ class UnmatchedSet:
     # Per observer: how many of the jobs it listed, and the oldest of them. An Event on a
     # group speaks of what that group listed, never of another tenant's repositories.
     seen: tuple[tuple[str, int, ActionJob], ...] = ()
+    # One of its Gitea's MAX_LABEL_SETS largest sets: described (nearest, offered_by) and
+    # warned about; the others only count in the metric.
+    detailed: bool = True
 
     @property
     def label_text(self) -> str:
@@ -106,9 +115,13 @@ def nearest_label(label: str, offered: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
-def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> list[UnmatchedSet]:
+def find_unmatched(
+    sightings: Iterable[Sighting], offers: Iterable[Offer], detail: int = MAX_LABEL_SETS
+) -> list[UnmatchedSet]:
     """Every queued job of the sightings that no offer of its Gitea can serve, by label set.
-    A job listed by several groups counts once; every group that listed it is an observer."""
+    A job listed by several groups counts once; every group that listed it is an observer.
+    Only the ``detail`` largest sets of each Gitea (the ones the metric shows on their own)
+    are described, so the work past counting jobs is bounded whatever the queue holds."""
     by_url: dict[str, list[Claimant]] = {}
     # Per Gitea and label, the groups offering it: a job's candidates are those offering its
     # rarest label, so the cost grows with the groups that could matter, not with all.
@@ -152,9 +165,19 @@ def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> li
         for observer in observers[(url, job_id)]:
             n, first = entry[2].get(observer, (0, job))
             entry[2][observer] = (n + 1, first)
+    ranked: dict[str, list[tuple[int, str, tuple[str, ...]]]] = {}
+    for (url, names), (_, listed, _) in found.items():
+        ranked.setdefault(url, []).append((-len(listed), label_text(names), names))
+    described = {
+        (url, names)
+        for url, sets in ranked.items()
+        for _, _, names in sorted(sets)[: max(0, detail)]
+    }
+    typos = {url: _Typos(by_url.get(url, [])) for url, _ in described}
     out = []
     for (url, names), (cause, listed, seen) in sorted(found.items()):
-        claimants = by_url.get(url, [])
+        detailed = (url, names) in described
+        claimants = by_url.get(url, []) if detailed else []
         out.append(
             UnmatchedSet(
                 url=url,
@@ -163,8 +186,9 @@ def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> li
                 jobs=tuple(listed),
                 observers=frozenset(seen),
                 seen=tuple((key, n, first) for key, (n, first) in sorted(seen.items())),
-                nearest=_nearest(names, claimants) if cause is Cause.LABELS else (),
+                nearest=typos[url].nearest(names) if detailed and cause is Cause.LABELS else (),
                 offered_by=tuple(sorted(c.key for c in claimants if frozenset(names) <= c.offered)),
+                detailed=detailed,
             )
         )
     return out
@@ -191,16 +215,25 @@ class _Able:
         return Cause.SCOPE
 
 
-def _nearest(labels: Sequence[str], claimants: Sequence[Claimant]) -> tuple[tuple[str, str], ...]:
-    offered = {name for c in claimants for name in c.offered}
-    pairs = []
-    for label in labels:
-        if label in offered:
-            continue
-        near = nearest_label(label, offered)
-        if near is not None:
-            pairs.append((label, near))
-    return tuple(pairs)
+class _Typos:
+    """The labels one Gitea's groups offer, and the bounded list a typo is compared with:
+    the MAX_NEAREST_CANDIDATES most offered (ties by name), built once per evaluation."""
+
+    def __init__(self, claimants: Sequence[Claimant]) -> None:
+        counts: Counter[str] = Counter(name for c in claimants for name in c.offered)
+        self.offered = frozenset(counts)
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        self.candidates = [name for name, _ in ranked[:MAX_NEAREST_CANDIDATES]]
+
+    def nearest(self, labels: Sequence[str]) -> tuple[tuple[str, str], ...]:
+        pairs = []
+        for label in labels:
+            if label in self.offered:
+                continue
+            near = nearest_label(label, self.candidates)
+            if near is not None:
+                pairs.append((label, near))
+        return tuple(pairs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,7 +118,7 @@ class UnmatchedBook:
                 (Offer(url, m.claimant) for m in members),
             )
         )
-        return Verdict(url, sets, tuple(s for s in sets if self._due(s, now)))
+        return Verdict(url, sets, tuple(s for s in sets if s.detailed and self._due(s, now)))
 
     def pending(self, url: str) -> bool:
         """Whether an evaluation was skipped for ``min_interval``."""
