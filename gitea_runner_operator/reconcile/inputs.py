@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitea_runner_operator.api.naming import job_name_pattern
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.objects.views import RunnerJobView, job_view, pods_by_job, slots_held
@@ -83,7 +84,16 @@ def read_pass(cache: ClusterReads, expectations: Expectations, key: str) -> Grou
     live = cache.runner_pods(key)
     pods = pods_by_job(live)
     jobs = cache.runner_jobs(key)
-    views = [job_view(job, pods.get(job["metadata"]["name"], [])) for job in jobs]
+    # Only Jobs named as this group names its runners are its runners: a Forgejo runner
+    # registers under its Job's name, so a tenant's Job named like another team's runner
+    # would otherwise make that registration this group's to disable and delete.
+    meta = group.get("metadata") or {}
+    own = job_name_pattern(str(meta.get("name", "")), str(meta.get("uid", "")))
+    views = [
+        job_view(job, pods.get(job["metadata"]["name"], []))
+        for job in jobs
+        if own.match(job["metadata"]["name"])
+    ]
     return GroupPass(
         key=key,
         group=group,

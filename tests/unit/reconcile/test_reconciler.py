@@ -309,6 +309,35 @@ async def test_idle_runners_are_proposed_to_the_poll_task_never_deleted_here():
     )
 
 
+async def test_a_tenants_pod_or_job_named_like_another_teams_runner_is_not_the_groups():
+    """Team-a creates, in its own namespace, a Pod labelled as its runner Job's Pod but named
+    like another team's runner, and a Job named like another team's Forgejo runner: neither
+    registration becomes team-a's to disable or delete. A runner Job's Pods are named after
+    it, and a runner Job carries its group's name pattern."""
+    import copy
+
+    from gitea_runner_operator.api.naming import runner_prefix
+
+    cluster = FakeCluster()
+    name = await first_runner(cluster)
+    own, theirs = f"{name}-bcdfg", runner_prefix("ci", "team-b-uid") + "hjklm-npqrs"
+    theirs_job = runner_prefix("ci", "team-b-uid") + "tvwxz"
+    forged = copy.deepcopy(cluster.jobs[name])
+    forged["metadata"]["name"] = theirs_job
+    cluster.put_jobs(forged)
+    cluster.pods = [runner_pod(name, own), runner_pod(name, theirs)]
+    runners = (ActionRunner(id=5, name=own), ActionRunner(id=9, name=theirs),
+               ActionRunner(id=11, name=theirs_job))  # fmt: skip
+    late = T0 + 3600  # an hour later, nothing queued: every runner of team-a is idle
+    again, sources, _ = make(cluster, snapshot(runners=runners), wall=late)
+    await again.reconcile(KEY)
+    (order,) = sources.source.orders
+    assert [(c.job_name, c.runner_ids, c.pod_names) for c in order.candidates] == [
+        (name, (5,), (own,))
+    ]
+    assert all(o.runner_id == 5 for o in order.orphans)
+
+
 async def test_runners_idle_while_jobs_wait_hold_creation_back_and_say_why():
     cluster = FakeCluster()
     name = await first_runner(cluster)
