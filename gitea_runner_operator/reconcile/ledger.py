@@ -69,12 +69,24 @@ class Member:
     url: str  # normalised Gitea URL
     claimant: Claimant
     answer: Answer | None  # None: no answer from Gitea yet, or a problem
+    failing: bool = False  # its latest poll failed (a dead token, an unreachable Gitea)
+
+    @property
+    def couples(self) -> bool:
+        """Whether the group joins a family: unless its polls fail, or while runners of it
+        may take a job (peers must count them). A group that cannot answer (a dead token)
+        and has no such runner lists no job and covers none, so it joins nobody: a
+        ``global`` one would otherwise make every group of its Gitea sharing a label one
+        family. A group that has not answered yet does join: its room makes it the first
+        choice for the jobs its scope covers best."""
+        c = self.claimant
+        return not self.failing or c.not_busy > 0 or bool(c.busy_since)
 
     @property
     def shape(self) -> tuple[object, ...]:
         """What decides which family the group belongs to."""
         c = self.claimant
-        return (self.url, c.scope, fold(c.org), fold(c.repo), c.offered)
+        return (self.url, c.scope, fold(c.org), fold(c.repo), c.offered, self.couples)
 
     @property
     def stamp(self) -> tuple[object, ...]:
@@ -84,7 +96,8 @@ class Member:
 
 
 def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
-    """Each group's family: groups joined when their scopes nest and labels intersect.
+    """Each group's family: groups joined when their scopes nest and labels intersect
+    (groups that do not couple, :attr:`Member.couples`, stay alone).
 
     Union-find over one representative per (instance, scope target, label), linking each
     level to the levels that contain it: linear in groups times labels."""
@@ -105,6 +118,8 @@ def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
     org_rep: dict[tuple[str, str, str], str] = {}
     global_rep: dict[tuple[str, str], str] = {}
     for key in sorted(members):
+        if not members[key].couples:
+            continue
         c = members[key].claimant
         url, org, repo = members[key].url, fold(c.org), fold(c.repo)
         for label in c.offered:
@@ -185,16 +200,19 @@ class Ledger:
         claimant: Claimant,
         answer: Answer | None,
         witnessed: Iterable[ActionJob] = (),
+        *,
+        failing: bool = False,
     ) -> None:
         """What a group's reconcile knows of it now. ``witnessed`` are jobs its token listed
-        in other states (running, finished): they show repositories the token can read."""
+        in other states (running, finished): they show repositories the token can read.
+        ``failing``: its latest poll failed (:attr:`Member.couples`)."""
         key = claimant.key
         old = self._members.get(key)
         if answer is not None and claimant.scope is Scope.ORG:
             if old is None or old.answer is None or old.answer.started_at != answer.started_at:
                 self._learn(key, (*answer.jobs, *witnessed))
             answer = replace(answer, sees=self._seen.get(key, frozenset()))
-        new = Member(url, claimant, answer)
+        new = Member(url, claimant, answer, failing=failing and answer is None)
         if old is not None and old.shape == new.shape and old.stamp == new.stamp:
             return
         self._members[key] = new

@@ -122,6 +122,7 @@ class Claims:
             group,
             answer,
             (*observation.in_progress, *observation.finished) if observation else (),
+            failing=snapshot is not None and answer is None,
         )
         self.unmatched.report(url, group, answer.jobs if answer else None)
         late = late_runners(p.views, states, self.wall_clock(), self.start_bound)
