@@ -111,7 +111,9 @@ class Claims:
             blocked=blocked,
             now=self.wall_clock(),
             start_bound=self.start_bound,
-            busy_since=tuple(sorted(state.busy_since.values())),
+            # Runners seen busy, and finished ones its own answer does not count: each may
+            # have taken a job a peer's older answer lists (ledger._as_of).
+            busy_since=tuple(sorted((*state.busy_since.values(), *p.finished_at))),
         )
         answer = None
         if snapshot is not None and observation is not None and snapshot.problem is None:
