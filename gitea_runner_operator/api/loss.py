@@ -32,6 +32,11 @@ LOSSES = "losses"  # the field of the RunnerGroup's status
 # Records of settled losses are dropped after this long, and never more than this many kept.
 LOSS_RECORD_TTL = 86400.0
 MAX_LOSS_RECORDS = 100
+# An open record (its job never identified, or never ended in Gitea: a 403 on the job's
+# repository) is dropped after this long. Gitea ends a job whose runner went silent within
+# hours (its endless-task timeout is 3 h by default): past this, nothing more will come of
+# it, and a hundred such records would otherwise stop loss recording for the group.
+OPEN_LOSS_TTL = 6 * 3600.0
 # A record the operator writes is about 300 bytes; anything longer is not one of ours.
 MAX_RECORD_BYTES = 1024
 # A runner's Pod: its Job's name and the Job controller's 5-character suffix.

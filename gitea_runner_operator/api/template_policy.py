@@ -20,7 +20,8 @@ allowed by name with ``--template-service-account``. What each allowance covers:
 - ``tolerateAll``: a toleration without a ``key`` and with ``operator: Exists``, which
   tolerates every taint (control-plane nodes, nodes reserved for another team); tolerations
   of named taints stay allowed;
-- ``automountToken``: ``automountServiceAccountToken: true`` (the operator sets false);
+- ``automountToken``: ``automountServiceAccountToken: true`` (the operator sets false), or a
+  projected volume with a ``serviceAccountToken`` source (the same token, mounted by hand);
 - ``unlabelledSecrets``: Secrets without the opt-in label ``gitea.bpg.pw/credentials``,
   through any field of a Pod that names one (:func:`secret_refs` lists them all; the label is
   checked where the Secret is read). A template naming more than ``MAX_TEMPLATE_SECRETS``
@@ -179,6 +180,13 @@ def _refusals(spec: Mapping[str, Any], mode: str, policy: TemplatePolicy) -> Ite
     if not policy.allows("automountToken") and spec.get("automountServiceAccountToken") is True:
         yield Refusal(f"{ROOT}.automountServiceAccountToken", _refused("automountToken"))
     volumes = spec.get("volumes")
+    if not policy.allows("automountToken"):
+        # A projected token is the same credential as the automounted one, asked for by hand.
+        for i, volume in enumerate(_list(volumes)):
+            for j, source in enumerate(_list(_get(volume, "projected", "sources"))):
+                if _get(source, "serviceAccountToken") is not None:
+                    path = f"{ROOT}.volumes[{i}].projected.sources[{j}].serviceAccountToken"
+                    yield Refusal(path, _refused("automountToken"))
     if not policy.allows("hostPath") and isinstance(volumes, list):
         for i, volume in enumerate(volumes):
             if isinstance(volume, Mapping) and volume.get("hostPath") is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gitea_runner_operator.kube.ratelimit import TokenBucket
+from gitea_runner_operator.kube.ratelimit import NoWriteToken, TokenBucket
 
 # Every Kubernetes API request's timeout (seconds): a request that hangs must not hold a
 # reconcile, a Secret read or a cache write for longer.
@@ -34,7 +34,8 @@ THROTTLE_MAX = 10.0
 
 
 class Throttled(Exception):
-    """The API server answered 429 to every attempt: the write did not happen."""
+    """The write did not happen: the API server answered 429 to every attempt, or no write
+    token came within the write limit's deadline (ratelimit.NoWriteToken)."""
 
 
 def retry_after(exc: ApiException) -> float:
@@ -132,7 +133,10 @@ async def write(
     """One write under the write limit (``urgent``: a runner create, served before the
     writes that only report); a 429 pauses the whole limit and tries again."""
     for _ in range(THROTTLE_ATTEMPTS):
-        await limiter.acquire(namespace, urgent=urgent)
+        try:
+            await limiter.acquire(namespace, urgent=urgent)
+        except NoWriteToken as exc:
+            raise Throttled(str(exc)) from None
         try:
             return await send(request())
         except ApiException as exc:

@@ -3,12 +3,17 @@ QPS and burst), so a burst of thousands of queued jobs, or a thousand groups wri
 cannot flood the API server that every other controller in the cluster shares.
 
 Fair between tenants: writes wait in one queue per key (the namespace), and the bucket's
-tokens go round-robin across the keys that wait. One group creating 1,000 runners then delays
-another namespace's first write by about one token, not by the whole burst.
+tokens go round-robin across the keys that wait, whatever the writes are. One group creating
+2,000 runners then delays another namespace's first write (a create, a safe-to-evict mark, a
+delete, a status patch, a finalizer release) by about one token, not by the whole burst.
 
-Runner Job creates come first (``urgent``): a waiting create takes the next token before any
-status patch or Event, so the writes that only report never delay a runner (round-robin by
-namespace among creates, and among the rest).
+Within a namespace, runner Job creates come first (``urgent``): a waiting create takes its
+namespace's next turn before a status patch or Event of that namespace, so the writes that
+only report never delay a runner of their own tenant. (Until issue 36 creates of every
+namespace went first, so one tenant's creates held back every other tenant's writes.)
+
+Every wait has a deadline (``deadline``, 30 s by default): past it the write is not made and
+:class:`NoWriteToken` says so, so no caller waits for a token without end.
 
 No background task: the first waiter paces the bucket and hands each token to the next key
 in turn; when its own turn comes, it passes that role to another waiter.
@@ -23,6 +28,12 @@ from collections.abc import Awaitable, Callable
 
 _GRANTED = "granted"
 _PACE = "pace"  # the waiter becomes the one that paces the bucket
+# How long a write may wait for its token: at the default 100 writes/s, 3,000 writes ahead.
+WRITE_WAIT_DEADLINE = 30.0
+
+
+class NoWriteToken(TimeoutError):
+    """No write token came within the deadline: the write was not made."""
 
 
 class TokenBucket:
@@ -32,6 +43,8 @@ class TokenBucket:
         burst: int,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        *,
+        deadline: float | None = WRITE_WAIT_DEADLINE,
     ) -> None:
         if qps <= 0 or burst < 1:
             raise ValueError("qps must be > 0 and burst >= 1")
@@ -41,9 +54,10 @@ class TokenBucket:
         self._clock = clock
         self._sleep = sleep
         self._last = clock()
-        # (urgent, key) -> its waiters; keys with waiters, in round-robin order, per class.
-        self._queues: dict[tuple[bool, str], deque[asyncio.Future[str]]] = {}
-        self._turns: dict[bool, deque[str]] = {True: deque(), False: deque()}
+        self._deadline = deadline
+        # key -> its waiters by class (urgent: True); keys with waiters, in round-robin order.
+        self._queues: dict[str, dict[bool, deque[asyncio.Future[str]]]] = {}
+        self._turns: deque[str] = deque()
         self._pacing = False
         self.waited = 0.0  # seconds the pacer slept for tokens, for tests and benchmarks
 
@@ -59,20 +73,27 @@ class TokenBucket:
         self._tokens = min(self._tokens, 0.0) - seconds * self._qps
 
     async def acquire(self, key: str = "", *, urgent: bool = False) -> None:
-        """Wait for a write token; ``key`` (a namespace) decides whose turn it is among the
-        waiters of its class; ``urgent`` ones (runner creates) are served first."""
+        """Wait for a write token; ``key`` (a namespace) decides whose turn it is, and within
+        a key ``urgent`` ones (runner creates) are served first. Raises
+        :class:`NoWriteToken` when none came within the deadline."""
         if not self._queues:
             self._refill()
             if self._tokens >= 1:
                 self._tokens -= 1
                 return
+        try:
+            async with asyncio.timeout(self._deadline):
+                await self._wait(key, urgent)
+        except TimeoutError:
+            raise NoWriteToken(f"no write token within {self._deadline:g} s") from None
+
+    async def _wait(self, key: str, urgent: bool) -> None:
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        slot = (urgent, key)
-        queue = self._queues.get(slot)
-        if queue is None:
-            queue = self._queues[slot] = deque()
-            self._turns[urgent].append(key)
-        queue.append(future)
+        queues = self._queues.get(key)
+        if queues is None:
+            queues = self._queues[key] = {True: deque(), False: deque()}
+            self._turns.append(key)
+        queues[urgent].append(future)
         pacer = False
         try:
             if self._pacing and await future == _GRANTED:
@@ -80,7 +101,7 @@ class TokenBucket:
             pacer = self._pacing = True
             await self._pace(future)
         except BaseException:
-            self._discard(slot, future)
+            self._discard(key, urgent, future)
             handed = future.done() and not future.cancelled() and future.result() == _PACE
             if pacer or handed:
                 self._pacing = False
@@ -111,36 +132,35 @@ class TokenBucket:
             nxt.set_result(_GRANTED)
 
     def _next(self, mine: asyncio.Future[str]) -> asyncio.Future[str] | None:
-        """The first live waiter of the next key in turn, urgent ones first (the pacer's
+        """The first live waiter of the next key in turn, its urgent ones first (the pacer's
         own future counts as live: it may hold the hand-over mark)."""
-        for urgent in (True, False):
-            turns = self._turns[urgent]
-            while turns:
-                key = turns.popleft()
-                queue = self._queues[(urgent, key)]
-                future = queue.popleft()
-                if queue:
-                    turns.append(key)
-                else:
-                    del self._queues[(urgent, key)]
-                if future is mine or not future.done():
-                    return future
+        while self._turns:
+            key = self._turns.popleft()
+            queues = self._queues[key]
+            future = (queues[True] or queues[False]).popleft()
+            if queues[True] or queues[False]:
+                self._turns.append(key)
+            else:
+                del self._queues[key]
+            if future is mine or not future.done():
+                return future
         return None
 
     def _hand_over(self) -> None:
         """Make some waiter the pacer, or none if nobody waits."""
-        for queue in self._queues.values():
-            for future in queue:
-                if not future.done():
-                    self._pacing = True
-                    future.set_result(_PACE)
-                    return
+        for queues in self._queues.values():
+            for queue in queues.values():
+                for future in queue:
+                    if not future.done():
+                        self._pacing = True
+                        future.set_result(_PACE)
+                        return
 
-    def _discard(self, slot: tuple[bool, str], future: asyncio.Future[str]) -> None:
-        queue = self._queues.get(slot)
-        if queue is None or future not in queue:
+    def _discard(self, key: str, urgent: bool, future: asyncio.Future[str]) -> None:
+        queues = self._queues.get(key)
+        if queues is None or future not in queues[urgent]:
             return
-        queue.remove(future)
-        if not queue:
-            del self._queues[slot]
-            self._turns[slot[0]].remove(slot[1])
+        queues[urgent].remove(future)
+        if not queues[True] and not queues[False]:
+            del self._queues[key]
+            self._turns.remove(key)

@@ -185,11 +185,15 @@ def job_suspended(job: Mapping[str, Any]) -> bool:
 
 
 def pods_by_job(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """Group Pods by the Job that owns them (the Job controller sets ``job-name``)."""
+    """Group Pods by the Job that owns them (the Job controller sets ``job-name`` and names
+    them ``{job}-{suffix}``). A Pod whose name does not start with its Job's is not that
+    Job's: a runner registers under its Pod's name, so a Pod a tenant made, labelled as its
+    runner's but named like another team's runner, would make that registration look like
+    its group's to disable and delete."""
     grouped: dict[str, list[Mapping[str, Any]]] = {}
     for pod in pods:
         labels = pod["metadata"].get("labels") or {}
         job_name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
-        if job_name:
+        if job_name and str(pod["metadata"].get("name", "")).startswith(f"{job_name}-"):
             grouped.setdefault(job_name, []).append(pod)
     return grouped

@@ -45,6 +45,19 @@ class Expectations:
             del self._pending[key]
         return len(names)
 
+    def names(self, key: str) -> set[str]:
+        """The Jobs expected now (lapsed ones included until ``pending`` drops them)."""
+        return set(self._pending.get(key, ()))
+
+    def next_lapse(self, key: str) -> float | None:
+        """Seconds until the soonest expectation of the group lapses; None if none is
+        pending. A lapsed expectation changes what the group may create with nothing else
+        changing, so the pass asks to come back then (reconcile/timers.py)."""
+        names = self._pending.get(key)
+        if not names:
+            return None
+        return max(0.0, min(names.values()) - self._clock())
+
     def forget(self, key: str) -> None:
         self._pending.pop(key, None)
 

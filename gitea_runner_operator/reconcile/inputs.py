@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitea_runner_operator.api.naming import job_name_pattern
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.objects.views import RunnerJobView, job_view, pods_by_job, slots_held
-from gitea_runner_operator.reconcile.churn import unsettled
+from gitea_runner_operator.reconcile.churn import PEER_ANSWER_WINDOW, unsettled_names
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.ports import ClusterReads
 from gitea_runner_operator.reconcile.scaling import RunnerState, runner_state
@@ -39,6 +40,9 @@ class GroupPass:
     # Runners that finished after the snapshot was asked for (churn.py).
     released: int = 0
     states: Mapping[str, RunnerState] = field(default_factory=dict)
+    # When runners finished that ``released`` does not count (before the answer was asked,
+    # or seen busy by it): each may have taken a job a peer's older answer lists (churn.py).
+    finished_at: tuple[float, ...] = ()
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -83,7 +87,16 @@ def read_pass(cache: ClusterReads, expectations: Expectations, key: str) -> Grou
     live = cache.runner_pods(key)
     pods = pods_by_job(live)
     jobs = cache.runner_jobs(key)
-    views = [job_view(job, pods.get(job["metadata"]["name"], [])) for job in jobs]
+    # Only Jobs named as this group names its runners are its runners: a Forgejo runner
+    # registers under its Job's name, so a tenant's Job named like another team's runner
+    # would otherwise make that registration this group's to disable and delete.
+    meta = group.get("metadata") or {}
+    own = job_name_pattern(str(meta.get("name", "")), str(meta.get("uid", "")))
+    views = [
+        job_view(job, pods.get(job["metadata"]["name"], []))
+        for job in jobs
+        if own.match(job["metadata"]["name"])
+    ]
     return GroupPass(
         key=key,
         group=group,
@@ -97,13 +110,20 @@ def read_pass(cache: ClusterReads, expectations: Expectations, key: str) -> Grou
 def with_answer(
     cache: ClusterReads, p: GroupPass, spec: RunnerGroupSpec, snapshot: Snapshot | None
 ) -> GroupPass:
-    """Add the poll task's latest answer: the runners' states by it, and the runners that
-    finished after it was asked for and may have taken a job it still lists as queued."""
+    """Add the poll task's latest answer: the runners' states by it, the runners that
+    finished after it was asked for and may have taken a job it still lists as queued, and
+    when the rest finished (a peer's older answer may list the job one of them took)."""
     observation = snapshot.observation if snapshot is not None else None
     released = 0
+    finished_at: tuple[float, ...] = ()
     if snapshot is not None and observation is not None:
-        finished = cache.released_since(p.key, snapshot.started_at)
-        released = unsettled(finished, observation.runners) if finished else 0
+        since = snapshot.started_at
+        finished = cache.released_since(p.key, since - PEER_ANSWER_WINDOW)
+        counted = unsettled_names([f for f in finished if f.at >= since], observation.runners)
+        released = len(counted)
+        finished_at = tuple(sorted(f.at for f in finished if f.job_name not in counted))
     by_name = {r.name: r for r in observation.runners} if observation else {}
     states = {v.name: runner_state(v, by_name) for v in p.views}
-    return dataclasses.replace(p, spec=spec, snapshot=snapshot, released=released, states=states)
+    return dataclasses.replace(
+        p, spec=spec, snapshot=snapshot, released=released, states=states, finished_at=finished_at
+    )

@@ -36,11 +36,11 @@ from gitea_runner_operator.api.scope import fold
 from gitea_runner_operator.reconcile.accounting import (
     Answer,
     Claimant,
-    Repository,
     assign,
     current_jobs,
     headroom,
     job_repository,
+    seen_key,
 )
 from gitea_runner_operator.reconcile.family_changes import Changes, lists_unknown_repository
 
@@ -51,7 +51,11 @@ from gitea_runner_operator.reconcile.family_changes import Changes, lists_unknow
 # are not learned. Not learning is safe: a repository not known to be seen only makes the
 # group's silence about its jobs count for nothing.
 MAX_SEEN_REPOSITORIES = 20_000
-MAX_SEEN_TOTAL = 200_000  # about 45 MB at most
+MAX_SEEN_TOTAL = 200_000
+# What MAX_SEEN_TOTAL learned repositories may cost at most (a hash each, in one frozenset
+# per group that its latest answer shares): measured 16.8 MiB (test_accounting.py); kept as
+# tuples of names, with a copy per answer, they took 86 MiB.
+SEEN_BYTES_BOUND = 24 * 2**20
 MIN_SEEN_PER_GROUP = 200
 MAX_OWNER_LENGTH = 40
 MAX_NAME_LENGTH = 100
@@ -65,12 +69,24 @@ class Member:
     url: str  # normalised Gitea URL
     claimant: Claimant
     answer: Answer | None  # None: no answer from Gitea yet, or a problem
+    failing: bool = False  # its latest poll failed (a dead token, an unreachable Gitea)
+
+    @property
+    def couples(self) -> bool:
+        """Whether the group joins a family: unless its polls fail, or while runners of it
+        may take a job (peers must count them). A group that cannot answer (a dead token)
+        and has no such runner lists no job and covers none, so it joins nobody: a
+        ``global`` one would otherwise make every group of its Gitea sharing a label one
+        family. A group that has not answered yet does join: its room makes it the first
+        choice for the jobs its scope covers best."""
+        c = self.claimant
+        return not self.failing or c.not_busy > 0 or bool(c.busy_since)
 
     @property
     def shape(self) -> tuple[object, ...]:
         """What decides which family the group belongs to."""
         c = self.claimant
-        return (self.url, c.scope, fold(c.org), fold(c.repo), c.offered)
+        return (self.url, c.scope, fold(c.org), fold(c.repo), c.offered, self.couples)
 
     @property
     def stamp(self) -> tuple[object, ...]:
@@ -80,7 +96,8 @@ class Member:
 
 
 def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
-    """Each group's family: groups joined when their scopes nest and labels intersect.
+    """Each group's family: groups joined when their scopes nest and labels intersect
+    (groups that do not couple, :attr:`Member.couples`, stay alone).
 
     Union-find over one representative per (instance, scope target, label), linking each
     level to the levels that contain it: linear in groups times labels."""
@@ -101,6 +118,8 @@ def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
     org_rep: dict[tuple[str, str, str], str] = {}
     global_rep: dict[tuple[str, str], str] = {}
     for key in sorted(members):
+        if not members[key].couples:
+            continue
         c = members[key].claimant
         url, org, repo = members[key].url, fold(c.org), fold(c.repo)
         for label in c.offered:
@@ -160,7 +179,7 @@ class Ledger:
         self._min_interval = min_interval
         self._clock = clock
         self._members: dict[str, Member] = {}
-        self._seen: dict[str, set[Repository]] = {}
+        self._seen: dict[str, frozenset[int]] = {}  # seen_key of each learned repository
         self._family_of: dict[str, frozenset[str]] | None = None
         self._shares: dict[str, list[ActionJob]] = {}  # each member's last computed share
         self._room: dict[str, int] = {}  # each member's last computed headroom
@@ -181,16 +200,19 @@ class Ledger:
         claimant: Claimant,
         answer: Answer | None,
         witnessed: Iterable[ActionJob] = (),
+        *,
+        failing: bool = False,
     ) -> None:
         """What a group's reconcile knows of it now. ``witnessed`` are jobs its token listed
-        in other states (running, finished): they show repositories the token can read."""
+        in other states (running, finished): they show repositories the token can read.
+        ``failing``: its latest poll failed (:attr:`Member.couples`)."""
         key = claimant.key
         old = self._members.get(key)
         if answer is not None and claimant.scope is Scope.ORG:
             if old is None or old.answer is None or old.answer.started_at != answer.started_at:
                 self._learn(key, (*answer.jobs, *witnessed))
-            answer = replace(answer, sees=frozenset(self._seen.get(key, ())))
-        new = Member(url, claimant, answer)
+            answer = replace(answer, sees=self._seen.get(key, frozenset()))
+        new = Member(url, claimant, answer, failing=failing and answer is None)
         if old is not None and old.shape == new.shape and old.stamp == new.stamp:
             return
         self._members[key] = new
@@ -350,17 +372,22 @@ class Ledger:
         return max(MIN_SEEN_PER_GROUP, min(MAX_SEEN_REPOSITORIES, share))
 
     def _learn(self, key: str, jobs: Iterable[ActionJob]) -> None:
-        seen = self._seen.setdefault(key, set())
+        """Kept as one frozenset per group, rebuilt when something is learned: sized to
+        its content (a set grown by adds keeps up to 4 times the room), and the group's
+        latest answer shares it rather than holding a copy."""
+        kept = self._seen.get(key, frozenset())
+        seen = set(kept)
         bound = self.seen_bound()
         while len(seen) > bound:  # more groups since: give back what is over the share
             seen.pop()
         for job in jobs:
             if len(seen) >= bound:
-                return
+                break
             repository = job_repository(job)
             if (
                 repository is not None
                 and len(repository[0]) <= MAX_OWNER_LENGTH
                 and len(repository[1]) <= MAX_NAME_LENGTH
             ):
-                seen.add(repository)
+                seen.add(seen_key(repository))
+        self._seen[key] = kept if seen == kept else frozenset(seen)

@@ -24,6 +24,7 @@ from gitea_runner_operator.api.gitea import ActionRunner
 from gitea_runner_operator.api.loss import (
     LOSS_RECORD_TTL,
     MAX_LOSS_RECORDS,
+    OPEN_LOSS_TTL,
     LossRecord,
     LossState,
 )
@@ -116,18 +117,34 @@ def decide(
 
 
 def expired(records: Mapping[str, LossRecord], now: float) -> list[str]:
-    """Records to drop: settled ones older than a day, and the oldest settled ones beyond
-    the cap (open ones are kept: they are still being followed up)."""
+    """Records to drop: settled ones older than a day, open ones older than
+    ``OPEN_LOSS_TTL`` (their follow-up will not end), and the oldest settled ones beyond the
+    cap (open ones are kept: they are still being followed up)."""
+    old = {k for k, r in records.items() if _stale(r, now)}
+    return sorted(old | set(_oldest_settled(records, old, len(records) - MAX_LOSS_RECORDS)))
+
+
+def make_room(records: Mapping[str, LossRecord], new: int, now: float) -> tuple[int, list[str]]:
+    """How many of ``new`` losses may be recorded now, and which records to drop for them:
+    stale ones, then the oldest settled ones, so that the group keeps at most
+    ``MAX_LOSS_RECORDS``. Only open records still being followed up take room from a new
+    loss; settled and stale ones never stop one being recorded."""
+    stale = {k for k, r in records.items() if _stale(r, now)}
+    following = sum(1 for k, r in records.items() if not r.state.final and k not in stale)
+    room = min(new, max(0, MAX_LOSS_RECORDS - following))
+    excess = len(records) - len(stale) + room - MAX_LOSS_RECORDS
+    return room, sorted(stale | set(_oldest_settled(records, stale, excess)))
+
+
+def _stale(record: LossRecord, now: float) -> bool:
+    if record.state.final:
+        return now - (record.settled_at or record.at) > LOSS_RECORD_TTL
+    return now - record.at > OPEN_LOSS_TTL
+
+
+def _oldest_settled(records: Mapping[str, LossRecord], skip: set[str], count: int) -> list[str]:
     settled = sorted(
-        ((k, r) for k, r in records.items() if r.state.final),
-        key=lambda kr: kr[1].settled_at or kr[1].at,
+        (k for k, r in records.items() if r.state.final and k not in skip),
+        key=lambda k: (records[k].settled_at or records[k].at, k),
     )
-    old = {k for k, r in settled if now - (r.settled_at or r.at) > LOSS_RECORD_TTL}
-    excess = len(records) - MAX_LOSS_RECORDS
-    for k, _ in settled:
-        if excess <= 0:
-            break
-        if k not in old:
-            old.add(k)
-            excess -= 1
-    return sorted(old)
+    return settled[: max(0, count)]

@@ -187,6 +187,8 @@ class Reconciler:
         key, spec, snapshot, observation = p.key, p.spec, p.snapshot, p.observation
         assert spec is not None and snapshot is not None and observation is not None
         held_back = self._clock() < state.blocked_until
+        if state.unsure_creates:  # creates whose answer was lost: settle them by name first
+            p = await self._creator.settle(p, state, forgejo.is_forgejo(snapshot))
         decision = decide(p, self._ledger, now=self._wall(), held_back=held_back)
         ours = runner_pattern(p.name, p.uid)
         self._metrics.observe_jobs(
@@ -226,6 +228,7 @@ class Reconciler:
             idle_timeout=spec.idle_timeout_seconds,
             warm_max_age=spec.warm_runner_max_age_seconds,
             start_bound=self._start_bound,
+            expectation_lapses=self._expectations.next_lapse(key),
         )
         if due is not None:  # a runner's timer: no poll queues this pass any more
             requeue = min(requeue or due, due)

@@ -20,6 +20,10 @@ class GroupState:
     # The batch the next pass's creates start with (reconcile/steps/create.py): 1 until a pass's
     # creates all went through, then the largest batch that did (capped).
     create_batch: int = 1
+    # Runner Jobs whose create got no answer twice (timeout, reset): still expected, and sent
+    # again by name at the next pass (AlreadyExists counts as created). Bounded by the
+    # expected names: a name no longer expected is dropped.
+    unsure_creates: set[str] = field(default_factory=set)
     logged: tuple[str, str] | None = None
     logged_at: float = 0.0
     teardown_since: float | None = None

@@ -4,8 +4,9 @@ A reconcile is queued when something it reads changes (poll/triggers.py); some d
 change with nothing changing but the clock: a starting runner passes ``startupTimeout``
 (reaped), the claims' start bound (it stops covering a job) or a Pod-start grace (the
 group reports why it cannot start); an idle runner passes ``idleTimeout`` or, warm,
-``warmRunnerMaxAge``. The reconcile asks to come back at the soonest of these
-(``requeue_after``), so none of them waits for a poll that no longer queues a pass.
+``warmRunnerMaxAge``; a created Job the watch never showed stops being expected. The
+reconcile asks to come back at the soonest of these (``requeue_after``), so none of them
+waits for a poll that no longer queues a pass.
 Pure: plain data in, seconds out.
 """
 
@@ -34,10 +35,15 @@ def next_due(
     idle_timeout: float,
     warm_max_age: float,
     start_bound: float = START_BOUND,
+    expectation_lapses: float | None = None,
 ) -> float | None:
-    """Seconds (wall clock) until the soonest timer of the group's live runners; None when
-    no runner has one running (busy and finished runners change by events)."""
+    """Seconds (wall clock) until the soonest timer of the group's live runners, or until
+    the soonest expectation of a created Job lapses (``expectation_lapses``, seconds from
+    now: a Job created but never shown by the watch holds a slot until then); None when
+    nothing has a timer running (busy and finished runners change by events)."""
     deadlines: list[float] = []
+    if expectation_lapses is not None:
+        deadlines.append(now + expectation_lapses)
     for view in views:
         if not view.alive:
             continue

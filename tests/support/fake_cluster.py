@@ -49,6 +49,7 @@ class FakeCluster:
         self.creates = 0
         self.refuse: str | None = None
         self.lose_answer = False
+        self.drop_creates = 0
         self.finalizers: list[str] = [FINALIZER]
         self.deletion: str | None = None
 
@@ -56,6 +57,12 @@ class FakeCluster:
         self.creates += 1
         if self.refuse:
             raise CreateRefused(self.refuse)
+        if self.drop_creates > 0:  # the connection broke before the API server had it
+            self.drop_creates -= 1
+            raise ConnectionResetError
+        name = manifest["metadata"]["name"]
+        if name in self.jobs or any(j["metadata"]["name"] == name for j in self.unsynced):
+            return str(name)  # AlreadyExists: kube/cluster.py answers it as created
         if self.lose_answer:  # the API server created it; the answer never came back
             job = {**manifest, "metadata": {**manifest["metadata"], "creationTimestamp": CREATED}}
             self.unsynced.append(job)
@@ -249,8 +256,9 @@ def fresh_reconciler(
 ) -> Reconciler:
     """The real Reconciler over fakes, with no expectations yet: what a started (or
     restarted) operator runs."""
+    clock = clock or Clock()
     return Reconciler(
-        cache, cluster, sources, Expectations(), clock=clock or Clock(), wall_clock=wall_clock,
+        cache, cluster, sources, Expectations(clock=clock), clock=clock, wall_clock=wall_clock,
         **options,
     )  # fmt: skip
 

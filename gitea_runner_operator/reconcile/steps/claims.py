@@ -111,7 +111,9 @@ class Claims:
             blocked=blocked,
             now=self.wall_clock(),
             start_bound=self.start_bound,
-            busy_since=tuple(sorted(state.busy_since.values())),
+            # Runners seen busy, and finished ones its own answer does not count: each may
+            # have taken a job a peer's older answer lists (ledger._as_of).
+            busy_since=tuple(sorted((*state.busy_since.values(), *p.finished_at))),
         )
         answer = None
         if snapshot is not None and observation is not None and snapshot.problem is None:
@@ -122,6 +124,7 @@ class Claims:
             group,
             answer,
             (*observation.in_progress, *observation.finished) if observation else (),
+            failing=snapshot is not None and answer is None,
         )
         self.unmatched.report(url, group, answer.jobs if answer else None)
         late = late_runners(p.views, states, self.wall_clock(), self.start_bound)

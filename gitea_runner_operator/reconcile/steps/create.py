@@ -11,6 +11,7 @@ kube/cluster.py) is not expected, and the pass is retried."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ class Creator:
                 ),
                 return_exceptions=True,
             )
+            results = await self._again(group, spec, names, results, on_forgejo)
             unsure: BaseException | None = None
             for name, res in zip(names, results, strict=True):
                 if isinstance(res, CreateRefused):
@@ -85,9 +87,10 @@ class Creator:
                     self.expectations.lower(key, name)
                     unsure = unsure or res
                 elif isinstance(res, BaseException):
-                    # A timeout or a lost connection: the Job may well exist. It stays
-                    # expected (until the cache shows it, or the expectation times out), so
-                    # the next pass does not create it a second time.
+                    # No answer twice (a timeout, a lost connection): the Job may exist. It
+                    # stays expected, so no pass creates another for it, and the next pass
+                    # sends this name again (settle) rather than wait for it to lapse.
+                    state.unsure_creates.add(name)
                     unsure = unsure or res
                 else:
                     created.append(name)
@@ -131,6 +134,67 @@ class Creator:
         elif created:
             state.create_error, state.create_failures = None, 0
         return len(created)
+
+    async def _again(
+        self,
+        group: dict[str, Any],
+        spec: RunnerGroupSpec,
+        names: list[str],
+        results: list[Any],
+        on_forgejo: bool,
+    ) -> list[Any]:
+        """Send each create whose answer was lost once more, by the same name: the API
+        server answers AlreadyExists (taken as created) if the first one made the Job, and
+        creates it otherwise. Settled at once, instead of expected until it lapses."""
+        lost = [
+            i
+            for i, res in enumerate(results)
+            if isinstance(res, BaseException) and not isinstance(res, CreateRefused | Throttled)
+        ]
+        if not lost:
+            return results
+        again = await asyncio.gather(
+            *(
+                self.cluster.create_job(self.render(group, spec, names[i], on_forgejo))
+                for i in lost
+            ),
+            return_exceptions=True,
+        )
+        out = list(results)
+        for i, res in zip(lost, again, strict=True):
+            # A refusal now may be admission's, of a Job the first send made: still unsure.
+            out[i] = results[i] if isinstance(res, CreateRefused) else res
+        return out
+
+    async def settle(self, p: GroupPass, state: GroupState, on_forgejo: bool) -> GroupPass:
+        """Send the creates the last passes got no answer to again, by name, before this
+        pass plans: when the API server answers (created, or AlreadyExists), they are
+        settled; a definite refusal stops expecting them; no answer keeps them expected."""
+        assert p.spec is not None
+        expected = self.expectations.names(p.key) - p.present
+        state.unsure_creates &= expected
+        names = sorted(state.unsure_creates)
+        if not names:
+            return p
+        results = await asyncio.gather(
+            *(self.cluster.create_job(self.render(p.group, p.spec, n, on_forgejo)) for n in names),
+            return_exceptions=True,
+        )
+        sent = [
+            n for n, res in zip(names, results, strict=True) if not isinstance(res, BaseException)
+        ]
+        refused = [
+            n
+            for n, res in zip(names, results, strict=True)
+            if isinstance(res, CreateRefused | Throttled)
+        ]
+        for name in refused:
+            self.expectations.lower(p.key, name)
+        state.unsure_creates.difference_update(sent, refused)
+        if sent:
+            self.metrics.runners_created(p.namespace, p.name, len(sent))
+            log.info("created runner jobs whose answer was lost", group=p.key, jobs=sent)
+        return dataclasses.replace(p, pending=self.expectations.pending(p.key, p.present))
 
     def render(
         self, group: dict[str, Any], spec: RunnerGroupSpec, name: str, on_forgejo: bool = False

@@ -6,13 +6,12 @@ from __future__ import annotations
 import structlog
 
 from gitea_runner_operator.api.loss import (
-    MAX_LOSS_RECORDS,
     LossRecord,
     loss_records,
     losses_patch,
 )
 from gitea_runner_operator.reconcile.inputs import GroupPass
-from gitea_runner_operator.reconcile.loss import find_losses
+from gitea_runner_operator.reconcile.loss import find_losses, make_room
 from gitea_runner_operator.reconcile.ports import ClusterWrites
 
 log = structlog.get_logger(__name__)
@@ -21,11 +20,12 @@ log = structlog.get_logger(__name__)
 async def record_losses(cluster: ClusterWrites, p: GroupPass, now: float) -> bool:
     """True when a loss was recorded (the poll task should follow it up). At most
     ``MAX_LOSS_RECORDS`` are kept: a flood of losses is logged, never written without bound
-    (an object grown too large would fail every write, creates included)."""
+    (an object grown too large would fail every write, creates included). Settled and
+    stale records make room for a new loss (:func:`.loss.make_room`)."""
     assert p.observation is not None
     records = loss_records(p.group)
     lost = find_losses(p.views, p.all_pods, records, p.observation.runners)
-    room = max(0, MAX_LOSS_RECORDS - len(records))
+    room, drop = make_room(records, len(lost), now) if lost else (0, [])
     if len(lost) > room:
         log.warning(
             "runner losses not recorded: too many open",
@@ -42,8 +42,11 @@ async def record_losses(cluster: ClusterWrites, p: GroupPass, now: float) -> boo
         p.name,
         losses_patch(
             {
-                loss.job_name: LossRecord(pod=loss.pod, cause=loss.cause, at=now).encode()
-                for loss in lost
+                **dict.fromkeys(drop),
+                **{
+                    loss.job_name: LossRecord(pod=loss.pod, cause=loss.cause, at=now).encode()
+                    for loss in lost
+                },
             }
         ),
     )

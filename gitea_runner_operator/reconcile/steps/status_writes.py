@@ -8,7 +8,8 @@ the passes that would have created runners waited behind them. Now a pass hands 
 to the group's writer and returns; the writer patches the latest status handed to it when
 a token comes (a newer one replaces one not yet written: the patch is the whole status the
 pass computed, so only the latest matters), then the Events that mark the transitions. A
-failed patch gives the group back to the work queue (``retry``), which writes it again.
+failed patch gives the group back to the work queue (``retry``), whose pass hands the latest
+status again; nothing is left pending without a writer.
 """
 
 from __future__ import annotations
@@ -63,8 +64,13 @@ class LaterWrites:
                         group=key,
                         error=f"{type(exc).__name__}: {exc}",
                     )
+                    # A newer status handed meanwhile is dropped too, not left pending
+                    # with no writer: the retry pass computes the latest and hands it
+                    # again (while one is pending, a pass with the same status hands
+                    # nothing, taking it as on its way).
+                    self._pending.pop(key, None)
                     if self._retry is not None:
-                        self._retry(key)  # the pass computes and hands it again
+                        self._retry(key)
                     return
         finally:
             if self._tasks.get(key) is asyncio.current_task():

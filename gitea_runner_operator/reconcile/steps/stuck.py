@@ -17,6 +17,9 @@ def note_stuck(decision: Plan, spec: RunnerGroupSpec, state: GroupState, now: fl
     """Update ``state``'s back-off (``blocked_until``, ``stuck_message``) after ``decision``."""
     if decision.count(RunnerState.BUSY) > 0 and state.stuck_failures:
         state.stuck_failures, state.blocked_until, state.stuck_message = 0, 0.0, None
+    # Only runner Jobs that still exist can be reaped again: the names of the rest are
+    # forgotten, so this memory is bounded by the group's Jobs, not by its history.
+    state.stuck_jobs.intersection_update(decision.states)
     new = [
         c
         for c in decision.reap

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,8 +28,13 @@ from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.api.scope import fold
 from gitea_runner_operator.reconcile.accounting import Claimant, Repository, job_repository
 
-# Label sets per Gitea shown in metrics on their own; the rest add up in OTHER.
+# Label sets per Gitea shown in metrics on their own; the rest add up in OTHER. Only these
+# are described (nearest label, groups offering it) and warned about: a Gitea listing 25,000
+# jobs with a label each costs 20 descriptions per evaluation, not 25,000.
 MAX_LABEL_SETS = 20
+# Offered labels a typo is compared with: the most offered ones (ties by name), so the
+# nearest-label search costs the same beside 10 groups or 1,000 groups of 64 labels.
+MAX_NEAREST_CANDIDATES = 256
 OTHER = "other"
 MAX_LABEL_TEXT = 120
 # Gitea stamps unclaimed times as the zero time; anything before this is "unknown".
@@ -70,6 +76,12 @@ class UnmatchedSet:
     nearest: tuple[tuple[str, str], ...] = ()
     # Groups that offer the labels but whose scope misses the repositories (cause scope).
     offered_by: tuple[str, ...] = ()
+    # Per observer: how many of the jobs it listed, and the oldest of them. An Event on a
+    # group speaks of what that group listed, never of another tenant's repositories.
+    seen: tuple[tuple[str, int, ActionJob], ...] = ()
+    # One of its Gitea's MAX_LABEL_SETS largest sets: described (nearest, offered_by) and
+    # warned about; the others only count in the metric.
+    detailed: bool = True
 
     @property
     def label_text(self) -> str:
@@ -103,9 +115,13 @@ def nearest_label(label: str, offered: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
-def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> list[UnmatchedSet]:
+def find_unmatched(
+    sightings: Iterable[Sighting], offers: Iterable[Offer], detail: int = MAX_LABEL_SETS
+) -> list[UnmatchedSet]:
     """Every queued job of the sightings that no offer of its Gitea can serve, by label set.
-    A job listed by several groups counts once; every group that listed it is an observer."""
+    A job listed by several groups counts once; every group that listed it is an observer.
+    Only the ``detail`` largest sets of each Gitea (the ones the metric shows on their own)
+    are described, so the work past counting jobs is bounded whatever the queue holds."""
     by_url: dict[str, list[Claimant]] = {}
     # Per Gitea and label, the groups offering it: a job's candidates are those offering its
     # rarest label, so the cost grows with the groups that could matter, not with all.
@@ -124,7 +140,9 @@ def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> li
             observers.setdefault((sighting.url, job.id), set()).add(sighting.observer)
     verdicts: dict[tuple[str, frozenset[str], Repository | None], Cause | None] = {}
     able_for: dict[tuple[str, frozenset[str]], _Able] = {}
-    found: dict[tuple[str, tuple[str, ...]], tuple[Cause, list[ActionJob], set[str]]] = {}
+    found: dict[
+        tuple[str, tuple[str, ...]], tuple[Cause, list[ActionJob], dict[str, tuple[int, ActionJob]]]
+    ] = {}
     for (url, job_id), job in sorted(jobs.items(), key=lambda item: item[0][1]):
         labels, repository = frozenset(job.labels), job_repository(job)
         pair = (url, labels, repository)
@@ -142,12 +160,24 @@ def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> li
         if cause is None:
             continue
         key = (url, tuple(sorted(labels)))
-        entry = found.setdefault(key, (cause, [], set()))
+        entry = found.setdefault(key, (cause, [], {}))
         entry[1].append(job)
-        entry[2].update(observers[(url, job_id)])
+        for observer in observers[(url, job_id)]:
+            n, first = entry[2].get(observer, (0, job))
+            entry[2][observer] = (n + 1, first)
+    ranked: dict[str, list[tuple[int, str, tuple[str, ...]]]] = {}
+    for (url, names), (_, listed, _) in found.items():
+        ranked.setdefault(url, []).append((-len(listed), label_text(names), names))
+    described = {
+        (url, names)
+        for url, sets in ranked.items()
+        for _, _, names in sorted(sets)[: max(0, detail)]
+    }
+    typos = {url: _Typos(by_url.get(url, [])) for url, _ in described}
     out = []
     for (url, names), (cause, listed, seen) in sorted(found.items()):
-        claimants = by_url.get(url, [])
+        detailed = (url, names) in described
+        claimants = by_url.get(url, []) if detailed else []
         out.append(
             UnmatchedSet(
                 url=url,
@@ -155,8 +185,10 @@ def find_unmatched(sightings: Iterable[Sighting], offers: Iterable[Offer]) -> li
                 cause=cause,
                 jobs=tuple(listed),
                 observers=frozenset(seen),
-                nearest=_nearest(names, claimants) if cause is Cause.LABELS else (),
+                seen=tuple((key, n, first) for key, (n, first) in sorted(seen.items())),
+                nearest=typos[url].nearest(names) if detailed and cause is Cause.LABELS else (),
                 offered_by=tuple(sorted(c.key for c in claimants if frozenset(names) <= c.offered)),
+                detailed=detailed,
             )
         )
     return out
@@ -183,16 +215,25 @@ class _Able:
         return Cause.SCOPE
 
 
-def _nearest(labels: Sequence[str], claimants: Sequence[Claimant]) -> tuple[tuple[str, str], ...]:
-    offered = {name for c in claimants for name in c.offered}
-    pairs = []
-    for label in labels:
-        if label in offered:
-            continue
-        near = nearest_label(label, offered)
-        if near is not None:
-            pairs.append((label, near))
-    return tuple(pairs)
+class _Typos:
+    """The labels one Gitea's groups offer, and the bounded list a typo is compared with:
+    the MAX_NEAREST_CANDIDATES most offered (ties by name), built once per evaluation."""
+
+    def __init__(self, claimants: Sequence[Claimant]) -> None:
+        counts: Counter[str] = Counter(name for c in claimants for name in c.offered)
+        self.offered = frozenset(counts)
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        self.candidates = [name for name, _ in ranked[:MAX_NEAREST_CANDIDATES]]
+
+    def nearest(self, labels: Sequence[str]) -> tuple[tuple[str, str], ...]:
+        pairs = []
+        for label in labels:
+            if label in self.offered:
+                continue
+            near = nearest_label(label, self.candidates)
+            if near is not None:
+                pairs.append((label, near))
+        return tuple(pairs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,10 +270,16 @@ def _add(a: Bucket | None, b: Bucket) -> Bucket:
     return Bucket(a.count + b.count, min(times, default=None))
 
 
-def describe(s: UnmatchedSet) -> str:
-    """The Event message: the label set, what to do, and an example job's URL."""
-    example = s.jobs[0].url or f"job {s.jobs[0].id}"
-    head = f"{len(s.jobs)} queued job(s) with runs-on [{', '.join(s.labels)}] match no RunnerGroup"
+def describe(s: UnmatchedSet, observer: str) -> str:
+    """The Event message for the group ``observer`` (namespace/name): the label set, what to
+    do, and an example job's URL. It counts and shows only jobs that group listed, and names
+    only groups of its own namespace: the others are a count (tenants share a Gitea, not
+    their groups' names or repositories)."""
+    count, first = next(
+        ((n, job) for key, n, job in s.seen if key == observer), (len(s.jobs), s.jobs[0])
+    )
+    example = first.url or f"job {first.id}"
+    head = f"{count} queued job(s) with runs-on [{', '.join(s.labels)}] match no RunnerGroup"
     if s.cause is Cause.LABELS:
         hint = "; no group of this Gitea offers " + (
             " ".join(f"{a!r} (did you mean {b!r}?)" for a, b in s.nearest)
@@ -240,9 +287,12 @@ def describe(s: UnmatchedSet) -> str:
             else "this label set"
         )
     else:
-        hint = (
-            f"; the label set is offered by {', '.join(s.offered_by[:3])}"
-            + (" ..." if len(s.offered_by) > 3 else "")
-            + ", whose scope does not cover the job's repository"
-        )
+        namespace = observer.partition("/")[0]
+        own = [key for key in s.offered_by if key.partition("/")[0] == namespace]
+        names = ", ".join(own[:3]) + (" ..." if len(own) > 3 else "")
+        others = len(s.offered_by) - len(own)
+        if others:
+            names += f"{' and ' if own else ''}{others} group(s) of other namespaces"
+        hint = f"; the label set is offered by {names}, whose scope does not cover the job's"
+        hint += " repository"
     return f"{head}{hint}. Example: {example}"

@@ -118,7 +118,7 @@ class UnmatchedBook:
                 (Offer(url, m.claimant) for m in members),
             )
         )
-        return Verdict(url, sets, tuple(s for s in sets if self._due(s, now)))
+        return Verdict(url, sets, tuple(s for s in sets if s.detailed and self._due(s, now)))
 
     def pending(self, url: str) -> bool:
         """Whether an evaluation was skipped for ``min_interval``."""
@@ -165,9 +165,8 @@ async def publish(
     """Export a Gitea's unmatched jobs, and warn the groups that observed a set now due."""
     metrics.unmatched(verdict.url, buckets(verdict.sets))
     for s in verdict.warn:
-        message = describe(s)
         log.warning("unmatched jobs", gitea=verdict.url, labels=s.label_text, cause=s.cause.value)
         for key in sorted(s.observers)[:MAX_OBSERVERS_WARNED]:
             group = group_of(key)
             if group is not None:
-                await emit(group, "Warning", EVENT_REASON, message)
+                await emit(group, "Warning", EVENT_REASON, describe(s, key))

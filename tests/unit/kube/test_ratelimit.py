@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from gitea_runner_operator.kube.ratelimit import TokenBucket
+from gitea_runner_operator.kube.ratelimit import NoWriteToken, TokenBucket
 from tests.support.clock import FakeTime
 
 
@@ -74,3 +74,37 @@ async def test_a_cancelled_waiter_neither_loses_nor_wedges_the_queue():
         await first
     await asyncio.wait_for(asyncio.gather(*others), timeout=5)
     await asyncio.wait_for(bucket.acquire("d"), timeout=5)
+
+
+async def test_one_tenants_creates_do_not_hold_back_another_tenants_other_writes():
+    """One group's pass creates 2,000 runner Jobs; another team's safe-to-evict mark (or a
+    delete, a status patch, a finalizer release) waits about one token, not for every
+    create (before: creates of any tenant went first, and such a mark waited 17.5 s)."""
+    time_ = FakeTime()
+    bucket = TokenBucket(qps=100, burst=1, clock=time_, sleep=time_.sleep)
+    await bucket.acquire("busy")  # the burst is spent: everyone below waits
+    done: dict[str, float] = {}
+
+    async def write(name: str, key: str, urgent: bool) -> None:
+        await bucket.acquire(key, urgent=urgent)
+        done[name] = time_.now
+
+    creates = [asyncio.create_task(write(f"create {i}", "busy", True)) for i in range(2000)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    mark = asyncio.create_task(write("mark", "quiet", False))
+    own = asyncio.create_task(write("own status", "busy", False))
+    await asyncio.gather(*creates, mark, own)
+    assert done["mark"] <= 0.05  # a few tokens at 100/s
+    # Within its own namespace a tenant's creates still go before what only reports.
+    assert done["own status"] >= max(v for k, v in done.items() if k.startswith("create"))
+
+
+async def test_every_wait_for_a_write_token_has_a_deadline():
+    bucket = TokenBucket(qps=2, burst=1, deadline=0.2)  # real time: 500 ms a token
+    await bucket.acquire("x")
+    waiting = [asyncio.create_task(bucket.acquire(k)) for k in ("a", "b")]
+    results = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 2)
+    assert all(isinstance(r, NoWriteToken) for r in results)
+    await asyncio.sleep(0.6)  # a token again
+    await asyncio.wait_for(bucket.acquire("c"), timeout=0.1)  # nothing wedged behind them

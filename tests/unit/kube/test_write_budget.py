@@ -229,7 +229,7 @@ async def test_status_is_patched_at_most_once_a_second_and_the_last_change_is_no
     assert cluster.status is not None and cluster.status["queuedJobs"] == 3
 
 
-async def test_runner_creates_take_the_next_tokens_before_writes_that_only_report():
+async def test_a_namespaces_runner_creates_take_its_next_tokens_before_writes_that_report():
     time_ = FakeTime()
     bucket = TokenBucket(qps=10, burst=1, clock=time_, sleep=time_.sleep)
     await bucket.acquire("a")  # the burst is spent: everyone below waits
@@ -241,8 +241,25 @@ async def test_runner_creates_take_the_next_tokens_before_writes_that_only_repor
 
     tasks = [asyncio.create_task(write(f"status {i}", "a")) for i in range(3)]
     await asyncio.sleep(0)
-    tasks += [asyncio.create_task(write(f"create {i}", k, True)) for i, k in enumerate("bc")]
+    tasks += [asyncio.create_task(write(f"create {i}", "a", True)) for i in range(2)]
     await asyncio.gather(*tasks)
     # The first status write had its token before the creates asked; the creates that
-    # came later are still served before the other status writes.
+    # came later are still served before the namespace's other status writes. (Across
+    # namespaces turns go round: test_ratelimit.py.)
     assert served == ["status 0", "create 0", "create 1", "status 1", "status 2"]
+
+
+async def test_a_write_that_gets_no_token_in_time_is_a_definite_no_never_sent():
+    """Every wait for a write token has a deadline: past it the write is not sent, and the
+    caller hears Throttled (a create is then not expected and is made on a later pass)."""
+    bucket = TokenBucket(qps=1, burst=1, deadline=0.05)
+    await bucket.acquire("busy")  # the bucket is empty for a second
+    sent: list[str] = []
+
+    async def request() -> Any:
+        sent.append("create")
+        return FakeResponse(201, b"{}")
+
+    with pytest.raises(Throttled, match="no write token"):
+        await asyncio.wait_for(http_module.write(bucket, "quiet", request, urgent=True), 1)
+    assert sent == []

@@ -148,3 +148,20 @@ async def test_a_quiet_family_does_not_bring_its_members_back_for_a_stale_share(
     sources.get(ORG).latest = answer(JOBS, started_at=3.0)
     busy = await rec.reconcile(ORG)
     assert busy.requeue_after is not None and busy.requeue_after <= 0.5
+
+
+async def test_a_global_group_whose_token_does_not_work_couples_no_family():
+    """Two org groups of different orgs, and a global group whose polls fail (a dead
+    token): each org group stays alone in its family and serves its own answer at once."""
+    world = World()
+    world.add("team-a", "org", group_spec("org", "acme"))
+    world.add("team-c", "other", group_spec("org", "other"))
+    world.add("team-g", "all", group_spec("global"))
+    rec, sources, ledger = reconciler(world)
+    sources.get("team-g/all").latest = answer(problem=Problem("GiteaUnauthorized", "401"))
+    await rec.reconcile("team-g/all")
+    for key in (ORG, "team-c/other"):
+        sources.get(key).latest = answer(JOBS if key == ORG else ())
+        await rec.reconcile(key)
+    assert not ledger.has_peers(ORG) and not ledger.has_peers("team-c/other")
+    assert world.created(ORG) == 3

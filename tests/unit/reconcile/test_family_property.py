@@ -6,7 +6,9 @@ Families: an org group with a repo group of that org, two org groups, and an org
 token reads only one repository beside a repo group. The real Reconciler and Ledger; Gitea and
 the cluster are small in-memory models. "Covers" is exact: every runner a reconcile creates
 must raise the size of a maximum matching of the not-busy runners (starting or idle) to the
-queued jobs they can run. Jobs leave the queue only when a runner takes them."""
+queued jobs they can run. Jobs leave the queue only when a runner takes them. Some runners
+take a job and finish it before any group polls again: with a restricted token, a job only
+a peer's older answer lists (before issue 36: 8 of 150 schedules over-created)."""
 
 from __future__ import annotations
 
@@ -143,6 +145,17 @@ class Sim:
                 runner.busy = True
                 return
 
+    def quick(self) -> None:
+        """A runner takes a job and finishes it before any group polls again: a job only a
+        peer's older answer may list (a restricted token's org runner taking a job of the
+        repository only the repo group's token reads)."""
+        self.take()
+        busy = [r for r in self.runners.values() if r.busy and not r.done]
+        if busy:
+            runner = busy[-1] if self.rng.random() < 0.5 else self.rng.choice(busy)
+            runner.done = True
+            self.world.finish(runner.group, runner.job, self.clock.now)
+
     def finish(self) -> None:
         busy = [r for r in self.runners.values() if r.busy and not r.done]
         if busy:
@@ -202,6 +215,8 @@ class Sim:
                 self.take()
             elif move < 0.9:
                 self.finish()
+            elif move < 0.95:
+                self.quick()
             else:  # a webhook wake-up: a poll, and the reconcile it enqueues
                 self.poll(key)
                 await self.reconcile(key)

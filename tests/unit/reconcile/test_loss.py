@@ -10,6 +10,7 @@ import pytest
 from gitea_runner_operator.api.gitea import ActionRunner
 from gitea_runner_operator.api.loss import (
     MAX_LOSS_RECORDS,
+    OPEN_LOSS_TTL,
     LossRecord,
     LossState,
     loss_records,
@@ -158,11 +159,14 @@ def test_records_round_trip_and_garbage_is_ignored():
     assert loss_records(group) == {job_a: rec}
 
 
-def test_settled_records_expire_and_are_capped_open_ones_stay():
+def test_settled_records_expire_and_are_capped_open_ones_stay_for_hours():
     now = 200_000.0
     old = LossRecord("p", "Deleted", 1.0, LossState.RERUN, settled_at=1.0)
-    open_ = LossRecord("q", "Deleted", 1.0, LossState.HELD)
+    open_ = LossRecord("q", "Deleted", now - 60, LossState.HELD)
     assert expired({"old": old, "open": open_}, now) == ["old"]
+    # an open record whose follow-up never ends (a 403 on its repository) goes after 6 h
+    stuck = LossRecord("s", "Deleted", now - OPEN_LOSS_TTL - 1, LossState.HELD)
+    assert expired({"open": open_, "stuck": stuck}, now) == ["stuck"]
     many = {
         f"r{i}": LossRecord("p", "x", now, LossState.NO_JOB, settled_at=now - i)
         for i in range(MAX_LOSS_RECORDS + 3)

@@ -309,6 +309,35 @@ async def test_idle_runners_are_proposed_to_the_poll_task_never_deleted_here():
     )
 
 
+async def test_a_tenants_pod_or_job_named_like_another_teams_runner_is_not_the_groups():
+    """Team-a creates, in its own namespace, a Pod labelled as its runner Job's Pod but named
+    like another team's runner, and a Job named like another team's Forgejo runner: neither
+    registration becomes team-a's to disable or delete. A runner Job's Pods are named after
+    it, and a runner Job carries its group's name pattern."""
+    import copy
+
+    from gitea_runner_operator.api.naming import runner_prefix
+
+    cluster = FakeCluster()
+    name = await first_runner(cluster)
+    own, theirs = f"{name}-bcdfg", runner_prefix("ci", "team-b-uid") + "hjklm-npqrs"
+    theirs_job = runner_prefix("ci", "team-b-uid") + "tvwxz"
+    forged = copy.deepcopy(cluster.jobs[name])
+    forged["metadata"]["name"] = theirs_job
+    cluster.put_jobs(forged)
+    cluster.pods = [runner_pod(name, own), runner_pod(name, theirs)]
+    runners = (ActionRunner(id=5, name=own), ActionRunner(id=9, name=theirs),
+               ActionRunner(id=11, name=theirs_job))  # fmt: skip
+    late = T0 + 3600  # an hour later, nothing queued: every runner of team-a is idle
+    again, sources, _ = make(cluster, snapshot(runners=runners), wall=late)
+    await again.reconcile(KEY)
+    (order,) = sources.source.orders
+    assert [(c.job_name, c.runner_ids, c.pod_names) for c in order.candidates] == [
+        (name, (5,), (own,))
+    ]
+    assert all(o.runner_id == 5 for o in order.orphans)
+
+
 async def test_runners_idle_while_jobs_wait_hold_creation_back_and_say_why():
     cluster = FakeCluster()
     name = await first_runner(cluster)
@@ -419,18 +448,53 @@ async def test_only_busy_runner_pods_are_guarded_against_node_scale_down():
     assert guarded[f"{idle_job}-bcdfg"] == {}
 
 
-async def test_a_create_whose_answer_was_lost_is_not_made_a_second_time():
+async def test_a_create_whose_answer_was_lost_is_settled_at_once_by_its_name():
     """Under load a create can time out after the API server made the Job. Forgetting it
     would start a second runner for the same job on the next pass (seen at 1,000 groups:
-    2,545 runner Jobs for 2,000 queued jobs)."""
+    2,545 runner Jobs for 2,000 queued jobs); waiting for the watch left the job waiting
+    when the Job was never made. The same name is sent again: AlreadyExists settles it."""
     cluster = FakeCluster()
     cluster.lose_answer = True
     reconciler, _, _ = make(cluster, snapshot(queued=1))
-    with pytest.raises(TimeoutError):
-        await reconciler.reconcile(KEY)
+    await reconciler.reconcile(KEY)  # the pass does not fail
+    assert cluster.creates == 2 and cluster.all_created == 1
+    assert ("Normal", "RunnersCreated") in cluster.events
     cluster.lose_answer = False
     await reconciler.reconcile(KEY)  # the watch has not shown the Job yet
-    assert cluster.creates == 1 and len(cluster.unsynced) == 1
+    assert cluster.creates == 2 and cluster.all_created == 1
+
+
+async def test_a_create_that_never_arrived_is_sent_again_on_the_next_pass():
+    """The connection broke before the API server had the Job, twice (an API server
+    restart): the next pass sends the same name again rather than waiting for the
+    expectation to lapse (300 s, and nothing brought the group back then)."""
+    cluster = FakeCluster()
+    cluster.drop_creates = 2
+    reconciler, _, _ = make(cluster, snapshot(queued=1))
+    with pytest.raises(ConnectionResetError):
+        await reconciler.reconcile(KEY)  # failed: the controller retries it with back-off
+    assert cluster.all_created == 0
+    await reconciler.reconcile(KEY)
+    assert cluster.all_created == 1 and cluster.creates == 3
+    cluster.sync()
+    await reconciler.reconcile(KEY)
+    assert cluster.all_created == 1
+
+
+async def test_an_expected_job_that_never_shows_brings_the_group_back_when_it_lapses():
+    """A Job created and deleted before the watch showed it is expected until the
+    expectation lapses: the pass asks to come back then, and creates for the job."""
+    cluster = FakeCluster()
+    clock = Clock()
+    reconciler, _, _ = make(cluster, snapshot(queued=1), clock=clock)
+    await reconciler.reconcile(KEY)
+    cluster.unsynced.clear()  # deleted before the watch delivered it
+    result = await reconciler.reconcile(KEY)
+    assert cluster.creates == 1
+    assert result.requeue_after is not None and 59.0 <= result.requeue_after <= 61.0
+    clock.now += result.requeue_after
+    await reconciler.reconcile(KEY)
+    assert cluster.creates == 2 and cluster.all_created == 1
 
 
 async def test_a_managed_hook_shows_as_the_webhook_condition_and_a_failure_warns_once():

@@ -101,3 +101,46 @@ async def test_a_flood_of_losses_never_stops_creation():
     again, _, _ = make(cluster, snapshot(queued=3))
     await again.reconcile(KEY)
     assert cluster.all_created > 1  # the alive lost runner holds one slot of three
+
+
+def _records(count: int, state: LossState, at: float, settled_at: float = 0.0) -> dict[str, str]:
+    prefix = runner_prefix("ci", "u1")
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    out = {}
+    for i in range(count):
+        job = prefix + "".join(alphabet[(i // 27**k) % 27] for k in range(5))
+        out[job] = LossRecord(f"{job}-bcdfg", "Deleted", at, state, "acme/widgets", i, i,
+                              settled_at=settled_at).encode()  # fmt: skip
+    return out
+
+
+async def test_records_that_stay_open_or_settled_ones_do_not_stop_a_new_loss_being_recorded():
+    """100 open records whose follow-up never ends (a 403 on the job's repository) used to
+    stop loss recording for the group for good, and 100 settled ones for a day: stale open
+    records expire, settled ones make room, and the status stays within the bound."""
+    for filler in (
+        _records(100, LossState.HELD, at=T0 - 7 * 3600),
+        _records(100, LossState.RERUN, at=T0 - 60, settled_at=T0 - 30),
+    ):
+        cluster = FakeCluster()
+        name = await first_runner(cluster)
+        took_job(cluster, name)
+        cluster.gone_pods.append(_evicted(f"{name}-abcde", name))
+        cluster.status = {**(cluster.status or {}), "losses": dict(filler)}
+        again, _, _ = make(cluster, snapshot(queued=0))
+        await again.reconcile(KEY)
+        assert name in cluster.losses
+        assert json.loads(cluster.losses[name])["state"] == "lost"
+        assert len(cluster.losses) <= 100
+
+
+async def test_records_that_are_open_and_recent_are_kept_and_the_new_loss_waits():
+    cluster = FakeCluster()
+    name = await first_runner(cluster)
+    took_job(cluster, name)
+    cluster.gone_pods.append(_evicted(f"{name}-abcde", name))
+    fresh = _records(100, LossState.HELD, at=T0 - 60)
+    cluster.status = {**(cluster.status or {}), "losses": dict(fresh)}
+    again, _, _ = make(cluster, snapshot(queued=0))
+    await again.reconcile(KEY)
+    assert cluster.losses == fresh  # still being followed up: none is dropped for the new one

@@ -69,6 +69,24 @@ CASES = [
         "automountToken",
     ),
     (
+        pod(
+            volumes=[
+                {"name": "d", "emptyDir": {}},
+                {
+                    "name": "token",
+                    "projected": {
+                        "sources": [
+                            {"configMap": {"name": "ca"}},
+                            {"serviceAccountToken": {"path": "token", "audience": "api"}},
+                        ]
+                    },
+                },
+            ]
+        ),
+        "spec.template.spec.volumes[1].projected.sources[1].serviceAccountToken",
+        "automountToken",
+    ),
+    (
         pod(containers=[{"name": "sidecar", "securityContext": {"privileged": True}}]),
         "spec.template.spec.containers[0].securityContext.privileged",
         "privileged",

@@ -92,3 +92,25 @@ async def test_a_failed_status_patch_gives_the_group_back_to_the_work_queue():
     await rec.reconcile(KEY)
     await writes.close()
     assert again == [KEY]
+
+
+async def test_a_newer_status_handed_while_a_patch_fails_is_still_written():
+    """The writer's patch fails while a newer status waits behind it: the group's retry
+    pass writes that newer status (before: it stayed pending with no writer, and the retry
+    pass, computing the same status, took it as handed over already)."""
+    again: list[str] = []
+    writes = LaterWrites(retry=again.append)
+    rec, cluster, sources = _world(writes)
+    assert await _returns(rec.reconcile(KEY))  # the writer takes this one and waits
+    await asyncio.sleep(0)
+    sources.source.latest = snapshot(queued=2, started_at=2.0)
+    assert await _returns(rec.reconcile(KEY))  # a newer status, pending
+    cluster.fail = True
+    cluster.gate.set()
+    for _ in range(20):  # the writer fails its patch and gives the group back
+        await asyncio.sleep(0)
+    assert again == [KEY]
+    cluster.fail = False
+    assert await _returns(rec.reconcile(KEY))  # the retry: same inputs, same status
+    await writes.close()
+    assert [p["queuedJobs"] for p in cluster.patches] == [2]
