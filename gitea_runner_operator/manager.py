@@ -20,6 +20,7 @@ from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import Leadership, LeaseElector, run_with_leadership
+from gitea_runner_operator.runtime.loopwatch import LoopWatch
 from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.settings import SA_NAMESPACE_FILE, Settings
 from gitea_runner_operator.webhook import CachedSecretReader, Descriptors, WebhookServer
@@ -159,12 +160,13 @@ async def run(settings: Settings) -> int:
     # never make the leader miss its renew deadline.
     lease_config = client.Configuration.get_default_copy()
     lease_config.connection_pool_maxsize = 2
+    metrics = Metrics()
     async with (
+        LoopWatch(observe=metrics.loop_lag),
         client.ApiClient() as api,
         client.ApiClient(watch_config) as watch_api,
         client.ApiClient(lease_config) as lease_api,
     ):
-        metrics = Metrics()
         instrument_writes(api, metrics.kube_write)
         leadership = Leadership()
         # One Secret reader for the process: the webhook receiver and every leadership term

@@ -25,6 +25,7 @@ from prometheus_client import (
 from gitea_runner_operator import __version__
 from gitea_runner_operator.metrics.groups import GroupSeries
 from gitea_runner_operator.metrics.names import (
+    LAG_BUCKETS,
     REQUEST_BUCKETS,
     Series,
     endpoint_class,
@@ -97,6 +98,12 @@ class Metrics(GroupSeries):
             "webhook_deliveries", "Gitea webhook deliveries received, by outcome.", ["outcome"]
         )
         self.workqueue = WorkQueueMetrics(r)
+        self._loop_lag = series.histogram(
+            "event_loop_lag_seconds",
+            "How late the event loop woke a task that sleeps a fixed interval (every 0.5 s): "
+            "the loop was busy with something else for that long.",
+            buckets=LAG_BUCKETS,
+        )
 
     # -- exposition ---------------------------------------------------------------------------
 
@@ -130,6 +137,9 @@ class Metrics(GroupSeries):
 
     def webhook_delivery(self, outcome: str) -> None:
         self._webhook.labels(outcome).inc()
+
+    def loop_lag(self, seconds: float) -> None:
+        self._loop_lag.observe(max(0.0, seconds))
 
     def set_leader(self, leader: bool) -> None:
         self._leader.set(1 if leader else 0)

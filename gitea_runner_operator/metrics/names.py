@@ -22,6 +22,9 @@ DURATION_BUCKETS: Final = (5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 
 # HTTP requests and reconcile passes: milliseconds to the 30 s client timeout.
 REQUEST_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 QUEUE_BUCKETS: Final = (0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# How late the event loop wakes: a healthy loop is under a few ms; the Lease's renew deadline
+# is 10 s.
+LAG_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 # Job ids already observed, per group and kind. The lists fed in are one page each (the
 # running jobs, the newest finished), so an id not listed for SEEN_JOBS_TTL has left them
