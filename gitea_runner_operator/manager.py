@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import structlog
 from kubernetes_asyncio import client, config
@@ -19,7 +21,13 @@ from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.runtime.controller import Controller
-from gitea_runner_operator.runtime.leadership import Leadership, LeaseElector, run_with_leadership
+from gitea_runner_operator.runtime.leadership import (
+    Leadership,
+    LeaseElector,
+    LeaseKeeper,
+    LeaseTiming,
+    run_with_leadership,
+)
 from gitea_runner_operator.runtime.loopwatch import LoopWatch
 from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.settings import SA_NAMESPACE_FILE, Settings
@@ -68,6 +76,26 @@ def lease_namespace(settings: Settings) -> str:
     with contextlib.suppress(OSError):
         return SA_NAMESPACE_FILE.read_text().strip()
     return "default"
+
+
+def lease_elector(settings: Settings) -> Callable[[], AbstractAsyncContextManager[LeaseElector]]:
+    """The Lease thread's elector, opened on that thread's own loop: a client and connection
+    pool of its own, so neither queued writes nor a busy main loop delay a renewal."""
+    lease_config = client.Configuration.get_default_copy()
+    lease_config.connection_pool_maxsize = 2
+
+    @asynccontextmanager
+    async def opened() -> AsyncIterator[LeaseElector]:
+        async with client.ApiClient(lease_config) as api:
+            yield LeaseElector(
+                api,
+                lease_namespace(settings),
+                settings.lease_name,
+                settings.identity,
+                lease_duration=settings.lease_duration,
+            )
+
+    return opened
 
 
 async def operator_webhook_secret(settings: Settings, secrets: SecretStore) -> bytes | None:
@@ -156,16 +184,11 @@ async def run(settings: Settings) -> int:
     # namespace can never take every connection the writes and the Lease need.
     watch_config = client.Configuration.get_default_copy()
     watch_config.connection_pool_maxsize = 3 * max(1, len(settings.namespaces)) + 4
-    # The Lease has a pool of its own too: a burst of writes queued for connections must
-    # never make the leader miss its renew deadline.
-    lease_config = client.Configuration.get_default_copy()
-    lease_config.connection_pool_maxsize = 2
     metrics = Metrics()
     async with (
-        LoopWatch(observe=metrics.loop_lag),
+        LoopWatch(observe=metrics.loop_lag) as watch,
         client.ApiClient() as api,
         client.ApiClient(watch_config) as watch_api,
-        client.ApiClient(lease_config) as lease_api,
     ):
         instrument_writes(api, metrics.kube_write)
         leadership = Leadership()
@@ -233,14 +256,13 @@ async def run(settings: Settings) -> int:
                 leadership.controller = controller
                 await controller.run(stop)
                 return 0
-            elector = LeaseElector(
-                lease_api,
-                lease_namespace(settings),
-                settings.lease_name,
-                settings.identity,
-                lease_duration=settings.lease_duration,
+            keeper = LeaseKeeper(
+                lease_elector(settings), LeaseTiming.of(settings), watch.heartbeat_age
             )
-            return await run_with_leadership(elector, settings, make_controller, stop, leadership)
+            where = f"{lease_namespace(settings)}/{settings.lease_name}"
+            return await run_with_leadership(
+                keeper, settings, make_controller, stop, leadership, where
+            )
         finally:
             if receiver is not None:
                 await receiver.stop()

@@ -1,0 +1,204 @@
+"""The Lease does not share the event loop's fate: it is renewed from a thread of its own
+while the loop's heartbeat is fresh, so a stall of a few seconds costs no renewal, and a
+wedged loop stops renewing so that another replica can take over."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import threading
+import time
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gitea_runner_operator.runtime.leadership import (
+    Leadership,
+    LeaseElector,
+    LeaseKeeper,
+    LeaseTiming,
+    run_with_leadership,
+)
+from gitea_runner_operator.runtime.loopwatch import LoopWatch
+from gitea_runner_operator.settings import Settings
+
+
+def _time(value: str | None) -> dt.datetime | None:
+    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ") if value else None
+
+
+class FakeLeases:
+    """The Lease API of one API server, shared by every replica and thread of a test:
+    compare-and-swap on resourceVersion, and the time of every write by holder."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lease: dict[str, Any] | None = None
+        self._version = 0
+        self.writes: list[tuple[float, str | None]] = []  # (monotonic time, holder)
+
+    def renewals(self, holder: str, start: float = 0.0, end: float = float("inf")) -> int:
+        return sum(1 for at, who in self.writes if who == holder and start <= at <= end)
+
+    def holder(self) -> str | None:
+        with self._lock:
+            return self._lease["spec"].get("holderIdentity") if self._lease else None
+
+    def _view(self) -> SimpleNamespace:
+        assert self._lease is not None
+        spec = dict(self._lease["spec"])
+        return SimpleNamespace(
+            metadata=SimpleNamespace(resource_version=str(self._version)),
+            spec=SimpleNamespace(
+                holder_identity=spec.get("holderIdentity"),
+                renew_time=_time(spec.get("renewTime")),
+                acquire_time=_time(spec.get("acquireTime")),
+                lease_duration_seconds=spec.get("leaseDurationSeconds"),
+                lease_transitions=spec.get("leaseTransitions"),
+            ),
+        )
+
+    def _write(self, body: dict[str, Any]) -> None:
+        self._version += 1
+        self._lease = body
+        self.writes.append((time.monotonic(), body["spec"].get("holderIdentity")))
+
+    async def read_namespaced_lease(self, name: str, namespace: str, **_: Any) -> Any:
+        with self._lock:
+            if self._lease is None:
+                raise ApiException(status=404)
+            return self._view()
+
+    async def create_namespaced_lease(self, namespace: str, body: dict[str, Any], **_: Any) -> Any:
+        with self._lock:
+            if self._lease is not None:
+                raise ApiException(status=409)
+            self._write(body)
+
+    async def replace_namespaced_lease(
+        self, name: str, namespace: str, body: dict[str, Any], **_: Any
+    ) -> Any:
+        with self._lock:
+            if body["metadata"].get("resourceVersion") != str(self._version):
+                raise ApiException(status=409)
+            self._write(body)
+
+
+class IdleController:
+    """Acts until told to stop or cancelled; counts its terms."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            await stop.wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+
+def keeper(
+    leases: FakeLeases, timing: LeaseTiming, heartbeat_age: Any, identity: str = "me"
+) -> LeaseKeeper:
+    @contextlib.asynccontextmanager
+    async def opened() -> AsyncIterator[LeaseElector]:
+        yield LeaseElector(
+            None,  # type: ignore[arg-type]
+            "ns",
+            "lease",
+            identity,
+            lease_duration=int(timing.lease_duration),
+            leases=leases,
+        )
+
+    return LeaseKeeper(opened, timing, heartbeat_age)
+
+
+async def wait_for(condition: Any, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_three_second_stall_of_the_loop_misses_no_renewal() -> None:
+    leases = FakeLeases()
+    settings = Settings(identity="me", renew_deadline=10, retry_period=1, lease_duration=15)
+    state, stop = Leadership(), asyncio.Event()
+    controllers: list[IdleController] = []
+
+    def make() -> Any:
+        controllers.append(IdleController())
+        return controllers[-1]
+
+    async with LoopWatch() as watch:
+        elected = keeper(leases, LeaseTiming.of(settings), watch.heartbeat_age)
+        running = asyncio.create_task(run_with_leadership(elected, settings, make, stop, state))
+        await wait_for(lambda: state.controller is not None)
+        await asyncio.sleep(1.2)
+        start = time.monotonic()
+        time.sleep(3.0)  # noqa: ASYNC251 - the loop is held, as a long parse or render would
+        end = time.monotonic()
+        during = leases.renewals("me", start, end)
+        print(f"renewals while the loop was held for 3 s: {during}")
+        assert during >= 2
+        await asyncio.sleep(0.2)
+        assert state.terms == 1 and not controllers[0].cancelled  # leadership was never lost
+        stop.set()
+        assert await asyncio.wait_for(running, 10) == 0
+    assert leases.holder() is None  # released on the way out
+
+
+async def test_a_wedged_loop_stops_renewing_and_another_replica_takes_over() -> None:
+    """The heartbeat freezes (the loop is wedged): the keeper stops renewing within the
+    heartbeat limit, the term is lost at the renew deadline, and a standby with a live loop
+    takes the Lease once it has seen it unchanged for the lease's duration."""
+    leases = FakeLeases()
+    timing = LeaseTiming(
+        lease_duration=2, renew_deadline=1.5, retry_period=0.2, heartbeat_limit=0.6
+    )
+    settings = Settings(identity="me")
+    frozen_at: list[float] = []
+
+    def heartbeat_age() -> float:
+        return time.monotonic() - frozen_at[0] if frozen_at else 0.0
+
+    state, stop = Leadership(), asyncio.Event()
+    controllers: list[IdleController] = []
+
+    def make() -> Any:
+        controllers.append(IdleController())
+        return controllers[-1]
+
+    leader = keeper(leases, timing, heartbeat_age)
+    running = asyncio.create_task(run_with_leadership(leader, settings, make, stop, state))
+    await wait_for(lambda: state.controller is not None)
+    await asyncio.sleep(0.5)
+    assert leader.renewals >= 1
+    frozen_at.append(time.monotonic())  # the loop stops waking from here on
+    await wait_for(lambda: leader.stale_skips >= 1, within=5)
+    last_renewal = max(at for at, who in leases.writes if who == "me")
+    # No renewal later than the heartbeat limit (plus one retry period in flight).
+    assert last_renewal - frozen_at[0] <= timing.heartbeat_limit + timing.retry_period + 0.1
+    # The term is lost: the controller is cancelled, as on any loss of the Lease.
+    await wait_for(lambda: controllers[0].cancelled, within=5)
+    assert state.controller is None
+
+    # A standby, whose loop is alive, takes over once the Lease has lapsed.
+    standby_state, standby_stop = Leadership(), asyncio.Event()
+    standby = keeper(leases, timing, lambda: 0.0, identity="other")
+    other = asyncio.create_task(
+        run_with_leadership(
+            standby, Settings(identity="other"), IdleController, standby_stop, standby_state
+        )
+    )
+    await wait_for(lambda: leases.holder() == "other", within=10)
+    assert leases.renewals("me", start=last_renewal + 0.001) == 0
+    stop.set()
+    standby_stop.set()
+    assert await asyncio.wait_for(running, 10) == 0
+    assert await asyncio.wait_for(other, 10) == 0
