@@ -37,7 +37,7 @@ SAME_NAMES = (
     "kubeconfig", "context", "workers", "health_host", "health_port", "leader_elect", "sharding",
     "job_ttl_seconds", "gitea_backoff_max", "kube_write_qps", "kube_write_burst",
     "webhook_host", "webhook_port", "webhook_secret", "webhook_secret_file", "webhook_url",
-    "template_policy", "secrets_cluster_role",
+    "template_policy", "secrets_cluster_role", "metrics_render_interval",
 )  # fmt: skip
 
 
@@ -81,6 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--health-port", type=int, default=8081, help="port of /healthz, /readyz, /metrics"
     )
     p.add_argument("--health-host", default="0.0.0.0", help="address of /healthz, /readyz")  # noqa: S104
+    p.add_argument(
+        "--metrics-render-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="a /metrics body is rendered at most this often, off the event loop; scrapes "
+        "in between get the last one (default 5)",
+    )
     p.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
@@ -188,6 +196,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit("--kube-write-qps must be > 0 and --kube-write-burst at least 1")
     if args.gitea_backoff_max < 1:
         raise SystemExit("--gitea-backoff-max must be at least 1 second")
+    if not 0 < args.metrics_render_interval <= 60:
+        raise SystemExit("--metrics-render-interval must be more than 0 and at most 60 seconds")
     for url in args.allowed_gitea_url:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:

@@ -1,6 +1,7 @@
 """``/healthz`` (the event loop answers), ``/readyz`` (caches synced, or standing by for
 leadership), for the Deployment's probes, and ``/metrics`` for Prometheus on the same port,
-so a scrape needs no second port or Service."""
+so a scrape needs no second port or Service. ``/metrics`` answers a body rendered at most
+once per ``render_every`` seconds, off the loop (``metrics/exposition.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from gitea_runner_operator.metrics import CONTENT_TYPE, Metrics
+from gitea_runner_operator.metrics.exposition import RENDER_EVERY, SharedRender
 
 
 class HealthServer:
@@ -18,11 +20,12 @@ class HealthServer:
         port: int,
         ready: Callable[[], bool],
         metrics: Metrics | None = None,
+        render_every: float = RENDER_EVERY,
     ) -> None:
         self._host = host
         self._port = port
         self._ready = ready
-        self._metrics = metrics
+        self._metrics = SharedRender(metrics.render, render_every) if metrics else None
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -49,4 +52,5 @@ class HealthServer:
 
     async def _metrics_text(self, _: web.Request) -> web.Response:
         assert self._metrics is not None
-        return web.Response(body=self._metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+        body = await self._metrics.body()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})

@@ -218,7 +218,13 @@ async def run(settings: Settings) -> int:
                 return True
             return leadership.standby.is_set() and not stop.is_set()
 
-        health = HealthServer(settings.health_host, settings.health_port, ready, metrics)
+        health = HealthServer(
+            settings.health_host,
+            settings.health_port,
+            ready,
+            metrics,
+            render_every=settings.metrics_render_interval,
+        )
         try:
             await health.start()
         except OSError as exc:
