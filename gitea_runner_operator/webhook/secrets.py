@@ -20,11 +20,14 @@ from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL
 from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.secret_store import LentSecret, SecretStore, SecretUnavailable
 from gitea_runner_operator.webhook.routing import SecretLocation
+from gitea_runner_operator.webhook.signature import BLOCK_SIZE, hmac_key
 
 log = structlog.get_logger(__name__)
 
-# Webhook secret answers remembered at most (groups come and go; the oldest go first).
+# Webhook secret answers remembered at most (groups come and go; the oldest go first), and
+# their bytes: each is kept as its HMAC key (signature.hmac_key), at most 64 bytes.
 MAX_REMEMBERED: Final = 4096
+MAX_REMEMBERED_BYTES: Final = MAX_REMEMBERED * BLOCK_SIZE
 
 DEFAULT_KEY: Final = "webhook-secret"
 
@@ -96,7 +99,8 @@ class CachedSecretReader:
     """A :data:`SecretProvider` over the Kubernetes API that remembers each answer (a value or
     "unusable") for ``ttl`` seconds, so a burst of deliveries costs one Secret GET per secret.
     A rotated secret is picked up within ``ttl``; until then Gitea's deliveries get 401 and
-    polling carries on as before."""
+    polling carries on as before. It answers, and keeps, each secret's HMAC key
+    (:func:`~.signature.hmac_key`): what verifies a signature, in at most 64 bytes."""
 
     def __init__(
         self,
@@ -112,7 +116,7 @@ class CachedSecretReader:
         self._read = read
         # Groups come and go: the oldest answers are forgotten beyond MAX_REMEMBERED.
         self._cache: TTLCache[SecretLocation, bytes | None] = TTLCache(
-            ttl, max_entries=MAX_REMEMBERED, clock=clock
+            ttl, max_entries=MAX_REMEMBERED, max_bytes=MAX_REMEMBERED_BYTES, clock=clock
         )
 
     async def __call__(self, where: SecretLocation) -> bytes | None:
@@ -121,7 +125,7 @@ class CachedSecretReader:
             return hit.value
         value: bytes | None
         try:
-            value = await self._read(where)
+            value = hmac_key(await self._read(where))
         except WebhookSecretError as exc:
             log.warning("webhook secret unusable", secret=str(where), reason=str(exc))
             value = None
@@ -129,5 +133,5 @@ class CachedSecretReader:
             log.warning("webhook secret not read", secret=str(where), error=type(exc).__name__)
             last = self._cache.peek(where)  # the last answer, however old
             return last.value if last is not None else None
-        self._cache.put(where, value)
+        self._cache.put(where, value, size=len(value or b""))
         return value

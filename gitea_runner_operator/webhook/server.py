@@ -170,7 +170,7 @@ class WebhookServer:
         self._port = port
         self._groups = groups
         self._wake = wake
-        self._operator_secret = operator_secret or None
+        self._operator_secret = signature.hmac_key(operator_secret) if operator_secret else None
         self._group_secret = group_secret
         self._on_delivery = on_delivery
         self._max_body = max_body

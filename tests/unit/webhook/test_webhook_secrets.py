@@ -1,4 +1,6 @@
 import base64
+import hashlib
+import tracemalloc
 
 import pytest
 
@@ -13,6 +15,7 @@ from gitea_runner_operator.webhook.secrets import (
     parse_secret_location,
     read_secret_file,
 )
+from gitea_runner_operator.webhook.signature import hmac_key, matches, matching, sign
 
 WHERE = SecretLocation("team-a", "hook", "secret")
 
@@ -138,3 +141,63 @@ async def test_operator_secret_comes_from_the_file_or_nowhere(tmp_path):
     args = build_parser().parse_args(["--webhook-secret-file", str(tmp_path / "missing")])
     with pytest.raises(WebhookSecretError, match="--webhook-secret-file"):
         await operator_webhook_secret(settings_from_args(args), None)
+
+
+LONG_KEY = bytes(range(256)) * 4096  # 1 MiB
+BODY = b'{"action":"queued","repository":{"full_name":"team/app"}}'
+
+
+def test_a_key_longer_than_a_block_signs_as_its_hash_and_short_keys_stay_as_they_are():
+    assert hmac_key(LONG_KEY) == hashlib.sha256(LONG_KEY).digest()
+    assert sign(hmac_key(LONG_KEY), BODY) == sign(LONG_KEY, BODY)  # RFC 2104: the same MAC
+    assert hmac_key(b"k" * 64) == b"k" * 64
+    assert hmac_key(b"short") == b"short"
+
+
+async def _kept_by(action):
+    """Bytes still allocated after ``action()`` ran, whatever it allocated on the way."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        result = await action()
+        return result, tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def _decoded(value: bytes) -> bytes:
+    """A fresh copy, as decoding the Secret makes one."""
+    return bytes(bytearray(value))
+
+
+async def test_a_one_mib_secret_verifies_the_same_signatures_and_keeps_a_few_hundred_bytes():
+    async def read(where):
+        return _decoded(LONG_KEY)
+
+    reader = CachedSecretReader(None, read=read)
+    await reader(SecretLocation("team", "warm-up", "secret"))  # the cache's own first costs
+
+    async def first_read():
+        return await reader(WHERE)
+
+    key, kept = await _kept_by(first_read)
+    print(f"kept for a 1 MiB secret: {kept} bytes")
+    assert kept <= 512
+    assert matches(key, BODY, bytes.fromhex(sign(LONG_KEY, BODY)))
+    assert not matches(key, BODY, bytes.fromhex(sign(LONG_KEY + b"x", BODY)))
+    assert matching([("group", key)], BODY, bytes.fromhex(sign(LONG_KEY, BODY))) == ["group"]
+
+
+async def test_two_hundred_groups_with_one_mib_secrets_keep_kilobytes_not_megabytes():
+    async def read(where):
+        return _decoded(LONG_KEY + where.name.encode())
+
+    reader = CachedSecretReader(None, read=read)
+
+    async def read_all():
+        for i in range(200):
+            await reader(SecretLocation("team", f"hook-{i}", "secret"))
+
+    _, kept = await _kept_by(read_all)
+    print(f"kept for 200 secrets of 1 MiB: {kept} bytes")
+    assert kept <= 200 * 512

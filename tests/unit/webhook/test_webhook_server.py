@@ -18,6 +18,15 @@ async def test_operator_secret_wakes_every_group_routing_picks():
     assert "woke 4" in text
 
 
+async def test_an_operator_secret_of_one_mib_signs_as_gitea_signs_with_it():
+    long_secret = b"s3cret-" * 150_000
+    h = Harness(operator_secret=long_secret)
+    status, _ = await h.post(body_for(), long_secret)
+    assert status == 202 and len(h.woken) == 4
+    status, _ = await h.post(body_for(), long_secret + b"x")
+    assert status == 401
+
+
 @pytest.mark.parametrize(
     "signature", [None, "", "zz" * 32, "ab" * 31, sign(b"guess", body_for()), "sha256=" + "a" * 64]
 )
