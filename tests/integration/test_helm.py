@@ -136,7 +136,7 @@ def test_the_default_render_is_the_cluster_install(helm, tmp_path):
     assert service["spec"]["ports"][0]["port"] == 8081
     assert {o["kind"] for o in objects} == {
         "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-        "Role", "RoleBinding", "Service", "Deployment", "Job",
+        "Role", "RoleBinding", "Service", "Deployment", "Job", "NetworkPolicy",
     }  # fmt: skip
 
 
@@ -193,6 +193,51 @@ def test_values_set_the_image_replicas_flags_webhook_and_monitoring(helm, tmp_pa
     )
     dashboard = one(objects, "ConfigMap")
     assert json.loads(dashboard["data"]["gitea-runner-operator.json"])["uid"]
+
+
+def _admitted(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Port name -> the peers the chart's NetworkPolicy admits to it."""
+    policy = one(objects, "NetworkPolicy")
+    pod = one(objects, "Deployment")["spec"]["template"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    ports = {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
+    admitted = {}
+    for rule in policy["spec"]["ingress"] or []:
+        (port,) = rule["ports"]
+        assert port["port"] in ports  # a named port of the operator's container
+        admitted[port["port"]] = rule["from"]
+    return admitted
+
+
+def test_a_network_policy_admits_only_monitoring_to_metrics_and_only_gitea_to_webhooks(
+    helm, tmp_path
+):
+    def namespace(name: str) -> dict[str, Any]:
+        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+    objects = render(helm, tmp_path, "gro", "ops", {"webhook": {"enabled": True}})
+    assert _admitted(objects) == {
+        "health": [namespace("monitoring")],
+        "webhook": [namespace("gitea")],
+    }
+    # Without the receiver, its port is admitted to nobody.
+    assert _admitted(render(helm, tmp_path, "gro", "ops", {})) == {
+        "health": [namespace("monitoring")]
+    }
+    gitea = {"ipBlock": {"cidr": "192.0.2.10/32"}}
+    prometheus = {
+        **namespace("observability"),
+        "podSelector": {"matchLabels": {"app": "prometheus"}},
+    }
+    objects = render(
+        helm, tmp_path, "gro", "ops",
+        {"webhook": {"enabled": True},
+         "networkPolicy": {"metricsFrom": [prometheus], "webhookFrom": [gitea]}},
+    )  # fmt: skip
+    assert _admitted(objects) == {"health": [prometheus], "webhook": [gitea]}
+    objects = render(helm, tmp_path, "gro", "ops", {"networkPolicy": {"enabled": False}})
+    assert "NetworkPolicy" not in {o["kind"] for o in objects}
 
 
 def test_the_namespaced_render_has_roles_per_namespace_and_no_cluster_role_for_jobs(helm, tmp_path):

@@ -40,6 +40,10 @@ _PATHS = {
         True,
     ),
     ("apps/v1", "Deployment"): ("/apis/apps/v1/namespaces/{ns}/deployments", True),
+    ("networking.k8s.io/v1", "NetworkPolicy"): (
+        "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+        True,
+    ),
     ("gitea.bpg.pw/v1alpha1", "RunnerGroup"): (
         "/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups",
         True,
