@@ -26,8 +26,13 @@ from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound, GiteaR
 from gitea_runner_operator.forge.forgejo import ForgejoClient
 from gitea_runner_operator.forge.limits import AnswerBudget
 from gitea_runner_operator.forge.scope import ScopeRef
+from gitea_runner_operator.kit.lograte import LogRate
 
 log = structlog.get_logger(__name__)
+
+# A warning a Gitea causes on every poll reaches the shared log at most once per this many
+# seconds per Gitea; the group's condition says it on every poll.
+LOG_EVERY = 60.0
 
 PROGRESS_EVERY = 60.0
 # (URL, scope, token fingerprint): the key the caches of resolved scopes and samples share.
@@ -105,6 +110,7 @@ class ScopeFetcher:
         # no job a runner of ours could have taken, so it is not sampled again.
         self.runners_at: dict[ScopeKey, float] = {}
         self.samples = 0  # for tests and benchmarks
+        self._log_rate = LogRate(LOG_EVERY, clock=clock)  # per (warning, Gitea URL)
 
     def forget(self, key: ScopeKey) -> None:
         """Drop the sample times of a scope no group uses any more."""
@@ -160,15 +166,20 @@ class ScopeFetcher:
             problem = Problem(exc.reason, f"{url}: {exc}" if url not in str(exc) else str(exc))
             return Fetched(problem=problem, retry_after=retry_after, error=exc)
         except Exception as exc:  # a bug or a library fault: a condition, never a lost task
-            log.warning("gitea fetch failed unexpectedly", gitea=url, error=repr(exc))
+            held = self._log_rate.admit(("unexpected", url))
+            if held is not None:
+                log.warning(
+                    "gitea fetch failed unexpectedly", gitea=url, error=repr(exc), held_back=held
+                )
             problem = Problem("GiteaError", f"{url}: the request failed; retrying")
             return Fetched(problem=problem)
-        if not runners.complete:
+        if not runners.complete and (held := self._log_rate.admit(("page cap", url))) is not None:
             log.warning(
                 "runner list longer than the page cap: no runner of this scope is reaped "
                 "until it fits",
                 gitea=url,
                 seen=len(runners.items),
+                held_back=held,
             )
         observation = Observation(
             queued=queued.items,

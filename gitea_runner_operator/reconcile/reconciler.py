@@ -266,7 +266,11 @@ class Reconciler:
         verdict = self._unmatched.evaluate(url, force=force) if url is not None else None
         if verdict is not None:
             await publish_unmatched(
-                verdict, self._why_metrics, self._cache.group, self._cluster.emit_event
+                verdict,
+                self._why_metrics,
+                self._cache.group,
+                self._cluster.emit_event,
+                self._unmatched.log_rate,
             )
 
     async def _drop_claims(self, key: str) -> None:

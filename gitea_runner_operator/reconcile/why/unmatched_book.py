@@ -7,7 +7,9 @@ Gitea are then recomputed with :func:`unmatched.find_unmatched`, at most once pe
 thousand reconciles a minute cost a few evaluations, not a thousand. A label set is warned
 about at most once per ``every`` (an hour): a typo in a busy workflow must not flood the
 Events. That memo is capped (``memo_size`` label sets, oldest forgotten first), so a stream
-of invented label sets costs bounded memory.
+of invented label sets costs bounded memory. The log, which every team shares, gets at most
+one ``unmatched jobs`` line per Gitea per ``LOG_EVERY``: a Gitea whose jobs each invent a
+label set would otherwise write a line per job.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import structlog
 
 from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.reconcile.accounting import Claimant
 from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
 from gitea_runner_operator.reconcile.why.unmatched import (
@@ -37,6 +40,7 @@ log = structlog.get_logger(__name__)
 WARN_EVERY = 3600.0
 MEMO_SIZE = 1024
 MIN_INTERVAL = 5.0
+LOG_EVERY = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,7 @@ class UnmatchedBook:
         # min_interval: one pass per URL, not one per group (1,000 groups share a Gitea).
         self._retry: dict[str, str] = {}
         self._warned: OrderedDict[tuple[str, tuple[str, ...]], float] = OrderedDict()
+        self.log_rate = LogRate(LOG_EVERY, clock=clock)  # per Gitea URL
 
     def report(self, url: str, claimant: Claimant, jobs: Sequence[ActionJob] | None) -> None:
         """A group's offer and latest queued jobs (None: no answer from Gitea now)."""
@@ -161,11 +166,21 @@ async def publish(
     metrics: WhyMetrics,
     group_of: Callable[[str], dict[str, Any] | None],
     emit: Callable[[dict[str, Any], str, str, str], Awaitable[None]],
+    log_rate: LogRate | None = None,
 ) -> None:
-    """Export a Gitea's unmatched jobs, and warn the groups that observed a set now due."""
+    """Export a Gitea's unmatched jobs, and warn the groups that observed a set now due;
+    ``log_rate`` (per Gitea URL) decides which of those warnings also reach the log."""
     metrics.unmatched(verdict.url, buckets(verdict.sets))
     for s in verdict.warn:
-        log.warning("unmatched jobs", gitea=verdict.url, labels=s.label_text, cause=s.cause.value)
+        held = log_rate.admit(verdict.url) if log_rate is not None else 0
+        if held is not None:
+            log.warning(
+                "unmatched jobs",
+                gitea=verdict.url,
+                labels=s.label_text,
+                cause=s.cause.value,
+                held_back=held,
+            )
         for key in sorted(s.observers)[:MAX_OBSERVERS_WARNED]:
             group = group_of(key)
             if group is not None:

@@ -285,3 +285,33 @@ def test_an_evaluation_costs_a_bounded_amount_of_work_whatever_the_queue(monkeyp
         assert len(verdict.warn) <= module.MAX_LABEL_SETS
         work.append(compared[0])
     assert work[0] == work[1] <= module.MAX_LABEL_SETS * module.MAX_NEAREST_CANDIDATES
+
+
+async def test_a_gitea_with_thousands_of_invented_label_sets_costs_one_log_line_per_minute():
+    """Each label set is warned about once an hour, but a tenant's Gitea can invent a new
+    set for every job: the log gets one line per Gitea per minute, and the next one says how
+    many were held back."""
+    from gitea_runner_operator.reconcile.unmatched_book import Verdict, publish
+    from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
+    from structlog.testing import capture_logs
+
+    now = [0.0]
+    book = UnmatchedBook(clock=lambda: now[0])
+    metrics = WhyMetrics.of(Metrics().registry)
+
+    async def emit(*_: Any) -> None:
+        pass
+
+    def invented(start: int) -> Verdict:
+        sets = unmatched([job(i, (f"label-{i}",)) for i in range(start, start + 500)], [ORG])
+        return Verdict(URL, tuple(sets), tuple(sets))
+
+    with capture_logs() as logs:
+        await publish(invented(0), metrics, lambda key: None, emit, book.log_rate)
+        now[0] = 30.0
+        await publish(invented(500), metrics, lambda key: None, emit, book.log_rate)
+        now[0] = 61.0
+        await publish(invented(1000), metrics, lambda key: None, emit, book.log_rate)
+    lines = [e for e in logs if e["event"] == "unmatched jobs"]
+    assert [line["held_back"] for line in lines] == [0, 999]
+    assert all(line["gitea"] == URL for line in lines)
