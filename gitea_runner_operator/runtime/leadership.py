@@ -222,6 +222,13 @@ class LeaseTiming:
 
 LEADING: Final = "leading"
 LOST: Final = "lost"
+FAILED: Final = "failed"  # the thread has ended: nobody renews or acquires any more
+
+
+class LeaseThreadFailed(RuntimeError):
+    """The Lease thread ended on an error (its log line says which)."""
+
+
 JOIN_TIMEOUT: Final = 15.0  # seconds: a release has a 5 s call timeout per request
 
 
@@ -275,6 +282,8 @@ class LeaseKeeper:
                 if not news.done():
                     news.cancel()
                     break
+                if news.result() == FAILED:
+                    raise LeaseThreadFailed("the Lease thread has stopped")
                 if news.result() == LEADING:
                     return True
             return False
@@ -284,8 +293,10 @@ class LeaseKeeper:
     async def lost(self) -> None:
         """Returns when the term that :meth:`term` began has ended without renewal."""
         assert self._news is not None, "start() first"
-        while await self._news.get() != LOST:
+        while (news := await self._news.get()) not in (LOST, FAILED):
             pass
+        if news == FAILED:
+            self._news.put_nowait(FAILED)  # the next term() learns it too
 
     async def close(self) -> None:
         """Stop renewing, release the Lease if held, and wait (bounded) for the thread."""
@@ -310,7 +321,7 @@ class LeaseKeeper:
             asyncio.run(self._keep())
         except Exception as exc:  # never silent: without this thread nobody renews
             log.error("the Lease thread failed", error=repr(exc))
-            self._tell(LOST)
+            self._tell(FAILED)
 
     def _fresh(self) -> bool:
         return self._heartbeat_age() < self._timing.heartbeat_limit
@@ -424,5 +435,9 @@ async def run_with_leadership(
                 renew_deadline=settings.renew_deadline,
             )
         return 0
+    except LeaseThreadFailed:
+        log.error("cannot take or renew the Lease any more; exiting so that the Pod restarts")
+        state.standby.clear()
+        return 1
     finally:
         await keeper.close()

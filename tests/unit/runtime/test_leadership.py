@@ -202,3 +202,20 @@ async def test_a_wedged_loop_stops_renewing_and_another_replica_takes_over() -> 
     standby_stop.set()
     assert await asyncio.wait_for(running, 10) == 0
     assert await asyncio.wait_for(other, 10) == 0
+
+
+async def test_a_lease_thread_that_cannot_start_ends_the_process_instead_of_idling() -> None:
+    """Without its thread nobody would ever take or renew the Lease, while the replica looked
+    like a ready standby: it exits non-zero so that Kubernetes restarts it."""
+
+    @contextlib.asynccontextmanager
+    async def broken() -> AsyncIterator[LeaseElector]:
+        raise OSError("no credentials")
+        yield  # pragma: no cover
+
+    timing = LeaseTiming(lease_duration=2, renew_deadline=1.5, retry_period=0.2, heartbeat_limit=1)
+    failing = LeaseKeeper(broken, timing, lambda: 0.0)
+    code = await asyncio.wait_for(
+        run_with_leadership(failing, Settings(), IdleController, asyncio.Event(), Leadership()), 5
+    )
+    assert code == 1
