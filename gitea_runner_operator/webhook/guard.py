@@ -40,6 +40,7 @@ from typing import Any, Final, TypeVar
 import structlog
 
 from gitea_runner_operator.kit.jsonlimits import too_deep
+from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.webhook import signature
 from gitea_runner_operator.webhook.routing import Repository, parse_repository
 
@@ -86,7 +87,7 @@ async def signers(candidates: Sequence[tuple[T, bytes]], body: bytes, digest: by
 
 class QuietLog:
     """Logs an event the first time, then at most every ``every`` seconds with the number
-    of occurrences in between (``suppressed``)."""
+    of occurrences in between (``suppressed``): :class:`~..kit.lograte.LogRate` by event."""
 
     def __init__(
         self,
@@ -95,20 +96,12 @@ class QuietLog:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._log = logger or structlog.get_logger(__name__)
-        self._every = every
-        self._clock = clock
-        self._last: dict[str, float] = {}
-        self._count: dict[str, int] = {}
+        self._rate = LogRate(every, clock=clock)
 
     def __call__(self, event: str, **fields: Any) -> None:
-        now = self._clock()
-        last = self._last.get(event)
-        if last is not None and now - last < self._every:
-            self._count[event] = self._count.get(event, 0) + 1
-            return
-        self._last[event] = now
-        suppressed = self._count.pop(event, 0)
-        self._log.info(event, suppressed=suppressed, **fields)
+        suppressed = self._rate.admit(event)
+        if suppressed is not None:
+            self._log.info(event, suppressed=suppressed, **fields)
 
 
 class Malformed(ValueError):
