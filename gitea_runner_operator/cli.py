@@ -38,6 +38,7 @@ SAME_NAMES = (
     "job_ttl_seconds", "gitea_backoff_max", "kube_write_qps", "kube_write_burst",
     "webhook_host", "webhook_port", "webhook_secret", "webhook_secret_file", "webhook_url",
     "template_policy", "secrets_cluster_role", "metrics_render_interval",
+    "metrics_auth",
 )  # fmt: skip
 
 
@@ -88,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a /metrics body is rendered at most this often, off the event loop; scrapes "
         "in between get the last one (default 5)",
+    )
+    p.add_argument(
+        "--metrics-auth",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="serve /metrics only to bearer tokens allowed to get the non-resource URL "
+        "/metrics (TokenReview and SubjectAccessReview; needs create on both)",
     )
     p.add_argument(
         "--leader-elect",

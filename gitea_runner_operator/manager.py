@@ -17,6 +17,7 @@ from kubernetes_asyncio import client, config
 from gitea_runner_operator import __version__, webhook
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.health import HealthServer
+from gitea_runner_operator.kube.reviews import ApiReviewer, MetricsAccess
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
@@ -184,11 +185,16 @@ async def run(settings: Settings) -> int:
     # namespace can never take every connection the writes and the Lease need.
     watch_config = client.Configuration.get_default_copy()
     watch_config.connection_pool_maxsize = 3 * max(1, len(settings.namespaces)) + 4
+    # Reviews of scrapers' tokens (--metrics-auth) have a pool of their own: whoever sends
+    # tokens must never take the connections the writes need.
+    review_config = client.Configuration.get_default_copy()
+    review_config.connection_pool_maxsize = 2
     metrics = Metrics()
     async with (
         LoopWatch(observe=metrics.loop_lag) as watch,
         client.ApiClient() as api,
         client.ApiClient(watch_config) as watch_api,
+        client.ApiClient(review_config) as review_api,
     ):
         instrument_writes(api, metrics.kube_write)
         leadership = Leadership()
@@ -218,12 +224,14 @@ async def run(settings: Settings) -> int:
                 return True
             return leadership.standby.is_set() and not stop.is_set()
 
+        access = MetricsAccess(ApiReviewer(review_api)) if settings.metrics_auth else None
         health = HealthServer(
             settings.health_host,
             settings.health_port,
             ready,
             metrics,
             render_every=settings.metrics_render_interval,
+            metrics_access=access,
         )
         try:
             await health.start()

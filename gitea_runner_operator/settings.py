@@ -47,6 +47,8 @@ class Settings:
     gitea_backoff_max: float = 30.0
     # Seconds a rendered /metrics body is served before a scrape renders it again.
     metrics_render_interval: float = 5.0
+    # /metrics only for bearer tokens allowed to get it (TokenReview, SubjectAccessReview).
+    metrics_auth: bool = False
     # Deadline of one whole observation (Secrets + every Gitea request of a poll).
     observe_deadline: float = 60.0
     # Deadline of each Gitea step a poll takes after observing (reaping, re-runs after lost
