@@ -240,6 +240,36 @@ def test_a_network_policy_admits_only_monitoring_to_metrics_and_only_gitea_to_we
     assert "NetworkPolicy" not in {o["kind"] for o in objects}
 
 
+def test_metrics_authentication_adds_the_flag_the_review_rights_and_the_readers_role(
+    helm, tmp_path
+):
+    values = {"metrics": {"authentication": {"enabled": True}, "serviceMonitor": {"enabled": True}}}
+    objects = render(helm, tmp_path, "gro", "ops", values)
+    assert "--metrics-auth" in operator_args(objects)
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
+    assert roles["gro-gitea-runner-operator-metrics-auth"]["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+         "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
+         "verbs": ["create"]},
+    ]  # fmt: skip
+    assert roles["gro-gitea-runner-operator-metrics-reader"]["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]
+    bindings = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRoleBinding"}
+    binding = bindings["gro-gitea-runner-operator-metrics-auth"]
+    service_account = one(objects, "ServiceAccount")["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": service_account, "namespace": "ops"}
+    ]
+    (endpoint,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    plain = render(helm, tmp_path, "gro", "ops", {"metrics": {"serviceMonitor": {"enabled": True}}})
+    assert "--metrics-auth" not in operator_args(plain)
+    assert "bearerTokenFile" not in one(plain, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert not [o for o in plain if o["metadata"]["name"].endswith("-metrics-reader")]
+
+
 def test_the_namespaced_render_has_roles_per_namespace_and_no_cluster_role_for_jobs(helm, tmp_path):
     objects = render(
         helm, tmp_path, "gro", "ops",
