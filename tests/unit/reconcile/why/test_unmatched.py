@@ -7,12 +7,14 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.accounting import Claimant
+from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
 from gitea_runner_operator.reconcile.why.unmatched import (
     OTHER,
     Cause,
@@ -23,7 +25,7 @@ from gitea_runner_operator.reconcile.why.unmatched import (
     find_unmatched,
     nearest_label,
 )
-from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook
+from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook, Verdict, publish
 from tests.support.builders import queued_job
 from tests.support.fake_cluster import KEY, Clock, FakeCluster, make
 
@@ -291,10 +293,6 @@ async def test_a_gitea_with_thousands_of_invented_label_sets_costs_one_log_line_
     """Each label set is warned about once an hour, but a tenant's Gitea can invent a new
     set for every job: the log gets one line per Gitea per minute, and the next one says how
     many were held back."""
-    from gitea_runner_operator.reconcile.unmatched_book import Verdict, publish
-    from gitea_runner_operator.reconcile.why_metrics import WhyMetrics
-    from structlog.testing import capture_logs
-
     now = [0.0]
     book = UnmatchedBook(clock=lambda: now[0])
     metrics = WhyMetrics.of(Metrics().registry)

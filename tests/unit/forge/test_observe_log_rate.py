@@ -9,8 +9,8 @@ from structlog.testing import capture_logs
 
 from gitea_runner_operator.api.forge import Flavor, ForgeInfo
 from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.forge.observe import ScopeFetcher
 from gitea_runner_operator.forge.scope import ScopeRef
-from gitea_runner_operator.runtime.fetch import ScopeFetcher
 
 
 class BrokenGitea:
