@@ -83,10 +83,11 @@ class WorkQueue(Generic[K]):
             metrics.bind(lambda: len(self._queue), self.longest_running)
 
     def longest_running(self) -> float:
-        """Seconds the oldest key in processing has been held (0 when none is)."""
-        if not self._started_at:
-            return 0.0
-        return max(0.0, self._clock() - min(self._started_at.values()))
+        """Seconds the oldest key in processing has been held (0 when none is). Read by the
+        /metrics render in its own thread: one copy of the values, taken in one step, so the
+        loop emptying the dict between a check and ``min`` cannot make it raise."""
+        started = list(self._started_at.values())
+        return max(0.0, self._clock() - min(started)) if started else 0.0
 
     def _enqueue(self, key: K) -> None:
         self._queue.append(key)
