@@ -185,6 +185,11 @@ async def run(settings: Settings) -> int:
     # namespace can never take every connection the writes and the Lease need.
     watch_config = client.Configuration.get_default_copy()
     watch_config.connection_pool_maxsize = 3 * max(1, len(settings.namespaces)) + 4
+    # The membership Leases (--sharding) have a pool of their own too: a burst of writes
+    # queued for connections must never make a replica miss its renew deadline. (The leader
+    # Lease has a thread and a client of its own: lease_elector.)
+    lease_config = client.Configuration.get_default_copy()
+    lease_config.connection_pool_maxsize = 2
     # Reviews of scrapers' tokens (--metrics-auth) have a pool of their own: whoever sends
     # tokens must never take the connections the writes need.
     review_config = client.Configuration.get_default_copy()
@@ -194,6 +199,7 @@ async def run(settings: Settings) -> int:
         LoopWatch(observe=metrics.loop_lag) as watch,
         client.ApiClient() as api,
         client.ApiClient(watch_config) as watch_api,
+        client.ApiClient(lease_config) as lease_api,
         client.ApiClient(review_config) as review_api,
     ):
         instrument_writes(api, metrics.kube_write)

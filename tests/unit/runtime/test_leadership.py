@@ -6,14 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
-import threading
 import time
 from collections.abc import AsyncIterator
-from types import SimpleNamespace
 from typing import Any
-
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.runtime.leadership import (
     Leadership,
@@ -24,67 +19,7 @@ from gitea_runner_operator.runtime.leadership import (
 )
 from gitea_runner_operator.runtime.loopwatch import LoopWatch
 from gitea_runner_operator.settings import Settings
-
-
-def _time(value: str | None) -> dt.datetime | None:
-    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ") if value else None
-
-
-class FakeLeases:
-    """The Lease API of one API server, shared by every replica and thread of a test:
-    compare-and-swap on resourceVersion, and the time of every write by holder."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lease: dict[str, Any] | None = None
-        self._version = 0
-        self.writes: list[tuple[float, str | None]] = []  # (monotonic time, holder)
-
-    def renewals(self, holder: str, start: float = 0.0, end: float = float("inf")) -> int:
-        return sum(1 for at, who in self.writes if who == holder and start <= at <= end)
-
-    def holder(self) -> str | None:
-        with self._lock:
-            return self._lease["spec"].get("holderIdentity") if self._lease else None
-
-    def _view(self) -> SimpleNamespace:
-        assert self._lease is not None
-        spec = dict(self._lease["spec"])
-        return SimpleNamespace(
-            metadata=SimpleNamespace(resource_version=str(self._version)),
-            spec=SimpleNamespace(
-                holder_identity=spec.get("holderIdentity"),
-                renew_time=_time(spec.get("renewTime")),
-                acquire_time=_time(spec.get("acquireTime")),
-                lease_duration_seconds=spec.get("leaseDurationSeconds"),
-                lease_transitions=spec.get("leaseTransitions"),
-            ),
-        )
-
-    def _write(self, body: dict[str, Any]) -> None:
-        self._version += 1
-        self._lease = body
-        self.writes.append((time.monotonic(), body["spec"].get("holderIdentity")))
-
-    async def read_namespaced_lease(self, name: str, namespace: str, **_: Any) -> Any:
-        with self._lock:
-            if self._lease is None:
-                raise ApiException(status=404)
-            return self._view()
-
-    async def create_namespaced_lease(self, namespace: str, body: dict[str, Any], **_: Any) -> Any:
-        with self._lock:
-            if self._lease is not None:
-                raise ApiException(status=409)
-            self._write(body)
-
-    async def replace_namespaced_lease(
-        self, name: str, namespace: str, body: dict[str, Any], **_: Any
-    ) -> Any:
-        with self._lock:
-            if body["metadata"].get("resourceVersion") != str(self._version):
-                raise ApiException(status=409)
-            self._write(body)
+from tests.support.leases import FakeLeases
 
 
 class IdleController:
@@ -150,7 +85,7 @@ async def test_a_three_second_stall_of_the_loop_misses_no_renewal() -> None:
         assert state.terms == 1 and not controllers[0].cancelled  # leadership was never lost
         stop.set()
         assert await asyncio.wait_for(running, 10) == 0
-    assert leases.holder() is None  # released on the way out
+    assert leases.holder("lease") is None  # released on the way out
 
 
 async def test_a_wedged_loop_stops_renewing_and_another_replica_takes_over() -> None:
@@ -181,7 +116,8 @@ async def test_a_wedged_loop_stops_renewing_and_another_replica_takes_over() -> 
     assert leader.renewals >= 1
     frozen_at.append(time.monotonic())  # the loop stops waking from here on
     await wait_for(lambda: leader.stale_skips >= 1, within=5)
-    last_renewal = max(at for at, who in leases.writes if who == "me")
+    with leases.lock:
+        last_renewal = max(at for at, who in leases.writes if who == "me")
     # No renewal later than the heartbeat limit (plus one retry period in flight).
     assert last_renewal - frozen_at[0] <= timing.heartbeat_limit + timing.retry_period + 0.1
     # The term is lost: the controller is cancelled, as on any loss of the Lease.
@@ -196,7 +132,7 @@ async def test_a_wedged_loop_stops_renewing_and_another_replica_takes_over() -> 
             standby, Settings(identity="other"), IdleController, standby_stop, standby_state
         )
     )
-    await wait_for(lambda: leases.holder() == "other", within=10)
+    await wait_for(lambda: leases.holder("lease") == "other", within=10)
     assert leases.renewals("me", start=last_renewal + 0.001) == 0
     stop.set()
     standby_stop.set()
