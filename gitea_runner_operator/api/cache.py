@@ -17,11 +17,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 import yaml
 from pydantic import Field, field_validator, model_validator
 
+from gitea_runner_operator.api import caps
 from gitea_runner_operator.api.refs import CamelModel, SecretKeyRef
 from gitea_runner_operator.api.urls import http_url
 
@@ -40,7 +41,7 @@ class ExternalCacheServer(CamelModel):
     """An existing ``gitea-runner cache-server`` the group's runners use instead of one the
     operator creates; its ``external_secret`` comes from a Secret of the group's namespace."""
 
-    url: str
+    url: str = Field(max_length=caps.URL_MAX_CHARS)
     secret_ref: SecretKeyRef
 
     @field_validator("url")
@@ -52,13 +53,21 @@ class ExternalCacheServer(CamelModel):
 
 class CacheSpec(CamelModel):
     enabled: bool = False
-    size: str = DEFAULT_SIZE
-    storage_class_name: str | None = Field(default=None, min_length=1)
+    size: str = Field(default=DEFAULT_SIZE, max_length=caps.QUANTITY_MAX_CHARS)
+    storage_class_name: str | None = Field(
+        default=None, min_length=1, max_length=caps.K8S_NAME_MAX_CHARS
+    )
     # False: an emptyDir (bounded by ``size``) instead of a PVC; the cache lives as long as
     # the cache server's Pod, for clusters without a storage provisioner.
     persistent: bool = True
     # A core/v1 ResourceRequirements, kept as written.
-    resources: dict[str, Any] | None = None
+    resources: (
+        Annotated[
+            dict[str, Any],
+            caps.bounded_object(caps.RESOURCES_MAX_BYTES, caps.RESOURCES_MAX_DEPTH),
+        ]
+        | None
+    ) = None
     external_server: ExternalCacheServer | None = None
     # The runner's cache.offline_mode; None leaves the group's runnerConfig to say.
     offline_mode: bool | None = None
