@@ -52,6 +52,8 @@ JOB_URL_MAX_CHARS: Final = 2048
 # Gitea stores job and runner names as VARCHAR(255).
 ANSWER_NAME_MAX_CHARS: Final = 255
 ANSWER_STATUS_MAX_CHARS: Final = 32
+# A Forgejo runner's description (Forgejo's own limit is a TEXT column; ours says enough).
+ANSWER_DESCRIPTION_MAX_CHARS: Final = 4096
 HANDLE_MAX_CHARS: Final = 256
 RUNNER_LABELS_MAX: Final = 64
 

@@ -134,6 +134,8 @@ class ForgejoClient(GiteaClient):
         if isinstance(body, list):  # unpaged: bounded by the answer's and the budget's caps
             self._spend_items(len(body), f"GET {jobs_path(scope)}")
         try:
+            if isinstance(body, list):
+                return self._within_caps(ForgejoJob, body, f"GET {jobs_path(scope)}")
             return _JOBS.validate_python(body) or []
         except ValidationError as exc:
             raise GiteaProtocolError(
@@ -216,7 +218,11 @@ class ForgejoClient(GiteaClient):
                 check_page(len(items), RUNNER_PAGE, f"{where} page {page}")
                 self._spend_items(len(items), where)
             try:
-                runners = _RUNNERS.validate_python(items) or []
+                runners = (
+                    self._within_caps(ForgejoRunner, items, f"GET {scope.runners_path}")
+                    if isinstance(items, list)
+                    else _RUNNERS.validate_python(items) or []
+                )
             except ValidationError as exc:
                 raise GiteaProtocolError(
                     f"{scope.runners_path}: unexpected response shape ({exc.error_count()} errors)"
