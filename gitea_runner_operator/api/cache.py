@@ -25,6 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from gitea_runner_operator.api import caps
 from gitea_runner_operator.api.refs import CamelModel, SecretKeyRef
 from gitea_runner_operator.api.urls import http_url
+from gitea_runner_operator.api.yamltext import YamlRefused, load_within_caps
 
 CACHE_PORT = 8088
 DEFAULT_SIZE = "10Gi"
@@ -170,7 +171,10 @@ def merge_runner_config(
 
     ``cache.enabled`` is forced on: a group that asks for a cache gets one, whatever its
     runnerConfig says; ``external_server``/``external_secret`` are always the operator's."""
-    doc: Any = yaml.safe_load(user_text) if user_text else None
+    try:
+        doc: Any = load_within_caps(user_text) if user_text else None
+    except YamlRefused as exc:
+        raise RunnerConfigConflict(f"spec.runnerConfig {exc}") from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
