@@ -26,7 +26,7 @@ SPEC_LABELS_MAX: Final = 64
 # ``name:docker://registry/path/image:tag@sha256:...``: a Docker reference is at most 255
 # characters of name, 128 of tag and 71 of digest; 512 holds the name, schema and all that.
 LABEL_MAX_CHARS: Final = 512
-IMAGE_MAX_CHARS: Final = 512
+IMAGE_MAX_CHARS: Final = 1024
 URL_MAX_CHARS: Final = 2048
 # Kubernetes object names and ConfigMap or Secret keys (DNS subdomain: 253).
 K8S_NAME_MAX_CHARS: Final = 253

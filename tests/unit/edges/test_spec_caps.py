@@ -146,3 +146,57 @@ def test_a_template_past_the_byte_cap_is_refused():
 def test_a_template_within_the_caps_is_kept_as_written():
     template = {"spec": {"nodeSelector": {"pool": "ci"}, "containers": [{"name": "runner"}]}}
     assert parse_spec(spec_with(template=template)).template == template
+
+
+def _crd_spec() -> dict[str, Any]:
+    import yaml
+
+    from tests.support import REPO_ROOT
+
+    crd = yaml.safe_load((REPO_ROOT / "manifests" / "crd.yaml").read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    return version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def _limits(metadata: list[Any]) -> list[Any]:
+    flat: list[Any] = []
+    for item in metadata:
+        flat += item.metadata if isinstance(item, FieldInfo) else [item]
+    return flat
+
+
+def _stricter(model: type[BaseModel], schema: dict[str, Any], where: str) -> list[str]:
+    """Places where the model refuses what the CRD's schema lets the API server admit."""
+    found: list[str] = []
+    props = schema.get("properties") or {}
+    for name, field in model.model_fields.items():
+        prop, here = props.get(field.alias or name), f"{where}.{field.alias or name}"
+        if prop is None:
+            continue
+        annotation = field.annotation
+        union = get_origin(annotation) in (Union, types.UnionType)
+        checks: list[tuple[list[Any], dict[str, Any], str]] = []
+        for arm in get_args(annotation) if union else (annotation,):
+            metadata = list(field.metadata)
+            if get_origin(arm) is Annotated:
+                arm, *more = get_args(arm)
+                metadata += more
+            checks.append((_limits(metadata), prop, here))
+            if isinstance(arm, type) and issubclass(arm, BaseModel):
+                found += _stricter(arm, prop, here)
+            if get_origin(arm) is list and "items" in prop:
+                (item,) = get_args(arm)
+                if get_origin(item) is Annotated:
+                    checks.append((_limits(list(get_args(item)[1:])), prop["items"], f"{here}[]"))
+        for limits, rule, place in checks:
+            cap = rule.get("maxItems", rule.get("maxLength"))
+            for m in limits:
+                if isinstance(m, MaxLen) and cap is not None and m.max_length < cap:
+                    found.append(place)
+                if isinstance(m, Le) and "maximum" in rule and m.le < rule["maximum"]:
+                    found.append(place)
+    return found
+
+
+def test_no_cap_is_stricter_than_the_crd_that_admitted_the_spec():
+    assert _stricter(RunnerGroupSpec, _crd_spec(), "spec") == []
