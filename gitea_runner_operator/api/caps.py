@@ -47,8 +47,9 @@ RESOURCES_MAX_BYTES: Final = 4 * 1024
 # -- a Gitea's (or Forgejo's) answers, per listed job or runner -------------------------------
 JOB_LABELS_MAX: Final = 64
 JOB_LABEL_MAX_CHARS: Final = 256
-# ``https://host/api/v1/repos/owner/repo/actions/jobs/id``: host 253, owner and repo 100 each.
-JOB_URL_MAX_CHARS: Final = 2048
+# ``<spec.gitea.url>/api/v1/repos/owner/repo/actions/jobs/id``: the group's URL (at most
+# URL_MAX_CHARS), owner and repository 100 characters each, and the rest.
+JOB_URL_MAX_CHARS: Final = 2560
 # Gitea stores job and runner names as VARCHAR(255).
 ANSWER_NAME_MAX_CHARS: Final = 255
 ANSWER_STATUS_MAX_CHARS: Final = 32

@@ -30,6 +30,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from gitea_runner_operator.api.forge import ForgejoJob, ForgejoRunner, RegisteredRunner
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner, Listing, RunnerLabelPayload
+from gitea_runner_operator.api.refs import is_repository
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound, GiteaProtocolError
@@ -195,7 +196,9 @@ class ForgejoClient(GiteaClient):
         except GiteaError:
             return ""  # a repository the token cannot see: leave the job unnamed
         full = body.get("full_name") if isinstance(body, dict) else None
-        if not isinstance(full, str) or full.count("/") != 1:
+        # Gitea's grammar (100 characters a part): a longer name would be kept per repository
+        # and put into every job's URL, so it is refused like one the token cannot see.
+        if not isinstance(full, str) or not is_repository(full):
             return ""
         self._repo_names.put(repo_id, full)
         return full
