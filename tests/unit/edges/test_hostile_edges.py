@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gitea_runner_operator.api import caps, runner_config
+from gitea_runner_operator.api.forge import ForgejoJob
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner, within_caps
 from gitea_runner_operator.api.runner_config import runner_config_problem
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerMode, parse_spec
@@ -135,6 +136,27 @@ def test_a_hostile_job_list_keeps_jobs_within_their_caps(entries):
     fields = {"id", "run_id", "status", "labels", "url", "name", "runner_name", "handle"}
     for cause in refused:
         assert cause.split(":")[0].split(".")[0] in fields
+
+
+forgejo_job_fields = st.fixed_dictionaries(
+    {"id": st.integers(-(2**70), 2**70), "status": st.sampled_from(["waiting", "running"])},
+    optional={
+        "runs_on": st.integers(0, 20_000).map(lambda n: ["ab"] * n),
+        "needs": st.integers(0, 20_000).map(lambda n: ["job"] * n),
+        "name": long_text(),
+        "handle": long_text(),
+        "repo_id": st.integers(-(2**70), 2**70),
+    },
+)
+
+
+@HOSTILE
+@given(st.lists(forgejo_job_fields, min_size=1, max_size=5))
+def test_a_hostile_forgejo_job_list_keeps_jobs_within_their_caps(entries):
+    kept, refused = timed(within_caps, ForgejoJob, entries)
+    assert len(kept) + len(refused) == len(entries)
+    for job in kept:
+        assert deep_size(job) < JOB_MAX_BYTES
 
 
 @HOSTILE

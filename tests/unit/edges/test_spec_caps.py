@@ -4,6 +4,7 @@ is refused with a message naming the field and the cap (issue 36, one bounded ed
 from __future__ import annotations
 
 import types
+from datetime import datetime
 from typing import Annotated, Any, Union, get_args, get_origin
 
 import pytest
@@ -12,6 +13,8 @@ from pydantic import AfterValidator, BaseModel
 from pydantic.fields import FieldInfo
 
 from gitea_runner_operator.api import caps
+from gitea_runner_operator.api.forge import ForgejoJob, ForgejoRunner
+from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, parse_spec
 from tests.support.builders import spec_with
 
@@ -38,8 +41,10 @@ def _uncapped(annotation: Any, metadata: list[Any], where: str) -> list[str]:
         return walk(annotation, where)
     if annotation is str:
         return [] if has(MaxLen) else [f"{where}: str without max_length"]
-    if annotation is bool or (isinstance(annotation, type) and issubclass(annotation, str)):
-        return []  # bool, and str enums: a fixed set of values
+    if annotation in (bool, datetime) or (
+        isinstance(annotation, type) and issubclass(annotation, str)
+    ):
+        return []  # bool, a time, and str enums: a fixed size or set of values
     if annotation is int:
         low, high = has(Ge) or has(Gt), has(Le) or has(Lt)
         return [] if low and high else [f"{where}: int without both bounds"]
@@ -64,6 +69,11 @@ def walk(model: type[BaseModel], where: str = "spec") -> list[str]:
 
 def test_every_field_a_tenant_writes_has_a_cap():
     assert walk(RunnerGroupSpec) == []
+
+
+@pytest.mark.parametrize("model", [ActionJob, ActionRunner, ForgejoJob, ForgejoRunner])
+def test_every_field_of_a_listed_job_or_runner_has_a_cap(model):
+    assert walk(model, model.__name__) == []
 
 
 def test_the_walker_finds_a_field_without_a_cap():
