@@ -15,6 +15,12 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from gitea_runner_operator.kit.frugal import bound_process_memory
+
+# The process entry point: memory bounds first, before the imports below load the
+# Kubernetes client (E402 for them is allowed in this file alone, pyproject.toml).
+bound_process_memory()
+
 from gitea_runner_operator import __version__, logsetup, manager
 from gitea_runner_operator.api.template_policy import PolicyError, TemplatePolicy
 from gitea_runner_operator.commands import uninstall, why
@@ -35,13 +41,31 @@ SAME_NAMES = (
 )  # fmt: skip
 
 
+# The subcommands beside running the operator, each with its line in --help. They are
+# dispatched by their first word (main), not by argparse, so each keeps its own parser.
+SUBCOMMANDS = {"why": why.SUMMARY, **uninstall.COMMANDS}
+
+
+def _commands_help() -> str:
+    width = max(map(len, SUBCOMMANDS))
+    rows = [f"  {name.ljust(width)}  {line}" for name, line in SUBCOMMANDS.items()]
+    return "\n".join(
+        [
+            "commands (`gitea-runner-operator COMMAND --help` for a command's flags):",
+            *rows,
+            "",
+            "Without a command it runs the operator with the flags above.",
+        ]
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gitea-runner-operator",
+        usage="%(prog)s [COMMAND] [flags]",
         description="Start ephemeral Gitea Actions runners as Kubernetes Jobs for queued jobs.",
-        epilog="Uninstalling: `gitea-runner-operator drain-groups --help` (the chart's "
-        "pre-delete hook) and `gitea-runner-operator release-finalizers --help` (once the "
-        "operator is gone).",
+        epilog=_commands_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else KUBECONFIG)")

@@ -65,13 +65,17 @@ def url_problem(url: str, prefixes: Iterable[str]) -> Problem | None:
     )
 
 
+def not_opted_in(namespace: str, name: str) -> str:
+    """The sentence for a Secret without the opt-in label, wherever it is named."""
+    return f'Secret {namespace}/{name} lacks the label {CREDENTIALS_LABEL}: "true"'
+
+
 def not_lent_problem(*, field: str, namespace: str, name: str) -> Problem:
     """The answer for a Secret without the opt-in label."""
     return Problem(
         "SecretNotAllowed",
-        f"{field}.secretRef: Secret {namespace}/{name} lacks the label "
-        f'{CREDENTIALS_LABEL}: "true"; the operator uses only Secrets that opt in '
-        "(ask whoever manages the Secret to add it)",
+        f"{field}.secretRef: {not_opted_in(namespace, name)}; the operator uses only Secrets "
+        "that opt in (ask whoever manages the Secret to add it)",
         ProblemKind.SECRET,
     )
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from gitea_runner_operator.api import constants
 
@@ -21,6 +22,28 @@ from gitea_runner_operator.api import constants
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SUFFIX = f"[{SUFFIX_ALPHABET}]{{5}}"
 _MAX_NAME_PART = 40  # keeps Job names <= 55 and Pod names <= 61 characters
+
+
+class GroupKey(NamedTuple):
+    """A RunnerGroup's key, ``namespace/name``: how the work queue, the informer cache and
+    the poll tasks name a group. Keys travel as text; this is the one place that reads one
+    or writes one, so no caller splits a key by hand."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def parse(cls, key: str) -> GroupKey:
+        namespace, _, name = key.partition("/")
+        return cls(namespace, name)
+
+    @classmethod
+    def of(cls, group: Mapping[str, Any]) -> GroupKey:
+        meta = group["metadata"]
+        return cls(meta["namespace"], meta["name"])
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 def group_hash(uid: str) -> str:

@@ -41,6 +41,15 @@ class Problem:
     kind: ProblemKind = ProblemKind.GITEA
 
 
+class ProblemError(Exception):
+    """A :class:`Problem` raised where it is found (a Secret, a ConfigMap key) and caught
+    where a snapshot or a status reports it."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
 @dataclass(frozen=True, slots=True)
 class Observation:
     """What Gitea said at one moment. ``runners_complete`` is False when pagination was cut

@@ -32,10 +32,15 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.kube.http import MERGE_PATCH
 from gitea_runner_operator.reconcile.steps.teardown import FINALIZER
 
-COMMANDS = ("drain-groups", "release-finalizers")
+# The two subcommands, each with the line that the parsers' --help shows for it.
+COMMANDS = {
+    "drain-groups": "delete the RunnerGroups and wait for their teardown",
+    "release-finalizers": "remove the finalizer of groups whose operator is gone",
+}
 
 
 class Groups(Protocol):
@@ -85,10 +90,6 @@ class KubeGroups:
                 raise
 
 
-def _key(group: dict[str, Any]) -> str:
-    return f"{group['metadata']['namespace']}/{group['metadata']['name']}"
-
-
 async def release(groups: Groups, namespace: str | None) -> list[str]:
     """Remove our finalizer from every group in scope; returns the groups released."""
     released = []
@@ -109,7 +110,7 @@ async def release(groups: Groups, namespace: str | None) -> list[str]:
                     raise
                 conflict = True
                 continue
-            released.append(_key(g))
+            released.append(str(GroupKey.of(g)))
         if not conflict:
             break
     return released
@@ -120,9 +121,9 @@ async def drain(
 ) -> tuple[list[str], list[str]]:
     """Delete every group in scope and wait for the operator to release them; after
     ``wait_seconds`` release the rest. Returns (deleted, released by force)."""
-    deleted = [_key(g) for g in await groups.find(namespace)]
+    deleted = [str(GroupKey.of(g)) for g in await groups.find(namespace)]
     for key in deleted:
-        ns, name = key.split("/", 1)
+        ns, name = GroupKey.parse(key)
         await groups.delete(ns, name)
     deadline = time.monotonic() + wait_seconds
     while await groups.find(namespace):
@@ -135,10 +136,10 @@ async def drain(
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gitea-runner-operator", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("drain-groups", help="delete the RunnerGroups and wait for teardown")
+    d = sub.add_parser("drain-groups", help=COMMANDS["drain-groups"])
     d.add_argument("--timeout", type=float, default=270.0,
                    help="seconds to wait for the operator's teardown (default 270)")  # fmt: skip
-    r = sub.add_parser("release-finalizers", help="remove the finalizer, operator gone")
+    r = sub.add_parser("release-finalizers", help=COMMANDS["release-finalizers"])
     for s in (d, r):
         s.add_argument("--namespace", action="append", default=[],
                        help="only here (repeatable); default every namespace")  # fmt: skip

@@ -134,6 +134,10 @@ def group_views(objects: Sequence[dict[str, Any]]) -> list[GroupView]:
     return views
 
 
+# The line the operator's --help shows for this subcommand.
+SUMMARY = "explain why a queued job has no runner (reads only)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gitea-runner-operator why",

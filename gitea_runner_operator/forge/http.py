@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import email.utils
-import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Self, TypeVar, cast
@@ -52,7 +51,7 @@ from gitea_runner_operator.forge.errors import (
 )
 from gitea_runner_operator.forge.limits import ANSWER_MAX_BYTES, AnswerBudget, decode
 from gitea_runner_operator.forge.refusals import REFUSALS
-from gitea_runner_operator.kit.backoff import doubling
+from gitea_runner_operator.kit.backoff import doubling, jittered
 
 # Optional observers (metrics): (method, path, HTTP status or None, seconds) per request, and
 # the seconds of each wait that Gitea asked for with Retry-After.
@@ -203,9 +202,10 @@ class GiteaTransport:
             if self._on_rate_limit_wait is not None:
                 self._on_rate_limit_wait(exc.retry_after)
             return exc.retry_after
-        # Exponential with full jitter: spreads the retries of many groups hitting one Gitea.
+        # Exponential, jittered between half and all of it: spreads the retries of many
+        # groups hitting one Gitea.
         ceiling = doubling(self._backoff_initial, self._backoff_max, state.attempt_number)
-        return random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not cryptography
+        return jittered(ceiling, 0.5, 1.0)
 
     async def _once(
         self, method: str, path: str, params: Mapping[str, str] | None, json_body: Any

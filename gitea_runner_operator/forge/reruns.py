@@ -72,19 +72,22 @@ def _item(body: Any, what: str) -> WorkflowItem:
 
 
 async def get_job(client: GiteaClient, repo: str, job_id: int) -> WorkflowItem | None:
-    try:
-        body = await client.call("GET", f"{_repo_path(repo)}/actions/jobs/{int(job_id)}")
-    except GiteaNotFound:
-        return None
-    return _item(body, f"job {job_id}")
+    return await _get(client, repo, "jobs", job_id, "job")
 
 
 async def get_run(client: GiteaClient, repo: str, run_id: int) -> WorkflowItem | None:
+    return await _get(client, repo, "runs", run_id, "run")
+
+
+async def _get(
+    client: GiteaClient, repo: str, kind: str, item_id: int, what: str
+) -> WorkflowItem | None:
+    """One job or run of the repository; None when Gitea no longer has it."""
     try:
-        body = await client.call("GET", f"{_repo_path(repo)}/actions/runs/{int(run_id)}")
+        body = await client.call("GET", f"{_repo_path(repo)}/actions/{kind}/{int(item_id)}")
     except GiteaNotFound:
         return None
-    return _item(body, f"run {run_id}")
+    return _item(body, f"{what} {item_id}")
 
 
 async def rerun_job(client: GiteaClient, repo: str, run_id: int, job_id: int) -> WorkflowItem:

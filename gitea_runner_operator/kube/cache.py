@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.informer import Informer, Obj, object_key
-from gitea_runner_operator.kube.slim import slim_group, slim_job, slim_pod
+from gitea_runner_operator.kube.informer import Informer, object_key
+from gitea_runner_operator.objects.slim import Obj, slim_group, slim_job, slim_pod
 from gitea_runner_operator.objects.views import job_finished, runner_exited
 
 GroupKey = str  # "namespace/name"

@@ -14,10 +14,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.events import EventRecorder
 from gitea_runner_operator.kube.http import (
-    MERGE_PATCH,
     REQUEST_TIMEOUT,
     Throttled,
-    write,
+    create,
+    merge_patch_unless_gone,
     write_unless_gone,
 )
 from gitea_runner_operator.kube.ratelimit import TokenBucket
@@ -67,12 +67,11 @@ class Cluster:
     async def create_job(self, manifest: dict[str, Any]) -> str:
         namespace = manifest["metadata"]["namespace"]
         try:
-            body = await write(
+            body = await create(
                 self._limiter,
                 namespace,
-                lambda: self._batch.create_namespaced_job(
-                    namespace, manifest, _preload_content=False, _request_timeout=TIMEOUT
-                ),
+                self._batch.create_namespaced_job,
+                manifest,
                 urgent=True,  # creates go before the writes that only report
             )
         except ApiException as exc:
@@ -107,17 +106,13 @@ class Cluster:
         self, patch: Any, namespace: str, name: str, annotations: dict[str, str]
     ) -> None:
         """Merge annotations into one object; one that is gone already needs none."""
-        await write_unless_gone(
+        await merge_patch_unless_gone(
             self._limiter,
             namespace,
-            lambda: patch(
-                name,
-                namespace,
-                {"metadata": {"annotations": annotations}},
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=TIMEOUT,
-            ),
+            patch,
+            name,
+            namespace,
+            {"metadata": {"annotations": annotations}},
         )
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
@@ -143,20 +138,16 @@ class Cluster:
             if subresource
             else self._custom.patch_namespaced_custom_object
         )
-        await write_unless_gone(
+        await merge_patch_unless_gone(
             self._limiter,
             namespace,
-            lambda: patch(
-                constants.GROUP,
-                constants.VERSION,
-                namespace,
-                constants.PLURAL,
-                name,
-                body,
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=TIMEOUT,
-            ),
+            patch,
+            constants.GROUP,
+            constants.VERSION,
+            namespace,
+            constants.PLURAL,
+            name,
+            body,
         )
 
     async def emit_event(
@@ -185,13 +176,7 @@ class Cluster:
 
     async def _create_event(self, namespace: str, event: dict[str, Any]) -> bool:
         try:
-            await write(
-                self._limiter,
-                namespace,
-                lambda: self._core.create_namespaced_event(
-                    namespace, event, _preload_content=False, _request_timeout=TIMEOUT
-                ),
-            )
+            await create(self._limiter, namespace, self._core.create_namespaced_event, event)
         except (ApiException, Throttled, TimeoutError, aiohttp.ClientError) as exc:
             log.warning("could not write event", reason=event["reason"], error=type(exc).__name__)
             return False
@@ -199,17 +184,8 @@ class Cluster:
 
     async def _patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> bool:
         try:
-            return await write_unless_gone(
-                self._limiter,
-                namespace,
-                lambda: self._core.patch_namespaced_event(
-                    name,
-                    namespace,
-                    patch,
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=TIMEOUT,
-                ),
+            return await merge_patch_unless_gone(
+                self._limiter, namespace, self._core.patch_namespaced_event, name, namespace, patch
             )
         except (ApiException, Throttled, TimeoutError, aiohttp.ClientError) as exc:
             log.warning("could not update event", event_name=name, error=type(exc).__name__)

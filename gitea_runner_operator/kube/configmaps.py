@@ -27,7 +27,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL
-from gitea_runner_operator.api.observation import Problem
+from gitea_runner_operator.api.observation import Problem, ProblemError
 from gitea_runner_operator.api.runnergroup import CABundleRef
 from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.http import REQUEST_TIMEOUT
@@ -39,12 +39,8 @@ MAX_CACHED = 4096
 MAX_CACHED_BYTES = 8 * 1024 * 1024  # of kept values; a larger value is not kept
 
 
-class ReferenceProblem(Exception):
+class ReferenceProblem(ProblemError):
     """A referenced ConfigMap/Secret key that cannot be used; ``problem`` says why."""
-
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(problem.message)
-        self.problem = problem
 
 
 def unusable_secret(field: str, namespace: str, name: str, key: str) -> ReferenceProblem:
@@ -140,7 +136,7 @@ class ConfigReader:
             lent = await self._secrets.get(namespace, name, key)
         except SecretUnavailable as exc:
             if exc.reason == "Forbidden":
-                refused = self._secrets.refused(f"Secret {namespace}/{name}")
+                refused = self._secrets.why_unavailable(exc)
                 raise ReferenceProblem(
                     Problem(f"{reason_prefix}Forbidden", f"{field}: {refused}")
                 ) from None

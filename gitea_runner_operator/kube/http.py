@@ -84,6 +84,44 @@ async def write_unless_gone(
     return True
 
 
+async def create(
+    limiter: TokenBucket,
+    namespace: str,
+    create_namespaced: Callable[..., Awaitable[Any]],
+    manifest: dict[str, Any],
+    *,
+    urgent: bool = False,
+) -> dict[str, Any]:
+    """Create one object in ``namespace`` with ``create_namespaced`` of the generated client,
+    through :func:`write`, raw and within :data:`REQUEST_TIMEOUT`; the created object."""
+    return await write(
+        limiter,
+        namespace,
+        lambda: create_namespaced(
+            namespace, manifest, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+        ),
+        urgent=urgent,
+    )
+
+
+async def merge_patch_unless_gone(
+    limiter: TokenBucket, namespace: str, patch: Callable[..., Awaitable[Any]], *args: Any
+) -> bool:
+    """Merge-patch one object, ``patch(*args)`` of the generated client, through
+    :func:`write_unless_gone`: every partial write of the operator goes as a JSON merge patch,
+    raw and within :data:`REQUEST_TIMEOUT`. False when the object was gone."""
+    return await write_unless_gone(
+        limiter,
+        namespace,
+        lambda: patch(
+            *args,
+            _content_type=MERGE_PATCH,
+            _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT,
+        ),
+    )
+
+
 async def write(
     limiter: TokenBucket,
     namespace: str,

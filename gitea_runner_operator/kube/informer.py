@@ -22,12 +22,12 @@ import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
-from gitea_runner_operator.kit.backoff import doubling
+from gitea_runner_operator.kit.backoff import doubling, jittered
 from gitea_runner_operator.kube.http import LIST_TIMEOUT, send
+from gitea_runner_operator.objects.slim import Obj, strip_managed_fields
 
 log = structlog.get_logger(__name__)
 
-Obj = dict[str, Any]
 # (event type, new object, old object or None)
 Handler = Callable[[str, Obj, Obj | None], None]
 ListFunc = Callable[..., Awaitable[Any]]
@@ -110,7 +110,7 @@ class Informer:
                 log.warning("list/watch failed", informer=self.name, error=repr(exc))
             failures += 1
             delay = doubling(RETRY_BASE, RETRY_MAX, failures)
-            await asyncio.sleep(delay * random.uniform(0.9, 1.1))  # noqa: S311
+            await asyncio.sleep(jittered(delay, 0.9, 1.1))
 
     async def _list(self) -> str:
         # An error answer raises (send checks the status): it must never read as an empty
@@ -174,15 +174,6 @@ class Informer:
                 handler(kind, obj, before)
             except Exception:
                 log.exception("informer handler failed", informer=self.name)
-
-
-def strip_managed_fields(obj: Obj) -> Obj:
-    """controller-runtime's TransformStripManagedFields: server-side apply bookkeeping is
-    often most of an object's size, and nothing here reads it."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict) and "managedFields" in meta:
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    return obj
 
 
 def _rv(obj: Mapping[str, Any]) -> str:

@@ -16,15 +16,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.kube.http import (
-    MERGE_PATCH,
-    REQUEST_TIMEOUT,
-    write,
-    write_unless_gone,
-)
+from gitea_runner_operator.kube.http import create, merge_patch_unless_gone
 from gitea_runner_operator.kube.ratelimit import TokenBucket
-
-TIMEOUT = REQUEST_TIMEOUT
 
 
 class SecretExists(Exception):
@@ -71,13 +64,7 @@ class RunnerCredentials:
         again, like every write); :class:`SecretExists` when the name is taken."""
         namespace = manifest["metadata"]["namespace"]
         try:
-            await write(
-                self._limiter,
-                namespace,
-                lambda: self._core.create_namespaced_secret(
-                    namespace, manifest, _preload_content=False, _request_timeout=TIMEOUT
-                ),
-            )
+            await create(self._limiter, namespace, self._core.create_namespaced_secret, manifest)
         except ApiException as exc:
             if exc.status == 409:
                 raise SecretExists(manifest["metadata"]["name"]) from None
@@ -85,15 +72,11 @@ class RunnerCredentials:
 
     async def resume_job(self, namespace: str, name: str) -> bool:
         """Let a suspended runner Job start its Pod; False when the Job is gone."""
-        return await write_unless_gone(
+        return await merge_patch_unless_gone(
             self._limiter,
             namespace,
-            lambda: self._batch.patch_namespaced_job(
-                name,
-                namespace,
-                {"spec": {"suspend": False}},
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=TIMEOUT,
-            ),
+            self._batch.patch_namespaced_job,
+            name,
+            namespace,
+            {"spec": {"suspend": False}},
         )

@@ -38,7 +38,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
-from gitea_runner_operator.api.credentials import opted_in
+from gitea_runner_operator.api.credentials import not_opted_in, opted_in
 from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.http import REQUEST_TIMEOUT
 from gitea_runner_operator.settings import SECRETS_ROLE
@@ -163,6 +163,15 @@ class SecretStore:
     def refused(self, what: str) -> str:
         """The message for a read of ``what`` that RBAC refused (:func:`may_not_read`)."""
         return may_not_read(what, self.role)
+
+    def why_unavailable(self, exc: SecretUnavailable) -> str:
+        """The one sentence for each way a Secret cannot be used; callers put the field that
+        names the Secret in front, and may add advice of their own."""
+        if exc.reason == "Forbidden":
+            return self.refused(f"Secret {exc.namespace}/{exc.name}")
+        if exc.reason == "NotFound":
+            return f"Secret {exc.namespace}/{exc.name} not found"
+        return not_opted_in(exc.namespace, exc.name)
 
     @property
     def bytes(self) -> int:

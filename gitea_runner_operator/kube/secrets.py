@@ -13,14 +13,12 @@ from gitea_runner_operator.api.credentials import (
     gitea_url_problem,
     not_lent_problem,
 )
-from gitea_runner_operator.api.observation import Problem, ProblemKind
+from gitea_runner_operator.api.observation import Problem, ProblemError, ProblemKind
 from gitea_runner_operator.kube.secret_store import LentSecret, SecretStore, SecretUnavailable
 
 
-class SecretProblem(Exception):
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(problem.message)
-        self.problem = problem
+class SecretProblem(ProblemError):
+    """A Secret a group names (its token, a Secret its template mounts) that cannot be used."""
 
 
 class Secrets:
@@ -87,10 +85,8 @@ class Secrets:
             raise SecretProblem(self._unavailable(exc, field)) from None
 
     def _unavailable(self, exc: SecretUnavailable, field: str) -> Problem:
-        what = f"Secret {exc.namespace}/{exc.name}"
+        """SecretNotFound, SecretForbidden, or SecretNotAllowed with how to opt in."""
         if exc.reason == "NotOptedIn":
             return not_lent_problem(field=field, namespace=exc.namespace, name=exc.name)
-        if exc.reason == "Forbidden":
-            message = f"{field}.secretRef: {self.store.refused(what)}"
-            return Problem("SecretForbidden", message, ProblemKind.SECRET)
-        return Problem("SecretNotFound", f"{field}.secretRef: {what} not found", ProblemKind.SECRET)
+        message = f"{field}.secretRef: {self.store.why_unavailable(exc)}"
+        return Problem(f"Secret{exc.reason}", message, ProblemKind.SECRET)

@@ -1,2 +1,3 @@
 """Kubernetes objects built and read without I/O: the runner Job, the cache server, the views a
-reconcile reads. kube/ sends and watches them; nothing here awaits."""
+reconcile reads and what the informer caches keep of each object (slim). kube/ sends and
+watches them; nothing here awaits."""

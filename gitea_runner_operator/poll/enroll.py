@@ -33,6 +33,7 @@ from typing import Any
 import structlog
 
 from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.observation import Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.errors import GiteaError
@@ -138,7 +139,7 @@ class Enroller:
         waiting = matching_demand(snapshot.observation.queued, spec.label_names)
         taken = self.bound_handles()
         registered = {r.name: r.id for r in snapshot.observation.runners}
-        namespace, _, group_name = key.partition("/")
+        namespace, group_name = GroupKey.parse(key)
         for job in sorted(pending, key=lambda j: j["metadata"].get("creationTimestamp") or "")[
             : self._max
         ]:

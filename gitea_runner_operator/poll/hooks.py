@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import structlog
 
 from gitea_runner_operator.api.hooks import HookStatus, hook_url
+from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.errors import GiteaError, GiteaForbidden, GiteaUnauthorized
 from gitea_runner_operator.forge.hooks import HookClient
@@ -74,7 +75,7 @@ class HookKeeper:
         if not self._delivery_url:
             return NO_URL
         ref = spec.webhook.secret_ref
-        namespace = key.split("/", 1)[0]
+        namespace = GroupKey.parse(key).namespace
         try:
             secret = await self._secrets.read(
                 namespace, ref.name, ref.key, "spec.webhook.secretRef", spec.gitea.url

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypedDict, Unpack
@@ -29,10 +28,11 @@ from typing import TypedDict, Unpack
 import structlog
 
 from gitea_runner_operator.api.hooks import HookStatus
+from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.observation import ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.observe import GiteaHandle
-from gitea_runner_operator.kit.backoff import doubling
+from gitea_runner_operator.kit.backoff import doubling, jittered
 from gitea_runner_operator.poll.enroll import Enroller
 from gitea_runner_operator.poll.hooks import HookKeeper
 from gitea_runner_operator.poll.reaper import Reaper
@@ -130,7 +130,7 @@ class GroupPoller:
         # only ever removed, never created or kept again.
         self.deleting = False
         self._hooks = hooks
-        self._namespace = key.split("/", 1)[0]
+        self._namespace = GroupKey.parse(key).namespace
         self._observe = observe
         self._notify = notify
         self._reaper = reaper
@@ -247,7 +247,7 @@ class GroupPoller:
                 self._backoff_max,
                 self._secret_retry,
             )
-            await self._sleep(started, delay * random.uniform(0.95, 1.05))  # noqa: S311
+            await self._sleep(started, jittered(delay, 0.95, 1.05))
 
     def _hand_over(self, snapshot: Snapshot | None, asked: bool) -> None:
         """Queue the group's reconcile when this answer may change a decision: it differs

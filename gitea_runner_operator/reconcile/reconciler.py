@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import structlog
 
 from gitea_runner_operator.api.credentials import normalise_url
-from gitea_runner_operator.api.naming import runner_pattern
+from gitea_runner_operator.api.naming import GroupKey, runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.metrics import Metrics
@@ -277,7 +277,7 @@ class Reconciler:
         self._states.pop(key, None)
         self._admissions.forget(key)
         self._status.forget(key)
-        namespace, _, name = key.partition("/")
+        namespace, name = GroupKey.parse(key)
         self._metrics.forget_group(namespace, name)
         self._why_metrics.forget_group(namespace, name)
         if self._on_gone is not None:

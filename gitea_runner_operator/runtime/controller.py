@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 from kubernetes_asyncio import client
 
+from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.sessions import SessionPool
 from gitea_runner_operator.kit.tasks import finish_or_cancel
@@ -144,7 +145,7 @@ class Controller:
             self.queue.add(key)
 
     def _on_reaped(self, key: str, job_name: str, reason: ReapReason) -> None:
-        namespace, _, name = key.partition("/")
+        namespace, name = GroupKey.parse(key)
         self.metrics.runner_reaped(namespace, name, reason.value)
 
     def wake(self, key: str) -> None:
@@ -173,7 +174,7 @@ class Controller:
         self.hooks.forget(key)
         self.enroller.forget(key)
         urls = {spec.gitea.url for spec in self.pollers.specs()}
-        namespaces = {k.split("/", 1)[0] for k in self.pollers.keys()}  # noqa: SIM118 - a method
+        namespaces = {GroupKey.parse(k).namespace for k in self.pollers.keys()}  # noqa: SIM118
         self.secrets.retain(namespaces)
         task = asyncio.create_task(self._drop_urls(urls))
         self._housekeeping.add(task)

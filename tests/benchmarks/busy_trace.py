@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.fake_gitea import SELECTOR, FakeGitea
+from tests.support.fake_gitea import SELECTOR, SimulatedGitea
 from tests.testbed.kube import KubeClient
 
 STEP = 0.5
@@ -42,7 +42,7 @@ class Tracer:
 
     kube: KubeClient
     namespace: str
-    fake: FakeGitea
+    fake: SimulatedGitea
     t0: float = 0.0
     samples: list[Sample] = field(default_factory=list)
     job_created: dict[str, float] = field(default_factory=dict)  # first seen

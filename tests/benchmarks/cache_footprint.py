@@ -1,4 +1,4 @@
-"""What the informer caches hold per runner Job and Pod (kube/slim.py), by tracemalloc:
+"""What the informer caches hold per runner Job and Pod (objects/slim.py), by tracemalloc:
 
     python -m tests.benchmarks.cache_footprint [--runners 2000]
 
@@ -17,9 +17,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from gitea_runner_operator.kube import slim as slim_module
-from gitea_runner_operator.kube.informer import strip_managed_fields
-from gitea_runner_operator.kube.slim import slim_job, slim_pod
+from gitea_runner_operator.objects import slim as slim_module
+from gitea_runner_operator.objects.slim import slim_job, slim_pod, strip_managed_fields
 
 GROUP_LABELS = {
     "gitea.bpg.pw/managed-by": "gitea-runner-operator",

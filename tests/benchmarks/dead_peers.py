@@ -21,7 +21,7 @@ from pathlib import Path
 from tests.benchmarks import common
 from tests.benchmarks.scale import LABEL, group, kwok_image
 from tests.support import manifests
-from tests.support.fake_gitea import FakeGitea, GroupScope
+from tests.support.fake_gitea import GroupScope, SimulatedGitea
 from tests.testbed.sandbox import Sandbox
 
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     owner = f"dead-{uuid.uuid4().hex[:4]}"
     namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
-    fake = FakeGitea()
+    fake = SimulatedGitea()
     probe = Path(args.cpuprobe) if args.cpuprobe else None
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)

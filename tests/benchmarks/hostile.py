@@ -55,7 +55,7 @@ from tests.benchmarks.hostile_tenants import (
     set_cache,
 )
 from tests.support import manifests
-from tests.support.fake_gitea import FakeGitea
+from tests.support.fake_gitea import SimulatedGitea
 from tests.support.launcher import OPERATOR_NS, OperatorProcess
 from tests.support.testbed import make_secret
 from tests.testbed.kube import KubeClient
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", help="draw RSS and latency over time into this PNG")
     args = parser.parse_args(argv)
 
-    fake, forge = FakeGitea(), Remote("--forge")
+    fake, forge = SimulatedGitea(), Remote("--forge")
     forge_url = forge.line()
     attack, counts = None, {}
     healthy = [f"ok-{i}" for i in range(4)]
@@ -151,7 +151,7 @@ class Run:
         self,
         kube: KubeClient,
         op: OperatorProcess,
-        fake: FakeGitea,
+        fake: SimulatedGitea,
         namespaces: list[str],
         hooks: dict[str, str],
         args: argparse.Namespace,

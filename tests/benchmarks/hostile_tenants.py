@@ -14,7 +14,7 @@ import tempfile
 from tests.benchmarks import common
 from tests.benchmarks.hostile_servers import MODES
 from tests.support import manifests
-from tests.support.fake_gitea import FakeGitea
+from tests.support.fake_gitea import SimulatedGitea
 from tests.support.testbed import allow_cache, make_secret
 from tests.testbed.kube import KubeClient
 
@@ -82,7 +82,7 @@ def prepare_evil(kube: KubeClient, args: argparse.Namespace) -> None:
 
 
 def apply_evil_groups(
-    kube: KubeClient, fake: FakeGitea, forge_url: str, args: argparse.Namespace
+    kube: KubeClient, fake: SimulatedGitea, forge_url: str, args: argparse.Namespace
 ) -> None:
     """The hostile tenants' groups, for the attacks ``args.attacks`` names."""
     attacks = set(args.attacks.split(","))

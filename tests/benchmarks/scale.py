@@ -37,7 +37,7 @@ from tests.benchmarks import busy_trace, common
 from tests.benchmarks import soak as soak_module
 from tests.benchmarks.timeline import Timeline
 from tests.support import manifests
-from tests.support.fake_gitea import FakeGitea, GroupScope, wait
+from tests.support.fake_gitea import GroupScope, SimulatedGitea, wait
 from tests.support.launcher import OperatorProcess
 from tests.testbed.kube import KubeClient
 from tests.testbed.sandbox import Sandbox
@@ -61,7 +61,7 @@ def group(name: str, url: str, owner: str, repo: str | None, **spec: Any) -> dic
 @contextmanager
 def bench(
     namespaces: list[str],
-    fake: FakeGitea,
+    fake: SimulatedGitea,
     simulate: bool,
     *extra: str,
     leader: bool = False,
@@ -145,7 +145,7 @@ def _ms(seconds: float | None) -> str:
 
 def overlap(args: argparse.Namespace) -> None:
     owner = f"acme-{uuid.uuid4().hex[:4]}"
-    fake = FakeGitea()
+    fake = SimulatedGitea()
     namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
     jobs = args.repos * args.jobs_per_repo
     extra = (
@@ -239,7 +239,7 @@ def overlap(args: argparse.Namespace) -> None:
 
 def busy(args: argparse.Namespace) -> None:
     owner = f"busy-{uuid.uuid4().hex[:4]}"
-    fake = FakeGitea(job_seconds=args.job_seconds, start_delay=args.start)
+    fake = SimulatedGitea(job_seconds=args.job_seconds, start_delay=args.start)
     ns = f"{owner}-team"
     with bench([ns], fake, True, *args.operator_args) as (kube, op):
         fake.group(ns, "busy", GroupScope(owner, None, (LABEL,)))
@@ -297,7 +297,7 @@ def busy(args: argparse.Namespace) -> None:
 
 def fairness(args: argparse.Namespace) -> None:
     owner = f"fair-{uuid.uuid4().hex[:4]}"
-    fake = FakeGitea()
+    fake = SimulatedGitea()
     big, small = f"{owner}-big", f"{owner}-small"
     with bench([big, small], fake, False, "--kube-write-qps", str(args.qps)) as (kube, op):
         for ns, name, repo in ((big, "burst", "a"), (small, "one", "b")):

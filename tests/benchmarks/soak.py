@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.benchmarks import common
-from tests.support.fake_gitea import FakeGitea, GroupScope
+from tests.support.fake_gitea import GroupScope, SimulatedGitea
 from tests.support.launcher import OperatorProcess
 
 # The last two tell bounded growth from a leak: what the operator keeps per group grows
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, bench: Any, group: Any, label: str, image: str
         plot(Path(args.plot_from), Path(args.plot or "soak.png"))
         return
     owner = f"soak-{uuid.uuid4().hex[:4]}"
-    fake = FakeGitea(job_seconds=20, start_delay=2)
+    fake = SimulatedGitea(job_seconds=20, start_delay=2)
     namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
     target = Path(args.csv or f"/tmp/soak-{owner}.csv")
     probe = Path(args.snapshots) if args.snapshots else None

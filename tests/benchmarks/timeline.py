@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from tests.benchmarks import common
-from tests.support.fake_gitea import FakeGitea
+from tests.support.fake_gitea import SimulatedGitea
 from tests.support.launcher import OperatorProcess
 
 RECONCILE_COUNT = "gitea_runner_operator_reconcile_duration_seconds_count"
@@ -16,7 +16,7 @@ class Timeline:
     step the Job creates, status patches, reconciles, the work queue's depth and Gitea
     requests; to see what bounds it. Reads /metrics at most once per step."""
 
-    def __init__(self, op: OperatorProcess, fake: FakeGitea, t0: float, every: float = 5.0):
+    def __init__(self, op: OperatorProcess, fake: SimulatedGitea, t0: float, every: float = 5.0):
         self.op, self.fake, self.t0, self.every = op, fake, t0, every
         self.rows: list[str] = []
         self.last: tuple[float, float, float, float, float] | None = None

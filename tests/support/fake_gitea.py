@@ -68,7 +68,9 @@ class GroupScope:
     labels: tuple[str, ...]
 
 
-class FakeGitea:
+class SimulatedGitea:
+    """Gitea's Actions API over HTTP, with runners simulated from the cluster's Pods."""
+
     def __init__(self, job_seconds: float = 60.0, start_delay: float = 0.0) -> None:
         self.job_seconds = job_seconds
         self.start_delay = start_delay

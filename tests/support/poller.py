@@ -17,7 +17,7 @@ from tests.support.fake_cluster import FakeCache, FakeCluster, runner_pod
 GROUP = {"metadata": {"name": "ci", "namespace": "team-a", "uid": "u1"}}
 
 
-class FakeGitea:
+class FakeRunnerRegistrations:
     """Runner registrations by id; ``take_job_on`` makes a runner busy at a chosen call."""
 
     def __init__(self, runners: list[ActionRunner], *, can_disable: bool = True) -> None:
@@ -59,7 +59,9 @@ class FakeGitea:
         return self.runners.pop(runner_id, None) is not None
 
 
-def _reaper(gitea: FakeGitea, jobs: list[str], pods: list[str]) -> tuple[Reaper, FakeCluster]:
+def _reaper(
+    gitea: FakeRunnerRegistrations, jobs: list[str], pods: list[str]
+) -> tuple[Reaper, FakeCluster]:
     """A reaper over the one fake cluster holding these runner Jobs and their running Pods
     (a Pod's name is its Job's and five letters); the cluster's deletions go to the fake
     Gitea's log, so a test sees the order of the two."""
@@ -69,7 +71,9 @@ def _reaper(gitea: FakeGitea, jobs: list[str], pods: list[str]) -> tuple[Reaper,
     return Reaper(cluster, FakeCache(cluster)), cluster  # type: ignore[arg-type]
 
 
-def _run(reaper: Reaper, gitea: FakeGitea, order: ReapOrder, runners: list[ActionRunner]) -> Any:
+def _run(
+    reaper: Reaper, gitea: FakeRunnerRegistrations, order: ReapOrder, runners: list[ActionRunner]
+) -> Any:
     snap = Snapshot(0.0, "x", observation=Observation(queued=(), runners=tuple(runners)))
     handle = GiteaHandle(gitea, None)  # type: ignore[arg-type]
     return reaper.run("team-a/ci", handle, snap, order)

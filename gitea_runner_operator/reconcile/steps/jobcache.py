@@ -28,9 +28,10 @@ from typing import Any, Protocol
 import structlog
 
 from gitea_runner_operator.api.cache import RunnerConfigConflict, cache_object_name, uses_cache
+from gitea_runner_operator.api.naming import GroupKey
+from gitea_runner_operator.api.observation import ProblemError
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
-from gitea_runner_operator.kube.configmaps import ReferenceProblem
-from gitea_runner_operator.kube.secrets import SecretProblem
+from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.reconcile.jobcache_plan import cache_status, fingerprint
 from gitea_runner_operator.reconcile.steps.jobcache_writes import CacheRefusal, Objects, OwnedWrites
 
@@ -117,7 +118,7 @@ class CacheServers:
         """Keep the group's cache as its spec says; False while runners must not be created
         (their config Secret could not be written)."""
         meta = group["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
+        key = str(GroupKey.of(group))
         previous = (group.get("status") or {}).get("cache")
         if not uses_cache(spec.cache):
             self._memo.pop(key, None)
@@ -145,7 +146,7 @@ class CacheServers:
                 memo.generation, memo.checked_at = generation, now
                 return await self._refresh(group, spec, memo, previous, now)
             await self._writes.apply(meta, spec, user_config, external_secret, self._token)
-        except (ReferenceProblem, SecretProblem) as exc:
+        except ProblemError as exc:  # a ConfigMap or Secret the cache names
             refused = CacheRefusal(exc.problem.reason, exc.problem.message)
         except RunnerConfigConflict as exc:
             refused = CacheRefusal("RunnerConfigInvalid", str(exc))
@@ -179,7 +180,7 @@ class CacheServers:
             }
         else:
             status = await self._server_status(meta, spec)
-        resync_at = now + self._drift * (1.0 - 0.25 * self._jitter())
+        resync_at = now + jittered(self._drift, 1.0, 0.75, self._jitter)
         memo = _Memo(
             str(meta.get("uid")),
             generation,
@@ -217,8 +218,7 @@ class CacheServers:
     ) -> bool:
         """Remember what this pass found and report it; True when runners may start (their
         config Secret is written)."""
-        meta = group["metadata"]
-        self._remember(f"{meta['namespace']}/{meta['name']}", memo)
+        self._remember(str(GroupKey.of(group)), memo)
         await self._report(group, previous, status)
         return memo.config_ok
 
@@ -293,7 +293,7 @@ class CacheServers:
             await self._reporter.emit_event(group, "Warning", str(reason), str(status["message"]))
             log.warning(
                 "cache not working",
-                group=f"{meta['namespace']}/{meta['name']}",
+                group=str(GroupKey.of(group)),
                 reason=reason,
                 message=status["message"],
             )

@@ -74,7 +74,7 @@ class Waiting:
         )
 
     def counts(self) -> dict[str, int]:
-        """By the metric's reason label (why_metrics.REASONS)."""
+        """By the metric's reason label (why/metrics.py, REASONS)."""
         return {
             "starting_runner": self.starting_runner,
             "at_capacity": self.at_capacity,

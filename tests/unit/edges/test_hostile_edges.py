@@ -18,7 +18,7 @@ from gitea_runner_operator.api.forge import ForgejoJob
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner, within_caps
 from gitea_runner_operator.api.runner_config import runner_config_problem
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerMode, parse_spec
-from gitea_runner_operator.kube.slim import slim_group, slim_job, slim_pod
+from gitea_runner_operator.objects.slim import slim_group, slim_job, slim_pod
 from tests.support.builders import VALID
 from tests.support.deepsize import deep_size
 

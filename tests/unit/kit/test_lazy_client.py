@@ -27,6 +27,23 @@ def test_starting_the_operator_imports_a_few_kubernetes_client_modules_not_all()
     assert int(count) < 100  # 946 before
 
 
+def test_importing_the_package_changes_nothing_in_the_process():
+    """Only the entry point bounds memory: a program that imports a module of the operator
+    (or the package itself) keeps its own asyncio TLS buffer and its eager client."""
+    untouched = run(
+        "import asyncio.sslproto, sys, gitea_runner_operator, gitea_runner_operator.api.naming\n"
+        "print(asyncio.sslproto.SSLProtocol.max_size,"
+        " 'kubernetes_asyncio.client' in sys.modules)"
+    )
+    assert untouched == "262144 False"
+    bounded = run(
+        "import asyncio.sslproto, sys, gitea_runner_operator.cli\n"
+        "print(asyncio.sslproto.SSLProtocol.max_size,"
+        " type(sys.modules['kubernetes_asyncio.client']).__name__)"
+    )
+    assert bounded == "32768 LazyPackage"
+
+
 def test_the_lazy_client_serves_the_same_classes_and_deserializes_models():
     out = run(
         "import asyncio, json, gitea_runner_operator\n"

@@ -10,7 +10,7 @@ import subprocess
 import tracemalloc
 from pathlib import Path
 
-import gitea_runner_operator  # noqa: F401  (bounds the buffer, as the operator does)
+from gitea_runner_operator.kit.frugal import bound_process_memory
 
 BODY = bytes(range(256)) * 4096  # 1 MiB
 
@@ -30,6 +30,7 @@ def tls_contexts(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
 
 
 async def test_tls_connections_cost_little_memory_and_read_large_answers_whole(tmp_path):
+    bound_process_memory()  # as the operator's entry point does
     server_ctx, client_ctx = tls_contexts(tmp_path)
     release = asyncio.Event()
 

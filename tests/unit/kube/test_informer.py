@@ -146,8 +146,7 @@ async def test_an_error_answer_to_a_list_never_reads_as_an_empty_list():
 
 
 def test_cached_objects_drop_what_the_operator_never_reads():
-    from gitea_runner_operator.kube.informer import strip_managed_fields
-    from gitea_runner_operator.kube.slim import slim_pod
+    from gitea_runner_operator.objects.slim import slim_pod, strip_managed_fields
 
     pod = {
         "metadata": {
@@ -175,8 +174,8 @@ def test_a_runner_pod_is_kept_without_the_kubelets_bookkeeping_yet_reads_the_sam
     """A running Pod's status as a kubelet writes it is mostly images, ids, IPs, resources
     and mounts; the cache keeps what the views read, and every view answers the same."""
 
-    from gitea_runner_operator.kube.slim import slim_pod
     from gitea_runner_operator.objects.disruption import loss_cause
+    from gitea_runner_operator.objects.slim import slim_pod
     from gitea_runner_operator.objects.views import (
         job_view,
         pod_problem,
@@ -233,7 +232,7 @@ def test_a_tenants_pod_labels_and_annotations_are_not_cached():
     the cache keeps only the keys the operator reads, so a few thousand such Pods cost what
     plain ones do."""
     from gitea_runner_operator.kube.cache import group_key_of_owned
-    from gitea_runner_operator.kube.slim import slim_pod
+    from gitea_runner_operator.objects.slim import slim_pod
     from gitea_runner_operator.objects.views import pods_by_job
 
     ours = {"gitea.bpg.pw/runnergroup-name": "ci", "gitea.bpg.pw/managed-by": "gro"}
@@ -270,7 +269,7 @@ def test_a_runnergroup_is_cached_without_last_applied_or_a_tenants_annotations()
     256 KiB more: the cache keeps the spec, the status and the identity, no label or
     annotation (the operator reads none of a group's)."""
     from gitea_runner_operator.kube.cache import spec_changed
-    from gitea_runner_operator.kube.slim import slim_group
+    from gitea_runner_operator.objects.slim import slim_group
 
     spec = {"gitea": {"url": "https://gitea.example"}, "labels": ["ubuntu-latest"]}
     group = {
@@ -302,7 +301,7 @@ def test_a_runnergroup_is_cached_without_last_applied_or_a_tenants_annotations()
 def test_cached_objects_share_their_keys_and_repeated_values_not_their_own():
     """Two Pods decoded apart hold one copy of each key and repeated value (a fill's
     thousands of Pods repeat them all), and a copy of their own of what is theirs."""
-    from gitea_runner_operator.kube.slim import slim_pod
+    from gitea_runner_operator.objects.slim import slim_pod
 
     def decoded(name: str) -> dict[str, Any]:
         return json.loads(json.dumps({
@@ -322,7 +321,7 @@ def test_cached_objects_share_their_keys_and_repeated_values_not_their_own():
 def test_the_shared_strings_table_is_bounded_and_never_holds_long_text():
     """A tenant cannot grow the table: it holds at most its limit, and past it strings are
     kept as they come; nothing longer than SHARED_UP_TO goes in."""
-    from gitea_runner_operator.kube.slim import SHARED_UP_TO, _Table
+    from gitea_runner_operator.objects.slim import SHARED_UP_TO, _Table
 
     table = _Table(limit=3)
     long = "x" * (SHARED_UP_TO + 1)
@@ -339,7 +338,7 @@ def test_the_shared_strings_table_is_bounded_and_never_holds_long_text():
 def test_a_runner_job_is_kept_without_its_spec_yet_reads_the_same():
     """The Job informer keeps identity, labels, our annotations and conditions, never the
     tenant's Pod template, and the runner's view of it is unchanged."""
-    from gitea_runner_operator.kube.slim import slim_job
+    from gitea_runner_operator.objects.slim import slim_job
     from gitea_runner_operator.objects.views import job_view
 
     job = {

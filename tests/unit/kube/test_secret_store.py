@@ -274,3 +274,17 @@ async def test_the_store_is_bounded_in_bytes():
     assert (await store.get("team-a", "huge", "k")).decoded("k") == b"h" * 100_000
     assert ("team-a", "huge") not in store._answers
     assert store.bytes <= 64 * 1024
+
+
+def test_each_way_a_secret_cannot_be_used_has_one_sentence():
+    """The one table (SecretStore.why_unavailable): a token, a CA bundle and a mounted
+    Secret put their field in front of the same words."""
+    store = store_over(FakeCore({}))
+    said = {
+        reason: store.why_unavailable(SecretUnavailable("team-a", "db", reason))
+        for reason in ("NotFound", "Forbidden", "NotOptedIn")
+    }
+    assert said["NotFound"] == "Secret team-a/db not found"
+    assert said["Forbidden"].startswith("the operator may not read Secret team-a/db;")
+    assert "gitea-runner-operator-secrets" in said["Forbidden"]
+    assert said["NotOptedIn"] == f'Secret team-a/db lacks the label {CREDENTIALS_LABEL}: "true"'

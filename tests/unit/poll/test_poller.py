@@ -20,7 +20,7 @@ from tests.support.poller import (
     CANDIDATE,
     GROUP,
     IDLE,
-    FakeGitea,
+    FakeRunnerRegistrations,
     _reaper,
     _run,
 )
@@ -125,7 +125,7 @@ async def test_a_paced_wake_up_is_asked_at_once_and_a_plain_one_waits_for_the_ga
 
 
 async def test_an_idle_runner_is_disabled_rechecked_then_job_deleted_before_registration():
-    gitea = FakeGitea([IDLE])
+    gitea = FakeRunnerRegistrations([IDLE])
     reaper, cluster = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
     assert outcome.reaped == [("ci-h-jobxx", ReapReason.IDLE)]
@@ -136,7 +136,7 @@ async def test_an_idle_runner_is_disabled_rechecked_then_job_deleted_before_regi
 
 @pytest.mark.parametrize("can_disable", [True, False])
 async def test_a_runner_that_takes_a_job_between_plan_and_reap_is_left_alone(can_disable):
-    gitea = FakeGitea([IDLE], can_disable=can_disable)
+    gitea = FakeRunnerRegistrations([IDLE], can_disable=can_disable)
     gitea.take_job_on = ("disable", 7)  # it fetched a task just now
     reaper, _ = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
@@ -149,7 +149,7 @@ async def test_a_runner_that_takes_a_job_between_plan_and_reap_is_left_alone(can
 async def test_a_runner_named_by_a_running_job_is_left_alone_before_gitea_calls_it_busy():
     """Between FetchTask and the runner's first report Gitea's ``busy`` is still false; the
     job in progress already names the runner."""
-    gitea = FakeGitea([IDLE])
+    gitea = FakeRunnerRegistrations([IDLE])
     gitea.in_progress = [ActionJob(id=1, status="in_progress", runner_id=7, runner_name=IDLE.name)]
     reaper, _ = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
@@ -159,7 +159,7 @@ async def test_a_runner_named_by_a_running_job_is_left_alone_before_gitea_calls_
 
 @pytest.mark.parametrize("failure", ["listing fails", "listing cut short"])
 async def test_no_runner_is_reaped_while_the_jobs_in_progress_are_unknown(failure):
-    gitea = FakeGitea([IDLE])
+    gitea = FakeRunnerRegistrations([IDLE])
     gitea.jobs_fail = failure == "listing fails"
     gitea.jobs_complete = failure != "listing cut short"
     reaper, _ = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
@@ -171,7 +171,7 @@ async def test_no_runner_is_reaped_while_the_jobs_in_progress_are_unknown(failur
 async def test_a_teardown_keeps_an_online_registration_a_job_names_but_not_an_offline_one():
     online = ActionRunner(id=2, name="ci-h-ccccc-ddddd", ephemeral=True, status="online")
     dead = ActionRunner(id=3, name="ci-h-eeeee-fffff", ephemeral=True, status="offline")
-    gitea = FakeGitea([online, dead])
+    gitea = FakeRunnerRegistrations([online, dead])
     gitea.in_progress = [
         ActionJob(id=1, status="in_progress", runner_id=2, runner_name=online.name),
         ActionJob(id=2, status="in_progress", runner_id=3, runner_name=dead.name),  # a zombie
@@ -184,21 +184,21 @@ async def test_a_teardown_keeps_an_online_registration_a_job_names_but_not_an_of
 
 
 async def test_a_registration_already_gone_means_the_runner_worked_and_is_left_alone():
-    gitea = FakeGitea([])
+    gitea = FakeRunnerRegistrations([])
     reaper, _ = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [])
     assert outcome.reaped == [] and gitea.log == []
 
 
 async def test_a_job_that_is_gone_from_the_cluster_is_not_reaped_again():
-    gitea = FakeGitea([IDLE])
+    gitea = FakeRunnerRegistrations([IDLE])
     reaper, _ = _reaper(gitea, [], [])
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
     assert outcome.reaped == [] and gitea.calls == []
 
 
 async def test_a_starting_runner_that_registered_since_the_plan_gets_its_idle_time():
-    gitea = FakeGitea([IDLE])
+    gitea = FakeRunnerRegistrations([IDLE])
     starting = ReapCandidate("ci-h-jobxx", ReapReason.STARTUP_TIMEOUT, ("ci-h-jobxx-podxx",), ())
     reaper, _ = _reaper(gitea, ["ci-h-jobxx"], ["ci-h-jobxx-podxx"])
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (starting,)), [IDLE])
@@ -209,7 +209,7 @@ async def test_orphans_are_removed_only_when_offline_idle_and_podless():
     offline = ActionRunner(id=1, name="ci-h-aaaaa-bbbbb", ephemeral=True, status="offline")
     online = ActionRunner(id=2, name="ci-h-ccccc-ddddd", ephemeral=True, status="online")
     with_pod = ActionRunner(id=3, name="ci-h-eeeee-fffff", ephemeral=True, status="offline")
-    gitea = FakeGitea([offline, online, with_pod])
+    gitea = FakeRunnerRegistrations([offline, online, with_pod])
     reaper, _ = _reaper(gitea, [], ["ci-h-eeeee-fffff"])
     orphans = tuple(Orphan(r.id, r.name) for r in (offline, online, with_pod))
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (), orphans), [])

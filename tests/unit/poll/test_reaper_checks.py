@@ -10,7 +10,7 @@ from typing import Any
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.scaling import ReapCandidate, ReapReason
-from tests.support.poller import CANDIDATE, GROUP, IDLE, FakeGitea, _reaper, _run
+from tests.support.poller import CANDIDATE, GROUP, IDLE, FakeRunnerRegistrations, _reaper, _run
 
 JOB = "ci-h-jobxx"
 
@@ -22,7 +22,7 @@ def running(name: str, runner_id: int = 99) -> ActionJob:
 async def test_an_unregistered_startup_candidate_named_by_a_running_job_is_left_alone():
     """Probe: a Job whose runner a running job names was deleted, because candidates without
     a registration skipped every check."""
-    gitea = FakeGitea([])
+    gitea = FakeRunnerRegistrations([])
     gitea.in_progress = [running(f"{JOB}-podxx")]
     starting = ReapCandidate(JOB, ReapReason.STARTUP_TIMEOUT, (f"{JOB}-podxx",), ())
     reaper, _ = _reaper(gitea, [JOB], [f"{JOB}-podxx"])
@@ -31,7 +31,7 @@ async def test_an_unregistered_startup_candidate_named_by_a_running_job_is_left_
 
 
 async def test_a_replacement_pod_running_a_job_keeps_its_job_alive():
-    gitea = FakeGitea([])
+    gitea = FakeRunnerRegistrations([])
     gitea.in_progress = [running(f"{JOB}-newpd")]  # the Job's second Pod took a job
     leaving = ReapCandidate(JOB, ReapReason.GROUP_DELETED, (f"{JOB}-podxx",), ())
     reaper, _ = _reaper(gitea, [JOB], [f"{JOB}-newpd"])  # the cache shows the new Pod
@@ -40,7 +40,7 @@ async def test_a_replacement_pod_running_a_job_keeps_its_job_alive():
 
 
 async def test_no_unregistered_candidate_is_reaped_while_running_jobs_are_unknown():
-    gitea = FakeGitea([])
+    gitea = FakeRunnerRegistrations([])
     gitea.jobs_complete = False
     starting = ReapCandidate(JOB, ReapReason.STARTUP_TIMEOUT, (f"{JOB}-podxx",), ())
     reaper, _ = _reaper(gitea, [JOB], [f"{JOB}-podxx"])
@@ -49,7 +49,7 @@ async def test_no_unregistered_candidate_is_reaped_while_running_jobs_are_unknow
 
 
 async def test_an_unregistered_candidate_nobody_names_is_reaped():
-    gitea = FakeGitea([])
+    gitea = FakeRunnerRegistrations([])
     gitea.in_progress = [running("someone-else")]
     starting = ReapCandidate(JOB, ReapReason.STARTUP_TIMEOUT, (f"{JOB}-podxx",), ())
     reaper, _ = _reaper(gitea, [JOB], [f"{JOB}-podxx"])
@@ -57,7 +57,7 @@ async def test_an_unregistered_candidate_nobody_names_is_reaped():
     assert outcome.reaped == [(JOB, ReapReason.STARTUP_TIMEOUT)]
 
 
-class HangingGitea(FakeGitea):
+class HangingGitea(FakeRunnerRegistrations):
     """Listing the jobs in progress never answers: the pass runs into its deadline."""
 
     async def list_jobs(self, scope: Any, status: str = "queued", max_pages: Any = None) -> Any:
@@ -80,7 +80,7 @@ async def test_a_pass_cut_short_by_its_deadline_re_enables_what_it_disabled():
 
 
 async def test_a_reaped_runner_is_not_re_enabled_afterwards():
-    gitea = FakeGitea([IDLE])
+    gitea = FakeRunnerRegistrations([IDLE])
     reaper, _ = _reaper(gitea, [JOB], [f"{JOB}-podxx"])
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
     assert outcome.reaped and ("enable", 7) not in gitea.calls

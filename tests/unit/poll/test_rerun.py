@@ -26,7 +26,7 @@ J1, J2 = runner_prefix("ci", "u1") + "bcdfg", runner_prefix("ci", "u1") + "hjklm
 P1, P2 = J1 + "-npqrs", J2 + "-tvwxz"
 
 
-class FakeGitea:
+class FakeJobsAndReruns:
     """Jobs and runs by id; the re-run endpoint makes a new attempt with a new job id."""
 
     def __init__(self) -> None:
@@ -101,8 +101,10 @@ class FakeGitea:
         raise AssertionError(path)
 
 
-def setup(spec: dict[str, Any] | None = None) -> tuple[FakeGitea, FakeCluster, Any, Metrics]:
-    gitea, cluster, metrics = FakeGitea(), FakeCluster(), Metrics()
+def setup(
+    spec: dict[str, Any] | None = None,
+) -> tuple[FakeJobsAndReruns, FakeCluster, Any, Metrics]:
+    gitea, cluster, metrics = FakeJobsAndReruns(), FakeCluster(), Metrics()
     cache = FakeCache(cluster, spec)
     return gitea, cluster, cache, metrics
 
@@ -123,7 +125,7 @@ async def step(gitea, cluster, cache, metrics, spec=None, *runners, now=1040.0) 
 
 
 async def lost_and_failed(
-    gitea: FakeGitea,
+    gitea: FakeJobsAndReruns,
     cluster: FakeCluster,
     cache: FakeCache,
     metrics: Metrics,

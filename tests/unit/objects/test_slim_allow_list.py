@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 from gitea_runner_operator.api import caps, constants
-from gitea_runner_operator.kube.slim import slim_group, slim_job, slim_pod
 from gitea_runner_operator.objects.forgejo_job import HANDLE_ANNOTATION
+from gitea_runner_operator.objects.slim import slim_group, slim_job, slim_pod
 
 PREFIXED = {f"gitea.bpg.pw/l{i}": "v" * 63 for i in range(3_000)}
 OURS = {constants.GROUP_NAME_LABEL: "ci", constants.MANAGED_BY_LABEL: "gitea-runner-operator"}

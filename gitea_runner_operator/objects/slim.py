@@ -26,13 +26,14 @@ from typing import Any, Final
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.caps import KEPT_VALUE_MAX_CHARS
-from gitea_runner_operator.kube.informer import Obj, strip_managed_fields
 from gitea_runner_operator.objects.forgejo_job import (
     FORGE_ANNOTATION,
     HANDLE_ANNOTATION,
     RUNNER_ID_ANNOTATION,
 )
 from gitea_runner_operator.objects.views import SAFE_TO_EVICT
+
+Obj = dict[str, Any]
 
 # Values repeated across runner Jobs and Pods (condition types and statuses, reasons,
 # phases, our labels' values); names, uids, versions and times are each object's own.
@@ -41,6 +42,15 @@ SHARED_VALUES = frozenset(
 )
 SHARED_UP_TO = 64  # characters: longer values (messages) are never shared
 SHARED_MAX = 4096  # strings in the table: about 0.5 MiB at most
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """controller-runtime's TransformStripManagedFields: server-side apply bookkeeping is
+    often most of an object's size, and nothing here reads it."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
 
 
 class _Table:
