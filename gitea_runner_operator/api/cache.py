@@ -17,13 +17,15 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 import yaml
 from pydantic import Field, field_validator, model_validator
 
+from gitea_runner_operator.api import caps
 from gitea_runner_operator.api.refs import CamelModel, SecretKeyRef
 from gitea_runner_operator.api.urls import http_url
+from gitea_runner_operator.api.yamltext import YamlRefused, load_within_caps
 
 CACHE_PORT = 8088
 DEFAULT_SIZE = "10Gi"
@@ -40,7 +42,7 @@ class ExternalCacheServer(CamelModel):
     """An existing ``gitea-runner cache-server`` the group's runners use instead of one the
     operator creates; its ``external_secret`` comes from a Secret of the group's namespace."""
 
-    url: str
+    url: str = Field(max_length=caps.URL_MAX_CHARS)
     secret_ref: SecretKeyRef
 
     @field_validator("url")
@@ -52,13 +54,21 @@ class ExternalCacheServer(CamelModel):
 
 class CacheSpec(CamelModel):
     enabled: bool = False
-    size: str = DEFAULT_SIZE
-    storage_class_name: str | None = Field(default=None, min_length=1)
+    size: str = Field(default=DEFAULT_SIZE, max_length=caps.QUANTITY_MAX_CHARS)
+    storage_class_name: str | None = Field(
+        default=None, min_length=1, max_length=caps.K8S_NAME_MAX_CHARS
+    )
     # False: an emptyDir (bounded by ``size``) instead of a PVC; the cache lives as long as
     # the cache server's Pod, for clusters without a storage provisioner.
     persistent: bool = True
     # A core/v1 ResourceRequirements, kept as written.
-    resources: dict[str, Any] | None = None
+    resources: (
+        Annotated[
+            dict[str, Any],
+            caps.bounded_object(caps.RESOURCES_MAX_BYTES, caps.RESOURCES_MAX_DEPTH),
+        ]
+        | None
+    ) = None
     external_server: ExternalCacheServer | None = None
     # The runner's cache.offline_mode; None leaves the group's runnerConfig to say.
     offline_mode: bool | None = None
@@ -161,7 +171,10 @@ def merge_runner_config(
 
     ``cache.enabled`` is forced on: a group that asks for a cache gets one, whatever its
     runnerConfig says; ``external_server``/``external_secret`` are always the operator's."""
-    doc: Any = yaml.safe_load(user_text) if user_text else None
+    try:
+        doc: Any = load_within_caps(user_text) if user_text else None
+    except YamlRefused as exc:
+        raise RunnerConfigConflict(f"spec.runnerConfig {exc}") from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):

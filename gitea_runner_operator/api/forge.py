@@ -13,7 +13,10 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gitea_runner_operator.api.gitea import Payload
+from pydantic import Field
+
+from gitea_runner_operator.api import caps
+from gitea_runner_operator.api.gitea import Id, Name, Payload, Status
 
 # Forgejo 15 added the runner registration API (POST .../actions/runners) and job handles;
 # older releases cannot give a runner its own credentials.
@@ -63,30 +66,32 @@ def forgejo_supported(version: str) -> bool:
 class ForgejoJob(Payload):
     """One entry of ``GET …/actions/runners/jobs`` (``structs.ActionRunJob``)."""
 
-    id: int
-    attempt: int = 0
-    handle: str = ""
-    repo_id: int = 0
-    owner_id: int = 0
-    name: str = ""
-    needs: tuple[str, ...] | None = None
-    runs_on: tuple[str, ...] | None = None
-    task_id: int = 0
-    status: str
+    id: Id
+    attempt: Id = 0
+    handle: str = Field(default="", max_length=caps.HANDLE_MAX_CHARS)
+    repo_id: Id = 0
+    owner_id: Id = 0
+    name: Name = ""
+    needs: tuple[Name, ...] | None = Field(default=None, max_length=caps.JOB_LABELS_MAX)
+    runs_on: tuple[caps.JobLabel, ...] | None = Field(default=None, max_length=caps.JOB_LABELS_MAX)
+    task_id: Id = 0
+    status: Status
 
 
 class ForgejoRunner(Payload):
     """One entry of ``GET …/actions/runners`` (``structs.ActionRunner``); no ``busy``."""
 
-    id: int
-    uuid: str = ""
-    owner_id: int = 0
-    repo_id: int = 0
-    name: str = ""
-    status: str = ""
-    version: str = ""
-    labels: tuple[str, ...] | None = None
-    description: str = ""
+    id: Id
+    uuid: Name = ""
+    owner_id: Id = 0
+    repo_id: Id = 0
+    name: Name = ""
+    status: Status = ""
+    version: Name = ""
+    labels: tuple[caps.SpecLabel, ...] | None = Field(
+        default=None, max_length=caps.RUNNER_LABELS_MAX
+    )
+    description: str = Field(default="", max_length=caps.ANSWER_DESCRIPTION_MAX_CHARS)
     ephemeral: bool = False
 
 

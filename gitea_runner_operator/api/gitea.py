@@ -6,12 +6,15 @@ a protocol error rather than a silent zero.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Generic, TypeVar
+from typing import Annotated, Final, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gitea_runner_operator.api import caps
 
 
 class Payload(BaseModel):
@@ -20,23 +23,55 @@ class Payload(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+# Gitea's ids are int64; names VARCHAR(255); statuses one short word.
+Id = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+Name = Annotated[str, Field(max_length=caps.ANSWER_NAME_MAX_CHARS)]
+Status = Annotated[str, Field(max_length=caps.ANSWER_STATUS_MAX_CHARS)]
+
+# The pydantic error types of a cap (a length or a bound), as opposed to a wrong shape.
+CAP_ERRORS: Final = frozenset(
+    {"too_long", "string_too_long", "less_than_equal", "greater_than_equal"}
+)
+P = TypeVar("P", bound=BaseModel)
+
+
+def within_caps(model: type[P], entries: Iterable[object]) -> tuple[list[P], list[str]]:
+    """The entries of a listing that fit ``model``'s caps, and the cause of each refused one
+    (``labels: too long``). An entry past a cap is refused whole, never cut short and kept
+    in part; one of the wrong shape raises ValidationError (the answer is not Gitea's)."""
+    kept: list[P] = []
+    refused: list[str] = []
+    for entry in entries:
+        try:
+            kept.append(model.model_validate(entry))
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            if any(e["type"] not in CAP_ERRORS for e in errors):
+                raise
+            first = errors[0]
+            what = "too long" if first["type"].endswith("too_long") else "out of range"
+            refused.append(f"{'.'.join(str(p) for p in first['loc'])}: {what}")
+    return kept, refused
+
+
 class ActionJob(Payload):
     """One workflow job as ``/actions/jobs`` lists it."""
 
-    id: int
-    run_id: int = 0
-    name: str = ""
-    labels: tuple[str, ...] = ()
-    status: str
-    runner_id: int = 0
-    runner_name: str = ""
-    url: str = ""
+    id: Id
+    run_id: Id = 0
+    name: Name = ""
+    labels: tuple[caps.JobLabel, ...] = Field(default=(), max_length=caps.JOB_LABELS_MAX)
+    status: Status
+    runner_id: Id = 0
+    runner_name: Name = ""
+    # Capped before the accounting memoises repositories by it (reconcile/accounting.py).
+    url: str = Field(default="", max_length=caps.JOB_URL_MAX_CHARS)
     # Gitea's own timestamps; an unclaimed job carries the zero time 1970-01-01T00:00:00Z.
     created_at: datetime | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
     # Forgejo >= 15 only: the attempt's handle, which ``one-job --handle`` binds a runner to.
-    handle: str = ""
+    handle: str = Field(default="", max_length=caps.HANDLE_MAX_CHARS)
 
 
 class JobList(Payload):
@@ -45,18 +80,18 @@ class JobList(Payload):
 
 
 class RunnerLabelPayload(Payload):
-    name: str
+    name: caps.SpecLabel
 
 
 class ActionRunner(Payload):
     """A registered runner. Names are not unique in Gitea; ours are Pod names, which are."""
 
-    id: int
-    name: str
-    status: str = ""
+    id: Id
+    name: Name
+    status: Status = ""
     busy: bool = False
     ephemeral: bool = False
-    labels: tuple[RunnerLabelPayload, ...] = ()
+    labels: tuple[RunnerLabelPayload, ...] = Field(default=(), max_length=caps.RUNNER_LABELS_MAX)
 
     @property
     def online(self) -> bool:

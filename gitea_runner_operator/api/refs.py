@@ -11,6 +11,8 @@ import re
 from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic.alias_generators import to_camel
 
+from gitea_runner_operator.api.caps import K8sName
+
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 # Gitea owner and repository names: alphanumerics, dash, underscore and dot.
@@ -34,8 +36,8 @@ class CamelModel(BaseModel):
 class SecretKeyRef(CamelModel):
     """A key of a Secret in the RunnerGroup's own namespace."""
 
-    name: str
-    key: str
+    name: K8sName
+    key: K8sName
 
     @field_validator("name")
     @classmethod

@@ -21,13 +21,20 @@ testbed runner follows it.
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from typing import Any
 
 import yaml
 
+from gitea_runner_operator.api import caps, yamltext
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
 
 DEFAULT_STATE_FILE = ".runner"
+
+# Verdicts by (sha256 of the text, mode, init_registers), least recently used dropped
+# first: an unchanged config is read on every poll, and parsed once.
+VERDICTS: OrderedDict[tuple[bytes, RunnerMode, bool], str | None] = OrderedDict()
 
 
 def registers_in_init(spec: RunnerGroupSpec) -> bool:
@@ -44,9 +51,29 @@ def runner_config_problem(
     text: str, mode: RunnerMode, *, init_registers: bool = False
 ) -> str | None:
     """Why runners started with this config would not work as the group says, or None.
-    ``init_registers``: see :func:`registers_in_init`."""
+    ``init_registers``: see :func:`registers_in_init`. Past a cap (api/caps.py), why not.
+    Remembered by content hash (``VERDICTS``, bounded)."""
+    encoded = text.encode()
+    if len(encoded) > caps.RUNNER_CONFIG_MAX_BYTES:  # not hashed: refused by its size alone
+        return (
+            f"is {len(encoded)} bytes, more than the {caps.RUNNER_CONFIG_MAX_BYTES} bytes allowed"
+        )
+    key = (hashlib.sha256(encoded).digest(), mode, init_registers)
+    if key in VERDICTS:
+        VERDICTS.move_to_end(key)
+        return VERDICTS[key]
+    verdict = _problem(text, mode, init_registers)
+    VERDICTS[key] = verdict
+    while len(VERDICTS) > caps.RUNNER_CONFIG_VERDICTS:
+        VERDICTS.popitem(last=False)
+    return verdict
+
+
+def _problem(text: str, mode: RunnerMode, init_registers: bool) -> str | None:
     try:
-        doc: Any = yaml.safe_load(text)
+        doc: Any = yamltext.load_within_caps(text)
+    except yamltext.YamlRefused as exc:
+        return str(exc)
     except yaml.YAMLError as exc:
         return f"does not parse as YAML, so the runner refuses to start ({_first_line(exc)})"
     if doc is None:

@@ -12,11 +12,11 @@ import math
 import re
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from gitea_runner_operator.api import constants
+from gitea_runner_operator.api import caps, constants
 from gitea_runner_operator.api.cache import CacheSpec, check_host_steps
 from gitea_runner_operator.api.duration import parse_duration
 from gitea_runner_operator.api.forge import Flavor
@@ -113,7 +113,7 @@ class RunnerConfigRef(_CamelModel):
 
 
 class GiteaRef(_CamelModel):
-    url: str
+    url: str = Field(max_length=caps.URL_MAX_CHARS)
     ca_bundle: CABundleRef | None = None
     # Gitea or Forgejo; ``auto`` asks ``GET /api/forgejo/v1/version`` (see api/forge.py).
     flavor: Flavor = Flavor.AUTO
@@ -128,33 +128,41 @@ class RunnerGroupSpec(_CamelModel):
     """What a team asks for. Field names match the CRD (camelCase in YAML)."""
 
     scope: Scope
-    org: str | None = None
-    repo: str | None = None
+    org: str | None = Field(default=None, max_length=caps.GITEA_NAME_MAX_CHARS)
+    repo: str | None = Field(default=None, max_length=caps.GITEA_NAME_MAX_CHARS)
     gitea: GiteaRef
-    labels: list[str] = Field(min_length=1)
-    label_schemas: list[Schema] = Field(default_factory=lambda: sorted(DEFAULT_SCHEMAS))
-    max_active_runners: int = Field(ge=1)
+    labels: list[caps.SpecLabel] = Field(min_length=1, max_length=caps.SPEC_LABELS_MAX)
+    label_schemas: list[Schema] = Field(
+        default_factory=lambda: sorted(DEFAULT_SCHEMAS), max_length=caps.SCHEMAS_MAX
+    )
+    max_active_runners: int = Field(ge=1, le=caps.RUNNERS_MAX)
     # Required for Gitea; a Forgejo group registers each runner through the API instead.
     registration_token: SecretSource | None = None
     auth_token: SecretSource
     # None: the mode's own image (see ``runner_image``).
-    image: str | None = Field(default=None, min_length=1)
-    poll_interval: str = constants.DEFAULT_POLL_INTERVAL
-    idle_timeout: str = constants.DEFAULT_IDLE_TIMEOUT
-    startup_timeout: str = constants.DEFAULT_STARTUP_TIMEOUT
-    drain_timeout: str = constants.DEFAULT_DRAIN_TIMEOUT
-    min_idle_runners: int = Field(default=0, ge=0)
-    warm_runner_max_age: str = constants.DEFAULT_WARM_MAX_AGE
+    image: str | None = Field(default=None, min_length=1, max_length=caps.IMAGE_MAX_CHARS)
+    poll_interval: caps.Duration = constants.DEFAULT_POLL_INTERVAL
+    idle_timeout: caps.Duration = constants.DEFAULT_IDLE_TIMEOUT
+    startup_timeout: caps.Duration = constants.DEFAULT_STARTUP_TIMEOUT
+    drain_timeout: caps.Duration = constants.DEFAULT_DRAIN_TIMEOUT
+    min_idle_runners: int = Field(default=0, ge=0, le=caps.RUNNERS_MAX)
+    warm_runner_max_age: caps.Duration = constants.DEFAULT_WARM_MAX_AGE
     webhook: WebhookSpec | None = None
     mode: RunnerMode = RunnerMode.DIND_ROOTLESS
     # Kept as written, so every Pod field reaches the runner Pod unchanged; only the fields
-    # the operator owns are checked (api/pod_template.py).
-    template: dict[str, Any] | None = None
+    # the operator owns are checked (api/pod_template.py). Bounded in depth and bytes first.
+    template: (
+        Annotated[
+            dict[str, Any],
+            caps.bounded_object(caps.TEMPLATE_MAX_BYTES, caps.TEMPLATE_MAX_DEPTH),
+        ]
+        | None
+    ) = None
     runner_config: RunnerConfigRef | None = None
-    max_runner_lifetime: str | None = None
+    max_runner_lifetime: caps.Duration | None = None
     retry: RetrySpec = Field(default_factory=RetrySpec)
     # How long a stopping runner Pod may take to finish its job (drain, eviction).
-    termination_grace_period: str = constants.DEFAULT_TERMINATION_GRACE_PERIOD
+    termination_grace_period: caps.Duration = constants.DEFAULT_TERMINATION_GRACE_PERIOD
     cache: CacheSpec | None = None
 
     @field_validator("org", "repo")

@@ -36,6 +36,15 @@ def labels_fit(job_labels: Iterable[str], offered: Collection[str]) -> bool:
     return all(label in offered for label in job_labels)
 
 
+def repository_part(url: str) -> str:
+    """The part of a job's API URL that names its repository (up to ``/actions/``): every
+    job of a repository shares it, so a memo keyed by it holds one entry per repository,
+    not one per job. The whole URL when it has no such part."""
+    start = url.find(_REPOS_MARK)
+    end = url.find(_ACTIONS_MARK, start + len(_REPOS_MARK)) if start >= 0 else -1
+    return url[: end + len(_ACTIONS_MARK)] if end >= 0 else url
+
+
 def repository_in_url(url: str) -> tuple[str, str] | None:
     """``(owner, name)`` as written in a job's API URL (``.../api/v1/repos/{owner}/{name}/
     actions/...``); Gitea's job payload has no repository field. None when the URL does not

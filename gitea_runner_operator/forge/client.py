@@ -84,7 +84,7 @@ class GiteaClient(GiteaTransport):
             query |= {"sort": "id", "order": "desc"}
         try:
             return await self._paginate(
-                scope.jobs_path, query, JobList, "jobs", max_pages=max_pages
+                scope.jobs_path, query, JobList, "jobs", ActionJob, max_pages=max_pages
             )
         except GiteaNotFound:
             raise GiteaUnsupported(
@@ -93,7 +93,7 @@ class GiteaClient(GiteaTransport):
 
     async def list_runners(self, scope: ScopeRef) -> Listing[ActionRunner]:
         try:
-            return await self._paginate(scope.runners_path, {}, RunnerList, "runners")
+            return await self._paginate(scope.runners_path, {}, RunnerList, "runners", ActionRunner)
         except GiteaNotFound:
             raise GiteaUnsupported(
                 f"{scope.runners_path} is missing: the runners API needs Gitea >= 1.24"
@@ -146,29 +146,39 @@ class GiteaClient(GiteaTransport):
         params: Mapping[str, str],
         model: type[M],
         key: str,
+        entry: type[BaseModel],
         max_pages: int | None = None,
     ) -> Listing[Any]:
         """Every item of ``key`` over the pages; each page is checked against the page size
-        and charged to the observation's budget before it is validated."""
+        and charged to the observation's budget before it is validated, and each item
+        against its caps (one past a cap is refused, its page kept)."""
         seen: dict[int, Any] = {}
+        refused = 0
         for page in range(1, (max_pages or self.max_pages) + 1):
             body = await self.call(
                 "GET", path, {**params, "page": str(page), "limit": str(self.page_size)}
             )
             raw = body.get(key) if isinstance(body, dict) else None
-            if isinstance(raw, list):
-                check_page(len(raw), self.page_size, f"GET {path} page {page}")
-                self._spend_items(len(raw), f"GET {path}")
+            listed = len(raw) if isinstance(raw, list) else 0
+            before = self.refused
+            items: list[Any]
             try:
-                parsed = model.model_validate(body)
+                if isinstance(raw, list):
+                    check_page(listed, self.page_size, f"GET {path} page {page}")
+                    self._spend_items(listed, f"GET {path}")
+                    items = list(self._within_caps(entry, raw, f"GET {path}"))
+                    parsed = model.model_validate({**body, key: None})
+                else:
+                    parsed = model.model_validate(body)
+                    items = getattr(parsed, key) or []
             except ValidationError as exc:
                 raise GiteaProtocolError(
                     f"{path}: unexpected response shape ({exc.error_count()} errors)"
                 ) from None
-            items = getattr(parsed, key) or []
+            refused += self.refused - before
             for item in items:  # order is unspecified, so pages may overlap while jobs move
                 seen[item.id] = item
             total = int(getattr(parsed, "total_count", 0))
-            if not items or len(seen) >= total:
+            if not listed or len(seen) + refused >= total:
                 return Listing(tuple(seen.values()), complete=True)
         return Listing(tuple(seen.values()), complete=False)

@@ -30,6 +30,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from gitea_runner_operator.api.forge import ForgejoJob, ForgejoRunner, RegisteredRunner
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner, Listing, RunnerLabelPayload
+from gitea_runner_operator.api.refs import is_repository
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound, GiteaProtocolError
@@ -134,6 +135,8 @@ class ForgejoClient(GiteaClient):
         if isinstance(body, list):  # unpaged: bounded by the answer's and the budget's caps
             self._spend_items(len(body), f"GET {jobs_path(scope)}")
         try:
+            if isinstance(body, list):
+                return self._within_caps(ForgejoJob, body, f"GET {jobs_path(scope)}")
             return _JOBS.validate_python(body) or []
         except ValidationError as exc:
             raise GiteaProtocolError(
@@ -193,7 +196,9 @@ class ForgejoClient(GiteaClient):
         except GiteaError:
             return ""  # a repository the token cannot see: leave the job unnamed
         full = body.get("full_name") if isinstance(body, dict) else None
-        if not isinstance(full, str) or full.count("/") != 1:
+        # Gitea's grammar (100 characters a part): a longer name would be kept per repository
+        # and put into every job's URL, so it is refused like one the token cannot see.
+        if not isinstance(full, str) or not is_repository(full):
             return ""
         self._repo_names.put(repo_id, full)
         return full
@@ -216,7 +221,11 @@ class ForgejoClient(GiteaClient):
                 check_page(len(items), RUNNER_PAGE, f"{where} page {page}")
                 self._spend_items(len(items), where)
             try:
-                runners = _RUNNERS.validate_python(items) or []
+                runners = (
+                    self._within_caps(ForgejoRunner, items, f"GET {scope.runners_path}")
+                    if isinstance(items, list)
+                    else _RUNNERS.validate_python(items) or []
+                )
             except ValidationError as exc:
                 raise GiteaProtocolError(
                     f"{scope.runners_path}: unexpected response shape ({exc.error_count()} errors)"

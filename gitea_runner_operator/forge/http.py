@@ -26,9 +26,10 @@ import copy
 import email.utils
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Self, cast
+from typing import Any, Self, TypeVar, cast
 
 import aiohttp
+from pydantic import BaseModel
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -36,6 +37,7 @@ from tenacity import (
     stop_after_attempt,
 )
 
+from gitea_runner_operator.api.gitea import within_caps
 from gitea_runner_operator.forge.errors import (
     GiteaAnswerTooLarge,
     GiteaError,
@@ -48,10 +50,12 @@ from gitea_runner_operator.forge.errors import (
     GiteaUnreachable,
 )
 from gitea_runner_operator.forge.limits import ANSWER_MAX_BYTES, AnswerBudget, decode
+from gitea_runner_operator.forge.refusals import REFUSALS
 from gitea_runner_operator.kit.backoff import doubling, jittered
 
 # Optional observers (metrics): (method, path, HTTP status or None, seconds) per request, and
 # the seconds of each wait that Gitea asked for with Retry-After.
+P = TypeVar("P", bound=BaseModel)
 RequestHook = Callable[[str, str, int | None, float], None]
 WaitHook = Callable[[float], None]
 
@@ -135,6 +139,8 @@ class GiteaTransport:
         self._max_body = max_body
         self._sleep = sleep
         self._budget: AnswerBudget | None = None
+        # Listed items refused past a per-item cap (api/caps.py) by this client.
+        self.refused = 0
 
     def metered(self, budget: AnswerBudget) -> Self:
         """This client, for one observation: every answer it reads and every item it lists
@@ -146,6 +152,15 @@ class GiteaTransport:
     def _spend_items(self, count: int, where: str) -> None:
         if self._budget is not None:
             self._budget.spend_items(count, where)
+
+    def _within_caps(self, model: type[P], entries: list[Any], where: str) -> list[P]:
+        """The listed items that fit their caps; each refused one is counted and logged by
+        :mod:`.refusals`. ValidationError for an item of the wrong shape."""
+        kept, refused = within_caps(model, entries)
+        for cause in refused:
+            self.refused += 1
+            REFUSALS.refuse(self._base, cause, where)
+        return kept
 
     @property
     def base_url(self) -> str:

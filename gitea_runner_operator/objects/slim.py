@@ -22,9 +22,16 @@ peak's 250 MB target.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.api.caps import KEPT_VALUE_MAX_CHARS
+from gitea_runner_operator.objects.forgejo_job import (
+    FORGE_ANNOTATION,
+    HANDLE_ANNOTATION,
+    RUNNER_ID_ANNOTATION,
+)
+from gitea_runner_operator.objects.views import SAFE_TO_EVICT
 
 Obj = dict[str, Any]
 
@@ -90,18 +97,15 @@ def _shared(value: Any) -> Any:
 
 
 def slim_group(obj: Obj) -> Obj:
-    """A RunnerGroup without what nothing here reads: server-side apply's bookkeeping and
-    annotations not the operator's. ``kubectl apply`` keeps a copy of the whole manifest in
-    ``last-applied-configuration``, and a tenant may add up to 256 KiB more; the cache would
-    hold both for every group. The operator writes groups by patch only, never by replacing
-    the object it read, so nothing dropped here is written back."""
+    """A RunnerGroup without what nothing here reads: server-side apply's bookkeeping, and
+    labels and annotations not on the allow-list. ``kubectl apply`` keeps a copy of the
+    whole manifest in ``last-applied-configuration``, and a tenant may add up to 256 KiB
+    more; the cache would hold both for every group. The operator writes groups by patch
+    only, never by replacing the object it read, so nothing dropped here is written back."""
     obj = strip_managed_fields(obj)
     meta = obj.get("metadata")
-    if isinstance(meta, dict) and meta.get("annotations"):
-        ours = _ours(meta["annotations"])
-        slim_meta = {k: v for k, v in meta.items() if k != "annotations"}
-        if ours:
-            slim_meta["annotations"] = ours
+    if isinstance(meta, dict) and (meta.get("annotations") or meta.get("labels")):
+        slim_meta = {k: v for k, v in meta.items() if k not in ("annotations", "labels")}
         obj = {**obj, "metadata": slim_meta}
     return obj  # not shared: a group's spec has keys its tenant chose
 
@@ -117,15 +121,11 @@ def slim_job(obj: Obj) -> Obj:
     its conditions. Not its spec: that holds the tenant's Pod template, often most of the
     object, and one copy per runner would make memory grow with what tenants write."""
     meta = obj.get("metadata") or {}
-    slim_meta = {k: v for k, v in meta.items() if k in _JOB_METADATA}
-    ours = _ours(meta.get("annotations"))
-    if ours:
-        slim_meta["annotations"] = ours
     conditions = [
         {"type": c.get("type"), "status": c.get("status")}
         for c in (obj.get("status") or {}).get("conditions") or []
     ]
-    return shared_obj({"metadata": slim_meta, "status": {"conditions": conditions}})
+    return shared_obj({"metadata": _slim_metadata(meta), "status": {"conditions": conditions}})
 
 
 _POD_STATUS = ("phase", "reason", "message", "conditions")
@@ -148,32 +148,55 @@ def slim_pod(obj: Obj) -> Obj:
         if status.get(key):
             slim_status[key] = [_pick(c, _CONTAINER_STATUS) for c in status[key]]
     return shared_obj(
-        {"metadata": _slim_pod_metadata(obj.get("metadata") or {}), "status": slim_status}
+        {"metadata": _slim_metadata(obj.get("metadata") or {}), "status": slim_status}
     )
 
 
-# Read from a runner Pod besides the operator's own keys: the Job it belongs to (set by the
-# Job controller) and whether the node autoscaler may evict it (objects/views.py).
-_POD_LABELS = frozenset({"batch.kubernetes.io/job-name", "job-name"})
-_POD_ANNOTATIONS = frozenset({"cluster-autoscaler.kubernetes.io/safe-to-evict"})
+# The labels and annotations the operator reads of a runner Job or Pod: an allow-list, not
+# its prefix, since a tenant's own Pods and Jobs may carry thousands of keys under that
+# prefix (200 such Pods held 156 MiB when the prefix was the rule). Besides the operator's
+# own: the Job a Pod belongs to (set by the Job controller) and whether the node autoscaler
+# may evict it (objects/views.py).
+READ_LABELS: Final = frozenset(
+    {
+        constants.GROUP_NAME_LABEL,
+        constants.MANAGED_BY_LABEL,
+        "batch.kubernetes.io/job-name",
+        "job-name",
+    }
+)
+READ_ANNOTATIONS: Final = frozenset(
+    {
+        constants.TOOK_JOB_ANNOTATION,
+        constants.RUNNER_LABELS_ANNOTATION,
+        FORGE_ANNOTATION,
+        HANDLE_ANNOTATION,
+        RUNNER_ID_ANNOTATION,
+        SAFE_TO_EVICT,
+    }
+)
 
 
-def _slim_pod_metadata(meta: Obj) -> Obj:
-    """Identity, and of the labels and annotations only those read here. A tenant's
-    ``spec.template`` may give runner Pods up to 256 KiB of annotations each; kept whole,
-    a few thousand runner Pods would hold that many copies."""
+def _slim_metadata(meta: Obj) -> Obj:
+    """Identity, and of the labels and annotations only those read here, each value within
+    ``KEPT_VALUE_MAX_CHARS`` (a longer one is dropped whole, not cut). A tenant's
+    ``spec.template`` may give runner Pods up to 256 KiB of annotations each; kept whole, a
+    few thousand runner Pods would hold that many copies."""
     slim = {k: v for k, v in meta.items() if k in _JOB_METADATA and k != "labels"}
-    for field, others in (("labels", _POD_LABELS), ("annotations", _POD_ANNOTATIONS)):
-        kept = _ours(meta.get(field), others)
+    for field, allowed in (("labels", READ_LABELS), ("annotations", READ_ANNOTATIONS)):
+        kept = _allowed(meta.get(field), allowed)
         if kept:
             slim[field] = kept
     return slim
 
 
-def _ours(items: Obj | None, others: frozenset[str] = frozenset()) -> Obj:
-    """The operator's own keys (its API group's prefix), and ``others``."""
+def _allowed(items: Obj | None, allowed: frozenset[str]) -> Obj:
+    if not isinstance(items, dict):
+        return {}
     return {
-        k: v for k, v in (items or {}).items() if k.startswith(constants.GROUP + "/") or k in others
+        k: items[k]
+        for k in allowed
+        if isinstance(items.get(k), str) and len(items[k]) <= KEPT_VALUE_MAX_CHARS
     }
 
 

@@ -30,7 +30,13 @@ from functools import lru_cache
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.api.scope import fold, labels_fit, repository_in_url, scope_covers
+from gitea_runner_operator.api.scope import (
+    fold,
+    labels_fit,
+    repository_in_url,
+    repository_part,
+    scope_covers,
+)
 
 _SPECIFICITY = {Scope.REPO: 2, Scope.ORG: 1, Scope.GLOBAL: 0}
 
@@ -87,16 +93,29 @@ def seen_key(repository: Repository) -> int:
     return hash(repository)
 
 
+# The memo holds at most this many keys of at most this many characters: under 4 MiB
+# whatever URLs a Gitea answers (each is capped at 2 KiB, api/caps.py; ~500 KiB ones once
+# held 352 MiB here). A key is a repository's part of the URL, so 4,096 is repositories.
+MEMO_ENTRIES = 4096
+MEMO_KEY_MAX_CHARS = 512
+
+
 def job_repository(job: ActionJob) -> Repository | None:
     """``(owner, repo)`` lower-cased from the job's API URL; Gitea's job payload has no repo
-    field. Runs for every listed job on every assignment: parsed once per URL (bounded)."""
-    return _repository_of(job.url or "")
+    field. Runs for every listed job on every assignment: parsed once per repository
+    (bounded in entries and bytes); a part too long to memoise is parsed each time."""
+    part = repository_part(job.url or "")
+    if len(part) > MEMO_KEY_MAX_CHARS:
+        return _parse_repository(part)
+    return _repository_of(part)
 
 
-@lru_cache(maxsize=65_536)
-def _repository_of(url: str) -> Repository | None:
-    found = repository_in_url(url)
+def _parse_repository(part: str) -> Repository | None:
+    found = repository_in_url(part)
     return (fold(found[0]), fold(found[1])) if found is not None else None
+
+
+_repository_of = lru_cache(maxsize=MEMO_ENTRIES)(_parse_repository)
 
 
 def overlaps(a: Claimant, b: Claimant) -> bool:

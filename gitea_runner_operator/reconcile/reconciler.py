@@ -18,7 +18,6 @@ import structlog
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.naming import GroupKey, runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind
-from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile import forgejo
@@ -35,7 +34,7 @@ from gitea_runner_operator.reconcile.ports import (
 from gitea_runner_operator.reconcile.scaling import START_BOUND, matching_demand
 from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.steps import claims
-from gitea_runner_operator.reconcile.steps.admission import refused
+from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.reconcile.steps.create import CREATE_BACKOFF_MAX, Creator
 from gitea_runner_operator.reconcile.steps.jobcache import STATUS_EVERY, CacheServers
 from gitea_runner_operator.reconcile.steps.losses import record_losses
@@ -81,6 +80,7 @@ class Reconciler:
         self._template_policy = template_policy
         self._start_bound = start_bound
         self._own_namespace = own_namespace
+        self._admissions = Admissions(template_policy, own_namespace)
         # ``is None``, not ``or``: an empty Ledger is falsy (``__len__``), and the one passed
         # in (with its ``notify``) must be the one used.
         self._metrics = metrics if metrics is not None else Metrics()
@@ -140,16 +140,14 @@ class Reconciler:
         if p.meta.get("deletionTimestamp"):
             await self._drop_claims(key)
             return Result(requeue_after=await self._teardown.run(p, state))
-        try:
-            spec = parse_spec(p.group.get("spec"))
-        except InvalidSpec as exc:
+        admitted = self._admissions.admit(key, p.meta, p.group.get("spec"))
+        spec = admitted.spec
+        if spec is None or admitted.invalid is not None:
             await self._drop_claims(key)
             await self._sources.stop(key)
-            problem = Problem("InvalidSpec", exc.message, ProblemKind.CONFIG)
+            problem = admitted.invalid or Problem("InvalidSpec", "spec", ProblemKind.CONFIG)
             return Result(requeue_after=await self._status.write(p, problem, state))
-        if (
-            refusal := refused(p.meta, spec, self._template_policy, self._own_namespace)
-        ) is not None:
+        if (refusal := admitted.refusal) is not None:
             self._ledger.remove(key)  # it creates nothing: its peers take its jobs
             await self._sources.stop(key)  # no Gitea calls, no Jobs: nothing to do for it
             return Result(requeue_after=await self._status.write(p, refusal, state))
@@ -284,6 +282,7 @@ class Reconciler:
         await self._drop_claims(key)
         self._expectations.forget(key)
         self._states.pop(key, None)
+        self._admissions.forget(key)
         self._status.forget(key)
         namespace, name = GroupKey.parse(key)
         self._metrics.forget_group(namespace, name)

@@ -111,8 +111,12 @@ def test_runner_jobs_follow_the_queue_up_to_the_maximum(
         )
         assert job["metadata"]["name"].startswith("ci-")
         assert job["spec"]["ttlSecondsAfterFinished"] == 5
-        env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
-        assert env["GITEA_RUNNER_REGISTRATION_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        pod = job["spec"]["template"]["spec"]
+        env = {e["name"]: e for e in pod["containers"][0]["env"]}
+        assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env  # issue 34: gro-register alone
+        (register,) = [c for c in pod["initContainers"] if c["name"] == "gro-register"]
+        register_env = {e["name"]: e for e in register["env"]}
+        assert register_env["GITEA_RUNNER_REGISTRATION_TOKEN"]["valueFrom"]["secretKeyRef"] == {
             "name": "tokens",
             "key": "registration",
         }

@@ -148,13 +148,14 @@ class FakeCache:
         self.cluster = cluster
         self.spec = spec if spec is not None else VALID
         self.released: list[Release] = []
+        self._generation = (0, None)  # (generation, the spec it was given for)
 
     def group(self, key: str) -> dict[str, Any]:
         meta: dict[str, Any] = {
             "name": "ci",
             "namespace": "team-a",
             "uid": self.cluster.uid,
-            "generation": 1,
+            "generation": self.generation,
             "resourceVersion": "7",
             "finalizers": list(self.cluster.finalizers),
             "annotations": dict(self.cluster.annotations),
@@ -162,6 +163,14 @@ class FakeCache:
         if self.cluster.deletion:
             meta["deletionTimestamp"] = self.cluster.deletion
         return {"metadata": meta, "spec": self.spec, "status": self.cluster.status}
+
+    @property
+    def generation(self) -> int:
+        """Moves when a test gives the group another spec, as the API server's does."""
+        number, seen = self._generation
+        if seen is not self.spec:
+            self._generation = number, seen = number + 1, self.spec
+        return number
 
     def group_keys(self) -> list[str]:
         return [KEY]

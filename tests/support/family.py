@@ -77,6 +77,8 @@ class Group:
     pods: list[dict[str, Any]] = field(default_factory=list)
     refuse: str | None = None
     released: list[Release] = field(default_factory=list)  # the cache's record of finishes
+    # (generation, the spec it was given for): moves when a test gives another spec.
+    seen_spec: tuple[int, Any] = (0, None)
 
     @property
     def key(self) -> str:
@@ -86,12 +88,19 @@ class Group:
     def uid(self) -> str:
         return f"uid-{self.namespace}-{self.name}"
 
+    @property
+    def generation(self) -> int:
+        number, seen = self.seen_spec
+        if seen is not self.spec:
+            self.seen_spec = number, seen = number + 1, self.spec
+        return number
+
     def obj(self) -> dict[str, Any]:
         meta = {
             "name": self.name,
             "namespace": self.namespace,
             "uid": self.uid,
-            "generation": 1,
+            "generation": self.generation,
             "resourceVersion": "1",
             "finalizers": [FINALIZER],
             "annotations": dict(self.annotations),

@@ -302,3 +302,20 @@ async def test_mapped_jobs_name_their_repository_for_exact_accounting(forgejo, s
         )
     lookups = [p for _, p in forgejo.requests if p.startswith("/api/v1/repositories/")]
     assert len(lookups) == 2 + 2 and len(names) == 2  # the first client had its own cache
+
+
+async def test_a_repository_name_past_gitea_s_grammar_is_neither_kept_nor_put_in_a_url(
+    forgejo, session
+):
+    """A hostile Forgejo's ``full_name`` of 300 KiB would be remembered 4,096 times and put
+    into every job's URL: it is refused, the job left unnamed, as one the token cannot see."""
+    long = "b" * 300_000
+    forgejo.add_repo("acme", long)
+    named = forgejo.add_job("acme", "app", ["docker"])
+    hostile = forgejo.add_job("acme", long, ["docker"])
+    names = RepoNames()
+    c = ForgejoClient(session, forgejo.url, forgejo.admin_token, attempts=1, repo_names=names)
+    queued = {j.id: j for j in (await c.list_jobs(ADMIN)).items}
+    assert queued[hostile.id].url == ""
+    assert queued[named.id].url.endswith(f"/api/v1/repos/acme/app/actions/jobs/{named.id}")
+    assert len(names) == 1

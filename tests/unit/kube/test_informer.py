@@ -266,7 +266,8 @@ def test_a_tenants_pod_labels_and_annotations_are_not_cached():
 
 def test_a_runnergroup_is_cached_without_last_applied_or_a_tenants_annotations():
     """``kubectl apply`` copies the whole manifest into an annotation and a tenant may add
-    256 KiB more: the cache keeps the spec, the status and the operator's own keys."""
+    256 KiB more: the cache keeps the spec, the status and the identity, no label or
+    annotation (the operator reads none of a group's)."""
     from gitea_runner_operator.kube.cache import spec_changed
     from gitea_runner_operator.objects.slim import slim_group
 
@@ -288,9 +289,10 @@ def test_a_runnergroup_is_cached_without_last_applied_or_a_tenants_annotations()
     }  # fmt: skip
     slim = slim_group(group)
     assert len(json.dumps(slim)) < 1024
-    assert slim["metadata"]["annotations"] == {"gitea.bpg.pw/note": "kept"}
+    # The operator reads no label or annotation of a group, its own prefix's included.
+    assert "annotations" not in slim["metadata"] and "labels" not in slim["metadata"]
     assert (slim["spec"], slim["status"]) == (group["spec"], group["status"])
-    kept = ("name", "namespace", "uid", "generation", "labels", "finalizers")
+    kept = ("name", "namespace", "uid", "generation", "finalizers")
     assert {k: slim["metadata"][k] for k in kept} == {k: group["metadata"][k] for k in kept}
     assert "managedFields" not in slim["metadata"] and "managedFields" in group["metadata"]
     assert not spec_changed("MODIFIED", slim, slim_group(group))
