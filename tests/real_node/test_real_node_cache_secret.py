@@ -36,14 +36,20 @@ from __future__ import annotations
 
 import base64
 import re
-import textwrap
 from typing import Any
 
 import pytest
 
 from gitea_runner_operator.api.cache import service_host
 from gitea_runner_operator.objects import config_handoff
-from tests.support.job_probe import DOCKER, cache_secret, probe, registration_token, step
+from tests.support.job_probe import (
+    cache_secret,
+    container_workflow,
+    host_workflow,
+    probe,
+    registration_token,
+    step,
+)
 from tests.support.real_node import (
     DIND_CONFIG,
     DIND_SIDECAR,
@@ -97,26 +103,11 @@ echo "CACHE HIT $body"
 """
 
 
-def host_workflow(probe_text: str) -> str:
+def host_steps() -> str:
     # bash's /dev/tcp client from the cache test (the runner image has no nc); its ``req``
     # takes the extra header with its own CRLF
     save = SAVE_RESTORE.replace('"$range"', "\"$range\"$'\\r\\n'")
     return f"""\
-name: secret-host
-on: [push]
-defaults:
-  run:
-    shell: bash
-jobs:
-  probe:
-    runs-on: gro-secret-host
-    steps:
-      - timeout-minutes: 4
-        run: |
-          t0=$(date +%s); echo "job uid=$(id -u)"
-          {step(probe_text)}
-          files ""; procs /proc; control
-          echo "PROBE took $(( $(date +%s) - t0 )) s"
       - run: |
           set -eu
           CACHE=$ACTIONS_CACHE_URL
@@ -125,30 +116,8 @@ jobs:
 """
 
 
-def container_workflow(label: str, socket: str, cache_url: str, probe_text: str) -> str:
-    probe_var = "PROBE=$(cat <<'EOF'\n" + textwrap.dedent(probe_text).strip() + "\nEOF\n)"
+def container_steps(cache_url: str) -> str:
     return f"""\
-name: secret-{label}
-on: [push]
-defaults:
-  run:
-    shell: sh
-jobs:
-  probe:
-    runs-on: {label}
-    container:
-      image: docker.io/local/busybox-docker:1.35
-      volumes:
-        - {socket}:/var/run/docker.sock
-    steps:
-      - timeout-minutes: 6
-        run: |
-          t0=$(date +%s); echo "job uid=$(id -u)"
-          {step(probe_var)}
-          eval "$PROBE"
-          files ""; procs /proc; control
-          {step(DOCKER)}
-          echo "PROBE took $(( $(date +%s) - t0 )) s"
       - run: |
           set -eu
           CACHE={cache_url}
@@ -217,10 +186,13 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, case)
     token = real.target.registration_token
     probe_text = probe(cache_secret(value), registration_token(token))
     if mode == "host":
-        workflow = host_workflow(probe_text)
+        workflow = host_workflow("secret-host", label, probe_text, host_steps())
     else:
         url = f"http://{ip}:8088/"
-        workflow = container_workflow(label, MODES[mode]["socket"], url, probe_text)
+        socket = MODES[mode]["socket"]
+        workflow = container_workflow(
+            f"secret-{label}", label, socket, probe_text, container_steps(url)
+        )
     real.push("secret.yml", workflow)
     done = real.wait_done({"probe"}, timeout=420)
     log = real.job_log("probe")

@@ -78,6 +78,58 @@ def step(script: str) -> str:
     return textwrap.indent(textwrap.dedent(script).strip(), " " * 10).lstrip()
 
 
+def host_workflow(name: str, label: str, probe_text: str, then: str) -> str:
+    """A workflow whose first step runs the probe in a host-mode step (the runner container,
+    the runner's own user), then ``then``: the steps that must still work (YAML list items at
+    six spaces)."""
+    return f"""\
+name: {name}
+on: [push]
+defaults:
+  run:
+    shell: bash
+jobs:
+  probe:
+    runs-on: {label}
+    steps:
+      - timeout-minutes: 4
+        run: |
+          t0=$(date +%s); echo "job uid=$(id -u)"
+          {step(probe_text)}
+          own; files ""; procs /proc; control
+          echo "PROBE took $(( $(date +%s) - t0 )) s"
+{then}"""
+
+
+def container_workflow(name: str, label: str, socket: str, probe_text: str, then: str) -> str:
+    """The same in a job container with the daemon's socket, then the daemon's view
+    (``DOCKER``)."""
+    probe_var = "PROBE=$(cat <<'EOF'\n" + textwrap.dedent(probe_text).strip() + "\nEOF\n)"
+    return f"""\
+name: {name}
+on: [push]
+defaults:
+  run:
+    shell: sh
+jobs:
+  probe:
+    runs-on: {label}
+    container:
+      image: docker.io/local/busybox-docker:1.35
+      volumes:
+        - {socket}:/var/run/docker.sock
+    steps:
+      - timeout-minutes: 6
+        run: |
+          t0=$(date +%s); echo "job uid=$(id -u)"
+          {step(probe_var)}
+          eval "$PROBE"
+          own; files ""; procs /proc; control
+          {step(DOCKER)}
+          echo "PROBE took $(( $(date +%s) - t0 )) s"
+{then}"""
+
+
 PROBE = r"""
 T=timeout
 SECRET='@SECRET@'
@@ -153,6 +205,12 @@ environs() {
     [ -n "$h" ] && hits="$hits [$(cat "$p/comm" 2>/dev/null)] $h"
   done
   echo "$n processes, $shut not readable, hits:${hits:- none}"
+}
+
+# own: the job's own environment (what the runner handed the step)
+own() {
+  echo "PROBE own environment: $(env | grep -c .) entries, hits: $(env |
+    grep -o "\($SECRET\).\{0,64\}" | one)"
 }
 
 # control: a process of the job's own, read the same way, must show its marker, so a probe
