@@ -167,7 +167,10 @@ class Reconciler:
         await self._publish_unmatched(normalise_url(spec.gitea.url))
         snapshot = p.snapshot
         if snapshot is None:
-            return Result()  # the poll task enqueues the group when it has one
+            # The poll task enqueues the group when it has one; meanwhile a new generation
+            # is said to be on its way (Reconciling), not left to read as the old one.
+            await self._status.applying(p)
+            return Result()
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
             return Result(requeue_after=await self._status.write(p, problem, state, spec=spec))

@@ -20,6 +20,9 @@ class GroupState:
     # The batch the next pass's creates start with (reconcile/create.py): 1 until a pass's
     # creates all went through, then the largest batch that did (capped).
     create_batch: int = 1
+    # Wall clock: when this process first saw the Secret problem the group reports now
+    # (status.STALL_GRACE counts from it).
+    secret_since: float | None = None
     logged: tuple[str, str] | None = None
     logged_at: float = 0.0
     teardown_since: float | None = None
