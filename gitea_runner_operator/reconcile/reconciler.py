@@ -158,6 +158,9 @@ class Reconciler:
             await self._cluster.set_finalizers(
                 p.namespace, p.name, [*finalizers, FINALIZER], version
             )
+            # A new group has a status from its first pass on: with none, kstatus (a GitOps
+            # tool's health check) has nothing to read and calls it Current.
+            await self._status.applying(p)
             return Result()  # the update's watch event brings us back with the new object
         # spec.cache: runners mount its config Secret, so none start before it is written.
         cache_ok = self._caches is None or await self._caches.ensure(p.group, spec)

@@ -6,96 +6,11 @@ reads the status it wrote, as kstatus, ``kubectl wait`` and Argo CD would."""
 
 from __future__ import annotations
 
-import datetime as dt
-from typing import Any
-
-from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
+from gitea_runner_operator.api.observation import Problem, Snapshot
 from gitea_runner_operator.reconcile.status import STALL_GRACE
 from tests.support.builders import VALID
-from tests.support.fake_cluster import (
-    KEY,
-    T0,
-    Clock,
-    FakeCache,
-    FakeCluster,
-    FakeSources,
-    fresh_reconciler,
-    snapshot,
-)
-
-MISSING = Problem(
-    "SecretNotFound", "spec.authToken.secretRef: Secret team-a/tokens not found", ProblemKind.SECRET
-)
-HOST_PATH = {"spec": {"volumes": [{"name": "r", "hostPath": {"path": "/"}}]}}
-
-
-class World:
-    """One group, its poll task and two clocks that a test moves together."""
-
-    def __init__(self, snap: Snapshot | None, spec: dict[str, Any] | None = None) -> None:
-        self.cluster = FakeCluster()
-        self.sources = FakeSources(snap)  # type: ignore[arg-type]
-        self.sources.source.latest = snap
-        self.cache = FakeCache(self.cluster, spec or {**VALID, "maxActiveRunners": 3})
-        self.clock = Clock(100.0)
-        self.wall = Clock(T0 + 30)
-        self.reconciler = self.restart()
-
-    def restart(self) -> Any:
-        """A new operator process over the same cluster: it remembers nothing."""
-        self.reconciler = fresh_reconciler(
-            self.cache, self.cluster, self.sources, self.clock, self.wall
-        )
-        return self.reconciler
-
-    async def pass_after(self, seconds: float) -> float | None:
-        self.clock.now += seconds
-        self.wall.now += seconds
-        result = await self.reconciler.reconcile(KEY)
-        return result.requeue_after  # type: ignore[no-any-return]
-
-    def edit(self, **spec: Any) -> None:
-        self.cache.spec = {**self.cache.spec, **spec}
-        self.cluster.generation += 1
-
-    def condition(self, kind: str) -> dict[str, Any] | None:
-        status = self.cluster.status or {}
-        found = [c for c in status.get("conditions") or [] if c["type"] == kind]
-        return found[0] if found else None
-
-    def kinds(self) -> set[str]:
-        return {c["type"] for c in (self.cluster.status or {}).get("conditions") or []}
-
-
-def kstatus(group: dict[str, Any]) -> str:
-    """kstatus's generic rules (sigs.k8s.io/cli-utils pkg/kstatus/status, for a custom
-    resource): an unobserved generation or Reconciling=True is InProgress, Stalled=True is
-    Failed, whichever of the two comes first; otherwise Current."""
-    status = group.get("status") or {}
-    observed = status.get("observedGeneration")
-    if observed is not None and observed != group["metadata"]["generation"]:
-        return "InProgress"
-    for cond in status.get("conditions") or []:
-        if cond["type"] == "Reconciling" and cond["status"] == "True":
-            return "InProgress"
-        if cond["type"] == "Stalled" and cond["status"] == "True":
-            return "Failed"
-    return "Current"
-
-
-def waits_done(world: World) -> bool:
-    """``kubectl wait --for=condition=Ready``: the condition is True and was computed for
-    the current generation."""
-    ready = world.condition("Ready")
-    return (
-        ready is not None
-        and ready["status"] == "True"
-        and ready.get("observedGeneration") == world.cluster.generation
-    )
-
-
-def group(world: World) -> dict[str, Any]:
-    return world.cache.group(KEY)
+from tests.support.fake_cluster import T0, snapshot
+from tests.support.gitops import HOST_PATH, MISSING, World, group, kstatus, quiet, waits_done
 
 
 async def test_a_healthy_group_is_current_and_every_condition_names_its_generation():
@@ -107,6 +22,20 @@ async def test_a_healthy_group_is_current_and_every_condition_names_its_generati
     assert not {"Reconciling", "Stalled"} & world.kinds()
     assert all(c["observedGeneration"] == 1 for c in status["conditions"])
     assert kstatus(group(world)) == "Current" and waits_done(world)
+
+
+async def test_a_new_group_reads_reconciling_from_its_first_pass():
+    world = World(None)
+    world.cluster.finalizers = []
+    assert kstatus(group(world)) == "Current"  # no status: kstatus has nothing to go by
+    await world.pass_after(1)
+    assert world.cluster.finalizers  # the first pass adds the finalizer ...
+    reconciling = world.condition("Reconciling")  # ... and says the group is on its way
+    assert reconciling is not None and reconciling["observedGeneration"] == 1
+    assert kstatus(group(world)) == "InProgress" and not waits_done(world)
+    writes = world.cluster.status_writes
+    await world.pass_after(1)  # no answer yet: nothing new to say
+    assert world.cluster.status_writes == writes
 
 
 async def test_a_new_generation_is_reconciling_until_the_first_answer_for_it():
@@ -224,12 +153,6 @@ async def test_a_secret_that_appears_within_the_grace_is_never_stalled():
     await world.pass_after(30)
     assert world.condition("Stalled") is None
     assert world.condition("Reconciling") is not None
-
-
-def quiet(at: float) -> Snapshot:
-    """An answer with nothing queued and no runner, asked for at wall time ``at``."""
-    checked = dt.datetime.fromtimestamp(at, dt.UTC).isoformat().replace("+00:00", "Z")
-    return Snapshot(started_at=at, checked_at=checked, observation=Observation((), ()))
 
 
 async def test_quiet_passes_over_an_hour_write_no_status():
