@@ -207,6 +207,8 @@ def overlap(args: argparse.Namespace) -> None:
               f"requests {(fake.requests - req_q) / quiet:.1f}/s, Kubernetes writes "
               f"{(_writes(op) - writes_q) / quiet:.1f}/s, of which status "
               f"{(_status_writes(op) - status_q) / quiet:.2f}/s", flush=True)  # fmt: skip
+        if args.quiet_only:
+            return
         cpu0, t0, writes0 = op.cpu_seconds(), time.monotonic(), _writes(op)
         kinds0 = _writes_by_kind(op)
         for i in range(args.repos):
@@ -355,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds measured before jobs (180 or more to see status writes once a minute)",
     )
     p.add_argument("--no-leader", action="store_true", help="without leader election")
+    p.add_argument("--quiet-only", action="store_true", help="stop after the quiet phase")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--cpuprobe", help="profile the operator's CPU (cpuprobe.py) into this DIR")
     p.add_argument(

@@ -8,16 +8,8 @@ import datetime as dt
 from typing import Any
 
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
+from tests.support import fake_cluster as fake
 from tests.support.builders import VALID
-from tests.support.fake_cluster import (
-    KEY,
-    T0,
-    Clock,
-    FakeCache,
-    FakeCluster,
-    FakeSources,
-    fresh_reconciler,
-)
 
 MISSING = Problem(
     "SecretNotFound", "spec.authToken.secretRef: Secret team-a/tokens not found", ProblemKind.SECRET
@@ -29,17 +21,17 @@ class World:
     """One group, its poll task and two clocks that a test moves together."""
 
     def __init__(self, snap: Snapshot | None, spec: dict[str, Any] | None = None) -> None:
-        self.cluster = FakeCluster()
-        self.sources = FakeSources(snap)  # type: ignore[arg-type]
+        self.cluster = fake.FakeCluster()
+        self.sources = fake.FakeSources(snap)  # type: ignore[arg-type]
         self.sources.source.latest = snap
-        self.cache = FakeCache(self.cluster, spec or {**VALID, "maxActiveRunners": 3})
-        self.clock = Clock(100.0)
-        self.wall = Clock(T0 + 30)
+        self.cache = fake.FakeCache(self.cluster, spec or {**VALID, "maxActiveRunners": 3})
+        self.clock = fake.Clock(100.0)
+        self.wall = fake.Clock(fake.T0 + 30)
         self.reconciler = self.restart()
 
     def restart(self) -> Any:
         """A new operator process over the same cluster: it remembers nothing."""
-        self.reconciler = fresh_reconciler(
+        self.reconciler = fake.fresh_reconciler(
             self.cache, self.cluster, self.sources, self.clock, self.wall
         )
         return self.reconciler
@@ -47,7 +39,7 @@ class World:
     async def pass_after(self, seconds: float) -> float | None:
         self.clock.now += seconds
         self.wall.now += seconds
-        result = await self.reconciler.reconcile(KEY)
+        result = await self.reconciler.reconcile(fake.KEY)
         return result.requeue_after  # type: ignore[no-any-return]
 
     def edit(self, **spec: Any) -> None:
@@ -91,7 +83,7 @@ def waits_done(world: World) -> bool:
 
 
 def group(world: World) -> dict[str, Any]:
-    return world.cache.group(KEY)
+    return world.cache.group(fake.KEY)
 
 
 def quiet(at: float) -> Snapshot:
