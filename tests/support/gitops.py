@@ -56,18 +56,24 @@ class World:
 
 
 def kstatus(group: dict[str, Any]) -> str:
-    """kstatus's generic rules (sigs.k8s.io/cli-utils pkg/kstatus/status, for a custom
-    resource): an unobserved generation or Reconciling=True is InProgress, Stalled=True is
-    Failed, whichever of the two comes first; otherwise Current."""
+    """kstatus's rules for a custom resource (sigs.k8s.io/cli-utils v0.37.2,
+    pkg/kstatus/status ``Compute``): an unobserved generation or Reconciling=True is
+    InProgress, Stalled=True is Failed, whichever of the two comes first; then, as a last
+    resort, Ready: True is Current, False or Unknown InProgress; nothing at all is Current.
+    The real Compute gave the same verdicts for these cases' objects (issue 37's report)."""
     status = group.get("status") or {}
     observed = status.get("observedGeneration")
     if observed is not None and observed != group["metadata"]["generation"]:
         return "InProgress"
-    for cond in status.get("conditions") or []:
+    conditions = status.get("conditions") or []
+    for cond in conditions:
         if cond["type"] == "Reconciling" and cond["status"] == "True":
             return "InProgress"
         if cond["type"] == "Stalled" and cond["status"] == "True":
             return "Failed"
+    for cond in conditions:
+        if cond["type"] == "Ready" and cond["status"] in ("True", "False", "Unknown"):
+            return "Current" if cond["status"] == "True" else "InProgress"
     return "Current"
 
 

@@ -82,6 +82,8 @@ async def test_gitea_failing_a_group_that_was_ready_is_neither_reconciling_nor_s
     await world.pass_after(2)
     assert world.condition("Ready")["status"] == "False"  # type: ignore[index]
     assert not {"Reconciling", "Stalled"} & world.kinds()
+    # kstatus falls back on Ready: in progress, not failed; nobody needs to act.
+    assert kstatus(group(world)) == "InProgress"
 
 
 async def test_an_invalid_spec_is_stalled_with_readys_reason_and_message():
