@@ -257,11 +257,15 @@ def applying_status(
     previous: Mapping[str, Any] | None, generation: int, now_iso: str
 ) -> dict[str, Any] | None:
     """The status that says a new generation is being applied, before the poll task has
-    answered for it (so before Ready can be recomputed), or None when nothing is new. Ready
-    and the others keep the ``observedGeneration`` they were computed for, so that
-    ``kubectl wait --for=condition=Ready`` waits for the new one."""
+    answered for it (so before Ready can be recomputed), or None when there is nothing new
+    to say. Only the Reconciling condition names the new generation: ``observedGeneration``
+    and Ready stay those of the status they describe, so that kstatus reads the group as in
+    progress and ``kubectl wait --for=condition=Ready`` waits for the new one."""
     prev = previous or {}
     if prev.get("observedGeneration") == generation:
+        return None
+    before = find_condition(prev, RECONCILING)
+    if before.get("status") == "True" and before.get("observedGeneration") == generation:
         return None
     reconciling = {
         "type": RECONCILING,
@@ -277,7 +281,7 @@ def applying_status(
         generation=generation,
         drop=(STALLED,),
     )
-    return {**prev, "observedGeneration": generation, "conditions": conditions}
+    return {**prev, "conditions": conditions}
 
 
 def desired_status(

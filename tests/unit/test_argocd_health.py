@@ -50,7 +50,7 @@ async def test_a_new_generation_is_progressing_until_it_is_ready():
     # Before the operator has seen the edit at all: the generation is not observed.
     assert health(group(world)) == (
         "Progressing",
-        "Waiting for the operator to observe generation 2",
+        "Waiting for the operator to apply generation 2",
     )
     world.sources.source.latest = None
     await world.pass_after(2)

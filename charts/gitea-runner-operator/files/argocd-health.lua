@@ -1,7 +1,7 @@
 -- Argo CD health check for gitea.bpg.pw/RunnerGroup: the argocd-cm key
 -- resource.customizations.health.gitea.bpg.pw_RunnerGroup (docs/gitops.md).
--- It reads the status the way kstatus does (Flux's health checks): a generation the
--- operator has not observed, or Reconciling=True, is Progressing; Stalled=True (an invalid
+-- It reads the status the way kstatus does (Flux's health checks): Reconciling=True, or a
+-- generation the status does not describe yet, is Progressing; Stalled=True (an invalid
 -- spec, a refused template, a Secret missing past its grace) is Degraded; then Ready decides.
 local hs = {}
 
@@ -18,13 +18,6 @@ if obj.status == nil then
   return hs
 end
 
-local generation = obj.metadata.generation
-if generation ~= nil and obj.status.observedGeneration ~= generation then
-  hs.status = "Progressing"
-  hs.message = "Waiting for the operator to observe generation " .. tostring(generation)
-  return hs
-end
-
 local ready, reconciling, stalled = nil, nil, nil
 for _, cond in ipairs(obj.status.conditions or {}) do
   if cond.type == "Ready" then
@@ -36,12 +29,16 @@ for _, cond in ipairs(obj.status.conditions or {}) do
   end
 end
 
-if stalled ~= nil and stalled.status == "True" then
-  hs.status = "Degraded"
-  hs.message = said(stalled)
-elseif reconciling ~= nil and reconciling.status == "True" then
+local generation = obj.metadata.generation
+if reconciling ~= nil and reconciling.status == "True" then
   hs.status = "Progressing"
   hs.message = said(reconciling)
+elseif generation ~= nil and obj.status.observedGeneration ~= generation then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to apply generation " .. tostring(generation)
+elseif stalled ~= nil and stalled.status == "True" then
+  hs.status = "Degraded"
+  hs.message = said(stalled)
 elseif ready == nil or ready.status == "Unknown" then
   hs.status = "Progressing"
   hs.message = "Waiting for the Ready condition"

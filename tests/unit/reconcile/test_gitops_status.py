@@ -48,8 +48,9 @@ async def test_a_new_generation_is_reconciling_until_the_first_answer_for_it():
     reconciling = world.condition("Reconciling")
     assert reconciling is not None and reconciling["status"] == "True"
     assert reconciling["observedGeneration"] == 2 and "generation 2" in reconciling["message"]
-    # Ready still describes generation 1, and says so: kubectl wait does not take it.
+    # The status still describes generation 1, and says so: kubectl wait does not take it.
     assert world.condition("Ready")["observedGeneration"] == 1  # type: ignore[index]
+    assert world.cluster.status["observedGeneration"] == 1  # type: ignore[index]
     assert kstatus(group(world)) == "InProgress" and not waits_done(world)
     writes = world.cluster.status_writes
     await world.pass_after(0.1)  # another pass before the answer: nothing new to say
