@@ -95,3 +95,33 @@ def test_a_cut_queue_never_reports_zero_as_the_whole_truth():
     cond = ready_condition(None, demand=0, alive=0, max_active=3, complete=False)
     assert (cond["status"], cond["reason"]) == ("True", "QueuePartiallyRead")
     assert "at least 0" in cond["message"]
+
+
+def test_reconciling_and_stalled_are_never_both_true():
+    """kstatus takes the first True one it meets in the list: both at once would read as
+    in progress or failed by their order, not by the group's state."""
+    from gitea_runner_operator.api.observation import ProblemKind
+    from gitea_runner_operator.reconcile.status import progress_conditions, stalls
+
+    problems = [
+        None,
+        Problem("InvalidSpec", "spec.x", ProblemKind.CONFIG),
+        Problem("SecretNotFound", "spec.authToken", ProblemKind.SECRET),
+        Problem("GiteaUnreachable", "refused", ProblemKind.GITEA),
+        Problem("SecretReadFailed", "retrying", ProblemKind.CLUSTER),
+    ]
+    previous = [None, {"observedGeneration": 1}, {"observedGeneration": 2}]
+    for problem in problems:
+        ready = ready_condition(problem, demand=0, alive=0, max_active=1)
+        for prev in previous:
+            for since in (None, 0.0, -3600.0):
+                stalled = stalls(problem, since=since, now=0.0, previous=prev)
+                conds = progress_conditions(prev, 2, ready, problem, stalled=stalled)
+                assert len(conds) <= 1
+                if ready["status"] == "True":
+                    assert conds == []  # Ready needs neither
+                if stalled:
+                    assert conds[0]["reason"] == ready["reason"]
+                    assert conds[0]["message"] == ready["message"]
+                if problem is not None and problem.kind.backs_off:
+                    assert not stalled  # Gitea and the API server heal by themselves
