@@ -124,6 +124,12 @@ def _status_writes(op: OperatorProcess) -> float:
     return _writes_by_kind(op).get("patch runnergroups/status", 0.0)
 
 
+def _flips(op: OperatorProcess) -> int:
+    """Ready turning False or True again (each a status write, with an Event), from the log:
+    on a loaded machine the fake Gitea's answers time out now and then."""
+    return op.log_count("group not working") + op.log_count("group healthy again")
+
+
 def _writes_by_kind(op: OperatorProcess) -> dict[str, float]:
     """Writes so far by verb and resource (``create jobs``, ``patch runnergroups/status``...)."""
     return common.writes_by_kind(op.metrics())
@@ -195,7 +201,7 @@ def overlap(args: argparse.Namespace) -> None:
         time.sleep(args.settle)
         # Quiet: every group polling, no job queued (the "quiet" targets of issue 27).
         cpu_q, t_q, req_q, rec_q = op.cpu_seconds(), time.monotonic(), fake.requests, _recs(op)
-        writes_q, status_q = _writes(op), _status_writes(op)
+        writes_q, status_q, flips_q = _writes(op), _status_writes(op), _flips(op)
         if probe:
             op.snapshot()  # the CPU profile of the quiet minute starts
         time.sleep(args.quiet)
@@ -206,7 +212,8 @@ def overlap(args: argparse.Namespace) -> None:
               f"{op.rss_mb():.0f} MB, reconciles {(_recs(op) - rec_q) / quiet:.1f}/s, Gitea "
               f"requests {(fake.requests - req_q) / quiet:.1f}/s, Kubernetes writes "
               f"{(_writes(op) - writes_q) / quiet:.1f}/s, of which status "
-              f"{(_status_writes(op) - status_q) / quiet:.2f}/s", flush=True)  # fmt: skip
+              f"{(_status_writes(op) - status_q) / quiet:.2f}/s; Ready changes (Gitea failing "
+              f"under load) {_flips(op) - flips_q}", flush=True)  # fmt: skip
         if args.quiet_only:
             return
         cpu0, t0, writes0 = op.cpu_seconds(), time.monotonic(), _writes(op)
