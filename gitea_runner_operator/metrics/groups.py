@@ -48,6 +48,12 @@ class GroupSeries:
         self._ready = series.gauge(
             "ready", "1 when the group's Ready condition is True, else 0.", g
         )
+        self._checked = series.gauge(
+            "last_check_timestamp_seconds",
+            "When Gitea last answered the group's poll (the answer its last pass used); "
+            "status.lastCheckTime is written only with another change.",
+            g,
+        )
         self._failed_now = series.gauge(
             "failed_runner_jobs",
             "Failed runner Jobs of the group that exist now (kept for ttlSecondsAfterFinished).",
@@ -82,7 +88,7 @@ class GroupSeries:
         )
         self._group_series: tuple[Gauge | Counter | Histogram, ...] = (
             self._queued, self._desired, self._max, self._ready, self._failed_now,
-            self._created, self._failed, self._startup,
+            self._created, self._failed, self._startup, self._checked,
         )  # fmt: skip
         # Distinct ``reason`` values seen per metric; past MAX_REASONS they count as "other".
         self._reasons: dict[str, set[str]] = {}
@@ -120,6 +126,10 @@ class GroupSeries:
     def group_ready(self, namespace: str, name: str, ready: bool) -> None:
         """Only the Ready gauge, for passes that end before counting (a Gitea or spec error)."""
         self._ready.labels(namespace, name).set(1 if ready else 0)
+
+    def group_checked(self, namespace: str, name: str, when: float) -> None:
+        """``when``: seconds since the epoch of the Gitea answer a pass used."""
+        self._checked.labels(namespace, name).set(when)
 
     def runners_created(self, namespace: str, name: str, n: int = 1) -> None:
         if n > 0:

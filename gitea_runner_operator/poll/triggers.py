@@ -4,8 +4,8 @@ A reconcile costs a few milliseconds; queued after every poll and every Pod stat
 1,000 quiet groups polling every 15 s cost 67 reconciles a second for nothing. The reconcile
 stays level-triggered (it recomputes everything from what the cache and the latest answer
 say), so skipping one whose inputs are unchanged loses no decision; a slow resync
-(:data:`RESYNC`) still reconciles every group as a safety net and refreshes its
-``lastCheckTime``.
+(:data:`RESYNC`) still reconciles every group as a safety net (and, when nothing
+changed, writes nothing: ``lastCheckTime`` goes out only with another change).
 
 What the reconcile reads, and what queues it:
 - the group's latest Gitea answer: queued when :func:`answer_key` differs from the last one
@@ -25,7 +25,7 @@ from typing import Any
 from gitea_runner_operator.api.observation import Snapshot
 
 # Every group is reconciled at least this often whatever changed (seconds): a lost event
-# converges within it, and ``status.lastCheckTime`` is refreshed about once a minute.
+# converges within it. It writes no status unless something besides lastCheckTime changed.
 RESYNC = 60.0
 
 # Metadata the API server changes on every write, read by no decision.

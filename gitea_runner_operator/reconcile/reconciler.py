@@ -157,6 +157,9 @@ class Reconciler:
             await self._cluster.set_finalizers(
                 p.namespace, p.name, [*finalizers, FINALIZER], version
             )
+            # A new group has a status from its first pass on: with none, kstatus (a GitOps
+            # tool's health check) has nothing to read and calls it Current.
+            await self._status.applying(p)
             return Result()  # the update's watch event brings us back with the new object
         # spec.cache: runners mount its config Secret, so none start before it is written.
         cache_ok = self._jobcache is None or await self._jobcache.ensure(p.group, spec)
@@ -166,7 +169,10 @@ class Reconciler:
         await self._publish_unmatched(normalise_url(spec.gitea.url))
         snapshot = p.snapshot
         if snapshot is None:
-            return Result()  # the poll task enqueues the group when it has one
+            # The poll task enqueues the group when it has one; meanwhile a new generation
+            # is said to be on its way (Reconciling), not left to read as the old one.
+            await self._status.applying(p)
+            return Result()
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
             return Result(requeue_after=await self._status.write(p, problem, state, spec=spec))

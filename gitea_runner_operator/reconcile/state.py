@@ -24,6 +24,9 @@ class GroupState:
     # again by name at the next pass (AlreadyExists counts as created). Bounded by the
     # expected names: a name no longer expected is dropped.
     unsure_creates: set[str] = field(default_factory=set)
+    # Wall clock: when this process first saw the Secret problem the group reports now
+    # (status.STALL_GRACE counts from it).
+    secret_since: float | None = None
     logged: tuple[str, str] | None = None
     logged_at: float = 0.0
     teardown_since: float | None = None

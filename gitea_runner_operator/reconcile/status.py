@@ -1,8 +1,16 @@
 """The RunnerGroup status the reconciler wants, computed from plain data.
 
 Status is ours (GitOps tools own the spec): we write it through the status subresource and
-only when something a user can see changed. ``lastCheckTime`` alone is refreshed at most once
-a minute, so a quiet group costs the API server about one write a minute, not one per poll.
+only when something a user can see changed. A new ``lastCheckTime`` alone is never worth a
+write: it is written with the next real change, so a quiet group writes no status at all
+(every write is a watch event for each controller watching RunnerGroups, GitOps tools
+included). How fresh a group's answer is lives in the ``last_check_timestamp_seconds``
+metric instead.
+
+Besides ``Ready``, the status carries the two abnormal-true conditions that kstatus (Flux's
+health checks, ``kubectl wait``, Argo CD's health check) reads: ``Reconciling`` while a new
+generation is on its way to ``Ready``, ``Stalled`` for what waits for a person. Both are
+present only while True (Flux's convention; kstatus reads an absent one as False).
 """
 
 from __future__ import annotations
@@ -12,16 +20,30 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gitea_runner_operator.api.hooks import HookStatus
-from gitea_runner_operator.api.observation import Problem
+from gitea_runner_operator.api.observation import Problem, ProblemKind
 
 READY = "Ready"
 RUNNERS_HEALTHY = "RunnersHealthy"
 WEBHOOK = "Webhook"
-LAST_CHECK_REFRESH = 60.0
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
+# A Secret (or a ConfigMap the spec names) missing or unreadable for this long is reported as
+# Stalled. GitOps tools often apply a group a few seconds before its Secret, or leave the
+# Secret to another controller (sealed or external secrets): that is progress, not a failure.
+# Twenty of the 3 s Secret retries (poll/poller.py SECRET_RETRY).
+STALL_GRACE = 60.0
 
 
 def utc_now_iso() -> str:
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def iso_timestamp(iso: str) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time (``...Z``), or None if it is not one."""
+    try:
+        return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def ready_condition(
@@ -120,12 +142,18 @@ def find_condition(status: Mapping[str, Any] | None, kind: str) -> Mapping[str, 
 
 
 def merge_conditions(
-    previous: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, str]], now_iso: str
+    previous: Sequence[Mapping[str, Any]],
+    wanted: Sequence[Mapping[str, str]],
+    now_iso: str,
+    *,
+    generation: int | None = None,
+    drop: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Keep ``lastTransitionTime`` unless the condition's status flipped, as the API
     conventions ask, so that users can tell how long a group has been failing. Conditions
-    not recomputed this pass are kept as they are: a merge patch replaces the whole list,
-    and a Gitea error must not erase what is known about the runners."""
+    not recomputed this pass are kept as they are, with the ``observedGeneration`` they were
+    computed for: a merge patch replaces the whole list, and a Gitea error must not erase
+    what is known about the runners. ``drop``: types that are gone unless wanted again."""
     old = {c.get("type"): c for c in previous}
     merged = []
     for cond in wanted:
@@ -133,10 +161,127 @@ def merge_conditions(
         since = now_iso
         if before is not None and before.get("status") == cond["status"]:
             since = str(before.get("lastTransitionTime") or now_iso)
-        merged.append({**cond, "lastTransitionTime": since})
-    types = {c["type"] for c in wanted}
-    merged.extend(dict(c) for c in previous if c.get("type") not in types)
+        stamped: dict[str, Any] = {**cond, "lastTransitionTime": since}
+        if generation is not None:
+            stamped["observedGeneration"] = generation
+        merged.append(stamped)
+    gone = {c["type"] for c in wanted} | set(drop)
+    merged.extend(dict(c) for c in previous if c.get("type") not in gone)
     return merged
+
+
+def stalls(
+    problem: Problem | None,
+    *,
+    since: float | None,
+    now: float,
+    previous: Mapping[str, Any] | None,
+) -> bool:
+    """Whether ``problem`` waits for a person: a spec or a template the operator refuses at
+    once, a Secret (or a ConfigMap the spec names) once it has been wrong ``STALL_GRACE``
+    seconds (``since``: when this process first saw it). A Secret already reported Stalled
+    for the same reason stays so across a restart, which forgets ``since``. Gitea and API
+    server failures heal by themselves: never Stalled."""
+    if problem is None:
+        return False
+    if problem.kind is ProblemKind.CONFIG:
+        return True
+    if problem.kind is not ProblemKind.SECRET:
+        return False
+    before = find_condition(previous, STALLED)
+    if before.get("status") == "True" and before.get("reason") == problem.reason:
+        return True
+    return since is not None and now - since >= STALL_GRACE
+
+
+def grace_left(problem: Problem | None, *, since: float | None, now: float) -> float | None:
+    """Seconds until a Secret problem turns Stalled (a pass must come back then: the same
+    failed answer, repeated, queues none), or None."""
+    if problem is None or problem.kind is not ProblemKind.SECRET or since is None:
+        return None
+    left = STALL_GRACE - (now - since)
+    return left if left > 0 else None
+
+
+def applying(previous: Mapping[str, Any] | None, generation: int) -> bool:
+    """Whether ``generation`` is still on its way to Ready: the status describes an older
+    one (or none), or a pass since it was seen said Reconciling and no pass has ended it."""
+    prev = previous or {}
+    if prev.get("observedGeneration") != generation:
+        return True
+    return find_condition(prev, RECONCILING).get("status") == "True"
+
+
+def progress_conditions(
+    previous: Mapping[str, Any] | None,
+    generation: int,
+    ready: Mapping[str, str],
+    problem: Problem | None,
+    *,
+    stalled: bool,
+) -> list[dict[str, str]]:
+    """``Reconciling`` or ``Stalled`` (never both: kstatus takes the first True one it meets),
+    or neither. Stalled repeats Ready's reason and message, so that a GitOps tool that reads
+    only Stalled says what is wrong. Reconciling is True for a Secret still within its grace,
+    and for a new generation until it is Ready or Stalled (through Gitea failures too, as
+    Flux's ProgressingWithRetry: it is not Ready yet, and it will be without anyone's help)."""
+    if stalled:
+        return [
+            {
+                "type": STALLED,
+                "status": "True",
+                "reason": ready["reason"],
+                "message": ready["message"],
+            }
+        ]
+    if ready["status"] == "True":
+        return []
+    if problem is not None and problem.kind is ProblemKind.SECRET:
+        message = f"{problem.message}; reported as Stalled if it lasts {STALL_GRACE:.0f}s"
+        return [
+            {"type": RECONCILING, "status": "True", "reason": problem.reason, "message": message}
+        ]
+    if applying(previous, generation):
+        return [
+            {
+                "type": RECONCILING,
+                "status": "True",
+                "reason": ready["reason"],
+                "message": ready["message"],
+            }
+        ]
+    return []
+
+
+def applying_status(
+    previous: Mapping[str, Any] | None, generation: int, now_iso: str
+) -> dict[str, Any] | None:
+    """The status that says a new generation is being applied, before the poll task has
+    answered for it (so before Ready can be recomputed), or None when there is nothing new
+    to say. Only the Reconciling condition names the new generation: ``observedGeneration``
+    and Ready stay those of the status they describe, so that kstatus reads the group as in
+    progress and ``kubectl wait --for=condition=Ready`` waits for the new one."""
+    prev = previous or {}
+    if prev.get("observedGeneration") == generation:
+        return None
+    before = find_condition(prev, RECONCILING)
+    if before.get("status") == "True" and before.get("observedGeneration") == generation:
+        return None
+    reconciling = {
+        "type": RECONCILING,
+        "status": "True",
+        "reason": "Progressing",
+        "message": f"generation {generation} is being applied; Ready follows the first answer "
+        "from Gitea for it",
+    }
+    conditions = merge_conditions(
+        prev.get("conditions") or [],
+        [reconciling],
+        now_iso,
+        generation=generation,
+        drop=(STALLED,),
+    )
+    return {**prev, "conditions": conditions}
 
 
 def desired_status(
@@ -151,13 +296,20 @@ def desired_status(
     target: str | None = None,
     runners: Mapping[str, int] | None = None,
     extra_conditions: Sequence[Mapping[str, str]] = (),
+    progress: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
+    """``progress``: the Reconciling or Stalled condition of this pass (progress_conditions);
+    whichever of the two is not in it is removed."""
     prev = previous or {}
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "activeRunners": active,
         "conditions": merge_conditions(
-            prev.get("conditions") or [], [ready, *extra_conditions], now_iso
+            prev.get("conditions") or [],
+            [ready, *extra_conditions, *progress],
+            now_iso,
+            generation=generation,
+            drop=(RECONCILING, STALLED),
         ),
     }
     # Keep the last known figures when Gitea cannot be asked, rather than claiming zero.
@@ -175,29 +327,12 @@ def desired_status(
     return status
 
 
-def _age(iso: Any, now: float) -> float:
-    try:
-        then = dt.datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return float("inf")
-    return now - then
-
-
-def status_differs(
-    previous: Mapping[str, Any] | None, wanted: Mapping[str, Any], now: float | None = None
-) -> bool:
-    """Whether a write is worth it. A new ``lastCheckTime`` alone counts only once the
-    recorded one is ``LAST_CHECK_REFRESH`` old."""
+def status_differs(previous: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:
+    """Whether a write is worth it. A new ``lastCheckTime`` alone is not: it ages until
+    something else changes (the module's docstring says why)."""
     prev = previous or {}
     for key, value in wanted.items():
-        if prev.get(key) == value:
-            continue
-        if (
-            key == "lastCheckTime"
-            and now is not None
-            and "lastCheckTime" in prev
-            and _age(prev["lastCheckTime"], now) < LAST_CHECK_REFRESH
-        ):
+        if prev.get(key) == value or (key == "lastCheckTime" and key in prev):
             continue
         return True
     return False

@@ -118,6 +118,18 @@ def _recs(op: OperatorProcess) -> float:
     return common.total(op.metrics(), f"{RECONCILE}_count")
 
 
+def _status_writes(op: OperatorProcess) -> float:
+    """Status patches so far: a quiet group should write none (issue 37, it was 16.5/s at
+    1,000 quiet groups while lastCheckTime was refreshed every minute)."""
+    return _writes_by_kind(op).get("patch runnergroups/status", 0.0)
+
+
+def _flips(op: OperatorProcess) -> int:
+    """Ready turning False or True again (each a status write, with an Event), from the log:
+    on a loaded machine the fake Gitea's answers time out now and then."""
+    return op.log_count("group not working") + op.log_count("group healthy again")
+
+
 def _writes_by_kind(op: OperatorProcess) -> dict[str, float]:
     """Writes so far by verb and resource (``create jobs``, ``patch runnergroups/status``...)."""
     return common.writes_by_kind(op.metrics())
@@ -189,7 +201,7 @@ def overlap(args: argparse.Namespace) -> None:
         time.sleep(args.settle)
         # Quiet: every group polling, no job queued (the "quiet" targets of issue 27).
         cpu_q, t_q, req_q, rec_q = op.cpu_seconds(), time.monotonic(), fake.requests, _recs(op)
-        writes_q = _writes(op)
+        writes_q, status_q, flips_q = _writes(op), _status_writes(op), _flips(op)
         if probe:
             op.snapshot()  # the CPU profile of the quiet minute starts
         time.sleep(args.quiet)
@@ -199,7 +211,11 @@ def overlap(args: argparse.Namespace) -> None:
         print(f"quiet {quiet:.0f}s: CPU {(op.cpu_seconds() - cpu_q) / quiet:.3f} cores, RSS "
               f"{op.rss_mb():.0f} MB, reconciles {(_recs(op) - rec_q) / quiet:.1f}/s, Gitea "
               f"requests {(fake.requests - req_q) / quiet:.1f}/s, Kubernetes writes "
-              f"{(_writes(op) - writes_q) / quiet:.1f}/s", flush=True)  # fmt: skip
+              f"{(_writes(op) - writes_q) / quiet:.1f}/s, of which status "
+              f"{(_status_writes(op) - status_q) / quiet:.2f}/s; Ready changes (Gitea failing "
+              f"under load) {_flips(op) - flips_q}", flush=True)  # fmt: skip
+        if args.quiet_only:
+            return
         cpu0, t0, writes0 = op.cpu_seconds(), time.monotonic(), _writes(op)
         kinds0 = _writes_by_kind(op)
         for i in range(args.repos):
@@ -341,8 +357,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--poll-interval", default="15s")
     p.add_argument("--settle", type=float, default=30.0)
     p.add_argument("--hold", type=float, default=30.0, help="seconds watched after the fill")
-    p.add_argument("--quiet", type=float, default=60.0, help="seconds measured before jobs")
+    p.add_argument(
+        "--quiet",
+        type=float,
+        default=60.0,
+        help="seconds measured before jobs (180 or more to see status writes once a minute)",
+    )
     p.add_argument("--no-leader", action="store_true", help="without leader election")
+    p.add_argument("--quiet-only", action="store_true", help="stop after the quiet phase")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--cpuprobe", help="profile the operator's CPU (cpuprobe.py) into this DIR")
     p.add_argument(

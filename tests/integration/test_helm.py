@@ -270,6 +270,22 @@ def test_metrics_authentication_adds_the_flag_the_review_rights_and_the_readers_
     assert not [o for o in plain if o["metadata"]["name"].endswith("-metrics-reader")]
 
 
+def test_the_argocd_health_check_renders_as_the_argocd_cm_key(helm, tmp_path):
+    objects = render(
+        helm, tmp_path, "gro", "ops",
+        {"argocd": {"healthCheck": {"configMap": True}, "namespace": "argocd"}},
+    )  # fmt: skip
+    (found,) = [
+        o for o in objects if o["metadata"]["name"] == "gro-gitea-runner-operator-argocd-health"
+    ]
+    assert found["kind"] == "ConfigMap" and found["metadata"]["namespace"] == "argocd"
+    script = found["data"]["resource.customizations.health.gitea.bpg.pw_RunnerGroup"]
+    assert script.strip() == (CHART / "files" / "argocd-health.lua").read_text().strip()
+    assert not [
+        o for o in render(helm, tmp_path, "gro", "ops", {}) if "argocd" in o["metadata"]["name"]
+    ]
+
+
 def test_the_namespaced_render_has_roles_per_namespace_and_no_cluster_role_for_jobs(helm, tmp_path):
     objects = render(
         helm, tmp_path, "gro", "ops",

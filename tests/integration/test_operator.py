@@ -244,6 +244,12 @@ def test_problems_become_conditions_naming_the_cause(
     cond = _condition_for(kube, ns, "nosecret")
     assert cond["reason"] == "SecretNotFound"
     assert f"spec.authToken.secretRef: Secret {ns}/absent not found" in cond["message"]
+    # Within its grace a missing Secret is progress (it may come a little after the group),
+    # not yet Stalled: kstatus and Flux read Reconciling, and wait.
+    (reconciling,) = [
+        c for c in group_status(kube, ns, "nosecret")["conditions"] if c["type"] == "Reconciling"
+    ]
+    assert (reconciling["status"], reconciling["reason"]) == ("True", "SecretNotFound")
 
     nokey = runner_group("nokey", target=gitea_target, url=url)
     nokey["spec"]["authToken"] = {"secretRef": {"name": "nokey", "key": "api"}}

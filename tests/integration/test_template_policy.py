@@ -55,6 +55,13 @@ def test_a_refused_template_creates_no_job_and_names_the_field(
         )  # fmt: skip
     cond = refused(kube, ns, "host-path", "TemplateNotAllowed")
     assert cond["message"].startswith("spec.template.spec.volumes[0].hostPath")
+    # Stalled at once, in Ready's words, for the generation applied: GitOps tools fail fast.
+    group = kube.get(f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/host-path")
+    (stalled,) = [c for c in group["status"]["conditions"] if c["type"] == "Stalled"]
+    assert (stalled["status"], stalled["reason"]) == ("True", "TemplateNotAllowed")
+    assert stalled["message"] == cond["message"]
+    assert stalled["observedGeneration"] == group["metadata"]["generation"]
+    assert group["status"]["observedGeneration"] == group["metadata"]["generation"]
     cond = refused(kube, ns, "secret-env", "TemplateNotAllowed")
     assert "spec.template.spec.containers[0].envFrom[0].secretRef" in cond["message"]
     assert "theirs" in cond["message"]

@@ -43,6 +43,8 @@ class FakeCluster:
         self.annotations: dict[str, str] = {}
         self.unsynced: list[dict[str, Any]] = []
         self.status: dict[str, Any] | None = None
+        self.status_writes = 0  # patches of the status subresource
+        self.generation = 1  # metadata.generation: a test that edits the spec bumps it
         self.events: list[tuple[str, str]] = []
         self.messages: list[str] = []  # each Event's message, in the order of ``events``
         self.deleted: list[str] = []
@@ -107,6 +109,7 @@ class FakeCluster:
                 pod["metadata"].setdefault("annotations", {}).update(annotations)
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.status_writes += 1
         self.status = merge_patch(self.status, status)
 
     async def annotate_group(self, namespace: str, name: str, annotations: dict[str, Any]) -> None:
@@ -155,7 +158,8 @@ class FakeCache:
             "name": "ci",
             "namespace": "team-a",
             "uid": self.cluster.uid,
-            "generation": self.generation,
+            # a new spec given to the cache, or a bump by a test of the cluster, moves it
+            "generation": self.cluster.generation + self.generation - 1,
             "resourceVersion": "7",
             "finalizers": list(self.cluster.finalizers),
             "annotations": dict(self.cluster.annotations),

@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from gitea_runner_operator.api.observation import Problem, Snapshot
+from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile import forgejo
@@ -56,12 +56,15 @@ class StatusWriter:
     wall_clock: Callable[[], float] = time.time
     # key -> (when, hash of the status) of this process's last patch
     written: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # key -> the generation this process last said was being applied (``applying``)
+    announced: dict[str, int] = field(default_factory=dict)
     # Set: a pass's status (not a problem's) is written by the group's writer after the
     # pass (reconcile/steps/status_writes.py), so no worker waits for a write token.
     later: LaterWrites | None = None
 
     def forget(self, key: str) -> None:
         self.written.pop(key, None)
+        self.announced.pop(key, None)
         if self.later is not None:
             self.later.forget(key)
 
@@ -126,12 +129,17 @@ class StatusWriter:
         hook = source.hook if managed and source is not None else None
         if hook is not None:
             extra.append(st.webhook_condition(hook))
+        generation = int(meta.get("generation") or 0)
+        now = self.wall_clock()
+        state.secret_since = _since(problem, state.secret_since, now)
+        stalled = st.stalls(problem, since=state.secret_since, now=now, previous=previous)
+        progress = st.progress_conditions(previous, generation, ready, problem, stalled=stalled)
         wanted = st.desired_status(
             # No hook of ours: no condition about one.
             previous=st.without_condition(previous, st.WEBHOOK)
             if spec is not None and not managed
             else previous,
-            generation=int(meta.get("generation") or 0),
+            generation=generation,
             active=alive,
             queued=queued,
             runners=counts,
@@ -140,6 +148,7 @@ class StatusWriter:
             now_iso=st.utc_now_iso(),
             target=spec.target if spec is not None else None,
             extra_conditions=extra,
+            progress=progress,
         )
         forge = forgejo.forge_status(forgejo.forge_of(snapshot), previous)
         if forge is not None:
@@ -169,12 +178,18 @@ class StatusWriter:
             )
         else:
             self.metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
-        if not st.status_differs(previous, wanted, now=self.wall_clock()):
-            return None
+        if snapshot is not None and snapshot.observation is not None:
+            checked = st.iso_timestamp(snapshot.checked_at)
+            if checked is not None:
+                self.metrics.group_checked(meta["namespace"], meta["name"], checked)
+        # The same failed answer queues no pass: come back when the grace ends.
+        grace = None if stalled else st.grace_left(problem, since=state.secret_since, now=now)
+        if not st.status_differs(previous, wanted):
+            return grace
         digest = hash(json.dumps(wanted, sort_keys=True, default=str))
         skip, come_back = self._hold_back(key, digest)
         if skip:
-            return come_back
+            return _sooner(come_back, grace)
         # Events mark transitions, not every pass.
         events: list[tuple[str, str]] = []
         if problem is not None and st.find_condition(previous, st.READY).get("reason") != (
@@ -198,7 +213,22 @@ class StatusWriter:
             self.later.hand(key, Patch(digest, patch))
         else:
             await patch()
-        return None
+        return grace
+
+    async def applying(self, p: GroupPass) -> None:
+        """Before the poll task has answered for a new generation: say it is being applied
+        (``Reconciling``), so that no GitOps tool reads the old Ready as the new one's. Once
+        per generation, and outside the STATUS_MIN_INTERVAL budget: the pass that has the
+        answer must not wait behind it."""
+        meta = p.meta
+        generation = int(meta.get("generation") or 0)
+        if self.announced.get(p.key) == generation:
+            return  # written already; the cache has not shown it yet
+        wanted = st.applying_status(p.group.get("status"), generation, st.utc_now_iso())
+        if wanted is None:
+            return
+        await self.cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
+        self.announced[p.key] = generation
 
     def _waiting(
         self,
@@ -254,3 +284,14 @@ class StatusWriter:
                 message=current[1],
             )
             state.logged, state.logged_at = current, now
+
+
+def _since(problem: Problem | None, since: float | None, now: float) -> float | None:
+    """When the Secret problem now reported began (None: there is none)."""
+    if problem is None or problem.kind is not ProblemKind.SECRET:
+        return None
+    return now if since is None else since
+
+
+def _sooner(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)

@@ -75,15 +75,14 @@ def test_the_most_actionable_runner_problem_wins():
     assert pods["reason"] == "RunnerPodsNotStarting" and "ErrImagePull" in pods["message"]
 
 
-def test_last_check_time_alone_is_written_at_most_once_a_minute():
-    import datetime as dt
-
-    now = dt.datetime(2026, 1, 1, 0, 0, 30, tzinfo=dt.UTC).timestamp()
+def test_a_new_last_check_time_alone_is_never_written():
     prev = {"lastCheckTime": "2026-01-01T00:00:00Z", "activeRunners": 1}
-    assert not status_differs(prev, {**prev, "lastCheckTime": "2026-01-01T00:00:29Z"}, now=now)
-    assert status_differs(prev, {**prev, "activeRunners": 2}, now=now)
-    later = now + 31
-    assert status_differs(prev, {**prev, "lastCheckTime": "2026-01-01T00:01:00Z"}, now=later)
+    assert not status_differs(prev, {**prev, "lastCheckTime": "2026-01-01T05:00:00Z"})
+    # It goes out with the next real change, and with the first status.
+    assert status_differs(
+        prev, {**prev, "lastCheckTime": "2026-01-01T05:00:00Z", "activeRunners": 2}
+    )
+    assert status_differs({"activeRunners": 1}, {**prev, "activeRunners": 1})
 
 
 def test_conditions_not_recomputed_are_kept():
@@ -96,3 +95,33 @@ def test_a_cut_queue_never_reports_zero_as_the_whole_truth():
     cond = ready_condition(None, demand=0, alive=0, max_active=3, complete=False)
     assert (cond["status"], cond["reason"]) == ("True", "QueuePartiallyRead")
     assert "at least 0" in cond["message"]
+
+
+def test_reconciling_and_stalled_are_never_both_true():
+    """kstatus takes the first True one it meets in the list: both at once would read as
+    in progress or failed by their order, not by the group's state."""
+    from gitea_runner_operator.api.observation import ProblemKind
+    from gitea_runner_operator.reconcile.status import progress_conditions, stalls
+
+    problems = [
+        None,
+        Problem("InvalidSpec", "spec.x", ProblemKind.CONFIG),
+        Problem("SecretNotFound", "spec.authToken", ProblemKind.SECRET),
+        Problem("GiteaUnreachable", "refused", ProblemKind.GITEA),
+        Problem("SecretReadFailed", "retrying", ProblemKind.CLUSTER),
+    ]
+    previous = [None, {"observedGeneration": 1}, {"observedGeneration": 2}]
+    for problem in problems:
+        ready = ready_condition(problem, demand=0, alive=0, max_active=1)
+        for prev in previous:
+            for since in (None, 0.0, -3600.0):
+                stalled = stalls(problem, since=since, now=0.0, previous=prev)
+                conds = progress_conditions(prev, 2, ready, problem, stalled=stalled)
+                assert len(conds) <= 1
+                if ready["status"] == "True":
+                    assert conds == []  # Ready needs neither
+                if stalled:
+                    assert conds[0]["reason"] == ready["reason"]
+                    assert conds[0]["message"] == ready["message"]
+                if problem is not None and problem.kind.backs_off:
+                    assert not stalled  # Gitea and the API server heal by themselves
