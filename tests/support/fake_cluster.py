@@ -44,7 +44,6 @@ class FakeCluster:
         self.unsynced: list[dict[str, Any]] = []
         self.status: dict[str, Any] | None = None
         self.status_writes = 0  # patches of the status subresource
-        self.generation = 1  # metadata.generation: a test that edits the spec bumps it
         self.events: list[tuple[str, str]] = []
         self.messages: list[str] = []  # each Event's message, in the order of ``events``
         self.deleted: list[str] = []
@@ -158,8 +157,7 @@ class FakeCache:
             "name": "ci",
             "namespace": "team-a",
             "uid": self.cluster.uid,
-            # a new spec given to the cache, or a bump by a test of the cluster, moves it
-            "generation": self.cluster.generation + self.generation - 1,
+            "generation": self.generation,
             "resourceVersion": "7",
             "finalizers": list(self.cluster.finalizers),
             "annotations": dict(self.cluster.annotations),

@@ -43,8 +43,7 @@ class World:
         return result.requeue_after  # type: ignore[no-any-return]
 
     def edit(self, **spec: Any) -> None:
-        self.cache.spec = {**self.cache.spec, **spec}
-        self.cluster.generation += 1
+        self.cache.spec = {**self.cache.spec, **spec}  # a new spec: the generation moves
 
     def condition(self, kind: str) -> dict[str, Any] | None:
         status = self.cluster.status or {}
@@ -84,7 +83,7 @@ def waits_done(world: World) -> bool:
     return (
         ready is not None
         and ready["status"] == "True"
-        and ready.get("observedGeneration") == world.cluster.generation
+        and ready.get("observedGeneration") == world.cache.generation
     )
 
 
