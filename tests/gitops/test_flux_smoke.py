@@ -38,6 +38,7 @@ def test_flux_applies_a_folder_from_gitea_waits_for_it_and_prunes_what_left_git(
         "kustomizations",
         ns,
         "team",
+        timeout=120,
         until=lambda k: k["status"].get("lastAppliedRevision") == first,
     )
     assert condition_of(applied, "Ready")["reason"] == "ReconciliationSucceeded"
@@ -56,6 +57,7 @@ def test_flux_applies_a_folder_from_gitea_waits_for_it_and_prunes_what_left_git(
         "kustomizations",
         ns,
         "team",
+        timeout=120,
         until=lambda k: k["status"].get("lastAppliedRevision") == second,
     )
     assert not kube.exists(f"{cms}/removed")
@@ -66,18 +68,20 @@ def test_a_kustomization_that_cannot_build_its_path_is_not_ready_and_says_why(
     flux: Flux, flux_source: Any
 ) -> None:
     ns = flux_source.namespace
-    revision = flux_source.commit({"team/cm.yaml": _config_map(ns, "x", "1")}, "team")
+    flux_source.commit({"team/cm.yaml": _config_map(ns, "x", "1")}, "team")
     flux.apply(kustomization(ns, "elsewhere", flux_source.name, "./no-such-folder"))
 
     def failed() -> dict[str, Any] | None:
         k = flux.kube.get(f"/apis/{KUSTOMIZE_API}/namespaces/{ns}/kustomizations/elsewhere")
         ready = condition_of(k, "Ready")
-        return k if ready.get("status") == "False" and revision in ready["message"] else None
+        return k if ready.get("status") == "False" and "path" in ready["message"] else None
 
     k = wait_for(failed, 60, what="Kustomization elsewhere Ready=False")
     ready = condition_of(k, "Ready")
     assert ready["reason"] == "ArtifactFailed"
+    assert ready["message"].startswith("kustomization path not found")
     assert "no-such-folder" in ready["message"]
+    assert not flux.kube.exists(f"/api/v1/namespaces/{ns}/configmaps/x")
 
 
 GROUP = {"apiVersion": "gitea.bpg.pw/v1alpha1", "kind": "RunnerGroup"}

@@ -296,7 +296,8 @@ def build_component(name: str, force: bool = False) -> Path:
             ).stdout.strip()
             for d in comp.copy_dirs:
                 shutil.copytree(Path(moddir) / d, tmp / "static" / d)
-                for p in (tmp / "static" / d).rglob("*"):  # module cache files are read-only
+                copied = tmp / "static" / d
+                for p in [copied, *copied.rglob("*")]:  # module cache files are read-only
                     p.chmod(0o755 if p.is_dir() else 0o644)
         for alias, target in comp.aliases:
             (tmp / "bin" / alias).symlink_to(target)

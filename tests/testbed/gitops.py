@@ -134,7 +134,9 @@ class Flux:
         self._start(
             "flux-kustomize-controller",
             built["flux-kustomize"] / "bin" / "kustomize-controller",
-            ["--no-remote-bases=true"],
+            # a Kustomization whose source has no artifact yet is retried after this
+            # (default 30 s); the tests create both at once
+            ["--no-remote-bases=true", "--requeue-dependency=5s"],
         )
         self.startup_seconds = round(time.monotonic() - t0, 1)
         return self
