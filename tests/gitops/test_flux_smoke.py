@@ -112,11 +112,13 @@ def test_kstatus_reads_current_in_progress_and_failed_from_the_conditions(
         "reason": "InvalidSpec",
         "message": "spec.scope.org is required",
     }
-    healthy, rolling, broken, stale = kstatus(
+    invalid = {**not_ready, "reason": "InvalidSpec", "message": "spec.scope.org is required"}
+    healthy, rolling, broken, stale, unflagged = kstatus(
         _group("healthy", 2, 2, ready),
         _group("rolling", 3, 3, not_ready, reconciling),
-        _group("broken", 4, 4, {**not_ready, "reason": "InvalidSpec"}, stalled),
+        _group("broken", 4, 4, invalid, stalled),
         _group("stale", 5, 4, ready),
+        _group("unflagged", 4, 4, invalid),
         exe=kstatus_bin,
     )
     assert (healthy["status"], healthy["name"]) == ("Current", "healthy")
@@ -127,3 +129,6 @@ def test_kstatus_reads_current_in_progress_and_failed_from_the_conditions(
     assert broken["message"] == "spec.scope.org is required"
     # Ready=True is not enough: a generation the controller has not seen yet is in progress.
     assert stale["status"] == "InProgress"
+    # Ready=False alone cannot tell broken from slow: without Stalled=True it reads as
+    # InProgress, so a Kustomization waiting on it runs into its timeout (issue 37).
+    assert unflagged["status"] == "InProgress"
