@@ -13,10 +13,12 @@ FOLDER_KINDS: dict[str, frozenset[str]] = {
     "faults": frozenset({"integration", "faults"}),
     "e2e": frozenset({"integration", "e2e"}),
     "real_node": frozenset({"integration", "e2e", "real_node"}),
+    # a real Flux (source- and kustomize-controller) applying Git to the testbed
+    "gitops": frozenset({"integration", "gitops"}),
     "testbed": frozenset({"integration"}),  # the testbed's own smoke tests
     "benchmarks": frozenset({"integration"}),  # scripts; they collect no tests
 }
-KIND_MARKERS = frozenset({"integration", "e2e", "faults", "real_node"})
+KIND_MARKERS = frozenset({"integration", "e2e", "faults", "real_node", "gitops"})
 
 
 def kinds_of(path: PurePath) -> frozenset[str]:

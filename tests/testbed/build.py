@@ -41,8 +41,9 @@ class Component:
     cgo: bool = False
     tags: tuple[str, ...] = ()
     extra_ldflags: tuple[str, ...] = ()
-    # Directories copied from the upstream module into the cache (Gitea reads
-    # templates/ and options/ at run time when built without the bindata tag).
+    # Directories copied from the upstream module into the cache's static/ (Gitea reads
+    # templates/ and options/ at run time when built without the bindata tag; Flux's CRDs
+    # are installed from config/crd/bases).
     copy_dirs: tuple[str, ...] = ()
     # Wrapper module directory under go/ when it is not the component name (e.g. two
     # Gitea releases side by side).
@@ -145,7 +146,33 @@ COMPONENTS: dict[str, Component] = {
         module="helm.sh/helm/v4",
         binaries={"helm": "helm.sh/helm/v4/cmd/helm"},
     ),
+    # Flux, for the GitOps suite (tests/gitops): the two controllers that fetch a Git
+    # repository and apply a folder of it with health checks. Their CRDs come from the
+    # same module versions (config/crd/bases in the module zip), copied from the module
+    # cache into the binary cache beside the binary, never into the repository.
+    "flux-source": Component(
+        name="flux-source",
+        module="github.com/fluxcd/source-controller",
+        binaries={"source-controller": "github.com/fluxcd/source-controller"},
+        copy_dirs=("config/crd/bases",),
+    ),
+    "flux-kustomize": Component(
+        name="flux-kustomize",
+        module="github.com/fluxcd/kustomize-controller",
+        binaries={"kustomize-controller": "github.com/fluxcd/kustomize-controller"},
+        copy_dirs=("config/crd/bases",),
+    ),
+    # A command line written here (go/kstatus) on sigs.k8s.io/cli-utils' kstatus, the
+    # library GitOps tools read an object's health with.
+    "kstatus": Component(
+        name="kstatus",
+        module="sigs.k8s.io/cli-utils",
+        binaries={"gro-kstatus": "."},
+    ),
 }
+
+# Components only the GitOps suite needs; its fixtures build them when missing.
+GITOPS_COMPONENTS = ("flux-source", "flux-kustomize", "kstatus")
 
 
 def log(msg: str) -> None:
@@ -269,7 +296,8 @@ def build_component(name: str, force: bool = False) -> Path:
             ).stdout.strip()
             for d in comp.copy_dirs:
                 shutil.copytree(Path(moddir) / d, tmp / "static" / d)
-                for p in (tmp / "static" / d).rglob("*"):  # module cache files are read-only
+                copied = tmp / "static" / d
+                for p in [copied, *copied.rglob("*")]:  # module cache files are read-only
                     p.chmod(0o755 if p.is_dir() else 0o644)
         for alias, target in comp.aliases:
             (tmp / "bin" / alias).symlink_to(target)

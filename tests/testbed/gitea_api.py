@@ -8,7 +8,7 @@ runners on a real Gitea without depending on the operator's own Gitea client
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from tests.testbed.jsonhttp import ApiError, request_json, wait_for
@@ -148,15 +148,54 @@ class GiteaAPI:
             "message": message or f"add {path}",
             "branch": branch,
         }
+        sha = self._file_sha(owner, repo, path, branch)
+        if sha is None:
+            return self.post(f"/repos/{owner}/{repo}/contents/{path}", body)
+        body["sha"] = sha
+        out: dict[str, Any] = self.request("PUT", f"/repos/{owner}/{repo}/contents/{path}", body)
+        return out
+
+    def commit_files(
+        self,
+        owner: str,
+        repo: str,
+        files: Mapping[str, str | None],
+        message: str,
+        branch: str = "main",
+    ) -> str:
+        """One commit that writes each file (text) or deletes it (None); returns its SHA.
+
+        One commit, not one per file: a GitOps controller that polls between two commits
+        would otherwise apply half a change."""
+        ops: list[dict[str, Any]] = []
+        for path, content in files.items():
+            sha = self._file_sha(owner, repo, path, branch)
+            if content is None:
+                if sha is not None:
+                    ops.append({"operation": "delete", "path": path, "sha": sha})
+                continue
+            op: dict[str, Any] = {
+                "operation": "update" if sha else "create",
+                "path": path,
+                "content": base64.b64encode(content.encode()).decode(),
+            }
+            if sha:
+                op["sha"] = sha
+            ops.append(op)
+        out = self.post(
+            f"/repos/{owner}/{repo}/contents",
+            {"branch": branch, "message": message, "files": ops},
+        )
+        return str(out["commit"]["sha"])
+
+    def _file_sha(self, owner: str, repo: str, path: str, branch: str) -> str | None:
         try:
             existing = self.get(f"/repos/{owner}/{repo}/contents/{path}", ref=branch)
         except GiteaError as e:
             if e.status != 404:
                 raise
-            return self.post(f"/repos/{owner}/{repo}/contents/{path}", body)
-        body["sha"] = existing["sha"]
-        out: dict[str, Any] = self.request("PUT", f"/repos/{owner}/{repo}/contents/{path}", body)
-        return out
+            return None
+        return str(existing["sha"])
 
     def push_workflow(self, owner: str, repo: str, name: str, yaml_text: str) -> dict[str, Any]:
         """Add ``.gitea/workflows/<name>.yml``; Gitea creates a run for the push event."""

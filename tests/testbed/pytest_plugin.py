@@ -32,7 +32,8 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
@@ -42,6 +43,7 @@ from .kube import KubeClient, wait_for
 from .sandbox import Sandbox, gitea_component
 
 if TYPE_CHECKING:
+    from .gitops import Flux
     from .kubelet_harness import KubeletHarness
     from .realnode import RealNode
 
@@ -72,23 +74,24 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"runner: {rb.describe()}", bold=True)
 
 
+def _uncaptured(request: pytest.FixtureRequest) -> contextlib.AbstractContextManager[Any]:
+    """Let a fixture's output through pytest's capture (a cold build's progress lines)."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    return capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+
+
 @pytest.fixture(scope="session")
 def runner_binary(request: pytest.FixtureRequest) -> runners.RunnerBinary:
     """The runner the e2e tests run (built first when needed): the testbed's own, or the
     binary ``GRO_TESTBED_RUNNER_BIN`` names."""
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-
-    def uncaptured() -> contextlib.AbstractContextManager[None]:
-        return capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
-
     try:
-        with uncaptured():  # a cold runner build takes minutes: show its progress lines
+        with _uncaptured(request):  # a cold runner build takes minutes: show its progress
             rb = runners.resolve()
     except Exception as e:
         pytest.fail(f"runner build failed ({type(e).__name__}): {e}", pytrace=False)
     reporter = request.config.pluginmanager.getplugin("terminalreporter")
     if reporter is not None:
-        with uncaptured():
+        with _uncaptured(request):
             reporter.write_line(f"\nrunner: {rb.describe()}", bold=True)
     return rb
 
@@ -97,25 +100,29 @@ def _needed_components(kube_mode: str) -> list[str]:
     return (["etcd", "kubernetes", "kwok"] if kube_mode == "local" else []) + [gitea_component()]
 
 
-@pytest.fixture(scope="session")
-def testbed(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """A started :class:`Sandbox` shared by the whole session (built first when needed)."""
-    kube_mode = "existing" if os.environ.get("GRO_TEST_CLUSTER") == "existing" else "local"
-    missing = [c for c in _needed_components(kube_mode) if not build.is_built(c)]
+def _build_or_skip(request: pytest.FixtureRequest, components: list[str], what: str) -> None:
+    """Build the missing components, or skip (fail in CI) with a how-to when Go is missing;
+    a failed build always fails."""
+    missing = [c for c in components if not build.is_built(c)]
     if missing and shutil.which("go") is None:
-        msg = f"testbed not built ({', '.join(missing)}) and `go` is not on PATH: {COLD_BUILD_HINT}"
+        msg = f"{what} not built ({', '.join(missing)}) and `go` is not on PATH: {COLD_BUILD_HINT}"
         if testbed_required():
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
     if missing:
         # a cold build takes many minutes: show its progress lines instead of a silent hang
-        capman = request.config.pluginmanager.getplugin("capturemanager")
-        ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
         try:
-            with ctx:
+            with _uncaptured(request):
                 build.ensure_built(missing)
         except Exception as e:
-            pytest.fail(f"testbed build failed ({type(e).__name__}): {e}", pytrace=False)
+            pytest.fail(f"{what} build failed ({type(e).__name__}): {e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def testbed(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A started :class:`Sandbox` shared by the whole session (built first when needed)."""
+    kube_mode = "existing" if os.environ.get("GRO_TEST_CLUSTER") == "existing" else "local"
+    _build_or_skip(request, _needed_components(kube_mode), "testbed")
     sb = Sandbox(kube=kube_mode)
     try:
         sb.start()
@@ -129,6 +136,34 @@ def testbed(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
         yield sb
     finally:
         sb.stop()
+
+
+@pytest.fixture(scope="session")
+def flux(testbed: Sandbox, request: pytest.FixtureRequest) -> Iterator[Flux]:
+    """Flux's source-controller and kustomize-controller running against the testbed, with
+    their CRDs installed (see gitops.py). Built on first use: minutes cold."""
+    from .gitops import CONTROLLERS, Flux
+
+    _build_or_skip(request, list(CONTROLLERS), "Flux")
+    f = Flux(testbed)
+    try:
+        with _uncaptured(request):
+            f.start()
+            print(f"Flux: CRDs installed and both controllers ready in {f.startup_seconds}s")
+    except Exception as e:
+        f.stop()
+        pytest.fail(f"Flux failed to start ({type(e).__name__}): {e}", pytrace=False)
+    try:
+        yield f
+    finally:
+        f.stop()
+
+
+@pytest.fixture(scope="session")
+def kstatus_bin(request: pytest.FixtureRequest) -> Path:
+    """``gro-kstatus``: kstatus (sigs.k8s.io/cli-utils) as a command line, see gitops.kstatus."""
+    _build_or_skip(request, ["kstatus"], "gro-kstatus")
+    return build.binary("gro-kstatus")
 
 
 @pytest.fixture(scope="session")
@@ -280,9 +315,7 @@ def real_node(testbed: Sandbox, request: pytest.FixtureRequest) -> Iterator[Real
         if testbed_required():
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-    ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
-    with ctx:
+    with _uncaptured(request):
         t0 = time.monotonic()
         try:
             build.ensure_built(["kubelet"])
@@ -306,5 +339,5 @@ def real_node(testbed: Sandbox, request: pytest.FixtureRequest) -> Iterator[Real
     try:
         yield node
     finally:
-        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+        with _uncaptured(request):
             node.stop()

@@ -117,7 +117,8 @@ def _install_sigterm_handler() -> None:
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
-def _http_ok(url: str, token: str | None = None, insecure: bool = True) -> bool:
+def http_ok(url: str, token: str | None = None, insecure: bool = True) -> bool:
+    """Whether ``url`` answers 200 (a readiness probe); any error is just "not yet"."""
     ctx = ssl.create_default_context()
     if insecure:
         ctx.check_hostname = False
@@ -335,10 +336,15 @@ class Sandbox:
         self._argv[name] = (argv, env, cwd)
         return p
 
-    def restart(self, name: str, down_seconds: float = 0.0) -> None:
-        """Stop one peer (SIGTERM to its process group, SIGKILL after 10 s), stay down for
-        ``down_seconds``, start it again with the same arguments. For fault tests: e.g. an
-        API server restart during an upgrade. Returns once the peer answers again."""
+    def spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Run one more peer beside the testbed's own (e.g. Flux's controllers), logged to
+        ``logs/<name>.log`` and stopped with the sandbox, or earlier by :meth:`terminate`."""
+        return self._spawn(name, argv, env=env, cwd=cwd)
+
+    def terminate(self, name: str) -> None:
+        """Stop one peer: SIGTERM to its process group, SIGKILL after 10 s."""
         proc = self.processes[name]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -348,13 +354,19 @@ class Sandbox:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+    def restart(self, name: str, down_seconds: float = 0.0) -> None:
+        """Stop one peer (see :meth:`terminate`), stay down for ``down_seconds``, start it
+        again with the same arguments. For fault tests: e.g. an API server restart during an
+        upgrade. Returns once the peer answers again."""
+        self.terminate(name)
         time.sleep(down_seconds)
         argv, env, cwd = self._argv[name]
         self._spawn(name, argv, env=env, cwd=cwd)
         if name == "kube-apiserver":
             self._wait(
                 name,
-                lambda: _http_ok(f"{self.apiserver_url}/readyz", self.admin_token),
+                lambda: http_ok(f"{self.apiserver_url}/readyz", self.admin_token),
                 60,
                 "kube-apiserver ready after restart",
             )
@@ -365,6 +377,11 @@ class Sandbox:
         if not p or not p.exists():
             return ""
         return "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
+
+    def wait_peer(self, name: str, predicate: Any, timeout: float, what: str) -> Any:
+        """Wait until ``predicate()`` is truthy; fail at once, with the tail of its log, when
+        the peer ``name`` exits first."""
+        return self._wait(name, predicate, timeout, what)
 
     def _wait(self, name: str, predicate: Any, timeout: float, what: str) -> Any:
         """wait_for, but fail fast with the log tail when the process died."""
@@ -501,7 +518,7 @@ class Sandbox:
             ],
         )
         # wait until etcd answers first so a dead etcd is reported as such
-        self._wait("etcd", lambda: _http_ok(self.etcd_url + "/health"), 30, "etcd /health")
+        self._wait("etcd", lambda: http_ok(self.etcd_url + "/health"), 30, "etcd /health")
         self._wait(
             "kube-apiserver",
             lambda: (certs / "apiserver.crt").exists(),
@@ -514,7 +531,7 @@ class Sandbox:
         )
         self._wait(
             "kube-apiserver",
-            lambda: _http_ok(self.apiserver_url + "/readyz", self.admin_token),
+            lambda: http_ok(self.apiserver_url + "/readyz", self.admin_token),
             90,
             "kube-apiserver /readyz",
         )
@@ -637,13 +654,13 @@ class Sandbox:
         assert self.kube
         self._wait(
             "kube-controller-manager",
-            lambda: _http_ok(f"https://127.0.0.1:{self._kcm_port}/healthz"),
+            lambda: http_ok(f"https://127.0.0.1:{self._kcm_port}/healthz"),
             60,
             "kube-controller-manager /healthz",
         )
         self._wait(
             "kube-scheduler",
-            lambda: _http_ok(f"https://127.0.0.1:{self._sched_port}/healthz"),
+            lambda: http_ok(f"https://127.0.0.1:{self._sched_port}/healthz"),
             60,
             "kube-scheduler /healthz",
         )
@@ -850,7 +867,7 @@ class Sandbox:
         self._spawn("gitea", [gitea, *common, "web", "--port", str(port)], env=env, cwd=gdir)
         self._wait(
             "gitea",
-            lambda: _http_ok(self.gitea_url + "/api/v1/version"),
+            lambda: http_ok(self.gitea_url + "/api/v1/version"),
             120,
             "gitea /api/v1/version",
         )

@@ -11,7 +11,7 @@ ROOT = REPO_ROOT
 DOCS = ROOT / "docs"
 # `unit/kube/test_x.py::test_y`, `faults/test_x.py::test_y`, `tests/...` or a bare
 # `test_x.py::test_y` (then under tests/integration, as the Reliability section writes it).
-KIND = r"(?:unit|integration|faults|e2e|real_node|benchmarks|support)/(?:\w+/){0,2}"
+KIND = r"(?:unit|integration|faults|e2e|real_node|gitops|benchmarks|support)/(?:\w+/){0,2}"
 REFERENCE = re.compile(rf"`((?:tests/)?(?:{KIND})?test_\w+\.py)::(test_\w+)`")
 THREAT_MODEL = DOCS / "security.md"
 PROMISES = DOCS / "operations.md"

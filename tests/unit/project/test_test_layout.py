@@ -124,3 +124,4 @@ def test_each_kind_folder_sets_the_markers_its_tests_need():
     assert kinds_of(PurePath("e2e/test_x.py")) == {"integration", "e2e"}
     assert kinds_of(PurePath("real_node/test_x.py")) == {"integration", "e2e", "real_node"}
     assert kinds_of(PurePath("faults/test_x.py")) == {"integration", "faults"}
+    assert kinds_of(PurePath("gitops/test_x.py")) == {"integration", "gitops"}
