@@ -14,7 +14,6 @@ cleared Lease would stay behind forever, while a deleted one is simply not liste
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gitea_runner_operator.kit.clock import utc_now_micro
 from gitea_runner_operator.reconcile.shards import ANNOTATION, Published, Reading
 
 log = structlog.get_logger(__name__)
@@ -38,10 +38,6 @@ def lease_name(release: str, identity: str) -> str:
     """``<release>-member-<identity>`` as a valid object name (lower case, at most 253)."""
     raw = _UNSAFE.sub("-", f"{release}-member-{identity}".lower()).strip("-.")
     return raw[:_NAME_MAX].rstrip("-.")
-
-
-def _now_micro() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +127,7 @@ class MembershipLeases:
             "spec": {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": self._duration,
-                "renewTime": _now_micro(),
+                "renewTime": utc_now_micro(),
             },
         }
 
