@@ -26,6 +26,15 @@ REQUEST_TIMEOUT = 10.0
 MERGE_PATCH = "application/merge-patch+json"
 # A list (an informer's first read, or its relist) may carry every object of a kind.
 LIST_TIMEOUT = 60.0
+# A Lease call (leader election, sharding's membership): shorter than REQUEST_TIMEOUT, so that
+# a hung call leaves room for another try within the renew deadline (10 s by default).
+LEASE_TIMEOUT = 5.0
+# A scrape waits for its TokenReview and SubjectAccessReview: a slow API server answers the
+# scraper 503 after this long rather than holding its connection.
+REVIEW_TIMEOUT = 5.0
+# A watch asks the server to end it after its own timeout; the client gives up this much
+# later, so only a connection that went silent is cut by the client.
+WATCH_GRACE = 30
 # A 429 is tried again this many times in all, each after the server's Retry-After (or
 # THROTTLE_DEFAULT when it gave none), capped at THROTTLE_MAX.
 THROTTLE_ATTEMPTS = 4

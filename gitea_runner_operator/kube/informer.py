@@ -23,7 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
 from gitea_runner_operator.kit.backoff import doubling, jittered
-from gitea_runner_operator.kube.http import LIST_TIMEOUT, send
+from gitea_runner_operator.kube.http import LIST_TIMEOUT, WATCH_GRACE, send
 from gitea_runner_operator.objects.slim import Obj, strip_managed_fields
 
 log = structlog.get_logger(__name__)
@@ -147,7 +147,7 @@ class Informer:
                     resource_version=resource_version,
                     allow_watch_bookmarks=True,
                     timeout_seconds=timeout,
-                    _request_timeout=timeout + 30,
+                    _request_timeout=timeout + WATCH_GRACE,
                 )
                 async for event in stream:
                     kind = event["type"]

@@ -21,6 +21,7 @@ from typing import Any, Final, Protocol
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.kit.ttlcache import TTLCache
+from gitea_runner_operator.kube.http import REVIEW_TIMEOUT
 
 # Seconds an answer is trusted: a granted one for a minute (a revoked binding takes effect
 # within it), a refused one briefly (a binding just made takes effect soon).
@@ -30,7 +31,6 @@ MAX_TOKENS: Final = 1024
 # Reviews of tokens not seen before: this many per second on average, bursts of NEW_BURST.
 NEW_PER_SECOND: Final = 2.0
 NEW_BURST: Final = 10
-CALL_TIMEOUT: Final = 5.0
 
 OK: Final = 200
 UNAUTHENTICATED: Final = 401
@@ -65,7 +65,7 @@ class ApiReviewer:
                 "kind": "TokenReview",
                 "spec": {"token": token},
             },
-            _request_timeout=CALL_TIMEOUT,
+            _request_timeout=REVIEW_TIMEOUT,
         )
         status = token_review.status
         if status is None or not status.authenticated or status.user is None:
@@ -83,7 +83,7 @@ class ApiReviewer:
                     "nonResourceAttributes": {"path": self._path, "verb": "get"},
                 },
             },
-            _request_timeout=CALL_TIMEOUT,
+            _request_timeout=REVIEW_TIMEOUT,
         )
         allowed = bool(access.status is not None and access.status.allowed)
         return Reviewed(authenticated=True, allowed=allowed)

@@ -38,6 +38,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.kit.clock import utc_now_micro
+from gitea_runner_operator.kube.http import LEASE_TIMEOUT
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.settings import Settings
 
@@ -59,7 +60,7 @@ class LeaseElector:
         identity: str,
         *,
         lease_duration: int = 15,
-        call_timeout: float = 5.0,
+        call_timeout: float = LEASE_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
         leases: Any = None,
     ) -> None:
@@ -225,7 +226,9 @@ class LeaseThreadFailed(RuntimeError):
     """The Lease thread ended on an error (its log line says which)."""
 
 
-JOIN_TIMEOUT: Final = 15.0  # seconds: a release has a 5 s call timeout per request
+# Seconds the close waits for the thread: a call under way, then the release (a read and an
+# update), each within its own LEASE_TIMEOUT.
+JOIN_TIMEOUT: Final = 3 * LEASE_TIMEOUT
 
 
 class LeaseKeeper:

@@ -25,6 +25,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.kit.clock import utc_now_micro
+from gitea_runner_operator.kube.http import LEASE_TIMEOUT
 from gitea_runner_operator.reconcile.shards import ANNOTATION, Published, Reading
 
 log = structlog.get_logger(__name__)
@@ -58,7 +59,7 @@ class MembershipLeases:
         identity: str,
         *,
         lease_duration: int = 15,
-        call_timeout: float = 5.0,
+        call_timeout: float = LEASE_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
         leases: Any = None,  # a CoordinationV1Api; tests pass a fake
     ) -> None:
