@@ -24,8 +24,8 @@ import structlog
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.kit.lograte import LogRate
+from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile.accounting import Claimant
-from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
 from gitea_runner_operator.reconcile.why.unmatched import (
     Offer,
     Sighting,

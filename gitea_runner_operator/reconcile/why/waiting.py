@@ -73,7 +73,7 @@ class Waiting:
         return iso_seconds(self.oldest)
 
     def counts(self) -> dict[str, int]:
-        """By the metric's reason label (why/metrics.py, REASONS)."""
+        """By the metric's reason label (metrics/names.WAITING_REASONS)."""
         return {
             "starting_runner": self.starting_runner,
             "at_capacity": self.at_capacity,
