@@ -41,6 +41,7 @@ import structlog
 
 from gitea_runner_operator.kit.jsonlimits import too_deep
 from gitea_runner_operator.kit.lograte import LogRate
+from gitea_runner_operator.kit.lru import LRU
 from gitea_runner_operator.webhook import signature
 from gitea_runner_operator.webhook.routing import Repository, parse_repository
 
@@ -184,20 +185,16 @@ class Deliveries:
     """Verified delivery ids seen lately (bounded LRU)."""
 
     def __init__(self, size: int = DELIVERY_MEMORY) -> None:
-        self._size = size
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen: LRU[str, bool] = LRU(size)
 
     def first_time(self, delivery_id: str | None) -> bool:
         """True the first time an id is seen (and for deliveries without one)."""
         if not delivery_id:
             return True
         delivery_id = delivery_id[:128]
-        if delivery_id in self._seen:
-            self._seen.move_to_end(delivery_id)
+        if self._seen.get(delivery_id):
             return False
-        self._seen[delivery_id] = None
-        if len(self._seen) > self._size:
-            self._seen.popitem(last=False)
+        self._seen.put(delivery_id, True)
         return True
 
 
