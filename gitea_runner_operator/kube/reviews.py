@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol
 
 from kubernetes_asyncio import client
 
+from gitea_runner_operator.kit.bucket import Bucket
 from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.http import REVIEW_TIMEOUT
 
@@ -101,10 +102,7 @@ class MetricsAccess:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._reviewer = reviewer
-        self._rate = new_per_second
-        self._burst = float(new_burst)
-        self._tokens = float(new_burst)
-        self._filled_at = clock()
+        self._new = Bucket(new_per_second, new_burst, clock())
         self._clock = clock
         self._answers: TTLCache[bytes, int] = TTLCache(
             GRANTED_TTL, max_entries=MAX_TOKENS, clock=clock
@@ -123,7 +121,7 @@ class MetricsAccess:
             return known
         pending = self._pending.get(key)
         if pending is None:
-            if not self._take():
+            if not self._new.take(self._clock()):
                 return TOO_MANY
             pending = asyncio.ensure_future(self._review(key, token))
             self._pending[key] = pending
@@ -144,12 +142,3 @@ class MetricsAccess:
             answer = OK if reviewed.allowed else FORBIDDEN
         self._answers.put(key, answer, ttl=GRANTED_TTL if answer == OK else REFUSED_TTL)
         return answer
-
-    def _take(self) -> bool:
-        now = self._clock()
-        self._tokens = min(self._burst, self._tokens + (now - self._filled_at) * self._rate)
-        self._filled_at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
