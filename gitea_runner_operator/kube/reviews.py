@@ -11,7 +11,6 @@ keeps getting its answers.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any, Final, Protocol
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.kit.bucket import Bucket
+from gitea_runner_operator.kit.singleflight import SingleFlight
 from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.http import REVIEW_TIMEOUT
 
@@ -107,7 +107,7 @@ class MetricsAccess:
         self._answers: TTLCache[bytes, int] = TTLCache(
             GRANTED_TTL, max_entries=MAX_TOKENS, clock=clock
         )
-        self._pending: dict[bytes, asyncio.Future[int]] = {}
+        self._reviews: SingleFlight[bytes, int] = SingleFlight()
         self.reviews = 0  # reviews asked for, for tests and benchmarks
 
     async def check(self, authorization: str | None) -> int:
@@ -119,14 +119,9 @@ class MetricsAccess:
         known = self._answers.get(key)
         if known is not None:
             return known
-        pending = self._pending.get(key)
-        if pending is None:
-            if not self._new.take(self._clock()):
-                return TOO_MANY
-            pending = asyncio.ensure_future(self._review(key, token))
-            self._pending[key] = pending
-        # Shielded: a scraper that goes away does not cancel the review others wait for.
-        return await asyncio.shield(pending)
+        if key not in self._reviews and not self._new.take(self._clock()):
+            return TOO_MANY
+        return await self._reviews.run(key, lambda: self._review(key, token))
 
     async def _review(self, key: bytes, token: str) -> int:
         self.reviews += 1
@@ -134,8 +129,6 @@ class MetricsAccess:
             reviewed = await self._reviewer.review(token)
         except Exception:  # the API server unreachable, a timeout, a refusal: not an answer
             return UNAVAILABLE
-        finally:
-            self._pending.pop(key, None)
         if not reviewed.authenticated:
             answer = UNAUTHENTICATED
         else:
