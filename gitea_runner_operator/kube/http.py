@@ -32,8 +32,11 @@ LEASE_TIMEOUT = 5.0
 # A scrape waits for its TokenReview and SubjectAccessReview: a slow API server answers the
 # scraper 503 after this long rather than holding its connection.
 REVIEW_TIMEOUT = 5.0
-# A watch asks the server to end it after its own timeout; the client gives up this much
-# later, so only a connection that went silent is cut by the client.
+# A watch asks the server to end it after a random timeout in this range (seconds, as
+# client-go's reflector), so the watches of many informers do not all end at once; the client
+# gives up WATCH_GRACE later, so only a connection that went silent is cut by the client.
+WATCH_TIMEOUT_MIN = 300
+WATCH_TIMEOUT_MAX = 600
 WATCH_GRACE = 30
 # A 429 is tried again this many times in all, each after the server's Retry-After (or
 # THROTTLE_DEFAULT when it gave none), capped at THROTTLE_MAX.
