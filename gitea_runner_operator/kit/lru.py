@@ -1,9 +1,10 @@
 """The one bounded LRU: at most ``max_entries`` keys, the least recently used dropped first.
 
 Written once for the memos that must not grow with what a stranger sends (webhook delivery
-ids, wake-up buckets per group, refusal and warning times, Forgejo repository names, runner
-config verdicts, job ids already counted), so none of them can get the eviction order or the
-bound wrong on its own. ``kit/ttlcache`` is the other memo: answers that expire, oldest
+ids, wake-up buckets per group, refusal and warning times, log lines held back per cause,
+Forgejo repository names, runner config verdicts, job ids already counted, the cache
+servers' last findings per group), so none of them can get the eviction order or the bound
+wrong on its own. ``kit/ttlcache`` is the other memo: answers that expire, oldest
 *stored* first; here an entry lives as long as it is used.
 """
 
