@@ -22,19 +22,19 @@ testbed runner follows it.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from typing import Any
 
 import yaml
 
 from gitea_runner_operator.api import caps, yamltext
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
+from gitea_runner_operator.kit.lru import LRU
 
 DEFAULT_STATE_FILE = ".runner"
 
 # Verdicts by (sha256 of the text, mode, init_registers), least recently used dropped
 # first: an unchanged config is read on every poll, and parsed once.
-VERDICTS: OrderedDict[tuple[bytes, RunnerMode, bool], str | None] = OrderedDict()
+VERDICTS: LRU[tuple[bytes, RunnerMode, bool], str | None] = LRU(caps.RUNNER_CONFIG_VERDICTS)
 
 
 def registers_in_init(spec: RunnerGroupSpec) -> bool:
@@ -60,12 +60,9 @@ def runner_config_problem(
         )
     key = (hashlib.sha256(encoded).digest(), mode, init_registers)
     if key in VERDICTS:
-        VERDICTS.move_to_end(key)
-        return VERDICTS[key]
+        return VERDICTS.get(key)
     verdict = _problem(text, mode, init_registers)
-    VERDICTS[key] = verdict
-    while len(VERDICTS) > caps.RUNNER_CONFIG_VERDICTS:
-        VERDICTS.popitem(last=False)
+    VERDICTS.put(key, verdict)
     return verdict
 
 

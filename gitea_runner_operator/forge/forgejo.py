@@ -22,7 +22,6 @@ observer, the reaper and every decision stay forge-blind:
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +35,7 @@ from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound, GiteaProtocolError
 from gitea_runner_operator.forge.limits import check_page
 from gitea_runner_operator.forge.scope import ScopeRef
+from gitea_runner_operator.kit.lru import LRU
 
 # Forgejo clamps ``limit`` to MAX_RESPONSE_ITEMS (50 by default).
 RUNNER_PAGE = 50
@@ -93,19 +93,13 @@ class RepoNames:
     token (what one token may see must never answer for another) across observations."""
 
     def __init__(self, size: int = REPO_NAME_CACHE) -> None:
-        self._size = size
-        self._names: OrderedDict[int, str] = OrderedDict()
+        self._names: LRU[int, str] = LRU(size)
 
     def get(self, repo_id: int) -> str | None:
-        name = self._names.get(repo_id)
-        if name is not None:
-            self._names.move_to_end(repo_id)
-        return name
+        return self._names.get(repo_id)
 
     def put(self, repo_id: int, name: str) -> None:
-        self._names[repo_id] = name
-        while len(self._names) > self._size:
-            self._names.popitem(last=False)
+        self._names.put(repo_id, name)
 
     def __len__(self) -> int:
         return len(self._names)

@@ -9,11 +9,12 @@ keys too: past ``MAX_KEYS`` causes, the oldest is forgotten.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
 import structlog
+
+from gitea_runner_operator.kit.lru import LRU
 
 log = structlog.get_logger(__name__)
 
@@ -30,8 +31,8 @@ class Refusals:
         max_keys: int = MAX_KEYS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._interval, self._max, self._clock = interval, max_keys, clock
-        self._seen: OrderedDict[tuple[str, str], tuple[float, int]] = OrderedDict()
+        self._interval, self._clock = interval, clock
+        self._seen: LRU[tuple[str, str], tuple[float, int]] = LRU(max_keys)
         self.total = 0
 
     def clear(self) -> None:
@@ -39,15 +40,15 @@ class Refusals:
         self.total = 0
 
     def suppressed(self, gitea: str, cause: str) -> int:
-        return self._seen.get((gitea, cause), (0.0, 0))[1]
+        return (self._seen.peek((gitea, cause)) or (0.0, 0))[1]
 
     def refuse(self, gitea: str, cause: str, where: str) -> None:
         self.total += 1
         key = (gitea, cause)
         now = self._clock()
-        last = self._seen.get(key)
+        last = self._seen.peek(key)
         if last is not None and now - last[0] < self._interval:
-            self._seen[key] = (last[0], last[1] + 1)
+            self._seen.replace(key, (last[0], last[1] + 1))
             return
         log.warning(
             "forge answer item refused",
@@ -56,10 +57,7 @@ class Refusals:
             where=where,
             suppressed=last[1] if last is not None else 0,
         )
-        self._seen[key] = (now, 0)
-        self._seen.move_to_end(key)
-        while len(self._seen) > self._max:
-            self._seen.popitem(last=False)
+        self._seen.put(key, (now, 0))
 
 
 REFUSALS = Refusals()

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Final
 
+from gitea_runner_operator.kit.lru import LRU
+
 # Causes remembered at most: a stream of new causes (new groups, new label sets) costs a
 # bounded table, and a forgotten cause only logs its next line early.
 MAX_CAUSES: Final = 4096
@@ -28,10 +30,9 @@ class LogRate:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._interval = interval
-        self._max_keys = max_keys
         self._clock = clock
         # cause -> [when its last line went out, lines held back since]; oldest first
-        self._causes: dict[Hashable, list[float]] = {}
+        self._causes: LRU[Hashable, list[float]] = LRU(max_keys)
 
     def __len__(self) -> int:
         return len(self._causes)
@@ -40,13 +41,10 @@ class LogRate:
         """None: hold this line back (it is counted). Otherwise write it now, with the
         returned number of lines of this cause held back since its last one."""
         now = self._clock()
-        kept = self._causes.get(cause)
+        kept = self._causes.peek(cause)
         if kept is not None and now - kept[0] < self._interval:
             kept[1] += 1
             return None
         held = int(kept[1]) if kept is not None else 0
-        self._causes.pop(cause, None)
-        while len(self._causes) >= self._max_keys:
-            self._causes.pop(next(iter(self._causes)))
-        self._causes[cause] = [now, 0]
+        self._causes.put(cause, [now, 0])
         return held

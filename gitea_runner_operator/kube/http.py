@@ -26,6 +26,18 @@ REQUEST_TIMEOUT = 10.0
 MERGE_PATCH = "application/merge-patch+json"
 # A list (an informer's first read, or its relist) may carry every object of a kind.
 LIST_TIMEOUT = 60.0
+# A Lease call (leader election, sharding's membership): shorter than REQUEST_TIMEOUT, so that
+# a hung call leaves room for another try within the renew deadline (10 s by default).
+LEASE_TIMEOUT = 5.0
+# A scrape waits for its TokenReview and SubjectAccessReview: a slow API server answers the
+# scraper 503 after this long rather than holding its connection.
+REVIEW_TIMEOUT = 5.0
+# A watch asks the server to end it after a random timeout in this range (seconds, as
+# client-go's reflector), so the watches of many informers do not all end at once; the client
+# gives up WATCH_GRACE later, so only a connection that went silent is cut by the client.
+WATCH_TIMEOUT_MIN = 300
+WATCH_TIMEOUT_MAX = 600
+WATCH_GRACE = 30
 # A 429 is tried again this many times in all, each after the server's Retry-After (or
 # THROTTLE_DEFAULT when it gave none), capped at THROTTLE_MAX.
 THROTTLE_ATTEMPTS = 4

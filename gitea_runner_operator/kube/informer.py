@@ -23,7 +23,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
 from gitea_runner_operator.kit.backoff import doubling, jittered
-from gitea_runner_operator.kube.http import LIST_TIMEOUT, send
+from gitea_runner_operator.kube.http import (
+    LIST_TIMEOUT,
+    WATCH_GRACE,
+    WATCH_TIMEOUT_MAX,
+    WATCH_TIMEOUT_MIN,
+    send,
+)
 from gitea_runner_operator.objects.slim import Obj, strip_managed_fields
 
 log = structlog.get_logger(__name__)
@@ -55,8 +61,8 @@ class Informer:
         label_selector: str | None = None,
         handler: Handler | None = None,
         transform: Callable[[Obj], Obj] | None = None,
-        min_watch_timeout: int = 300,
-        max_watch_timeout: int = 600,
+        min_watch_timeout: int = WATCH_TIMEOUT_MIN,
+        max_watch_timeout: int = WATCH_TIMEOUT_MAX,
     ) -> None:
         self.name = name
         self._list_func = list_func
@@ -147,7 +153,7 @@ class Informer:
                     resource_version=resource_version,
                     allow_watch_bookmarks=True,
                     timeout_seconds=timeout,
-                    _request_timeout=timeout + 30,
+                    _request_timeout=timeout + WATCH_GRACE,
                 )
                 async for event in stream:
                     kind = event["type"]

@@ -26,6 +26,8 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
+from gitea_runner_operator.kit.bucket import Bucket
+
 _GRANTED = "granted"
 _PACE = "pace"  # the waiter becomes the one that paces the bucket
 # How long a write may wait for its token: at the default 100 writes/s, 3,000 writes ahead.
@@ -49,11 +51,9 @@ class TokenBucket:
         if qps <= 0 or burst < 1:
             raise ValueError("qps must be > 0 and burst >= 1")
         self._qps = qps
-        self._burst = float(burst)
-        self._tokens = float(burst)
+        self._level = Bucket(qps, burst, clock())
         self._clock = clock
         self._sleep = sleep
-        self._last = clock()
         self._deadline = deadline
         # key -> its waiters by class (urgent: True); keys with waiters, in round-robin order.
         self._queues: dict[str, dict[bool, deque[asyncio.Future[str]]]] = {}
@@ -62,25 +62,20 @@ class TokenBucket:
         self.waited = 0.0  # seconds the pacer slept for tokens, for tests and benchmarks
 
     def _refill(self) -> None:
-        now = self._clock()
-        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
-        self._last = now
+        self._level.refill(self._clock())
 
     def pause(self, seconds: float) -> None:
         """Hand out no token for ``seconds`` (the API server said 429 with Retry-After): the
         bucket goes into debt, and every waiter, whatever its key, waits it out in turn."""
         self._refill()
-        self._tokens = min(self._tokens, 0.0) - seconds * self._qps
+        self._level.tokens = min(self._level.tokens, 0.0) - seconds * self._qps
 
     async def acquire(self, key: str = "", *, urgent: bool = False) -> None:
         """Wait for a write token; ``key`` (a namespace) decides whose turn it is, and within
         a key ``urgent`` ones (runner creates) are served first. Raises
         :class:`NoWriteToken` when none came within the deadline."""
-        if not self._queues:
-            self._refill()
-            if self._tokens >= 1:
-                self._tokens -= 1
-                return
+        if not self._queues and self._level.take(self._clock()):
+            return
         try:
             async with asyncio.timeout(self._deadline):
                 await self._wait(key, urgent)
@@ -114,19 +109,19 @@ class TokenBucket:
         """Hand out tokens in turn until it is this waiter's own."""
         while True:
             self._refill()
-            if self._tokens < 1:
-                wait = (1 - self._tokens) / self._qps
+            if self._level.tokens < 1:
+                wait = (1 - self._level.tokens) / self._qps
                 self.waited += wait
                 await self._sleep(wait)
                 self._refill()
-                if self._tokens < 1 - 1e-6:
+                if self._level.tokens < 1 - 1e-6:
                     continue  # paused meanwhile (the API server's 429): wait out the debt
                 # The wait was for one token: rounding must not make it sleep again.
-                self._tokens = max(self._tokens, 1.0)
+                self._level.tokens = max(self._level.tokens, 1.0)
             nxt = self._next(mine)
             if nxt is None:
                 return
-            self._tokens -= 1
+            self._level.tokens -= 1
             if nxt is mine:
                 return
             nxt.set_result(_GRANTED)

@@ -11,7 +11,6 @@ keeps getting its answers.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from collections.abc import Callable
@@ -20,7 +19,10 @@ from typing import Any, Final, Protocol
 
 from kubernetes_asyncio import client
 
+from gitea_runner_operator.kit.bucket import Bucket
+from gitea_runner_operator.kit.singleflight import SingleFlight
 from gitea_runner_operator.kit.ttlcache import TTLCache
+from gitea_runner_operator.kube.http import REVIEW_TIMEOUT
 
 # Seconds an answer is trusted: a granted one for a minute (a revoked binding takes effect
 # within it), a refused one briefly (a binding just made takes effect soon).
@@ -30,7 +32,6 @@ MAX_TOKENS: Final = 1024
 # Reviews of tokens not seen before: this many per second on average, bursts of NEW_BURST.
 NEW_PER_SECOND: Final = 2.0
 NEW_BURST: Final = 10
-CALL_TIMEOUT: Final = 5.0
 
 OK: Final = 200
 UNAUTHENTICATED: Final = 401
@@ -65,7 +66,7 @@ class ApiReviewer:
                 "kind": "TokenReview",
                 "spec": {"token": token},
             },
-            _request_timeout=CALL_TIMEOUT,
+            _request_timeout=REVIEW_TIMEOUT,
         )
         status = token_review.status
         if status is None or not status.authenticated or status.user is None:
@@ -83,7 +84,7 @@ class ApiReviewer:
                     "nonResourceAttributes": {"path": self._path, "verb": "get"},
                 },
             },
-            _request_timeout=CALL_TIMEOUT,
+            _request_timeout=REVIEW_TIMEOUT,
         )
         allowed = bool(access.status is not None and access.status.allowed)
         return Reviewed(authenticated=True, allowed=allowed)
@@ -101,15 +102,12 @@ class MetricsAccess:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._reviewer = reviewer
-        self._rate = new_per_second
-        self._burst = float(new_burst)
-        self._tokens = float(new_burst)
-        self._filled_at = clock()
+        self._new = Bucket(new_per_second, new_burst, clock())
         self._clock = clock
         self._answers: TTLCache[bytes, int] = TTLCache(
             GRANTED_TTL, max_entries=MAX_TOKENS, clock=clock
         )
-        self._pending: dict[bytes, asyncio.Future[int]] = {}
+        self._reviews: SingleFlight[bytes, int] = SingleFlight()
         self.reviews = 0  # reviews asked for, for tests and benchmarks
 
     async def check(self, authorization: str | None) -> int:
@@ -121,14 +119,9 @@ class MetricsAccess:
         known = self._answers.get(key)
         if known is not None:
             return known
-        pending = self._pending.get(key)
-        if pending is None:
-            if not self._take():
-                return TOO_MANY
-            pending = asyncio.ensure_future(self._review(key, token))
-            self._pending[key] = pending
-        # Shielded: a scraper that goes away does not cancel the review others wait for.
-        return await asyncio.shield(pending)
+        if key not in self._reviews and not self._new.take(self._clock()):
+            return TOO_MANY
+        return await self._reviews.run(key, lambda: self._review(key, token))
 
     async def _review(self, key: bytes, token: str) -> int:
         self.reviews += 1
@@ -136,20 +129,9 @@ class MetricsAccess:
             reviewed = await self._reviewer.review(token)
         except Exception:  # the API server unreachable, a timeout, a refusal: not an answer
             return UNAVAILABLE
-        finally:
-            self._pending.pop(key, None)
         if not reviewed.authenticated:
             answer = UNAUTHENTICATED
         else:
             answer = OK if reviewed.allowed else FORBIDDEN
         self._answers.put(key, answer, ttl=GRANTED_TTL if answer == OK else REFUSED_TTL)
         return answer
-
-    def _take(self) -> bool:
-        now = self._clock()
-        self._tokens = min(self._burst, self._tokens + (now - self._filled_at) * self._rate)
-        self._filled_at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True

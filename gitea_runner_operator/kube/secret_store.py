@@ -26,7 +26,6 @@ by the modules that own them; they are not tenants' input and do not pass throug
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import time
@@ -39,6 +38,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import not_opted_in, opted_in
+from gitea_runner_operator.kit.singleflight import SingleFlight
 from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.http import REQUEST_TIMEOUT
 from gitea_runner_operator.settings import SECRETS_ROLE
@@ -150,7 +150,7 @@ class SecretStore:
             sweep_every=negative_ttl,
             clock=clock,
         )
-        self._inflight: dict[tuple[str, str], asyncio.Task[_Answer]] = {}
+        self._reads: SingleFlight[tuple[str, str], _Answer] = SingleFlight()
         # Keys asked for while a read is out: what it will keep.
         self._wanted: dict[tuple[str, str], set[str]] = {}
         # Bumped by invalidate(): a read that began before must not store what it found.
@@ -192,33 +192,25 @@ class SecretStore:
         wanted = self._wanted.setdefault(where, set(entry.keys if entry is not None else ()))
         if key is not None:
             wanted.add(key)
-        task = self._inflight.get(where)
-        if task is None:
-            task = asyncio.create_task(self._read(namespace, name))
-            self._inflight[where] = task
-            task.add_done_callback(lambda done: self._settled(where, done))
-        # shield: one reader giving up (its poll was cancelled) must not cancel the others'.
-        return _unwrap(await asyncio.shield(task), key)
+        answer = await self._reads.run(
+            where,
+            lambda: self._read(namespace, name),
+            settled=lambda: self._wanted.pop(where, None),
+        )
+        return _unwrap(answer, key)
 
     def invalidate(self, namespace: str, name: str) -> None:
         """Forget one answer (Gitea just refused the token it held: read it afresh). A read
         already under way still answers its callers but is not remembered, and the next
         caller starts a new one."""
         self._answers.pop((namespace, name))
-        self._inflight.pop((namespace, name), None)
+        self._reads.forget((namespace, name))
         self._wanted.pop((namespace, name), None)
         self._epoch += 1
 
     def retain(self, namespaces: set[str]) -> None:
         """Forget the Secrets of namespaces that have no group any more."""
         self._answers.retain(lambda key: key[0] in namespaces)
-
-    def _settled(self, key: tuple[str, str], task: asyncio.Task[_Answer]) -> None:
-        if self._inflight.get(key) is task:
-            del self._inflight[key]
-            self._wanted.pop(key, None)
-        if not task.cancelled():
-            task.exception()  # retrieved: every reader may have given up before it failed
 
     async def _read(self, namespace: str, name: str) -> _Answer:
         self.reads += 1

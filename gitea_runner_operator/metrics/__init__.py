@@ -1,6 +1,7 @@
 """Prometheus metrics: one :class:`Metrics` facade (``facade.py``) over the series of the
-groups (``groups.py``), Gitea, Kubernetes and the work queue (``workqueue.py``), named in
-``names.py``. Importers use ``from gitea_runner_operator.metrics import X``."""
+groups (``groups.py``), Gitea, Kubernetes, the work queue (``workqueue.py``) and why jobs
+wait (``why.py``), named in ``names.py``. Importers use
+``from gitea_runner_operator.metrics import X``."""
 
 from gitea_runner_operator.metrics.facade import Metrics
 from gitea_runner_operator.metrics.names import (
@@ -13,6 +14,7 @@ from gitea_runner_operator.metrics.names import (
     kube_outcome,
     status_code_label,
 )
+from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.metrics.workqueue import WorkQueueMetrics
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "SEEN_JOBS_PER_GROUP",
     "SEEN_JOBS_TTL",
     "Metrics",
+    "WhyMetrics",
     "WorkQueueMetrics",
     "endpoint_class",
     "kube_outcome",

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from gitea_runner_operator.kit.singleflight import SingleFlight
+
 # Seconds a rendered body is served before the next scrape renders again.
 RENDER_EVERY: Final = 5.0
 
@@ -34,21 +36,16 @@ class SharedRender:
         self._clock = clock
         self._body: bytes | None = None
         self._at = 0.0
-        self._pending: asyncio.Future[bytes] | None = None
+        self._renders: SingleFlight[None, bytes] = SingleFlight()
 
     async def body(self) -> bytes:
         if self._body is not None and self._clock() - self._at < self._every:
             return self._body
-        if self._pending is None:
-            self._pending = asyncio.ensure_future(self._fresh())
-        # Shielded: a scraper that goes away does not cancel the render the others wait for.
-        return await asyncio.shield(self._pending)
+        # A scraper that goes away does not cancel the render the others wait for.
+        return await self._renders.run(None, self._fresh)
 
     async def _fresh(self) -> bytes:
         started = self._clock()
-        try:
-            body = await asyncio.to_thread(self._render)
-        finally:
-            self._pending = None
+        body = await asyncio.to_thread(self._render)
         self._body, self._at = body, started
         return body

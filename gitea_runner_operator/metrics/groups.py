@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.timings import execution_time, startup_latency
+from gitea_runner_operator.kit.lru import LRU
 from gitea_runner_operator.metrics.names import (
     DURATION_BUCKETS,
     GROUP_LABELS,
@@ -97,7 +97,7 @@ class GroupSeries:
 
         # Job ids already observed per group, so a level-triggered caller that lists the
         # same job on every poll observes it once (bounded: oldest ids are forgotten).
-        self._seen: dict[tuple[str, str, str], OrderedDict[int, float]] = {}
+        self._seen: dict[tuple[str, str, str], LRU[int, float]] = {}
 
     def group_observed(
         self,
@@ -188,20 +188,17 @@ class GroupSeries:
                 self.job_duration(namespace, name, duration)
 
     def _first_time(self, namespace: str, name: str, what: str, job_id: int) -> bool:
-        seen = self._seen.setdefault((namespace, name, what), OrderedDict())
+        seen = self._seen.setdefault((namespace, name, what), LRU(SEEN_JOBS_PER_GROUP))
         now = self._clock()
         first = job_id not in seen
-        seen[job_id] = now  # listed again: remembered for another TTL
-        seen.move_to_end(job_id)
+        seen.put(job_id, now)  # listed again: remembered for another TTL
         self._prune(seen)
         return first
 
-    def _prune(self, seen: OrderedDict[int, float] | None) -> None:
+    def _prune(self, seen: LRU[int, float] | None) -> None:
         now = self._clock()
-        while seen and (
-            len(seen) > SEEN_JOBS_PER_GROUP or now - next(iter(seen.values())) > SEEN_JOBS_TTL
-        ):
-            seen.popitem(last=False)
+        while seen and (oldest := seen.oldest()) is not None and now - oldest > SEEN_JOBS_TTL:
+            seen.drop_oldest()
 
     def forget_group(self, namespace: str, name: str) -> None:
         """Drop every series of a deleted group, so dashboards do not show it forever."""

@@ -14,6 +14,8 @@ PREFIX: Final = "gitea_runner_operator_"
 CONTENT_TYPE: Final = CONTENT_TYPE_PLAIN_0_0_4
 GROUP_LABELS: Final = ("namespace", "runnergroup")
 RUNNER_STATES: Final = ("starting", "idle", "busy")
+# Why a group's matching queued job is not running yet (waiting_jobs' reason label).
+WAITING_REASONS: Final = ("starting_runner", "at_capacity", "held_back", "served_by_peer")
 
 # Seconds. Start-up latency spans a poll interval plus a Pod start (image pull): 1 s .. 30 min.
 LATENCY_BUCKETS: Final = (1, 2.5, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1800)

@@ -16,7 +16,6 @@ its group the condition ``GiteaAnswerTooLarge`` and nobody else memory.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -51,6 +50,7 @@ from gitea_runner_operator.forge.observe import (
 )
 from gitea_runner_operator.forge.observe import GiteaHandle as GiteaHandle  # re-exported
 from gitea_runner_operator.forge.scope import ScopeRef
+from gitea_runner_operator.kit.clock import utc_now_iso
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 from gitea_runner_operator.metrics import Metrics
@@ -62,10 +62,6 @@ log = structlog.get_logger(__name__)
 # times, TLS contexts and HTTP sessions of old tokens, old CA bundles or deleted groups.
 IDLE_EXPIRY = 600.0
 HOUSEKEEPING_EVERY = 60.0
-
-
-def utc_now_iso() -> str:
-    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 class Observer:

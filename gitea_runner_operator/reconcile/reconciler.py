@@ -20,6 +20,7 @@ from gitea_runner_operator.api.naming import GroupKey, runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.inputs import GroupPass, read_pass, with_answer
@@ -45,7 +46,6 @@ from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
 from gitea_runner_operator.reconcile.steps.stuck import STUCK_BACKOFF_MAX, note_stuck
 from gitea_runner_operator.reconcile.steps.teardown import FINALIZER, Teardown
 from gitea_runner_operator.reconcile.timers import next_due
-from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
 from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook
 from gitea_runner_operator.reconcile.why.unmatched_book import publish as publish_unmatched
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import threading
 import time
 from collections.abc import Callable
@@ -38,14 +37,12 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gitea_runner_operator.kit.clock import utc_now_micro
+from gitea_runner_operator.kube.http import LEASE_TIMEOUT
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.settings import Settings
 
 log = structlog.get_logger(__name__)
-
-
-def _now_micro() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -63,7 +60,7 @@ class LeaseElector:
         identity: str,
         *,
         lease_duration: int = 15,
-        call_timeout: float = 5.0,
+        call_timeout: float = LEASE_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
         leases: Any = None,
     ) -> None:
@@ -117,9 +114,9 @@ class LeaseElector:
             {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": self._duration,
-                "renewTime": _now_micro(),
+                "renewTime": utc_now_micro(),
                 "acquireTime": (
-                    _now_micro()
+                    utc_now_micro()
                     if holder != self.identity or spec is None or spec.acquire_time is None
                     else spec.acquire_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
                 ),
@@ -156,8 +153,8 @@ class LeaseElector:
             {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": self._duration,
-                "acquireTime": _now_micro(),
-                "renewTime": _now_micro(),
+                "acquireTime": utc_now_micro(),
+                "renewTime": utc_now_micro(),
                 "leaseTransitions": 0,
             },
         )
@@ -229,7 +226,9 @@ class LeaseThreadFailed(RuntimeError):
     """The Lease thread ended on an error (its log line says which)."""
 
 
-JOIN_TIMEOUT: Final = 15.0  # seconds: a release has a 5 s call timeout per request
+# Seconds the close waits for the thread: a call under way, then the release (a read and an
+# update), each within its own LEASE_TIMEOUT.
+JOIN_TIMEOUT: Final = 3 * LEASE_TIMEOUT
 
 
 class LeaseKeeper:

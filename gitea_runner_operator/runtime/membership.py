@@ -14,7 +14,6 @@ cleared Lease would stay behind forever, while a deleted one is simply not liste
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 import time
 from collections.abc import Callable
@@ -25,6 +24,8 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gitea_runner_operator.kit.clock import utc_now_micro
+from gitea_runner_operator.kube.http import LEASE_TIMEOUT
 from gitea_runner_operator.reconcile.shards import ANNOTATION, Published, Reading
 
 log = structlog.get_logger(__name__)
@@ -38,10 +39,6 @@ def lease_name(release: str, identity: str) -> str:
     """``<release>-member-<identity>`` as a valid object name (lower case, at most 253)."""
     raw = _UNSAFE.sub("-", f"{release}-member-{identity}".lower()).strip("-.")
     return raw[:_NAME_MAX].rstrip("-.")
-
-
-def _now_micro() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +59,7 @@ class MembershipLeases:
         identity: str,
         *,
         lease_duration: int = 15,
-        call_timeout: float = 5.0,
+        call_timeout: float = LEASE_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
         leases: Any = None,  # a CoordinationV1Api; tests pass a fake
     ) -> None:
@@ -131,7 +128,7 @@ class MembershipLeases:
             "spec": {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": self._duration,
-                "renewTime": _now_micro(),
+                "renewTime": utc_now_micro(),
             },
         }
 

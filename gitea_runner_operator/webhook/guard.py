@@ -33,14 +33,15 @@ import concurrent.futures
 import json
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
 import structlog
 
+from gitea_runner_operator.kit.bucket import Bucket
 from gitea_runner_operator.kit.jsonlimits import too_deep
 from gitea_runner_operator.kit.lograte import LogRate
+from gitea_runner_operator.kit.lru import LRU
 from gitea_runner_operator.webhook import signature
 from gitea_runner_operator.webhook.routing import Repository, parse_repository
 
@@ -184,20 +185,16 @@ class Deliveries:
     """Verified delivery ids seen lately (bounded LRU)."""
 
     def __init__(self, size: int = DELIVERY_MEMORY) -> None:
-        self._size = size
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen: LRU[str, bool] = LRU(size)
 
     def first_time(self, delivery_id: str | None) -> bool:
         """True the first time an id is seen (and for deliveries without one)."""
         if not delivery_id:
             return True
         delivery_id = delivery_id[:128]
-        if delivery_id in self._seen:
-            self._seen.move_to_end(delivery_id)
+        if self._seen.get(delivery_id):
             return False
-        self._seen[delivery_id] = None
-        if len(self._seen) > self._size:
-            self._seen.popitem(last=False)
+        self._seen.put(delivery_id, True)
         return True
 
 
@@ -237,10 +234,9 @@ class WakeLimiter:
         self._known = known
         self._asking = asking
         self._clock = clock
-        self._max = max_groups
-        # Per group: (tokens left, when they were counted). A group not listed has a full
-        # bucket; the oldest entries go beyond ``max_groups`` (they are full again by then).
-        self._tokens: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        # Per group: its bucket as last spent. A group not listed has a full bucket; the least
+        # recently woken go beyond ``max_groups`` (they are full again by then).
+        self._buckets: LRU[str, Bucket] = LRU(max_groups)
         # Per group with a wake-up due: its timer, when the first of its deliveries came,
         # the queued jobs it is for (None: one that no listed job can answer), and whether
         # it waits for a refresh in flight (else for its token).
@@ -251,8 +247,8 @@ class WakeLimiter:
     def _available(self, key: str, now: float) -> float:
         if self._interval <= 0:
             return float(self._burst)  # no limit (tests)
-        tokens, at = self._tokens.get(key, (float(self._burst), now))
-        return min(float(self._burst), tokens + (now - at) / self._interval)
+        bucket = self._buckets.peek(key)
+        return float(self._burst) if bucket is None else bucket.level(now)
 
     def _ask(self, check: Callable[[], bool], key: str) -> bool:
         try:
@@ -320,10 +316,9 @@ class WakeLimiter:
             self._spend(key, now, jobs, since)
 
     def _fire(self, key: str, now: float, tokens: float) -> None:
-        self._tokens[key] = (tokens - 1.0, now)
-        self._tokens.move_to_end(key)
-        while len(self._tokens) > self._max:
-            self._tokens.popitem(last=False)
+        if self._interval > 0:  # else no limit (tests): nothing to remember
+            rate = 1.0 / self._interval
+            self._buckets.put(key, Bucket(rate, self._burst, now, tokens - 1.0))
         self._wake(key)
 
     def close(self) -> None:

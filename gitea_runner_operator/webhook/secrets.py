@@ -16,7 +16,6 @@ from typing import Final
 import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL
 from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.secret_store import LentSecret, SecretStore, SecretUnavailable
 from gitea_runner_operator.webhook.routing import SecretLocation
@@ -67,11 +66,7 @@ async def read_secret(store: SecretStore, where: SecretLocation) -> bytes:
     try:
         lent = await store.get(where.namespace, where.name, where.key)
     except SecretUnavailable as exc:
-        if exc.reason == "NotFound":
-            raise WebhookSecretError(f"{what} not found") from None
-        if exc.reason == "Forbidden":
-            raise WebhookSecretError(store.refused(what)) from None
-        raise WebhookSecretError(f"{what} lacks the label {CREDENTIALS_LABEL}=true") from None
+        raise WebhookSecretError(store.why_unavailable(exc)) from None
     except ApiException as exc:
         raise WebhookSecretError(f"reading {what} failed: HTTP {exc.status}") from None
     return decode_secret(lent, where)

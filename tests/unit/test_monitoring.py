@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from gitea_runner_operator.metrics import PREFIX, Metrics
-from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
+from gitea_runner_operator.metrics.why import WhyMetrics
 from tests.support import CHART, MONITORING, REPO_ROOT
 
 REPO = REPO_ROOT

@@ -32,6 +32,7 @@ from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.observation import ProblemError
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.backoff import jittered
+from gitea_runner_operator.kit.lru import LRU
 from gitea_runner_operator.reconcile.jobcache_plan import cache_status, fingerprint
 from gitea_runner_operator.reconcile.steps.jobcache_writes import CacheRefusal, Objects, OwnedWrites
 
@@ -105,13 +106,13 @@ class CacheServers:
         self._resync = resync
         self._drift = drift_resync
         self._jitter = jitter
-        self._memo: dict[str, _Memo] = {}
+        self._memo: LRU[str, _Memo] = LRU(MAX_GROUPS)
 
     def settling(self, key: str) -> bool:
         """Whether the group's cache server is not ready yet: nothing else queues a reconcile
         when it turns ready (no watch on its Deployment), so the pass must come back to read
         it (every STATUS_EVERY) until it is."""
-        memo = self._memo.get(key)
+        memo = self._memo.peek(key)
         return memo is not None and not memo.ready
 
     async def ensure(self, group: dict[str, Any], spec: RunnerGroupSpec) -> bool:
@@ -121,14 +122,14 @@ class CacheServers:
         key = str(GroupKey.of(group))
         previous = (group.get("status") or {}).get("cache")
         if not uses_cache(spec.cache):
-            self._memo.pop(key, None)
+            self._memo.pop(key)
             if previous is not None:
                 await self._writes.remove(meta, keep_secret=False)
                 await self._report(group, previous, None)
             return True
         now = self._clock()
         uid, generation = str(meta.get("uid")), int(meta.get("generation") or 0)
-        memo = self._memo.get(key)
+        memo = self._memo.peek(key)
         if memo is not None and memo.uid != uid:
             memo = None
         if memo is not None and memo.generation == generation:
@@ -223,10 +224,7 @@ class CacheServers:
         return memo.config_ok
 
     def _remember(self, key: str, memo: _Memo) -> None:
-        self._memo.pop(key, None)
-        self._memo[key] = memo
-        while len(self._memo) > MAX_GROUPS:
-            del self._memo[next(iter(self._memo))]
+        self._memo.put(key, memo)
 
     async def _inputs(
         self, meta: dict[str, Any], spec: RunnerGroupSpec

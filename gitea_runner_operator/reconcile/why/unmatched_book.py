@@ -15,7 +15,6 @@ label set would otherwise write a line per job.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +23,9 @@ import structlog
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.kit.lograte import LogRate
+from gitea_runner_operator.kit.lru import LRU
+from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile.accounting import Claimant
-from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
 from gitea_runner_operator.reconcile.why.unmatched import (
     Offer,
     Sighting,
@@ -69,7 +69,6 @@ class UnmatchedBook:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._every = every
-        self._memo_size = memo_size
         self._min_interval = min_interval
         self._clock = clock
         self._members: dict[str, _Member] = {}
@@ -78,7 +77,7 @@ class UnmatchedBook:
         # Gitea URL -> the one group asked to come back for an evaluation skipped for
         # min_interval: one pass per URL, not one per group (1,000 groups share a Gitea).
         self._retry: dict[str, str] = {}
-        self._warned: OrderedDict[tuple[str, tuple[str, ...]], float] = OrderedDict()
+        self._warned: LRU[tuple[str, tuple[str, ...]], float] = LRU(memo_size)
         self.log_rate = LogRate(LOG_EVERY, clock=clock)  # per Gitea URL
 
     def report(self, url: str, claimant: Claimant, jobs: Sequence[ActionJob] | None) -> None:
@@ -146,13 +145,10 @@ class UnmatchedBook:
 
     def _due(self, s: UnmatchedSet, now: float) -> bool:
         key = (s.url, s.labels)
-        last = self._warned.get(key)
+        last = self._warned.peek(key)
         if last is not None and now - last < self._every:
             return False
-        self._warned[key] = now
-        self._warned.move_to_end(key)
-        while len(self._warned) > self._memo_size:
-            self._warned.popitem(last=False)
+        self._warned.put(key, now)
         return True
 
 

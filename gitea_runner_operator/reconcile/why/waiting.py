@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.kit.clock import iso_seconds
 from gitea_runner_operator.reconcile.why.unmatched import real_time
 
 # Peers named in status: enough to act on, bounded for a large family.
@@ -69,12 +70,10 @@ class Waiting:
     def oldest_iso(self) -> str | None:
         if self.oldest is None:
             return None
-        return (
-            self.oldest.astimezone(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-        )
+        return iso_seconds(self.oldest)
 
     def counts(self) -> dict[str, int]:
-        """By the metric's reason label (why/metrics.py, REASONS)."""
+        """By the metric's reason label (metrics/names.WAITING_REASONS)."""
         return {
             "starting_runner": self.starting_runner,
             "at_capacity": self.at_capacity,

@@ -288,3 +288,19 @@ def test_each_way_a_secret_cannot_be_used_has_one_sentence():
     assert said["Forbidden"].startswith("the operator may not read Secret team-a/db;")
     assert "gitea-runner-operator-secrets" in said["Forbidden"]
     assert said["NotOptedIn"] == f'Secret team-a/db lacks the label {CREDENTIALS_LABEL}: "true"'
+
+
+@pytest.mark.parametrize(
+    ("core", "reason"),
+    [
+        (FakeCore({}, status=404), "NotFound"),
+        (FakeCore({}, status=403), "Forbidden"),
+        (FakeCore({"db": secret({"k": "v"}, labels={})}), "NotOptedIn"),
+    ],
+)
+async def test_the_webhook_secret_says_the_tables_sentence(core, reason):
+    """--webhook-secret's errors are the table's words, not a wording of their own."""
+    store = store_over(core)
+    with pytest.raises(WebhookSecretError) as err:
+        await read_secret(store, SecretLocation("team-a", "db", "k"))
+    assert str(err.value) == store.why_unavailable(SecretUnavailable("team-a", "db", reason))

@@ -42,6 +42,41 @@ def test_kubernetes_requests_take_the_one_timeout(path):
     assert path.name == "http.py" or constants == [], f"{path.name} writes its own {constants}"
 
 
+def _own_timeouts(path: Path) -> list[str]:
+    """Module constants and parameter defaults named like a timeout that are a bare number."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(target, ast.Name) and "TIMEOUT" in target.id:
+            found += [target.id] if isinstance(node.value, ast.Constant) else []
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = node.args
+            named = [
+                *zip(args.args[::-1], args.defaults[::-1], strict=False),
+                *zip(args.kwonlyargs, args.kw_defaults, strict=True),
+            ]
+            found += [
+                f"{node.name}({arg.arg}=<number>)"
+                for arg, default in named
+                if "timeout" in arg.arg and isinstance(default, ast.Constant)
+            ]
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        *sorted((PACKAGE / "kube").glob("*.py")),
+        PACKAGE / "runtime" / "leadership.py",
+        PACKAGE / "runtime" / "membership.py",
+    ],
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_kubernetes_timeouts_outside_kube_http_have_no_number_of_their_own(path):
+    """The Lease calls and the scrape reviews too: their timeouts are kube/http's."""
+    assert path.name == "http.py" or _own_timeouts(path) == []
+
+
 def test_the_poll_tasks_steps_take_the_settings_deadline():
     assert _numbers_given_to(PACKAGE / "poll" / "poller.py", {"timeout"}) == []
     assert REQUEST_TIMEOUT == 10.0

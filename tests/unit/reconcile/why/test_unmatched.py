@@ -13,8 +13,8 @@ from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile.accounting import Claimant
-from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
 from gitea_runner_operator.reconcile.why.unmatched import (
     OTHER,
     Cause,
