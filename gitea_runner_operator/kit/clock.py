@@ -22,3 +22,12 @@ def utc_now_micro() -> str:
     """Now to the microsecond, ``Z``-suffixed: a Lease's ``MicroTime``, whose renewals a few
     seconds apart must still compare as different."""
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def iso_timestamp(iso: str) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time (``...Z``), or None if it is not one: a
+    time a status or a snapshot carries, read back."""
+    try:
+        return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

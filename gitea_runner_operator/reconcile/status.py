@@ -15,7 +15,6 @@ present only while True (Flux's convention; kstatus reads an absent one as False
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,18 +31,6 @@ STALLED = "Stalled"
 # Secret to another controller (sealed or external secrets): that is progress, not a failure.
 # Twenty of the 3 s Secret retries (poll/poller.py SECRET_RETRY).
 STALL_GRACE = 60.0
-
-
-def utc_now_iso() -> str:
-    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def iso_timestamp(iso: str) -> float | None:
-    """Seconds since the epoch of an RFC 3339 time (``...Z``), or None if it is not one."""
-    try:
-        return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def ready_condition(

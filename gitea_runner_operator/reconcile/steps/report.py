@@ -14,7 +14,9 @@ import structlog
 
 from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.kit.clock import iso_timestamp, utc_now_iso
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile import status as st
 from gitea_runner_operator.reconcile.inputs import GroupPass
@@ -23,7 +25,6 @@ from gitea_runner_operator.reconcile.ports import ClusterWrites, Sources
 from gitea_runner_operator.reconcile.scaling import Plan, RunnerState, matching_demand
 from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites, Patch
-from gitea_runner_operator.reconcile.why.metrics import WhyMetrics
 from gitea_runner_operator.reconcile.why.waiting import (
     HeldBack,
     explain_waiting,
@@ -145,7 +146,7 @@ class StatusWriter:
             runners=counts,
             last_check_time=snapshot.checked_at if snapshot is not None else None,
             ready=ready,
-            now_iso=st.utc_now_iso(),
+            now_iso=utc_now_iso(),
             target=spec.target if spec is not None else None,
             extra_conditions=extra,
             progress=progress,
@@ -179,7 +180,7 @@ class StatusWriter:
         else:
             self.metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
         if snapshot is not None and snapshot.observation is not None:
-            checked = st.iso_timestamp(snapshot.checked_at)
+            checked = iso_timestamp(snapshot.checked_at)
             if checked is not None:
                 self.metrics.group_checked(meta["namespace"], meta["name"], checked)
         # The same failed answer queues no pass: come back when the grace ends.
@@ -224,7 +225,7 @@ class StatusWriter:
         generation = int(meta.get("generation") or 0)
         if self.announced.get(p.key) == generation:
             return  # written already; the cache has not shown it yet
-        wanted = st.applying_status(p.group.get("status"), generation, st.utc_now_iso())
+        wanted = st.applying_status(p.group.get("status"), generation, utc_now_iso())
         if wanted is None:
             return
         await self.cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
