@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client, config
 
+from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.hooks import HookClient
@@ -26,7 +27,6 @@ from gitea_runner_operator.webhook import (
     GroupDescriptor,
     WebhookServer,
 )
-from gitea_runner_operator.webhook.secrets import CREDENTIALS_LABEL
 from tests.support import manifests
 from tests.support.builders import workflow
 from tests.support.launcher import OPERATOR_NS, OPERATOR_SA, free_port
