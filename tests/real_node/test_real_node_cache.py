@@ -137,7 +137,7 @@ def test_a_cached_entry_is_restored_by_the_next_runner_and_not_by_another_group(
                 and (status.get("cache") or {}).get("ready")
             )
 
-        wait_until(settled, timeout=60, what=f"group {group}: new spec observed, cache ready")
+        wait_until(settled, timeout=180, what=f"group {group}: new spec observed, cache ready")
 
     a_url = f"http://{service_host('a', real.ns)}:8088/"
     real.push("cache.yml", workflow(a_url))

@@ -179,7 +179,7 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, case)
             and (status.get("cache") or {}).get("ready")
         )
 
-    wait_until(settled, timeout=60, what="new spec observed, cache ready")
+    wait_until(settled, timeout=180, what="new spec observed, cache ready")
     secret = real.kube.get(f"/api/v1/namespaces/{real.ns}/secrets/probe-cache")["data"]
     value = base64.b64decode(secret["external-secret"]).decode()
     # the registration token too (issue 34): gro-register registers with a cache as without
