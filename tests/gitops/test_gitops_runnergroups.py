@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from tests.support.testbed import GROUPS, condition, group_status, make_tokens, runner_group
-from tests.testbed.gitops import KUSTOMIZE_API, Flux, condition_of, kustomization
+from tests.testbed.gitops import KUSTOMIZE_API, Flux, condition_of, kstatus, kustomization
 from tests.testbed.kube import KubeClient, wait_for
 
 WORKFLOW = """\
@@ -49,6 +49,24 @@ def _applied(flux: Flux, ns: str, revision: str, timeout: float) -> dict[str, An
         timeout=timeout,
         until=lambda k: k["status"].get("lastAppliedRevision") == revision,
     )
+
+
+def test_a_group_no_operator_has_answered_for_is_in_progress_not_current(
+    kube: KubeClient, kstatus_bin: Any, team_namespace: str, gitea_target: Any, cluster: Any
+) -> None:
+    """The gap a full CI run showed: Flux applied a group and called it Ready before the
+    operator's first status write, because kstatus calls a custom resource without
+    ``status.observedGeneration`` Current. The CRD's default status closes it for every
+    GitOps tool: no operator runs here, and the group still reads as in progress."""
+    created = kube.post(
+        GROUPS.format(ns=team_namespace),
+        runner_group("fresh", target=gitea_target, url=cluster.gitea_url, labels=["x"]),
+    )
+    stored = kube.get(f"{GROUPS.format(ns=team_namespace)}/fresh")
+    assert created["status"] == stored["status"] == {"observedGeneration": 0}
+    (read,) = kstatus(stored, exe=kstatus_bin)
+    assert read["status"] == "InProgress", read
+    assert "latest observed generation is 0" in read["message"], read
 
 
 def test_a_groups_kustomization_is_ready_with_it_fails_fast_when_broken_and_prunes_it(

@@ -26,7 +26,7 @@ import pytest
 
 from gitea_runner_operator.api.cache import service_host
 from tests.support.real_node import HTTP, LOCAL, cache_pod_ip, on_real_node
-from tests.support.testbed import GROUPS, allow_cache, wait_until
+from tests.support.testbed import allow_cache
 from tests.testbed import images
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
@@ -127,17 +127,7 @@ def test_a_cached_entry_is_restored_by_the_next_runner_and_not_by_another_group(
             cache=cache,
         )
 
-        def settled(group: str = group) -> bool:
-            """The operator has seen the spec with the aliases (a runner rendered from the
-            first one could not resolve the Service name) and the cache is ready."""
-            obj = real.kube.get(f"{GROUPS.format(ns=real.ns)}/{group}")
-            status = obj.get("status") or {}
-            return bool(
-                status.get("observedGeneration") == obj["metadata"]["generation"]
-                and (status.get("cache") or {}).get("ready")
-            )
-
-        wait_until(settled, timeout=180, what=f"group {group}: new spec observed, cache ready")
+        real.wait_cache_settled(group)
 
     a_url = f"http://{service_host('a', real.ns)}:8088/"
     real.push("cache.yml", workflow(a_url))

@@ -61,7 +61,7 @@ from tests.support.real_node import (
     on_real_node,
     runner_config,
 )
-from tests.support.testbed import GROUPS, allow_cache, wait_until
+from tests.support.testbed import allow_cache
 from tests.testbed import images
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
@@ -171,15 +171,7 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, case)
     aliases = [{"ip": ip, "hostnames": [service_host("probe", real.ns)]}]
     _apply_group(real, mode, label, aliases, shared)
 
-    def settled() -> bool:
-        obj = real.kube.get(f"{GROUPS.format(ns=real.ns)}/probe")
-        status = obj.get("status") or {}
-        return bool(
-            status.get("observedGeneration") == obj["metadata"]["generation"]
-            and (status.get("cache") or {}).get("ready")
-        )
-
-    wait_until(settled, timeout=180, what="new spec observed, cache ready")
+    real.wait_cache_settled("probe")
     secret = real.kube.get(f"/api/v1/namespaces/{real.ns}/secrets/probe-cache")["data"]
     value = base64.b64decode(secret["external-secret"]).decode()
     # the registration token too (issue 34): gro-register registers with a cache as without

@@ -10,6 +10,7 @@ from typing import Any
 
 from tests.support import manifests
 from tests.support.testbed import (
+    GROUPS,
     runner_group,
     wait_until,
 )
@@ -47,6 +48,27 @@ class Real:
     def group(self, name: str, *, url: str | None = None, **spec: Any) -> None:
         body = runner_group(name, target=self.target, url=url or self.url, **spec)
         manifests.apply(self.kube, body, namespace=self.ns)
+
+    def wait_cache_settled(self, name: str, timeout: float = 180) -> None:
+        """Wait until the operator has seen the group's latest spec (a runner rendered from
+        an older one would lack its ``hostAliases``) and its cache server is ready. A timeout
+        says what the group's status held, which is what tells a slow pass from a lost one."""
+        path = f"{GROUPS.format(ns=self.ns)}/{name}"
+
+        def settled() -> bool:
+            obj = self.kube.get(path)
+            status = obj.get("status") or {}
+            return bool(
+                status.get("observedGeneration") == obj["metadata"]["generation"]
+                and (status.get("cache") or {}).get("ready")
+            )
+
+        try:
+            wait_until(settled, timeout=timeout, what=f"group {name}: spec observed, cache ready")
+        except TimeoutError as exc:
+            obj = self.kube.get(path)
+            seen = {"generation": obj["metadata"].get("generation"), "status": obj.get("status")}
+            raise AssertionError(f"{exc}; the group: {json.dumps(seen, indent=1)}") from None
 
     def push(self, name: str, workflow: str) -> None:
         self.gitea.push_workflow(self.target.org, self.target.repo, name, workflow)

@@ -43,6 +43,12 @@ async def test_a_group_with_no_status_yet_is_progressing():
     assert health(group(world))[0] == "Progressing"
 
 
+def test_a_group_with_the_crds_default_status_is_progressing():
+    """What the API server serves before the operator's first write (the CRD's default)."""
+    fresh = {"metadata": {"generation": 1}, "status": {"observedGeneration": 0}}
+    assert health(fresh) == ("Progressing", "Waiting for the operator to apply generation 1")
+
+
 async def test_a_new_generation_is_progressing_until_it_is_ready():
     world = World(snapshot(queued=0))
     await world.pass_after(1)
