@@ -52,6 +52,13 @@ ObserveFn = Callable[[str, RunnerGroupSpec, float], Awaitable[tuple[Snapshot, Gi
 SHARE_WINDOW = 5.0
 
 
+def cancelled_itself() -> bool:
+    """Whether the running task was asked to stop (``Task.cancel``), rather than an awaited
+    future it does not own having been cancelled: only the first must end the task."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 def next_delay(
     interval: float,
     failures: int,
@@ -177,10 +184,30 @@ class GroupPoller:
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name=f"poll:{self.key}")
 
+    @property
+    def running(self) -> bool:
+        """Started and not ended (a stopped poller is not running either)."""
+        return self._task is not None and not self._task.done()
+
+    @property
+    def ended(self) -> str:
+        """How the task ended, for the log line that restarts it."""
+        task = self._task
+        if task is None:
+            return "never started"
+        if not task.done():
+            return "running"
+        if task.cancelled():
+            return "cancelled"
+        exc = task.exception()
+        return repr(exc) if exc is not None else "returned"
+
     async def stop(self) -> None:
+        """Cancel the task and wait for it. A task that had already ended with an error
+        does not raise it here (``ensure`` logs it): stopping a group must not fail for it."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
 
@@ -198,6 +225,13 @@ class GroupPoller:
             self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
             try:
                 snapshot, handle = await self._observe(self._namespace, self.spec, newer_than)
+            except asyncio.CancelledError:
+                if cancelled_itself():
+                    raise
+                # A shared request this poll waited for was cancelled under it (its URL
+                # forgotten, its other waiters gone): a failed observation, not the end of
+                # the group's only Gitea task.
+                log.warning("poll observation cancelled under it; polling on", group=self.key)
             except Exception:
                 log.exception("poll failed unexpectedly", group=self.key)
             self.asking = False
@@ -370,9 +404,14 @@ class Pollers:
         return [p.spec for p in self._pollers.values()]
 
     async def ensure(self, key: str, spec: RunnerGroupSpec) -> GroupPoller:
+        """The group's poller for ``spec``: started, restarted on a new spec, and restarted
+        when its task has ended on its own. Nothing else would notice a poll task that died:
+        its group would keep its last answer and never be polled again."""
         current = self._pollers.get(key)
         if current is not None and current.spec == spec:
-            return current
+            if current.running:
+                return current
+            log.error("poll task of the group ended; restarting it", group=key, why=current.ended)
         if current is not None:
             await current.stop()
         poller = GroupPoller(

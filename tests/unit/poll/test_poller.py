@@ -215,3 +215,75 @@ async def test_orphans_are_removed_only_when_offline_idle_and_podless():
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (), orphans), [])
     assert outcome.deregistered == ["ci-h-aaaaa-bbbbb"]
     assert set(gitea.runners) == {2, 3}
+
+
+async def test_a_shared_request_cancelled_under_the_poll_does_not_end_the_groups_polling():
+    # The observation waits for a fetch it shares with other groups; when that fetch is
+    # cancelled (its last other waiter gone, its URL forgotten), the await raises
+    # CancelledError in this task although nobody cancelled the task. Ending the loop there
+    # left the group with no poll task: never asked again, its new spec never observed.
+    from gitea_runner_operator.api.runnergroup import parse_spec
+
+    calls = 0
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            shared: asyncio.Future[Snapshot] = asyncio.get_running_loop().create_future()
+            shared.cancel()  # what another party did to the request this poll shares
+            return await shared, None
+        return _snap(), None
+
+    notified: list[str] = []
+    poller = GroupPoller(
+        "team-a/ci",
+        parse_spec({**VALID, "pollInterval": "600s"}),
+        observe,
+        notified.append,
+        min_refresh=0.0,
+    )
+    poller.start()
+    try:
+        await asyncio.sleep(0.05)
+        assert poller.running and calls == 1
+        poller.wake()
+        await asyncio.sleep(0.05)
+        assert calls == 2 and poller.latest is not None and poller.latest.problem is None
+        assert notified == ["team-a/ci", "team-a/ci"]  # the failed one, then the answer
+    finally:
+        await poller.stop()
+    assert not poller.running  # stop() still ends it
+
+
+async def test_a_poll_task_that_ended_on_its_own_is_restarted_by_the_next_pass():
+    from gitea_runner_operator.api.runnergroup import parse_spec
+    from gitea_runner_operator.poll.poller import Pollers
+
+    calls = 0
+    handed: list[str] = []
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
+        nonlocal calls
+        calls += 1
+        return _snap(), None
+
+    def notify(key: str) -> None:
+        if not handed:
+            handed.append("fault")
+            raise RuntimeError("a fault outside the steps' own handlers")
+        handed.append(key)
+
+    pollers = Pollers(observe, notify, min_refresh=0.0)
+    spec = parse_spec({**VALID, "pollInterval": "600s"})
+    first = await pollers.ensure("team-a/ci", spec)
+    await asyncio.sleep(0.05)
+    assert not first.running and "RuntimeError" in first.ended
+    second = await pollers.ensure("team-a/ci", spec)  # same spec: only a dead task restarts
+    try:
+        assert second is not first and second.running
+        await asyncio.sleep(0.05)
+        assert calls == 2 and handed == ["fault", "team-a/ci"]
+        assert await pollers.ensure("team-a/ci", spec) is second
+    finally:
+        await pollers.stop_all()
