@@ -111,6 +111,8 @@ class Controller:
             enroller=self.enroller,
             step_deadline=settings.gitea_step_deadline,
             every_answer=self.ledger.must_weigh,
+            # How long an observation may take: past it (and a slack) the task counts as hung.
+            observe_deadline=settings.observe_deadline,
         )
         # A pass's status is patched by its group's writer, so no worker waits for a token.
         self.status_writes = LaterWrites(retry=self.queue.add_rate_limited)

@@ -287,3 +287,38 @@ async def test_a_poll_task_that_ended_on_its_own_is_restarted_by_the_next_pass()
         assert await pollers.ensure("team-a/ci", spec) is second
     finally:
         await pollers.stop_all()
+
+
+async def test_a_poll_task_hung_past_its_deadlines_is_restarted_by_the_next_pass():
+    from gitea_runner_operator.api.runnergroup import parse_spec
+    from gitea_runner_operator.poll.poller import BEAT_SLACK, Pollers
+
+    now = [1000.0]
+    calls = 0
+    never = asyncio.Event()
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await never.wait()  # a fault: an await with no deadline
+        return _snap(), None
+
+    pollers = Pollers(
+        observe, lambda key: None, min_refresh=0.0, clock=lambda: now[0], observe_deadline=60
+    )
+    spec = parse_spec({**VALID, "pollInterval": "600s"})
+    first = await pollers.ensure("team-a/ci", spec)
+    await asyncio.sleep(0.02)
+    now[0] += 60 + BEAT_SLACK - 1
+    assert await pollers.ensure("team-a/ci", spec) is first  # slow, within its bound
+    now[0] += 2
+    second = await pollers.ensure("team-a/ci", spec)
+    try:
+        assert second is not first and not first.running
+        await asyncio.sleep(0.02)
+        assert calls == 2 and second.latest is not None
+        now[0] += 0.95 * 600 + BEAT_SLACK - 1  # asleep until its next poll (jittered): not hung
+        assert await pollers.ensure("team-a/ci", spec) is second
+    finally:
+        await pollers.stop_all()
