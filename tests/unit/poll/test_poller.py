@@ -49,13 +49,20 @@ def test_a_long_poll_interval_is_never_shortened_by_the_backoff_cap():
     assert next_delay(300, 3, None, ProblemKind.GITEA, backoff_max=30) == 300
 
 
+def _slow_poller(observe: Any, notify: Any, min_refresh: float) -> GroupPoller:
+    """One group's poller with a 10-minute interval: every poll past the first is a wake-up."""
+    from gitea_runner_operator.api.runnergroup import parse_spec
+
+    spec = parse_spec({**VALID, "pollInterval": "600s"})
+    return GroupPoller("team-a/ci", spec, observe, notify, min_refresh=min_refresh)
+
+
 def _snap(problem: Problem | None = None) -> Snapshot:
     obs = None if problem else Observation(queued=(), runners=())
     return Snapshot(started_at=0.0, checked_at="x", observation=obs, problem=problem)
 
 
 async def test_wake_ups_are_coalesced_and_ignored_while_gitea_fails():
-    from gitea_runner_operator.api.runnergroup import parse_spec
 
     calls = 0
     results: list[Snapshot] = [_snap(), _snap(Problem("GiteaServerError", "500"))]
@@ -66,13 +73,7 @@ async def test_wake_ups_are_coalesced_and_ignored_while_gitea_fails():
         return results[min(calls - 1, len(results) - 1)], None
 
     notified: list[str] = []
-    poller = GroupPoller(
-        "team-a/ci",
-        parse_spec({**VALID, "pollInterval": "600s"}),
-        observe,
-        notified.append,
-        min_refresh=0.05,
-    )
+    poller = _slow_poller(observe, notified.append, min_refresh=0.05)
     poller.start()
     try:
         await asyncio.sleep(0.1)
@@ -94,7 +95,6 @@ async def test_a_paced_wake_up_is_asked_at_once_and_a_plain_one_waits_for_the_ga
     # poller's own gap must not hold it back a second time, or a job queued just after the
     # last woken refresh waits up to that gap (issue 27). The reconciler's own wake-ups keep
     # the gap. min_refresh is an hour here: a wait for it would never end within the test.
-    from gitea_runner_operator.api.runnergroup import parse_spec
 
     calls = 0
 
@@ -103,13 +103,7 @@ async def test_a_paced_wake_up_is_asked_at_once_and_a_plain_one_waits_for_the_ga
         calls += 1
         return _snap(), None
 
-    poller = GroupPoller(
-        "team-a/ci",
-        parse_spec({**VALID, "pollInterval": "600s"}),
-        observe,
-        lambda key: None,
-        min_refresh=3600.0,
-    )
+    poller = _slow_poller(observe, lambda key: None, min_refresh=3600.0)
     poller.start()
     try:
         await asyncio.sleep(0.05)
@@ -222,7 +216,6 @@ async def test_a_shared_request_cancelled_under_the_poll_does_not_end_the_groups
     # cancelled (its last other waiter gone, its URL forgotten), the await raises
     # CancelledError in this task although nobody cancelled the task. Ending the loop there
     # left the group with no poll task: never asked again, its new spec never observed.
-    from gitea_runner_operator.api.runnergroup import parse_spec
 
     calls = 0
 
@@ -236,13 +229,7 @@ async def test_a_shared_request_cancelled_under_the_poll_does_not_end_the_groups
         return _snap(), None
 
     notified: list[str] = []
-    poller = GroupPoller(
-        "team-a/ci",
-        parse_spec({**VALID, "pollInterval": "600s"}),
-        observe,
-        notified.append,
-        min_refresh=0.0,
-    )
+    poller = _slow_poller(observe, notified.append, min_refresh=0.0)
     poller.start()
     try:
         await asyncio.sleep(0.05)
