@@ -571,3 +571,52 @@ def test_the_namespaced_chart_serves_a_runnergroup_as_its_serviceaccount(
     finally:
         for name in (team, elsewhere, ns):
             kube.delete(f"/api/v1/namespaces/{name}")
+
+
+def test_the_sharded_chart_serves_a_runnergroup_and_its_status_says_which_replica(
+    kube, gitea, cluster, gitea_target, start_operator, kwok, helm, tmp_path
+):
+    """--sharding as the chart runs it, with the chart's Role for the membership Leases: the
+    replica takes its Lease, serves the group, and the group's status and /metrics name the
+    domain and the replica, the Lease's holder."""
+    release, ns = unique("gro"), make_namespace(kube, unique("ops"), privileged=False)
+    team = make_namespace(kube, unique("team"))
+    try:
+        objects = render(
+            helm, tmp_path, release, ns,
+            {"rbac": {"mode": "namespaced", "grantSecretAccess": True},
+             "watchNamespaces": [team], "replicaCount": 0, "sharding": {"enabled": True}},
+        )  # fmt: skip
+        with installed(kube, objects):
+            sa = one(objects, "ServiceAccount")["metadata"]["name"]
+            token = kube.create_token(ns, sa)
+            args = [a for a in operator_args(objects) if not a.startswith("--health-port")]
+            assert "--sharding" in args
+            op = start_operator(extra=tuple(args), token=token)
+
+            make_tokens(kube, team, cluster, gitea_target)
+            group = runner_group(
+                "ci", target=gitea_target, url=cluster.gitea_url, image=kwok_image(60)
+            )
+            manifests.apply(kube, group, namespace=team)
+            status = wait_until(
+                lambda: (s := group_status(kube, team, "ci")).get("domain") and s,
+                timeout=60,
+                what="status.domain written",
+            )
+            assert ready(status)["status"] == "True"
+            domain = status["domain"]
+            assert re.fullmatch(r"d-[0-9a-f]{12}", domain["id"]) and domain["spans"] == "family"
+            leases = kube.get(
+                f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+                labelSelector="gitea-runners.dev/members",
+            )["items"]
+            assert [lease["spec"]["holderIdentity"] for lease in leases] == [domain["servedBy"]]
+            metrics = scrape(op.health_port)
+            assert sample(
+                metrics, "group_domain_info",
+                namespace=team, runnergroup="ci", domain=domain["id"], replica=domain["servedBy"],
+            ) == 1  # fmt: skip
+    finally:
+        for name in (team, ns):
+            kube.delete(f"/api/v1/namespaces/{name}")
