@@ -19,6 +19,7 @@ from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile import status as st
+from gitea_runner_operator.reconcile.domains import Placement
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.ports import ClusterWrites, Sources
@@ -62,6 +63,9 @@ class StatusWriter:
     # Set: a pass's status (not a problem's) is written by the group's writer after the
     # pass (reconcile/steps/status_writes.py), so no worker waits for a write token.
     later: LaterWrites | None = None
+    # --sharding: where a group is served (status.domain); None without sharding, when a
+    # domain left by an earlier sharded run is removed.
+    placement: Callable[[str], Placement | None] | None = None
 
     def forget(self, key: str) -> None:
         self.written.pop(key, None)
@@ -151,6 +155,7 @@ class StatusWriter:
             extra_conditions=extra,
             progress=progress,
         )
+        wanted.update(self._domain(key, meta, previous))
         forge = forgejo.forge_status(forgejo.forge_of(snapshot), previous)
         if forge is not None:
             wanted["forge"] = forge
@@ -230,6 +235,17 @@ class StatusWriter:
             return
         await self.cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
         self.announced[p.key] = generation
+
+    def _domain(self, key: str, meta: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
+        """``status.domain`` and its series while sharded; a merge patch's null removes the
+        field once sharding is off (one replica has no domain to show: it serves them all)."""
+        if self.placement is None:
+            return {"domain": None} if "domain" in previous else {}
+        placed = self.placement(key)
+        if placed is None:
+            return {}
+        self.metrics.group_served(meta["namespace"], meta["name"], placed.domain, placed.served_by)
+        return {"domain": placed.status()}
 
     def _waiting(
         self,
