@@ -3,6 +3,7 @@ label, an example job, a bounded metric) and how often it is told."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from typing import Any
 
@@ -313,3 +314,64 @@ async def test_a_gitea_with_thousands_of_invented_label_sets_costs_one_log_line_
     lines = [e for e in logs if e["event"] == "unmatched jobs"]
     assert [line["held_back"] for line in lines] == [0, 999]
     assert all(line["gitea"] == URL for line in lines)
+
+
+async def test_the_evaluation_runs_beside_the_event_loop_one_per_gitea_at_a_time(monkeypatch):
+    """A tenant's Gitea lists thousands of jobs, each with a label of its own: the evaluation
+    (1-2 s of CPU) runs in the book's thread, so the event loop (the probes, the Lease's
+    heartbeat, every other group) goes on meanwhile, as the loop watch sees; a second pass
+    while it runs starts no second one and comes back for it. The evaluation here waits
+    for the loop watch to wake twice: on the loop it could not, and would fail."""
+    import threading
+
+    from gitea_runner_operator.reconcile.why import unmatched_book as module
+    from gitea_runner_operator.runtime.loopwatch import LoopWatch
+
+    loop_thread = threading.get_ident()
+    ran_in: list[int] = []
+    woke_twice = threading.Event()
+    real = module.find_unmatched
+
+    def slow(*args: Any, **kwargs: Any) -> list[Any]:
+        ran_in.append(threading.get_ident())
+        assert woke_twice.wait(10), "the loop watch did not wake while the evaluation ran"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "find_unmatched", slow)
+    wakes: list[float] = []
+    second_wake = asyncio.Event()
+
+    def woke(lag: float) -> None:
+        wakes.append(lag)
+        if len(wakes) >= 2:
+            second_wake.set()
+
+    book = UnmatchedBook(min_interval=0)
+    book.report(URL, ORG, [job(i, (f"invented-{i}",)) for i in range(1, 2001)])
+    async with LoopWatch(interval=0.01, observe=woke):
+        running = asyncio.ensure_future(book.evaluate_elsewhere(URL))
+        await second_wake.wait()
+        book.report(URL, GPU, [job(1, ("invented-1",))])
+        assert await book.evaluate_elsewhere(URL) is None  # one at a time: still pending
+        assert book.pending(URL)
+        woke_twice.set()
+        verdict = await running
+    assert verdict is not None and len(verdict.sets) == 2000
+    assert verdict.series is not None and sum(b.count for b in verdict.series.values()) == 2000
+    assert ran_in and loop_thread not in ran_in
+    again = await book.evaluate_elsewhere(URL)
+    assert again is not None and len(ran_in) == 2
+
+
+async def test_a_forced_evaluation_waits_for_the_one_under_way_then_runs():
+    book = UnmatchedBook(min_interval=3600)
+    book.report(URL, ORG, [job(1, ("ubuntu-lastest",))])
+    book.report(URL, GPU, [job(1, ("ubuntu-lastest",))])
+    first = asyncio.ensure_future(book.evaluate_elsewhere(URL))
+    await asyncio.sleep(0)
+    book.remove(GPU.key)
+    forced = await book.evaluate_elsewhere(URL, force=True)
+    assert (await first) is not None
+    assert forced is not None
+    (s,) = forced.sets
+    assert s.observers == {ORG.key}
