@@ -48,6 +48,10 @@ WARN_EVERY = 3600.0
 MEMO_SIZE = 1024
 MIN_INTERVAL = 5.0
 LOG_EVERY = 60.0
+# Distinct label sets of one Gitea's queued jobs weighed per evaluation (oldest job first): a
+# real Gitea's queue holds a few dozen; a Gitea inventing one per job costs this many, not
+# 25,000. Jobs of the others are left out of the count, and the log says how many.
+MAX_SETS_WEIGHED = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,7 @@ class Verdict:
     warn: tuple[UnmatchedSet, ...]
     # The metric's series (unmatched.buckets), when computed beside the sets.
     series: dict[tuple[str, str], Bucket] | None = field(default=None, compare=False)
+    unweighed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,22 +72,52 @@ class Found:
 
     sets: tuple[UnmatchedSet, ...]
     series: dict[tuple[str, str], Bucket]
+    unweighed: int = 0  # queued jobs of label sets past MAX_SETS_WEIGHED: not counted
 
 
-def evaluation(url: str, members: Sequence[_Member]) -> Callable[[], Found]:
+def evaluation(
+    url: str, members: Sequence[_Member], max_sets: int = MAX_SETS_WEIGHED
+) -> Callable[[], Found]:
     """The pure part of an evaluation of one Gitea, ready to run anywhere: it reads only the
-    frozen members given, never the book."""
+    frozen members given, never the book. Only the jobs of the ``max_sets`` label sets
+    seen first (oldest job first) are weighed; the others are counted as ``unweighed``."""
 
     def run() -> Found:
+        weighed, unweighed = _within(members, max_sets)
         sets = tuple(
             find_unmatched(
-                (Sighting(url, m.claimant.key, m.jobs) for m in members),
+                (
+                    Sighting(url, m.claimant.key, jobs)
+                    for m, jobs in zip(members, weighed, strict=True)
+                ),
                 (Offer(url, m.claimant) for m in members),
             )
         )
-        return Found(sets, buckets(sets))
+        return Found(sets, buckets(sets), unweighed)
 
     return run
+
+
+def _within(members: Sequence[_Member], max_sets: int) -> tuple[list[list[ActionJob]], int]:
+    """Each member's queued jobs whose label set is among the first ``max_sets`` distinct
+    ones (oldest job first), and how many distinct queued jobs were left out."""
+    queued = sorted(
+        {j.id: j for m in members for j in m.jobs if j.status == "queued"}.values(),
+        key=lambda j: j.id,
+    )
+    sets: set[frozenset[str]] = set()
+    left_out: set[int] = set()
+    for job in queued:
+        labels = frozenset(job.labels)
+        if labels in sets:
+            continue
+        if len(sets) < max_sets:
+            sets.add(labels)
+        else:
+            left_out.add(job.id)
+    if not left_out:
+        return [list(m.jobs) for m in members], 0
+    return [[j for j in m.jobs if j.id not in left_out] for m in members], len(left_out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +206,7 @@ class UnmatchedBook:
     def _finish(self, url: str, found: Found) -> Verdict:
         now = self._clock()
         warn = tuple(s for s in found.sets if s.detailed and self._due(s, now))
-        return Verdict(url, found.sets, warn, found.series)
+        return Verdict(url, found.sets, warn, found.series, found.unweighed)
 
     def pending(self, url: str) -> bool:
         """Whether an evaluation was skipped for ``min_interval``."""
@@ -217,6 +252,16 @@ async def publish(
     ``log_rate`` (per Gitea URL) decides which of those warnings also reach the log."""
     series = verdict.series if verdict.series is not None else buckets(verdict.sets)
     metrics.unmatched(verdict.url, series)
+    if verdict.unweighed and log_rate is not None:
+        held = log_rate.admit((verdict.url, "unweighed"))
+        if held is not None:
+            log.warning(
+                "queued jobs not weighed for unmatched labels: too many label sets",
+                gitea=verdict.url,
+                jobs=verdict.unweighed,
+                label_sets_weighed=MAX_SETS_WEIGHED,
+                held_back=held,
+            )
     for s in verdict.warn:
         held = log_rate.admit(verdict.url) if log_rate is not None else 0
         if held is not None:

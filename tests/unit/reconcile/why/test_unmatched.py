@@ -26,7 +26,12 @@ from gitea_runner_operator.reconcile.why.unmatched import (
     find_unmatched,
     nearest_label,
 )
-from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook, Verdict, publish
+from gitea_runner_operator.reconcile.why.unmatched_book import (
+    MAX_SETS_WEIGHED,
+    UnmatchedBook,
+    Verdict,
+    publish,
+)
 from tests.support.builders import queued_job
 from tests.support.fake_cluster import KEY, Clock, FakeCluster, make
 
@@ -283,11 +288,38 @@ def test_an_evaluation_costs_a_bounded_amount_of_work_whatever_the_queue(monkeyp
         for c in groups:
             book.report(URL, c, jobs)
         verdict = book.evaluate(URL)
-        assert verdict is not None and len(verdict.sets) == n  # every job still counted
-        assert sum(b.count for b in buckets(verdict.sets).values()) == n
+        weighed = min(n, MAX_SETS_WEIGHED)  # the oldest jobs' label sets
+        assert verdict is not None and len(verdict.sets) == weighed
+        assert sum(b.count for b in buckets(verdict.sets).values()) == weighed
+        assert verdict.unweighed == n - weighed  # every job weighed or counted as not
         assert len(verdict.warn) <= module.MAX_LABEL_SETS
         work.append(compared[0])
     assert work[0] == work[1] <= module.MAX_LABEL_SETS * module.MAX_NEAREST_CANDIDATES
+
+
+async def test_past_the_label_sets_weighed_the_oldest_jobs_are_counted_and_the_log_says_so():
+    """A Gitea inventing a label set per job: the evaluation weighs the jobs of the first
+    MAX_SETS_WEIGHED sets (oldest first), whatever the queue holds, and one line a minute
+    says how many jobs were left out; jobs of a set already weighed still count."""
+    book = UnmatchedBook(min_interval=0)
+    jobs = [job(i, (f"lbl-{i:05d}",)) for i in range(1, MAX_SETS_WEIGHED + 501)]
+    jobs.append(job(MAX_SETS_WEIGHED + 501, ("lbl-00001",)))  # a set already weighed
+    book.report(URL, ORG, jobs)
+    verdict = book.evaluate(URL)
+    assert verdict is not None and verdict.unweighed == 500
+    assert max(s.jobs[0].id for s in verdict.sets) == MAX_SETS_WEIGHED
+    (first,) = [s for s in verdict.sets if s.labels == ("lbl-00001",)]
+    assert len(first.jobs) == 2
+
+    async def emit(*_: Any) -> None:
+        pass
+
+    metrics = WhyMetrics.of(Metrics().registry)
+    with capture_logs() as logs:
+        for _ in range(3):
+            await publish(verdict, metrics, lambda k: None, emit, book.log_rate)
+    lines = [e for e in logs if e["event"].startswith("queued jobs not weighed")]
+    assert [(line["jobs"], line["held_back"]) for line in lines] == [(500, 0)]
 
 
 async def test_a_gitea_with_thousands_of_invented_label_sets_costs_one_log_line_per_minute():
@@ -356,8 +388,9 @@ async def test_the_evaluation_runs_beside_the_event_loop_one_per_gitea_at_a_time
         assert book.pending(URL)
         woke_twice.set()
         verdict = await running
-    assert verdict is not None and len(verdict.sets) == 2000
-    assert verdict.series is not None and sum(b.count for b in verdict.series.values()) == 2000
+    assert verdict is not None and len(verdict.sets) == MAX_SETS_WEIGHED
+    assert verdict.series is not None
+    assert sum(b.count for b in verdict.series.values()) == MAX_SETS_WEIGHED
     assert ran_in and loop_thread not in ran_in
     again = await book.evaluate_elsewhere(URL)
     assert again is not None and len(ran_in) == 2
