@@ -46,6 +46,7 @@ import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from gitea_runner_operator.webhook.signature import sign
@@ -95,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the attackers send from Gitea's address (127.0.0.1), as behind one ingress",
     )
     parser.add_argument("--plot", help="draw RSS and latency over time into this PNG")
+    parser.add_argument(
+        "--cpuprobe",
+        type=Path,
+        help="profile the operator's main thread during the attack into this directory",
+    )
     args = parser.parse_args(argv)
 
     fake, forge = SimulatedGitea(), Remote("--forge")
@@ -113,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
                 make_secret(kube, ns, "hook", {"secret": secret})
             prepare_evil(kube, args)
             uids = foreign_objects(kube, "evil-cache")
-            with common.operator(sandbox, healthy + evil, leader_elect=True) as op:
+            with common.operator(
+                sandbox, healthy + evil, leader_elect=True, cpuprobe=args.cpuprobe
+            ) as op:
                 run = Run(kube, op, fake, healthy, hooks, args)
                 for i in range(args.groups):
                     spec = {
@@ -130,11 +138,15 @@ def main(argv: list[str] | None = None) -> int:
                     shared = ("--shared-address",) if args.shared_address else ()
                     attack = Remote("--webhook", str(op.webhook_port), *shared)
                 apply_evil_groups(kube, fake, forge_url, args)
+                if args.cpuprobe:
+                    op.snapshot()  # sampling starts
                 run.phase("attack", args.attack / 2)
                 set_cache(kube, enabled=False)
                 run.phase("attack", args.attack / 2)
                 counts = attack.finish() if attack is not None else {}
                 run.attack_ended = run.now()
+                if args.cpuprobe:
+                    op.snapshot()  # what the attack cost: DIR/cpu-1.txt
                 run.mark("drain")
                 run.drain(30)
                 run.stop()
