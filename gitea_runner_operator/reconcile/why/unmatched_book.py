@@ -135,7 +135,9 @@ class UnmatchedBook:
         memo_size: int = MEMO_SIZE,
         min_interval: float = MIN_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
+        max_sets: int = MAX_SETS_WEIGHED,
     ) -> None:
+        self._max_sets = max_sets
         self._every = every
         self._min_interval = min_interval
         self._clock = clock
@@ -201,7 +203,7 @@ class UnmatchedBook:
         members = [m for m in self._members.values() if m.url == url]
         if not members:
             self._evaluated_at.pop(url, None)
-        return evaluation(url, members)
+        return evaluation(url, members, self._max_sets)
 
     def _finish(self, url: str, found: Found) -> Verdict:
         now = self._clock()
