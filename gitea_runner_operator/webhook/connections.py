@@ -46,6 +46,7 @@ class Connections:
         # of its header deadline (None between requests: aiohttp's keep-alive timer then).
         self._waiting: OrderedDict[Any, asyncio.TimerHandle | None] = OrderedDict()
         self._handling: set[Any] = set()
+        self._attached = False  # an app served without attach (tests) is not tracked
         self.closed_waiting = 0  # closed to make room for a new one, for tests and metrics
         self.closed_silent = 0  # closed at their header deadline
         self.refused = 0  # closed at once: every open connection was handling a request
@@ -56,6 +57,7 @@ class Connections:
     def attach(self, server: web.Server) -> None:
         """Be told of the server's connections as they open and close."""
         made, lost = server.connection_made, server.connection_lost
+        self._attached = True
 
         def connection_made(handler: Any, transport: asyncio.Transport) -> None:
             made(handler, transport)
@@ -75,6 +77,8 @@ class Connections:
         handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
     ) -> web.StreamResponse:
         """A request's headers are in: its connection is handling it until the answer."""
+        if not self._attached:
+            return await handler(request)
         protocol = request.protocol
         self._handle(protocol)
         try:
