@@ -47,23 +47,45 @@ def registers_in_init(spec: RunnerGroupSpec) -> bool:
     return spec.registration_token is not None
 
 
+VerdictKey = tuple[bytes, RunnerMode, bool]
+
+
+def known_problem(
+    text: str, mode: RunnerMode, *, init_registers: bool = False
+) -> tuple[VerdictKey | None, str | None]:
+    """What is known of this config without parsing it: ``(None, why)`` past its size cap,
+    ``(None, verdict)`` remembered, or ``(key, None)``: parse it (:func:`parse_problem`)
+    and :func:`remember` the verdict under ``key``. The parse costs up to ~300 ms of CPU
+    for 64 KiB, so a caller on the event loop runs it elsewhere."""
+    encoded = text.encode()
+    if len(encoded) > caps.RUNNER_CONFIG_MAX_BYTES:  # not hashed: refused by its size alone
+        return None, (
+            f"is {len(encoded)} bytes, more than the {caps.RUNNER_CONFIG_MAX_BYTES} bytes allowed"
+        )
+    key = (hashlib.sha256(encoded).digest(), mode, init_registers)
+    if key in VERDICTS:
+        return None, VERDICTS.get(key)
+    return key, None
+
+
+def parse_problem(text: str, key: VerdictKey) -> str | None:
+    """The verdict of a config not remembered; reads nothing shared, so any thread may."""
+    return _problem(text, key[1], key[2])
+
+
+def remember(key: VerdictKey, verdict: str | None) -> str | None:
+    VERDICTS.put(key, verdict)
+    return verdict
+
+
 def runner_config_problem(
     text: str, mode: RunnerMode, *, init_registers: bool = False
 ) -> str | None:
     """Why runners started with this config would not work as the group says, or None.
     ``init_registers``: see :func:`registers_in_init`. Past a cap (api/caps.py), why not.
     Remembered by content hash (``VERDICTS``, bounded)."""
-    encoded = text.encode()
-    if len(encoded) > caps.RUNNER_CONFIG_MAX_BYTES:  # not hashed: refused by its size alone
-        return (
-            f"is {len(encoded)} bytes, more than the {caps.RUNNER_CONFIG_MAX_BYTES} bytes allowed"
-        )
-    key = (hashlib.sha256(encoded).digest(), mode, init_registers)
-    if key in VERDICTS:
-        return VERDICTS.get(key)
-    verdict = _problem(text, mode, init_registers)
-    VERDICTS.put(key, verdict)
-    return verdict
+    key, known = known_problem(text, mode, init_registers=init_registers)
+    return known if key is None else remember(key, parse_problem(text, key))
 
 
 def _problem(text: str, mode: RunnerMode, init_registers: bool) -> str | None:

@@ -37,6 +37,10 @@ class LogRate:
     def __len__(self) -> int:
         return len(self._causes)
 
+    def __contains__(self, cause: object) -> bool:
+        """Whether a line of this cause went out lately (its first is still remembered)."""
+        return cause in self._causes
+
     def admit(self, cause: Hashable) -> int | None:
         """None: hold this line back (it is counted). Otherwise write it now, with the
         returned number of lines of this cause held back since its last one."""

@@ -2,7 +2,8 @@
 share that call instead of each making their own.
 
 Written once for the Secret reads (kube/secret_store.py), the scrape reviews
-(kube/reviews.py) and the /metrics render (metrics/exposition.py). Each waiter is shielded:
+(kube/reviews.py), the /metrics render (metrics/exposition.py) and the work a tenant's
+input costs, done in a thread (kit/offload.py). Each waiter is shielded:
 one that gives up (its poll cancelled, its scraper gone) does not cancel the call the others
 wait for. Gitea observations share theirs in forge/observe's own way, because a recent
 finished answer serves there too and the last waiter to leave cancels the request.
@@ -43,6 +44,13 @@ class SingleFlight(Generic[K, V]):
             self._running[key] = task
             task.add_done_callback(lambda done: self._settled(key, done, settled))
         return await asyncio.shield(task)
+
+    async def join(self, key: K) -> None:
+        """Wait for the call under way for ``key`` to end (at once when there is none),
+        whatever its outcome; the call is not shared, so nothing is raised."""
+        task = self._running.get(key)
+        if task is not None:
+            await asyncio.wait([task])
 
     def forget(self, key: K) -> None:
         """The next caller starts a new call; the one under way still answers its waiters."""

@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import structlog
@@ -26,7 +27,13 @@ import structlog
 from gitea_runner_operator.api import template_policy
 from gitea_runner_operator.api.credentials import url_problem
 from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
-from gitea_runner_operator.api.runner_config import registers_in_init, runner_config_problem
+from gitea_runner_operator.api.runner_config import (
+    VerdictKey,
+    known_problem,
+    parse_problem,
+    registers_in_init,
+    remember,
+)
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.client import GiteaClient, SessionPool
@@ -51,6 +58,7 @@ from gitea_runner_operator.forge.observe import (
 from gitea_runner_operator.forge.observe import GiteaHandle as GiteaHandle  # re-exported
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kit.clock import utc_now_iso
+from gitea_runner_operator.kit.offload import Offload
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 from gitea_runner_operator.metrics import Metrics
@@ -88,6 +96,8 @@ class Observer:
         self._sessions = sessions
         self._trust = trust
         self._configs = configs
+        # The first check of a new runnerConfig: up to ~300 ms of parsing for 64 KiB.
+        self._config_checks: Offload[VerdictKey, str | None] = Offload("runner-config")
         self._metrics = metrics
         self._allowed = tuple(allowed_urls)
         self._deadline = deadline
@@ -308,8 +318,11 @@ class Observer:
         text = await self._configs.read_config_map_key(
             namespace, cm.name, cm.key, field="spec.runnerConfig", reason_prefix="RunnerConfig"
         )
-        in_init = registers_in_init(spec)
-        if (why := runner_config_problem(text, spec.mode, init_registers=in_init)) is not None:
+        key, why = known_problem(text, spec.mode, init_registers=registers_in_init(spec))
+        if key is not None:  # a config not seen before: parsed beside the loop, once
+            parse = partial(parse_problem, text, key)
+            why = remember(key, await self._config_checks.run(key, parse))
+        if why is not None:
             raise ReferenceProblem(
                 Problem(
                     "RunnerConfigInvalid",

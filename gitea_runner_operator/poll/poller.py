@@ -15,6 +15,11 @@ Retry policy, by who can fix the problem:
 - Secret problems are retried on a short fixed interval: creating or labelling a Secret
   takes effect within seconds.
 - Configuration problems (a URL outside the allow-list) wait for the next interval.
+
+A step that fails unexpectedly (a bug, or a Gitea answer nobody foresaw) is logged with its
+traceback the first time only, per group, step and exception type; after that at most one
+line per ``FAILURE_LOG_EVERY`` with the count held back (kit/lograte.py). A tenant whose Gitea
+answers something odd on every poll must not fill the log every team shares.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from gitea_runner_operator.api.observation import ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.observe import GiteaHandle
 from gitea_runner_operator.kit.backoff import doubling, jittered
+from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.poll.enroll import Enroller
 from gitea_runner_operator.poll.hooks import HookKeeper
 from gitea_runner_operator.poll.reaper import Reaper
@@ -60,6 +66,15 @@ def cancelled_itself() -> bool:
     future it does not own having been cancelled: only the first must end the task."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
+
+
+FAILURE_LOG_EVERY = 60.0
+
+
+def failure_log() -> LogRate:
+    """The rate of unexpected-failure lines: one table for every group's poller, so a group
+    restarted by a spec change does not write its first traceback again."""
+    return LogRate(FAILURE_LOG_EVERY)
 
 
 def next_delay(
@@ -98,6 +113,7 @@ class PollerOptions(TypedDict, total=False):
     every_answer: Callable[[str, float, bool], bool] | None
     resync: float
     observe_deadline: float
+    failures: LogRate
 
 
 class GroupPoller:
@@ -120,7 +136,9 @@ class GroupPoller:
         every_answer: Callable[[str, float, bool], bool] | None = None,
         resync: float = RESYNC,
         observe_deadline: float = STEP_DEADLINE,
+        failures: LogRate | None = None,
     ) -> None:
+        self._failures = failures if failures is not None else failure_log()
         self._step_deadline = step_deadline
         self._observe_deadline = observe_deadline
         # When the task must next be seen to move (each step's own bound, or the end of its
@@ -244,15 +262,15 @@ class GroupPoller:
             self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
             try:
                 snapshot, handle = await self._observe(self._namespace, self.spec, newer_than)
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as exc:
                 if cancelled_itself():
                     raise
                 # A shared request this poll waited for was cancelled under it (its URL
                 # forgotten, its other waiters gone): a failed observation, not the end of
                 # the group's only Gitea task.
-                log.warning("poll observation cancelled under it; polling on", group=self.key)
-            except Exception:
-                log.exception("poll failed unexpectedly", group=self.key)
+                self._failed("poll observation cancelled under it; polling on", exc)
+            except Exception as exc:
+                self._failed("poll failed unexpectedly", exc)
             self.asking = False
             self.observations += 1
             if asked:  # the wake-up path's spans (tests/benchmarks/webhook_latency.py)
@@ -278,19 +296,19 @@ class GroupPoller:
             if order is not None and handle is not None and snapshot is not None:
                 try:
                     await self._reaper_run(handle, snapshot, order)
-                except Exception:
-                    log.exception("reaping failed unexpectedly", group=self.key)
+                except Exception as exc:
+                    self._failed("reaping failed unexpectedly", exc)
             if handle is not None and snapshot is not None and snapshot.problem is None:
                 await self._enroll(handle, snapshot)
             if handle is not None and snapshot is not None and snapshot.problem is None:
                 try:
                     await self._loss_step(handle, snapshot)
-                except Exception:
-                    log.exception("following up lost runners failed", group=self.key)
+                except Exception as exc:
+                    self._failed("following up lost runners failed", exc)
                 try:
                     await self._hook_step(handle, order)
-                except Exception:
-                    log.exception("keeping the webhook failed unexpectedly", group=self.key)
+                except Exception as exc:
+                    self._failed("keeping the webhook failed unexpectedly", exc)
             retry_after = snapshot.retry_after if snapshot else None
             delay = next_delay(
                 self.spec.poll_interval_seconds,
@@ -303,6 +321,19 @@ class GroupPoller:
             delay = jittered(delay, 0.95, 1.05)
             self._expect_within(max(delay, self._min_refresh))
             await self._sleep(started, delay)
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """One line for an unexpected failure, within its rate (see the module's doc): the
+        first of its kind with the traceback, the later ones with the error and the count."""
+        cause = (self.key, what, type(exc).__name__)
+        first = cause not in self._failures
+        held = self._failures.admit(cause)
+        if held is None:
+            return
+        if first:
+            log.error(what, group=self.key, exc_info=exc)
+        else:
+            log.error(what, group=self.key, error=repr(exc), held_back=held)
 
     def _hand_over(self, snapshot: Snapshot | None, asked: bool) -> None:
         """Queue the group's reconcile when this answer may change a decision: it differs
@@ -332,8 +363,8 @@ class GroupPoller:
         try:
             async with asyncio.timeout(self._step_deadline):
                 await self._enroller.run(self.key, handle, snapshot, self.spec)
-        except Exception:
-            log.exception("registering runners failed unexpectedly", group=self.key)
+        except Exception as exc:
+            self._failed("registering runners failed unexpectedly", exc)
 
     async def _hook_step(self, handle: GiteaHandle, order: ReapOrder | None) -> None:
         """Keep, or remove, the group's own hook in Gitea; after the reconcile was told about
@@ -416,7 +447,7 @@ class Pollers:
         self._observe = observe
         self._notify = notify
         self._reaper = reaper
-        self._options = options
+        self._options: PollerOptions = {"failures": failure_log(), **options}
         self._pollers: dict[str, GroupPoller] = {}
 
     def get(self, key: str) -> GroupPoller | None:

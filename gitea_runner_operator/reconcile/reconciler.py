@@ -270,7 +270,10 @@ class Reconciler:
 
     async def _publish_unmatched(self, url: str | None, *, force: bool = False) -> None:
         """Unmatched jobs of that Gitea (reconcile/why/unmatched.py): metric and Events."""
-        verdict = self._unmatched.evaluate(url, force=force) if url is not None else None
+        if url is None:
+            return
+        # In the book's own thread: its cost grows with what the tenant's Gitea lists.
+        verdict = await self._unmatched.evaluate_elsewhere(url, force=force)
         if verdict is not None:
             await publish_unmatched(
                 verdict,

@@ -2,9 +2,12 @@
 can reach the Service, and must not let a flood of forged deliveries stall the event loop
 (and with it the Lease and every group's polling).
 
-- A body is read before any slot is taken, within ``DEFAULT_READ_DEADLINE`` (408 past it),
-  and one client (peer address) may send at most ``DEFAULT_READS_PER_CLIENT`` bodies at once
-  (:class:`ReadGate`; 429 beyond): silent connections hold nothing a genuine delivery needs.
+- A body is read before any slot is taken, within ``DEFAULT_READ_DEADLINE`` (408 past it);
+  at most ``DEFAULT_READS_PER_CLIENT`` bodies per peer address and ``DEFAULT_READS`` in all
+  are read at once, one more giving up the oldest read (:class:`ReadGate`, 408): silent
+  connections hold nothing a genuine delivery needs, from many addresses or from a proxy's
+  one. Connections themselves are bounded in number and given a deadline for their
+  headers (``connections.py``).
   A client that goes away mid-body is one quiet log line, never a traceback.
 - Unauthenticated work is bounded: at most ``slots`` received deliveries are verified at
   once; a request that cannot get a slot within ``wait`` gets 429, never a 5xx and never
@@ -30,9 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import json
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
@@ -150,35 +155,46 @@ def repository_hint(body: bytes) -> Repository | None:
 
 
 class ReadGate:
-    """Bodies being received: at most ``per_client`` per peer address and ``total`` in all.
-    Nothing else is held while a body arrives, so a client that opens connections and sends
-    nothing can delay only its own deliveries (and, with ``total`` connections from many
-    addresses, only until the read deadline). Behind a proxy every client is the proxy."""
+    """Bodies being received: at most ``per_client`` per peer address and ``total`` in all
+    (each at most ``max_body``: what bounds the memory of bodies in flight). One more makes
+    room by giving up the oldest read, the peer's own when it is at its cap: a genuine
+    delivery's body arrives with its headers and is read within milliseconds, so the reads
+    given up are those of clients that send headers and then nothing. Before, one more was
+    refused (429), and 64 such clients from 16 addresses, or 4 from a proxy's one address,
+    held back every genuine delivery for as long as they kept their connections."""
 
     def __init__(
         self, per_client: int = DEFAULT_READS_PER_CLIENT, total: int = DEFAULT_READS
     ) -> None:
-        self._per_client = per_client
-        self._total = total
-        self._reading: dict[str, int] = {}
-        self._count = 0
+        self._per_client = max(1, per_client)
+        self._total = max(1, total)
+        # ticket -> (peer, how to give the read up), oldest first
+        self._reads: OrderedDict[int, tuple[str, Callable[[], object]]] = OrderedDict()
+        self._tickets = itertools.count()
+        self.given_up = 0  # reads given up for a newer one, for tests and benchmarks
 
-    def enter(self, peer: str) -> bool:
-        """Admit one more body from ``peer``; False when it (or everyone) is at the cap."""
-        held = self._reading.get(peer, 0)
-        if held >= self._per_client or self._count >= self._total:
-            return False
-        self._reading[peer] = held + 1
-        self._count += 1
-        return True
+    def __len__(self) -> int:
+        return len(self._reads)
 
-    def leave(self, peer: str) -> None:
-        held = self._reading.get(peer, 0) - 1
-        if held > 0:
-            self._reading[peer] = held
-        else:
-            self._reading.pop(peer, None)
-        self._count -= 1
+    def enter(self, peer: str, give_up: Callable[[], object]) -> int:
+        """Admit one more body from ``peer``; ``give_up`` ends this read early if a newer
+        one needs its place. Returns the ticket to :meth:`leave` with."""
+        own = [t for t, (p, _) in self._reads.items() if p == peer]
+        if len(own) >= self._per_client:
+            self._give_up(own[0])
+        elif len(self._reads) >= self._total:
+            self._give_up(next(iter(self._reads)))
+        ticket = next(self._tickets)
+        self._reads[ticket] = (peer, give_up)
+        return ticket
+
+    def leave(self, ticket: int) -> None:
+        self._reads.pop(ticket, None)
+
+    def _give_up(self, ticket: int) -> None:
+        _, give_up = self._reads.pop(ticket)
+        self.given_up += 1
+        give_up()
 
 
 class Deliveries:

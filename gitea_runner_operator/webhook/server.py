@@ -28,6 +28,12 @@ import structlog
 from aiohttp import web
 
 from gitea_runner_operator.webhook import signature
+from gitea_runner_operator.webhook.connections import (
+    DEFAULT_CONNECTIONS,
+    DEFAULT_HEADER_DEADLINE,
+    KEEPALIVE,
+    Connections,
+)
 from gitea_runner_operator.webhook.guard import (
     DEFAULT_READ_DEADLINE,
     DEFAULT_READS_PER_CLIENT,
@@ -90,7 +96,6 @@ _TOO_LARGE: Final = _Answer("too_large", 413, "body too large\n")
 _STANDBY: Final = _Answer("standby", 503, "a standby replica: the leader acts on deliveries\n")
 _BUSY: Final = _Answer("busy", 429, "too many deliveries at once; retry later\n")
 _DUPLICATE: Final = _Answer("duplicate", 202, "delivery already seen\n")
-_CLIENT_BUSY: Final = _Answer("busy", 429, "too many deliveries at once from this client\n")
 _SLOW: Final = _Answer("slow", 408, "the body did not arrive in time\n")
 # Nobody reads this answer: the client is gone. The outcome still counts it.
 _GONE: Final = _Answer("gone", 400, "")
@@ -153,8 +158,11 @@ class WebhookServer:
         reads_per_client: int = DEFAULT_READS_PER_CLIENT,
         known: Callable[[str, int], bool] | None = None,
         asking: Callable[[str], bool] | None = None,
+        connections: int = DEFAULT_CONNECTIONS,
+        header_deadline: float = DEFAULT_HEADER_DEADLINE,
     ) -> None:
         self._active = active
+        self.connections = Connections(connections, header_deadline)
         self._read_deadline = read_deadline
         self._reads = ReadGate(reads_per_client)
         self._slots = asyncio.Semaphore(slots)
@@ -178,13 +186,17 @@ class WebhookServer:
         self._site: web.TCPSite | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self._max_body)
+        app = web.Application(
+            client_max_size=self._max_body, middlewares=[self.connections.middleware]
+        )
         app.router.add_post(PATH, self._handle)
         return app
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None)
+        self._runner = web.AppRunner(self.app(), access_log=None, keepalive_timeout=KEEPALIVE)
         await self._runner.setup()
+        assert self._runner.server is not None
+        self.connections.attach(self._runner.server)
         self._site = web.TCPSite(self._runner, self._host, self._port)
         await self._site.start()
 
@@ -276,14 +288,14 @@ class WebhookServer:
         return _Answer("accepted", 202, _explain(len(keys), delivery.repository, authorised))
 
     async def _receive(self, request: web.Request, event: str) -> bytes | _Answer:
-        """The whole body, within the read deadline and this client's share of reads. A
+        """The whole body, within the read deadline, unless newer reads need its place. A
         client that goes away is not an error of ours: one quiet line, no traceback."""
         peer = request.remote or ""
-        if not self._reads.enter(peer):
-            self._quiet("webhook client over its concurrent delivery cap", remote=peer)
-            return _CLIENT_BUSY
+        ticket: int | None = None
         try:
-            async with asyncio.timeout(self._read_deadline):
+            async with asyncio.timeout(self._read_deadline) as deadline:
+                # Given up (a 408 now) when newer reads need the place: see ReadGate.
+                ticket = self._reads.enter(peer, lambda: deadline.reschedule(-1.0))
                 return await request.read()
         except web.HTTPRequestEntityTooLarge:
             self._quiet("webhook delivery too large", remote=peer, gitea_event=event)
@@ -295,7 +307,8 @@ class WebhookServer:
             self._quiet("webhook client went away before its delivery was read", remote=peer)
             return _GONE
         finally:
-            self._reads.leave(peer)
+            if ticket is not None:
+                self._reads.leave(ticket)
 
     async def _verify(
         self, request: web.Request, body: bytes, digest: bytes, event: str

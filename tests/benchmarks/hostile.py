@@ -14,13 +14,17 @@ their own namespaces with their own RunnerGroups, attack at the same time:
 - Secrets of 1 MiB named by templates;
 - a cache take-over: a group ``db`` turns ``spec.cache`` on, then off, where another
   application owns ``db-cache`` objects (they must still be there afterwards);
-- many CA bundle variants (ConfigMaps: a few certificates, each in many texts).
+- many CA bundle variants (ConfigMaps: a few certificates, each in many texts);
+- unmatched jobs (issue 36 row 1): ``--label-groups`` groups of 64 labels each on a hostile
+  server listing 4,000 queued jobs, each with a label of its own, all new every 5 s.
 
 It prints, per phase, the healthy groups' queued -> runner Job p50 and p99, the genuine
 deliveries' answers, the operator's peak RSS (VmHWM of its process), the longest gap between
 answers of a /healthz probe sent every 100 ms (the longest event-loop stall, give or take
-the probe's own 100 ms), and the Lease's renewals missed (gaps between renewTimes longer than
-the 10 s renew deadline) and leader changes. ``--plot FILE`` (matplotlib, the ``bench``
+the probe's own 100 ms), the event loop's lag p50 / p99 / max per phase (from the operator's
+``event_loop_lag_seconds`` histogram: the max is the bound of the highest bucket reached),
+and the Lease's renewals missed (gaps between renewTimes longer than the 10 s renew
+deadline) and leader changes. ``--plot FILE`` (matplotlib, the ``bench``
 extra) draws RSS and per-job latency over time. The attackers and the hostile forge run in
 processes of their own, so their work does not slow this process's measuring threads.
 
@@ -42,6 +46,7 @@ import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from gitea_runner_operator.webhook.signature import sign
@@ -63,7 +68,8 @@ from tests.testbed.sandbox import Sandbox
 
 LEASE_NS = OPERATOR_NS
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/gitea-runner-operator"
-ATTACKS = "webhook,forge,secrets,cache,ca"
+ATTACKS = "webhook,forge,secrets,cache,ca,labels"
+LAG = "gitea_runner_operator_event_loop_lag_seconds"
 RENEW_DEADLINE = 10.0  # settings.renew_deadline
 SELECTOR = "gitea.bpg.pw/managed-by=gitea-runner-operator"
 GROUP_LABEL = "gitea.bpg.pw/runnergroup-name"
@@ -78,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll", default="5s")
     parser.add_argument("--secrets", type=int, default=12, help="Secrets of 1 MiB")
     parser.add_argument("--ca-groups", type=int, default=20)
+    parser.add_argument("--label-groups", type=int, default=8, help="groups of 64 labels")
     parser.add_argument(
         "--attacks",
         default=ATTACKS,
@@ -89,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the attackers send from Gitea's address (127.0.0.1), as behind one ingress",
     )
     parser.add_argument("--plot", help="draw RSS and latency over time into this PNG")
+    parser.add_argument(
+        "--cpuprobe",
+        type=Path,
+        help="profile the operator's main thread during the attack into this directory",
+    )
     args = parser.parse_args(argv)
 
     fake, forge = SimulatedGitea(), Remote("--forge")
@@ -107,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
                 make_secret(kube, ns, "hook", {"secret": secret})
             prepare_evil(kube, args)
             uids = foreign_objects(kube, "evil-cache")
-            with common.operator(sandbox, healthy + evil, leader_elect=True) as op:
+            with common.operator(
+                sandbox, healthy + evil, leader_elect=True, cpuprobe=args.cpuprobe
+            ) as op:
                 run = Run(kube, op, fake, healthy, hooks, args)
                 for i in range(args.groups):
                     spec = {
@@ -124,13 +138,19 @@ def main(argv: list[str] | None = None) -> int:
                     shared = ("--shared-address",) if args.shared_address else ()
                     attack = Remote("--webhook", str(op.webhook_port), *shared)
                 apply_evil_groups(kube, fake, forge_url, args)
+                if args.cpuprobe:
+                    op.snapshot()  # sampling starts
                 run.phase("attack", args.attack / 2)
                 set_cache(kube, enabled=False)
                 run.phase("attack", args.attack / 2)
                 counts = attack.finish() if attack is not None else {}
                 run.attack_ended = run.now()
+                if args.cpuprobe:
+                    op.snapshot()  # what the attack cost: DIR/cpu-1.txt
+                run.mark("drain")
                 run.drain(30)
                 run.stop()
+                counts |= _log_counts(op.log())
                 run.peak = _peak_rss(run)
                 after = foreign_objects(kube, "evil-cache")
                 load = os.getloadavg()
@@ -168,6 +188,7 @@ class Run:
         self.attack_started: float | None = None
         self.attack_ended: float | None = None
         self.cpu: dict[str, tuple[float, float]] = {}  # phase -> (started at, CPU seconds)
+        self.lag: dict[str, dict[float, float]] = {}  # phase -> lag buckets when it started
         self.peak = 0.0
         self._n = 0
         self._stop = threading.Event()
@@ -183,8 +204,15 @@ class Run:
         for thread in self._threads:
             thread.start()
 
+    def mark(self, name: str) -> None:
+        """Where a phase starts: the operator's CPU and its loop-lag buckets so far."""
+        self.cpu.setdefault(name, (self.now(), self.op.cpu_seconds()))
+        if name not in self.lag:
+            with contextlib.suppress(Exception):
+                self.lag[name] = _lag_buckets(self.op.metrics())
+
     def stop(self) -> None:
-        self.cpu["end"] = (self.now(), self.op.cpu_seconds())
+        self.mark("end")
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=40)
@@ -194,7 +222,7 @@ class Run:
         return time.monotonic() - self.t0
 
     def phase(self, name: str, seconds: float) -> None:
-        self.cpu.setdefault(name, (self.now(), self.op.cpu_seconds()))
+        self.mark(name)
         if name == "attack" and self.attack_started is None:
             self.attack_started = self.now()
         counter = self.deliveries.setdefault(name, collections.Counter())
@@ -329,6 +357,14 @@ def report(
             f"{max(values, default=float('nan')):7.2f}s {run.stall(phase):12.2f}s  "
             f"{dict(run.deliveries.get(phase, {}))}"
         )
+    for (phase, a), (_, b) in itertools.pairwise(run.lag.items()):
+        p50, p99, worst = _lag_figures({le: b[le] - a.get(le, 0.0) for le in b})
+        print(f"event loop lag, {phase}: p50 {p50}, p99 {p99}, max {worst}")
+    print(
+        f"operator log: {counts.get('stalled', 0)} 'event loop stalled' lines (worst "
+        f"{counts.get('worst_stall', 0.0):.2f} s), {counts.get('unmatched', 0)} 'unmatched "
+        f"jobs' lines, {counts.get('tracebacks', 0)} tracebacks"
+    )
     marks = list(run.cpu.values())
     cores = [(c1 - c0) / max(1e-9, t1 - t0) for (t0, c0), (t1, c1) in itertools.pairwise(marks)]
     phases = ", ".join(f"{n} {c:.2f}" for n, c in zip(run.cpu, cores, strict=False))
@@ -353,6 +389,53 @@ def report(
         f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
         f"{args.groups} healthy groups, a job every {args.every}s, poll {args.poll}"
     )
+
+
+def _lag_buckets(
+    metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+) -> dict[float, float]:
+    """The loop-lag histogram's cumulative buckets: upper bound -> wakes at most that late."""
+    return {
+        float(dict(labels)["le"]): value
+        for (name, labels), value in metrics.items()
+        if name == f"{LAG}_bucket"
+    }
+
+
+def _lag_figures(buckets: dict[float, float]) -> tuple[str, str, str]:
+    """p50, p99 and max of a phase's wakes, each as the bucket bound it falls under."""
+    bounds = sorted(buckets)
+    count = buckets.get(float("inf"), 0.0)
+    if not count:
+        return ("n/a",) * 3
+
+    def under(rank: float) -> str:
+        le = next(b for b in bounds if buckets[b] >= rank)
+        return "> 10 s" if le == float("inf") else f"<= {le * 1000:g} ms"
+
+    return under(0.5 * count), under(0.99 * count), under(count)
+
+
+def _log_counts(text: str) -> dict[str, Any]:
+    """What the operator's JSON log says of stalls, unmatched jobs and tracebacks."""
+    stalled, unmatched, tracebacks, worst = 0, 0, 0, 0.0
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            event = entry.get("event")
+            if event == "event loop stalled":
+                stalled += 1
+                worst = max(worst, entry.get("lag_s", 0.0), entry.get("worst_held_back_s", 0.0))
+            elif event == "unmatched jobs":
+                unmatched += 1
+            if "exception" in entry:
+                tracebacks += 1
+    return {
+        "stalled": stalled,
+        "worst_stall": worst,
+        "unmatched": unmatched,
+        "tracebacks": tracebacks,
+    }
 
 
 def _peak_rss(run: Run) -> float:

@@ -10,7 +10,10 @@ clients that attack the webhook receiver without any secret.
 - hang: the request is read and never answered;
 - forbidden: 403 for everything;
 - longnames: queued jobs in ever new repositories with 200-character names (what the ledger
-  learns from), labels no group offers.
+  learns from), labels no group offers;
+- labels (issue 36 row 1): ``LABEL_JOBS`` queued jobs over pages, each with a label of its
+  own that no group offers, all new every ``LABEL_EVERY`` seconds (what the unmatched-jobs
+  evaluation weighs).
 
 Other paths (version, organisation and user look-ups) answer as a Gitea would, so the polls
 get as far as the job lists. ``WebhookAttack`` runs, from its own thread and event loop,
@@ -31,6 +34,8 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -39,6 +44,8 @@ import aiohttp
 
 MODES = ("tiny", "huge", "hang", "forbidden", "longnames")
 TINY_ITEMS = 5_000_000
+LABEL_JOBS = 4_000
+LABEL_EVERY = 5.0
 HUGE_BYTES = 200 << 20
 PREFIX = 1 << 16  # what the receiver's repository hint reads
 # The attackers' own addresses (tenant Pods have theirs; Gitea sends from 127.0.0.1): the
@@ -84,7 +91,7 @@ class HostileForge:
         self._server.shutdown()
         self._server.server_close()
 
-    def answer(self, mode: str, path: str) -> tuple[int, bytes] | None:
+    def answer(self, mode: str, path: str, query: str = "") -> tuple[int, bytes] | None:
         """(status, body), or None for the hanging server."""
         if mode == "hang":
             return None
@@ -100,6 +107,8 @@ class HostileForge:
             return 200, self.tiny["runners" if "/runners" in path else "jobs"]
         if mode == "longnames" and "/actions/jobs" in path:
             return 200, json.dumps(self._long_jobs(50)).encode()
+        if mode == "labels" and path.endswith("/actions/jobs"):
+            return 200, json.dumps(self._label_jobs(urllib.parse.parse_qs(query))).encode()
         return 200, b'{"runners":[],"jobs":[],"total_count":0}'
 
     def _long_jobs(self, n: int) -> dict[str, Any]:
@@ -113,6 +122,22 @@ class HostileForge:
                  "url": f"{self.url}/longnames/api/v1/repos/evil/{repo}/actions/jobs/{i + 1}"}
             )  # fmt: skip
         return {"jobs": jobs, "total_count": n}
+
+    def _label_jobs(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """One page of the queue: every job a label of its own, all new each LABEL_EVERY."""
+        if query.get("status") != ["queued"]:
+            return {"jobs": [], "total_count": 0}
+        page, limit = int(query.get("page", ["1"])[0]), int(query.get("limit", ["50"])[0])
+        generation = int(time.monotonic() // LABEL_EVERY)
+        jobs = []
+        for i in range((page - 1) * limit, min(page * limit, LABEL_JOBS)):
+            job_id = generation * LABEL_JOBS + i + 1
+            jobs.append(
+                {"id": job_id, "run_id": job_id, "name": "j", "status": "queued",
+                 "labels": [f"lbl-{generation}-{i}"], "created_at": "2026-01-01T00:00:00Z",
+                 "url": f"{self.url}/labels/api/v1/repos/evil/app/actions/jobs/{job_id}"}
+            )  # fmt: skip
+        return {"jobs": jobs, "total_count": LABEL_JOBS}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         forge = self
@@ -145,7 +170,8 @@ class HostileForge:
                     if mode == "huge" and "/actions/" in rest:
                         self._huge()
                         return
-                    answer = forge.answer(mode, "/" + rest.split("?")[0])
+                    where, _, query = rest.partition("?")
+                    answer = forge.answer(mode, "/" + where, query)
                     if answer is None:
                         forge.stop_event.wait()
                         return

@@ -115,6 +115,10 @@ def apply_evil_groups(
         body = common.group(f"ca-{i}", "evil", fake.url, ["e"])
         body["spec"]["gitea"] = gitea
         manifests.apply(kube, body, "evil-ca")
+    for g in range(args.label_groups if "labels" in attacks else 0):
+        offered = [f"ubuntu-{g}-{k}" for k in range(64)]  # the spec's cap: 64 labels
+        body = common.group(f"labels-{g}", "evil", f"{forge_url}/labels", offered)
+        manifests.apply(kube, body, "evil-forge")
     if "cache" not in attacks:
         return
     cache = {"enabled": True}

@@ -10,13 +10,18 @@ Events. That memo is capped (``memo_size`` label sets, oldest forgotten first), 
 of invented label sets costs bounded memory. The log, which every team shares, gets at most
 one ``unmatched jobs`` line per Gitea per ``LOG_EVERY``: a Gitea whose jobs each invent a
 label set would otherwise write a line per job.
+
+The evaluation's cost grows with what a tenant's Gitea lists (25,000 queued jobs with a label
+each cost 1-2 s), so the operator runs it in a thread of its own (:meth:`evaluate_elsewhere`,
+kit/offload.py), one evaluation per Gitea at a time: the probes and every other group's
+reconciles go on meanwhile.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -24,9 +29,11 @@ import structlog
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.lru import LRU
+from gitea_runner_operator.kit.offload import Offload
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile.accounting import Claimant
 from gitea_runner_operator.reconcile.why.unmatched import (
+    Bucket,
     Offer,
     Sighting,
     UnmatchedSet,
@@ -41,6 +48,10 @@ WARN_EVERY = 3600.0
 MEMO_SIZE = 1024
 MIN_INTERVAL = 5.0
 LOG_EVERY = 60.0
+# Distinct label sets of one Gitea's queued jobs weighed per evaluation (oldest job first): a
+# real Gitea's queue holds a few dozen; a Gitea inventing one per job costs this many, not
+# 25,000. Jobs of the others are left out of the count, and the log says how many.
+MAX_SETS_WEIGHED = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +61,63 @@ class Verdict:
     url: str
     sets: tuple[UnmatchedSet, ...]
     warn: tuple[UnmatchedSet, ...]
+    # The metric's series (unmatched.buckets), when computed beside the sets.
+    series: dict[tuple[str, str], Bucket] | None = field(default=None, compare=False)
+    unweighed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What the evaluation computes from plain values, in whatever thread."""
+
+    sets: tuple[UnmatchedSet, ...]
+    series: dict[tuple[str, str], Bucket]
+    unweighed: int = 0  # queued jobs of label sets past MAX_SETS_WEIGHED: not counted
+
+
+def evaluation(
+    url: str, members: Sequence[_Member], max_sets: int = MAX_SETS_WEIGHED
+) -> Callable[[], Found]:
+    """The pure part of an evaluation of one Gitea, ready to run anywhere: it reads only the
+    frozen members given, never the book. Only the jobs of the ``max_sets`` label sets
+    seen first (oldest job first) are weighed; the others are counted as ``unweighed``."""
+
+    def run() -> Found:
+        weighed, unweighed = _within(members, max_sets)
+        sets = tuple(
+            find_unmatched(
+                (
+                    Sighting(url, m.claimant.key, jobs)
+                    for m, jobs in zip(members, weighed, strict=True)
+                ),
+                (Offer(url, m.claimant) for m in members),
+            )
+        )
+        return Found(sets, buckets(sets), unweighed)
+
+    return run
+
+
+def _within(members: Sequence[_Member], max_sets: int) -> tuple[list[list[ActionJob]], int]:
+    """Each member's queued jobs whose label set is among the first ``max_sets`` distinct
+    ones (oldest job first), and how many distinct queued jobs were left out."""
+    queued = sorted(
+        {j.id: j for m in members for j in m.jobs if j.status == "queued"}.values(),
+        key=lambda j: j.id,
+    )
+    sets: set[frozenset[str]] = set()
+    left_out: set[int] = set()
+    for job in queued:
+        labels = frozenset(job.labels)
+        if labels in sets:
+            continue
+        if len(sets) < max_sets:
+            sets.add(labels)
+        else:
+            left_out.add(job.id)
+    if not left_out:
+        return [list(m.jobs) for m in members], 0
+    return [[j for j in m.jobs if j.id not in left_out] for m in members], len(left_out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +135,9 @@ class UnmatchedBook:
         memo_size: int = MEMO_SIZE,
         min_interval: float = MIN_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
+        max_sets: int = MAX_SETS_WEIGHED,
     ) -> None:
+        self._max_sets = max_sets
         self._every = every
         self._min_interval = min_interval
         self._clock = clock
@@ -79,6 +149,7 @@ class UnmatchedBook:
         self._retry: dict[str, str] = {}
         self._warned: LRU[tuple[str, tuple[str, ...]], float] = LRU(memo_size)
         self.log_rate = LogRate(LOG_EVERY, clock=clock)  # per Gitea URL
+        self._work: Offload[str, Found] = Offload("why-unmatched")
 
     def report(self, url: str, claimant: Claimant, jobs: Sequence[ActionJob] | None) -> None:
         """A group's offer and latest queued jobs (None: no answer from Gitea now)."""
@@ -104,7 +175,23 @@ class UnmatchedBook:
 
     def evaluate(self, url: str, *, force: bool = False) -> Verdict | None:
         """The unmatched jobs of one Gitea, when its inputs changed and the last evaluation is
-        ``min_interval`` old (or ``force``); None when nothing is to be published."""
+        ``min_interval`` old (or ``force``); None when nothing is to be published. Computed
+        here, on the caller's thread."""
+        work = self._start(url, force)
+        return None if work is None else self._finish(url, work())
+
+    async def evaluate_elsewhere(self, url: str, *, force: bool = False) -> Verdict | None:
+        """:meth:`evaluate`, computed in the book's thread. While one evaluation of that
+        Gitea is under way another is not started: the URL stays pending and a group comes
+        back for it (:meth:`come_back`); a ``force`` (a group gone) waits for it instead."""
+        while url in self._work:
+            if not force:
+                return None
+            await self._work.join(url)
+        work = self._start(url, force)
+        return None if work is None else self._finish(url, await self._work.run(url, work))
+
+    def _start(self, url: str, force: bool) -> Callable[[], Found] | None:
         now = self._clock()
         if url not in self._dirty:
             return None
@@ -116,13 +203,12 @@ class UnmatchedBook:
         members = [m for m in self._members.values() if m.url == url]
         if not members:
             self._evaluated_at.pop(url, None)
-        sets = tuple(
-            find_unmatched(
-                (Sighting(url, m.claimant.key, m.jobs) for m in members),
-                (Offer(url, m.claimant) for m in members),
-            )
-        )
-        return Verdict(url, sets, tuple(s for s in sets if s.detailed and self._due(s, now)))
+        return evaluation(url, members, self._max_sets)
+
+    def _finish(self, url: str, found: Found) -> Verdict:
+        now = self._clock()
+        warn = tuple(s for s in found.sets if s.detailed and self._due(s, now))
+        return Verdict(url, found.sets, warn, found.series, found.unweighed)
 
     def pending(self, url: str) -> bool:
         """Whether an evaluation was skipped for ``min_interval``."""
@@ -166,7 +252,18 @@ async def publish(
 ) -> None:
     """Export a Gitea's unmatched jobs, and warn the groups that observed a set now due;
     ``log_rate`` (per Gitea URL) decides which of those warnings also reach the log."""
-    metrics.unmatched(verdict.url, buckets(verdict.sets))
+    series = verdict.series if verdict.series is not None else buckets(verdict.sets)
+    metrics.unmatched(verdict.url, series)
+    if verdict.unweighed and log_rate is not None:
+        held = log_rate.admit((verdict.url, "unweighed"))
+        if held is not None:
+            log.warning(
+                "queued jobs not weighed for unmatched labels: too many label sets",
+                gitea=verdict.url,
+                jobs=verdict.unweighed,
+                label_sets_weighed=MAX_SETS_WEIGHED,
+                held_back=held,
+            )
     for s in verdict.warn:
         held = log_rate.admit(verdict.url) if log_rate is not None else 0
         if held is not None:

@@ -309,3 +309,49 @@ async def test_a_poll_task_hung_past_its_deadlines_is_restarted_by_the_next_pass
         assert await pollers.ensure("team-a/ci", spec) is second
     finally:
         await pollers.stop_all()
+
+
+async def test_a_step_that_fails_on_every_poll_logs_its_traceback_once_then_a_count():
+    """A tenant's Gitea answers something no code foresaw, on every poll: the shared log gets
+    the first traceback, then at most one line a minute per group and step with how many
+    were held back (before: a traceback per poll, forever)."""
+    from structlog.testing import capture_logs
+
+    from gitea_runner_operator.api.runnergroup import parse_spec
+    from gitea_runner_operator.kit.lograte import LogRate
+
+    now = [0.0]
+    calls = 0
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
+        nonlocal calls
+        calls += 1
+        raise KeyError("an answer nobody foresaw")
+
+    rate = LogRate(60.0, clock=lambda: now[0])
+    spec = parse_spec({**VALID, "pollInterval": "600s"})
+    pollers = [
+        GroupPoller(key, spec, observe, lambda key: None, min_refresh=0.0, failures=rate)
+        for key in ("team-a/ci", "team-b/ci")
+    ]
+    with capture_logs() as logs:
+        for poller in pollers:
+            poller.start()
+        try:
+            for second in range(1, 200):
+                if second == 121:
+                    now[0] = 61.0  # a minute later: one more line each, with the count
+                for poller in pollers:
+                    poller.wake(paced=True)
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
+        finally:
+            for poller in pollers:
+                await poller.stop()
+    assert calls > 100
+    lines = [e for e in logs if e["event"] == "poll failed unexpectedly"]
+    assert [line["group"] for line in lines] == ["team-a/ci", "team-b/ci"] * 2
+    first, later = lines[:2], lines[2:]
+    assert all(isinstance(line["exc_info"], KeyError) for line in first)
+    assert all("exc_info" not in line and line["held_back"] > 10 for line in later)
+    assert all(line["error"] == "KeyError('an answer nobody foresaw')" for line in later)

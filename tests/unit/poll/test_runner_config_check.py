@@ -12,6 +12,7 @@ from aioresponses import aioresponses
 from gitea_runner_operator.api.runner_config import runner_config_problem
 from gitea_runner_operator.api.runnergroup import RunnerMode, parse_spec
 from gitea_runner_operator.forge.client import SessionPool
+from gitea_runner_operator.kube.configmaps import ReferenceProblem
 from gitea_runner_operator.poll.observer import Observer
 from tests.support.gitea_answers import ORG_SPEC, FakeSecrets, gitea
 
@@ -99,3 +100,52 @@ async def test_the_group_reports_a_runner_config_that_sets_labels() -> None:
 async def test_a_good_runner_config_does_not_stand_in_the_way() -> None:
     snapshot = await _observe("runner:\n  capacity: 1\n")
     assert snapshot.problem is None and snapshot.observation is not None
+
+
+async def test_a_new_config_is_parsed_beside_the_event_loop_once_for_every_group_using_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 64 KiB config costs up to ~300 ms of parsing (a flow list of 30,000 items): the
+    first check of it runs in a thread of its own, so the loop (probes, Lease, other
+    groups) is not held; groups checking the same new config meanwhile share that parse,
+    and later checks answer from memory. The parse here waits for the loop to run a
+    callback: on the loop it could not, and would fail."""
+    import asyncio
+    import threading
+
+    from gitea_runner_operator.api import runner_config
+
+    loop_thread = threading.get_ident()
+    loop = asyncio.get_running_loop()
+    parsed_in: list[int] = []
+    real = runner_config.parse_problem
+
+    def parse(text: str, key: Any) -> str | None:
+        parsed_in.append(threading.get_ident())
+        reached = threading.Event()
+        loop.call_soon_threadsafe(reached.set)
+        assert reached.wait(10), "the event loop did not run while the config was parsed"
+        return real(text, key)
+
+    monkeypatch.setattr("gitea_runner_operator.poll.observer.parse_problem", parse)
+    text = "runner:\n  labels: [" + ",".join(f"l{i}" for i in range(3000)) + "]\n"
+    spec = parse_spec(
+        {**ORG_SPEC, "runnerConfig": {"configMapKeyRef": {"name": "rc", "key": "config.yaml"}}}
+    )
+    pool = SessionPool()
+    observer = Observer(FakeSecrets({"ns": "t"}), pool, configs=FakeConfigs(text))  # type: ignore[arg-type]
+
+    async def check() -> str:
+        try:
+            await observer._check_runner_config("ns", spec)
+        except ReferenceProblem as exc:
+            return exc.problem.reason
+        return "passed"
+
+    try:
+        first = await asyncio.gather(*(check() for _ in range(5)))
+        again = await check()
+    finally:
+        await pool.close()
+    assert [*first, again] == ["RunnerConfigInvalid"] * 6
+    assert len(parsed_in) == 1 and parsed_in[0] != loop_thread

@@ -3,6 +3,7 @@ label, an example job, a bounded metric) and how often it is told."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from typing import Any
 
@@ -25,7 +26,12 @@ from gitea_runner_operator.reconcile.why.unmatched import (
     find_unmatched,
     nearest_label,
 )
-from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook, Verdict, publish
+from gitea_runner_operator.reconcile.why.unmatched_book import (
+    MAX_SETS_WEIGHED,
+    UnmatchedBook,
+    Verdict,
+    publish,
+)
 from tests.support.builders import queued_job
 from tests.support.fake_cluster import KEY, Clock, FakeCluster, make
 
@@ -282,11 +288,38 @@ def test_an_evaluation_costs_a_bounded_amount_of_work_whatever_the_queue(monkeyp
         for c in groups:
             book.report(URL, c, jobs)
         verdict = book.evaluate(URL)
-        assert verdict is not None and len(verdict.sets) == n  # every job still counted
-        assert sum(b.count for b in buckets(verdict.sets).values()) == n
+        weighed = min(n, MAX_SETS_WEIGHED)  # the oldest jobs' label sets
+        assert verdict is not None and len(verdict.sets) == weighed
+        assert sum(b.count for b in buckets(verdict.sets).values()) == weighed
+        assert verdict.unweighed == n - weighed  # every job weighed or counted as not
         assert len(verdict.warn) <= module.MAX_LABEL_SETS
         work.append(compared[0])
     assert work[0] == work[1] <= module.MAX_LABEL_SETS * module.MAX_NEAREST_CANDIDATES
+
+
+async def test_past_the_label_sets_weighed_the_oldest_jobs_are_counted_and_the_log_says_so():
+    """A Gitea inventing a label set per job: the evaluation weighs the jobs of the first
+    MAX_SETS_WEIGHED sets (oldest first), whatever the queue holds, and one line a minute
+    says how many jobs were left out; jobs of a set already weighed still count."""
+    book = UnmatchedBook(min_interval=0)
+    jobs = [job(i, (f"lbl-{i:05d}",)) for i in range(1, MAX_SETS_WEIGHED + 501)]
+    jobs.append(job(MAX_SETS_WEIGHED + 501, ("lbl-00001",)))  # a set already weighed
+    book.report(URL, ORG, jobs)
+    verdict = book.evaluate(URL)
+    assert verdict is not None and verdict.unweighed == 500
+    assert max(s.jobs[0].id for s in verdict.sets) == MAX_SETS_WEIGHED
+    (first,) = [s for s in verdict.sets if s.labels == ("lbl-00001",)]
+    assert len(first.jobs) == 2
+
+    async def emit(*_: Any) -> None:
+        pass
+
+    metrics = WhyMetrics.of(Metrics().registry)
+    with capture_logs() as logs:
+        for _ in range(3):
+            await publish(verdict, metrics, lambda k: None, emit, book.log_rate)
+    lines = [e for e in logs if e["event"].startswith("queued jobs not weighed")]
+    assert [(line["jobs"], line["held_back"]) for line in lines] == [(500, 0)]
 
 
 async def test_a_gitea_with_thousands_of_invented_label_sets_costs_one_log_line_per_minute():
@@ -313,3 +346,65 @@ async def test_a_gitea_with_thousands_of_invented_label_sets_costs_one_log_line_
     lines = [e for e in logs if e["event"] == "unmatched jobs"]
     assert [line["held_back"] for line in lines] == [0, 999]
     assert all(line["gitea"] == URL for line in lines)
+
+
+async def test_the_evaluation_runs_beside_the_event_loop_one_per_gitea_at_a_time(monkeypatch):
+    """A tenant's Gitea lists thousands of jobs, each with a label of its own: the evaluation
+    (1-2 s of CPU) runs in the book's thread, so the event loop (the probes, the Lease's
+    heartbeat, every other group) goes on meanwhile, as the loop watch sees; a second pass
+    while it runs starts no second one and comes back for it. The evaluation here waits
+    for the loop watch to wake twice: on the loop it could not, and would fail."""
+    import threading
+
+    from gitea_runner_operator.reconcile.why import unmatched_book as module
+    from gitea_runner_operator.runtime.loopwatch import LoopWatch
+
+    loop_thread = threading.get_ident()
+    ran_in: list[int] = []
+    woke_twice = threading.Event()
+    real = module.find_unmatched
+
+    def slow(*args: Any, **kwargs: Any) -> list[Any]:
+        ran_in.append(threading.get_ident())
+        assert woke_twice.wait(10), "the loop watch did not wake while the evaluation ran"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "find_unmatched", slow)
+    wakes: list[float] = []
+    second_wake = asyncio.Event()
+
+    def woke(lag: float) -> None:
+        wakes.append(lag)
+        if len(wakes) >= 2:
+            second_wake.set()
+
+    book = UnmatchedBook(min_interval=0)
+    book.report(URL, ORG, [job(i, (f"invented-{i}",)) for i in range(1, 2001)])
+    async with LoopWatch(interval=0.01, observe=woke):
+        running = asyncio.ensure_future(book.evaluate_elsewhere(URL))
+        await second_wake.wait()
+        book.report(URL, GPU, [job(1, ("invented-1",))])
+        assert await book.evaluate_elsewhere(URL) is None  # one at a time: still pending
+        assert book.pending(URL)
+        woke_twice.set()
+        verdict = await running
+    assert verdict is not None and len(verdict.sets) == MAX_SETS_WEIGHED
+    assert verdict.series is not None
+    assert sum(b.count for b in verdict.series.values()) == MAX_SETS_WEIGHED
+    assert ran_in and loop_thread not in ran_in
+    again = await book.evaluate_elsewhere(URL)
+    assert again is not None and len(ran_in) == 2
+
+
+async def test_a_forced_evaluation_waits_for_the_one_under_way_then_runs():
+    book = UnmatchedBook(min_interval=3600)
+    book.report(URL, ORG, [job(1, ("ubuntu-lastest",))])
+    book.report(URL, GPU, [job(1, ("ubuntu-lastest",))])
+    first = asyncio.ensure_future(book.evaluate_elsewhere(URL))
+    await asyncio.sleep(0)
+    book.remove(GPU.key)
+    forced = await book.evaluate_elsewhere(URL, force=True)
+    assert (await first) is not None
+    assert forced is not None
+    (s,) = forced.sets
+    assert s.observers == {ORG.key}
