@@ -243,11 +243,16 @@ def progress_conditions(
 def applying_status(
     previous: Mapping[str, Any] | None, generation: int, now_iso: str
 ) -> dict[str, Any] | None:
-    """The status that says a new generation is being applied, before the poll task has
-    answered for it (so before Ready can be recomputed), or None when there is nothing new
-    to say. Only the Reconciling condition names the new generation: ``observedGeneration``
+    """The status patch that says a new generation is being applied, before the poll task
+    has answered for it (so before Ready can be recomputed), or None when there is nothing
+    new to say. Only the Reconciling condition names the new generation: ``observedGeneration``
     and Ready stay those of the status they describe, so that kstatus reads the group as in
-    progress and ``kubectl wait --for=condition=Ready`` waits for the new one."""
+    progress and ``kubectl wait --for=condition=Ready`` waits for the new one.
+
+    The patch holds the conditions alone. ``previous`` is the informer's copy, which may lag
+    a write made earlier in the same pass: sending its other fields back overwrote a
+    ``status.cache`` that had just turned ready with the older "starting", and nothing wrote
+    it again (a full CI run waited 180 s for it)."""
     prev = previous or {}
     if prev.get("observedGeneration") == generation:
         return None
@@ -268,7 +273,7 @@ def applying_status(
         generation=generation,
         drop=(STALLED,),
     )
-    return {**prev, "conditions": conditions}
+    return {"conditions": conditions}
 
 
 def desired_status(

@@ -185,3 +185,21 @@ async def test_quiet_passes_over_an_hour_write_no_status():
     await world.pass_after(60)
     assert world.cluster.status_writes > written
     assert world.cluster.status["lastCheckTime"] == quiet(world.wall.now - 60).checked_at  # type: ignore[index]
+
+
+async def test_saying_a_generation_is_on_its_way_leaves_other_steps_fields_as_written():
+    # The informer's copy of the group may lag a write made earlier in the same pass: the
+    # cache step has just written status.cache ready. Sending that copy back with the
+    # Reconciling condition put "starting" back, and nothing wrote "ready" again.
+    world = World(snapshot(queued=0))
+    await world.pass_after(1)
+    assert world.cluster.status is not None
+    lagging = {**world.cluster.status, "cache": {"ready": False, "reason": "CacheServerStarting"}}
+    world.cluster.status["cache"] = {"ready": True, "reason": "Ready"}
+    informer = world.cache.group
+    world.cache.group = lambda key: {**informer(key), "status": lagging}  # type: ignore[method-assign]
+    world.edit(maxActiveRunners=5)
+    world.sources.source.latest = None  # the new spec's poll task has not answered yet
+    await world.pass_after(2)
+    assert world.condition("Reconciling") is not None
+    assert world.cluster.status["cache"] == {"ready": True, "reason": "Ready"}
