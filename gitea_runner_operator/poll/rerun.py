@@ -2,13 +2,16 @@
 that group's Gitea): which job the lost runner held, removing what is left of the runner,
 and re-running the job once Gitea has failed it.
 
-Each step reads the loss record from the cluster (the RunnerGroup's ``status.losses``, see
-api/loss.py) and writes the next state back before anything else happens, so a restart, a
+Each step reads the loss record (the RunnerGroup's ``status.losses``, see api/loss.py, with
+the records noted and not yet written: reconcile/handed.py) and notes the next state for the
+group's next pass to write, which it queues; it writes no status itself. So a restart, a
 second replica taking over, or a Gitea that fails half-way resumes the same record and never
 re-runs one loss twice. The one window left: Gitea accepted the re-run and the operator died
-before writing that down. The record then still says ``held``; the run's attempt number has
-moved past the lost job's, which reads as "re-run already" and settles it without a second
-re-run (only that re-run's count in the job line is lost).
+before the pass wrote that down. The record then still says ``held``; the run's attempt
+number has moved past the lost job's, which reads as "re-run already" and settles it without
+a second re-run (only that re-run's count in the job line is lost). What destroys the evidence
+of a loss (the runner's registration and its Job) waits until the cluster shows the job the
+runner held: a restart before then finds the loss again.
 
 Gitea 1.27 keeps a lost runner's task ``running`` until its zombie-task cron
 (``[cron.stop_zombie_tasks]``, every 5 minutes by default) finds it without an update for
@@ -33,7 +36,6 @@ from gitea_runner_operator.api.loss import (
     LossRecord,
     LossState,
     loss_records,
-    losses_patch,
     stray_keys,
 )
 from gitea_runner_operator.api.observation import Snapshot
@@ -50,10 +52,10 @@ from gitea_runner_operator.forge.reruns import (
     rerun_job,
 )
 from gitea_runner_operator.kube.cache import ClusterCache
-from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.objects.views import pods_by_job
 from gitea_runner_operator.reconcile.loss import decide, expired, prior_reruns
+from gitea_runner_operator.reconcile.ports import FollowUpWrites, LossNotes
 
 log = structlog.get_logger(__name__)
 
@@ -72,29 +74,43 @@ def _matches(job: ActionJob, pod: str, runner_ids: set[int]) -> bool:
 class LossFollowUp:
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: FollowUpWrites,
         cache: ClusterCache,
+        notes: LossNotes,
+        enqueue: Callable[[str], None],
         metrics: Metrics | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._cluster = cluster
         self._cache = cache
+        self._notes = notes
+        self._enqueue = enqueue
         self._metrics = metrics
         self._wall = wall_clock
+        # group -> runner Jobs whose lost runner is to be retired once the cluster shows
+        # the job it held (retiring destroys the evidence of the loss)
+        self._retiring: dict[str, set[str]] = {}
+
+    def forget(self, key: str) -> None:
+        self._retiring.pop(key, None)
 
     async def run(
         self, key: str, spec: RunnerGroupSpec, handle: GiteaHandle, snapshot: Snapshot
     ) -> None:
-        group = self._cache.group(key)
-        if group is None or group["metadata"].get("deletionTimestamp"):
+        stored = self._cache.group(key)
+        if stored is None or stored["metadata"].get("deletionTimestamp"):
             return
+        group = self._notes.view(key, stored)
         records = loss_records(group)
         stray = stray_keys(group, records)
         if stray:  # not this group's, garbled, or beyond the bounds: never acted on
-            await self._write(group, dict.fromkeys(stray))
+            self._write(key, dict.fromkeys(stray))
+        working: Sequence[ActionJob] | None = None
+        if self._retiring.get(key):
+            working = (await handle.client.list_jobs(handle.scope, "in_progress")).items
+            await self._retire_shown(key, handle, stored, working)
         if not records:
             return
-        working: Sequence[ActionJob] | None = None
         for job_name, record in sorted(records.items()):
             if record.state.final:
                 continue
@@ -113,20 +129,41 @@ class LossFollowUp:
                 continue
             if new is None or new == record:
                 continue
-            await self._write(group, {job_name: new.encode()})
+            self._write(key, {job_name: new.encode()})
             records[job_name] = new
             await self._report(key, group, job_name, record, new)
             if record.state is LossState.LOST and new.state is LossState.HELD:
-                await self._retire(key, handle, group, job_name, new, working or ())
+                self._retiring.setdefault(key, set()).add(job_name)
         drop = expired(records, self._wall())
         if drop:
-            await self._write(group, dict.fromkeys(drop))
+            self._write(key, dict.fromkeys(drop))
 
-    async def _write(self, group: dict[str, Any], records: dict[str, str | None]) -> None:
-        meta = group["metadata"]
-        await self._cluster.patch_group_status(
-            meta["namespace"], meta["name"], losses_patch(records)
-        )
+    def _write(self, key: str, records: dict[str, str | None]) -> None:
+        """Note the records for the group's next pass, and queue that pass."""
+        self._notes.note(key, records)
+        self._enqueue(key)
+
+    async def _retire_shown(
+        self,
+        key: str,
+        handle: GiteaHandle,
+        stored: dict[str, Any],
+        working: Sequence[ActionJob],
+    ) -> None:
+        """Retire the lost runners whose held job the cluster shows by now."""
+        shown = loss_records(stored)
+        noted = loss_records(self._notes.view(key, stored))
+        due = self._retiring[key]
+        for job_name in sorted(due):
+            record = shown.get(job_name)
+            if job_name not in noted:
+                due.discard(job_name)  # the record was dropped: nothing to retire by
+            elif record is not None and record.state is not LossState.LOST:
+                due.discard(job_name)
+                await self._retire(key, handle, stored, job_name, record, working)
+            # else not written yet: the next follow-up looks again
+        if not due:
+            del self._retiring[key]
 
     async def _identify(
         self,

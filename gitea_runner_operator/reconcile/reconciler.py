@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import structlog
 
 from gitea_runner_operator.api.credentials import normalise_url
+from gitea_runner_operator.api.loss import LOSSES
 from gitea_runner_operator.api.naming import GroupKey, runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
@@ -23,6 +24,7 @@ from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile.expectations import Expectations
+from gitea_runner_operator.reconcile.handed import Part, PendingLosses
 from gitea_runner_operator.reconcile.inputs import GroupPass, read_pass, with_answer
 from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.ports import (
@@ -76,6 +78,7 @@ class Reconciler:
         cache_servers: CacheServers | None = None,
         start_bound: float = START_BOUND,
         status_writes: LaterWrites | None = None,
+        losses: PendingLosses | None = None,
     ) -> None:
         self._template_policy = template_policy
         self._start_bound = start_bound
@@ -86,6 +89,8 @@ class Reconciler:
         self._metrics = metrics if metrics is not None else Metrics()
         self._ledger = ledger if ledger is not None else Ledger()
         self._jobcache = cache_servers
+        # Loss records noted by the losses step and the poll task, written with the status.
+        self._losses = losses if losses is not None else PendingLosses()
         self._cache = cache
         self._cluster = cluster
         self._sources = sources
@@ -146,11 +151,13 @@ class Reconciler:
             await self._drop_claims(key)
             await self._sources.stop(key)
             problem = admitted.invalid or Problem("InvalidSpec", "spec", ProblemKind.CONFIG)
-            return Result(requeue_after=await self._status.write(p, problem, state))
+            held = await self._status.write(p, problem, state, part=self._part(p))
+            return Result(requeue_after=held)
         if (refusal := admitted.refusal) is not None:
             self._ledger.remove(key)  # it creates nothing: its peers take its jobs
             await self._sources.stop(key)  # no Gitea calls, no Jobs: nothing to do for it
-            return Result(requeue_after=await self._status.write(p, refusal, state))
+            held = await self._status.write(p, refusal, state, part=self._part(p))
+            return Result(requeue_after=held)
         finalizers = p.meta.get("finalizers") or []
         if FINALIZER not in finalizers:
             version = str(p.meta.get("resourceVersion") or "")
@@ -175,7 +182,8 @@ class Reconciler:
             return Result()
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
-            return Result(requeue_after=await self._status.write(p, problem, state, spec=spec))
+            held = await self._status.write(p, problem, state, spec=spec, part=self._part(p))
+            return Result(requeue_after=held)
         if p.released:
             # Runners finished after Gitea was asked: plan now (churn.py), and ask again so
             # the next pass counts the real demand.
@@ -202,8 +210,7 @@ class Reconciler:
             lambda job: bool(ours.match(job.runner_name)),
         )
         source.submit(ReapOrder(p.group, decision.reap, decision.orphans))
-        if await record_losses(self._cluster, p, self._wall()):
-            source.wake()  # the poll task follows the loss up in Gitea
+        record_losses(self._losses, p, self._wall())
         note_stuck(decision, spec, state, self._clock())
         requeue: float | None = None
         created = 0
@@ -236,10 +243,15 @@ class Reconciler:
         )
         if due is not None:  # a runner's timer: no poll queues this pass any more
             requeue = min(requeue or due, due)
+        part = self._part(p)
         held = await self._status.write(
             p, None, state, spec=spec, decision=decision, snapshot=snapshot, seen=seen,
-            created=created,
+            created=created, part=part,
         )  # fmt: skip
+        if LOSSES in part.fields:
+            # The poll task follows the losses up in Gitea, and retires a lost runner once
+            # the status written now shows the job it held (poll/rerun.py).
+            source.wake()
         if held is not None:  # the status write waits for its turn (report.py)
             requeue = min(requeue or held, held)
         # A stale share matters only to a group with jobs to serve: a quiet family, whose
@@ -247,6 +259,11 @@ class Reconciler:
         # twice a second (567 reconciles a second at 1,001 quiet groups of one family).
         wants = decision.demand > 0 or bool(matching_demand(observation.queued, spec.label_names))
         return Result(requeue_after=self._requeue(key, state, requeue, wants=wants))
+
+    def _part(self, p: GroupPass) -> Part:
+        """What the steps and the poll task handed to this pass's status write."""
+        part = self._losses.part(p.key, p.group)
+        return part if self._jobcache is None else self._jobcache.part(p.group) + part
 
     def _requeue(
         self, key: str, state: GroupState, requeue: float | None, *, wants: bool
@@ -288,6 +305,7 @@ class Reconciler:
         await self._drop_claims(key)
         self._expectations.forget(key)
         self._states.pop(key, None)
+        self._losses.forget(key)
         self._admissions.forget(key)
         self._status.forget(key)
         namespace, name = GroupKey.parse(key)
