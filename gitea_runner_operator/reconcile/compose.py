@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitea_runner_operator.api.hooks import HookStatus
-from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
+from gitea_runner_operator.api.observation import Problem, Snapshot
 from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile import status as st
 from gitea_runner_operator.reconcile.handed import Part
@@ -89,10 +89,3 @@ def _transitions(previous: Mapping[str, Any], found: Found) -> list[tuple[str, s
     if hook is not None and not hook.ok and hook_before != hook.reason:
         events.append((hook.reason, hook.message))
     return events
-
-
-def secret_since(problem: Problem | None, since: float | None, now: float) -> float | None:
-    """When the Secret problem now reported began (None: there is none)."""
-    if problem is None or problem.kind is not ProblemKind.SECRET:
-        return None
-    return now if since is None else since

@@ -13,13 +13,13 @@ from typing import Any
 
 import structlog
 
-from gitea_runner_operator.api.observation import Problem, Snapshot
+from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.clock import iso_timestamp, utc_now_iso
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import status as st
-from gitea_runner_operator.reconcile.compose import Composed, Found, compose, secret_since
+from gitea_runner_operator.reconcile.compose import Composed, Found, compose
 from gitea_runner_operator.reconcile.handed import NOTHING, Part
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ledger import Ledger
@@ -105,7 +105,7 @@ class StatusWriter:
         key, meta = p.key, p.meta
         previous = p.group.get("status") or {}
         now = self.wall_clock()
-        state.secret_since = secret_since(problem, state.secret_since, now)
+        state.secret_since = _since(problem, state.secret_since, now)
         found = self._found(p, problem, state, spec, decision, snapshot, seen, previous, now)
         if decision is not None and snapshot is not None and spec is not None:
             waiting = self._waiting(key, meta, spec, snapshot, decision, created, found, state)
@@ -290,6 +290,13 @@ class StatusWriter:
                 message=current[1],
             )
             state.logged, state.logged_at = current, now
+
+
+def _since(problem: Problem | None, since: float | None, now: float) -> float | None:
+    """When the Secret problem now reported began (None: there is none)."""
+    if problem is None or problem.kind is not ProblemKind.SECRET:
+        return None
+    return now if since is None else since
 
 
 def _sooner(a: float | None, b: float | None) -> float | None:
