@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import structlog
 
-from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.loss import LOSSES
 from gitea_runner_operator.api.naming import GroupKey, runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind
@@ -129,6 +128,7 @@ class Reconciler:
 
     async def reconcile(self, key: str) -> Result:
         result = await self._reconcile(key)
+        await self._publish_unmatched()
         again = self._unmatched.come_back(key)
         if again is None:
             return result
@@ -143,12 +143,12 @@ class Reconciler:
             return Result()
         state = self.state(key)
         if p.meta.get("deletionTimestamp"):
-            await self._drop_claims(key)
+            self._drop_claims(key)
             return Result(requeue_after=await self._teardown.run(p, state))
         admitted = self._admissions.admit(key, p.meta, p.group.get("spec"))
         spec = admitted.spec
         if spec is None or admitted.invalid is not None:
-            await self._drop_claims(key)
+            self._drop_claims(key)
             await self._sources.stop(key)
             problem = admitted.invalid or Problem("InvalidSpec", "spec", ProblemKind.CONFIG)
             held = await self._status.write(p, problem, state, part=self._part(p))
@@ -173,7 +173,6 @@ class Reconciler:
         source = await self._sources.ensure(key, spec)
         p = with_answer(self._cache, p, spec, source.latest)
         blocked = self._claims.report(p, state, cache_ok)
-        await self._publish_unmatched(normalise_url(spec.gitea.url))
         snapshot = p.snapshot
         if snapshot is None:
             # The poll task enqueues the group when it has one; meanwhile a new generation
@@ -282,27 +281,29 @@ class Reconciler:
             requeue = min(requeue or CREATE_BACKOFF_MAX, state.create_retry_at - now)
         return requeue
 
-    async def _publish_unmatched(self, url: str | None, *, force: bool = False) -> None:
-        """Unmatched jobs of that Gitea (reconcile/why/unmatched.py): metric and Events."""
-        verdict = self._unmatched.evaluate(url, force=force) if url is not None else None
-        if verdict is not None:
-            await publish_unmatched(
-                verdict,
-                self._why_metrics,
-                self._cache.group,
-                self._cluster.emit_event,
-                self._unmatched.log_rate,
-            )
+    async def _publish_unmatched(self) -> None:
+        """After the pass, from this one place: the unmatched jobs of each Gitea whose groups
+        reported something new (reconcile/why/unmatched.py), as a metric and Events."""
+        for url, force in self._unmatched.due():
+            verdict = self._unmatched.evaluate(url, force=force)
+            if verdict is not None:
+                await publish_unmatched(
+                    verdict,
+                    self._why_metrics,
+                    self._cache.group,
+                    self._cluster.emit_event,
+                    self._unmatched.log_rate,
+                )
 
-    async def _drop_claims(self, key: str) -> None:
+    def _drop_claims(self, key: str) -> None:
         """The group creates nothing any more: its peers take its jobs."""
         self._ledger.remove(key)
-        await self._publish_unmatched(self._unmatched.remove(key), force=True)
+        self._unmatched.remove(key)
 
     async def _forget(self, key: str) -> None:
         """The group is gone: drop everything this process kept for it."""
         await self._sources.stop(key)
-        await self._drop_claims(key)
+        self._drop_claims(key)
         self._expectations.forget(key)
         self._states.pop(key, None)
         self._losses.forget(key)

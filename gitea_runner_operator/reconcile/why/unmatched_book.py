@@ -73,6 +73,7 @@ class UnmatchedBook:
         self._clock = clock
         self._members: dict[str, _Member] = {}
         self._dirty: set[str] = set()  # Gitea URLs whose inputs changed since evaluated
+        self._forced: set[str] = set()  # ... of those, the ones a group left (no throttle)
         self._evaluated_at: dict[str, float] = {}
         # Gitea URL -> the one group asked to come back for an evaluation skipped for
         # min_interval: one pass per URL, not one per group (1,000 groups share a Gitea).
@@ -94,13 +95,17 @@ class UnmatchedBook:
         if old is not None and old.url != url:
             self._dirty.add(old.url)
 
-    def remove(self, key: str) -> str | None:
-        """Forget a group; returns its Gitea URL, to be evaluated again."""
+    def remove(self, key: str) -> None:
+        """Forget a group: its Gitea is evaluated again after the pass, at once."""
         old = self._members.pop(key, None)
-        if old is None:
-            return None
-        self._dirty.add(old.url)
-        return old.url
+        if old is not None:
+            self._dirty.add(old.url)
+            self._forced.add(old.url)
+
+    def due(self) -> list[tuple[str, bool]]:
+        """The Gitea URLs to evaluate after a pass, and whether a group left each (then
+        the evaluation is not held back for ``min_interval``)."""
+        return [(url, url in self._forced) for url in sorted(self._dirty)]
 
     def evaluate(self, url: str, *, force: bool = False) -> Verdict | None:
         """The unmatched jobs of one Gitea, when its inputs changed and the last evaluation is
@@ -111,6 +116,7 @@ class UnmatchedBook:
         if not force and now - self._evaluated_at.get(url, float("-inf")) < self._min_interval:
             return None
         self._dirty.discard(url)
+        self._forced.discard(url)
         self._retry.pop(url, None)
         self._evaluated_at[url] = now
         members = [m for m in self._members.values() if m.url == url]
