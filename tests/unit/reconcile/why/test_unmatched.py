@@ -160,6 +160,24 @@ def test_a_skipped_evaluation_brings_one_group_back_not_every_group():
     assert book.come_back(ORG.key) is None
 
 
+def test_a_group_that_leaves_has_its_gitea_evaluated_after_the_pass_without_waiting():
+    """Its jobs may now be unmatched: the evaluation after the pass is not held back for
+    min_interval, and only the Gitea with news is evaluated."""
+    now = [100.0]
+    book = UnmatchedBook(min_interval=5.0, clock=lambda: now[0])
+    other = claimant("team-b/app", Scope.REPO, "acme", "app")
+    book.report(URL, ORG, [job(1, ("linux",))])
+    book.report(URL, other, [job(1, ("linux",))])
+    assert book.due() == [(URL, False)]
+    assert book.evaluate(URL) is not None
+    assert book.due() == []
+    now[0] = 101.0
+    book.remove(other.key)
+    assert book.due() == [(URL, True)]
+    verdict = book.evaluate(URL, force=True)
+    assert verdict is not None and book.due() == []
+
+
 class EventCluster(FakeCluster):
     def __init__(self) -> None:
         super().__init__()
