@@ -99,7 +99,7 @@ class Reconciler:
         self._on_gone = on_group_gone
         self._states: dict[str, GroupState] = {}
         # Why jobs wait (reconcile/why/unmatched*.py, reconcile/why/waiting.py): same registry.
-        self._unmatched = UnmatchedBook(clock=clock)
+        self._unmatched = UnmatchedBook(self._ledger.members, clock=clock)
         self._why_metrics = WhyMetrics.of(self._metrics.registry)
         self._claims = claims.Claims(
             self._ledger,
@@ -154,7 +154,7 @@ class Reconciler:
             held = await self._status.write(p, problem, state, part=self._part(p))
             return Result(requeue_after=held)
         if (refusal := admitted.refusal) is not None:
-            self._ledger.remove(key)  # it creates nothing: its peers take its jobs
+            self._drop_claims(key)  # it creates nothing: its peers take its jobs
             await self._sources.stop(key)  # no Gitea calls, no Jobs: nothing to do for it
             held = await self._status.write(p, refusal, state, part=self._part(p))
             return Result(requeue_after=held)
@@ -295,10 +295,14 @@ class Reconciler:
                     self._unmatched.log_rate,
                 )
 
+    def release(self, key: str) -> None:
+        """Another replica serves the group now (--sharding): it leaves this one's book of
+        members, for the ledger and the unmatched-jobs evaluation alike."""
+        self._drop_claims(key)
+
     def _drop_claims(self, key: str) -> None:
         """The group creates nothing any more: its peers take its jobs."""
-        self._ledger.remove(key)
-        self._unmatched.remove(key)
+        self._unmatched.changed(self._ledger.remove(key), None)
 
     async def _forget(self, key: str) -> None:
         """The group is gone: drop everything this process kept for it."""

@@ -181,7 +181,7 @@ class Controller:
             await self._finished.wait()
         for key in keys:
             await self.pollers.stop(key)
-            self.ledger.remove(key)
+            self.reconciler.release(key)
             self.status_writes.forget(key)
 
     def _on_owned(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:

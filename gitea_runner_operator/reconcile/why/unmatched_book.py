@@ -1,8 +1,10 @@
-"""What the operator remembers to report unmatched jobs: each group's offer and latest queue,
-and when it last warned about each label set.
+"""What the operator remembers to report unmatched jobs: which Gitea's groups changed their
+offer or latest queue, and when it last warned about each label set. The groups themselves
+(offer, latest answer) are read from the one book of members the ledger keeps
+(reconcile/members.py).
 
-Each reconcile reports its own group (as it reports to the ledger); the unmatched jobs of a
-Gitea are then recomputed with :func:`unmatched.find_unmatched`, at most once per
+Each reconcile's claims step tells it what changed of its group; the unmatched jobs of a
+Gitea are then recomputed, after the pass, with :func:`unmatched.find_unmatched`, at most once per
 ``min_interval`` and only when some group of that Gitea reported something new, so a
 thousand reconciles a minute cost a few evaluations, not a thousand. A label set is warned
 about at most once per ``every`` (an hour): a typo in a busy workflow must not flood the
@@ -15,17 +17,16 @@ label set would otherwise write a line per job.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.lru import LRU
 from gitea_runner_operator.metrics.why import WhyMetrics
-from gitea_runner_operator.reconcile.accounting import Claimant
+from gitea_runner_operator.reconcile.members import Member, Members
 from gitea_runner_operator.reconcile.why.unmatched import (
     Offer,
     Sighting,
@@ -52,16 +53,20 @@ class Verdict:
     warn: tuple[UnmatchedSet, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class _Member:
-    url: str
-    claimant: Claimant
-    jobs: Sequence[ActionJob]
+def _sighting(member: Member | None) -> tuple[object, ...] | None:
+    """What of a member decides the unmatched jobs: its Gitea, its offer (not its runners or
+    capacity) and the jobs of its latest answer."""
+    if member is None:
+        return None
+    c = member.claimant
+    jobs = tuple(member.answer.jobs) if member.answer is not None else ()
+    return (member.url, c.scope, c.org, c.repo, c.offered, jobs)
 
 
 class UnmatchedBook:
     def __init__(
         self,
+        members: Members,
         *,
         every: float = WARN_EVERY,
         memo_size: int = MEMO_SIZE,
@@ -71,7 +76,7 @@ class UnmatchedBook:
         self._every = every
         self._min_interval = min_interval
         self._clock = clock
-        self._members: dict[str, _Member] = {}
+        self._members = members
         self._dirty: set[str] = set()  # Gitea URLs whose inputs changed since evaluated
         self._forced: set[str] = set()  # ... of those, the ones a group left (no throttle)
         self._evaluated_at: dict[str, float] = {}
@@ -81,25 +86,15 @@ class UnmatchedBook:
         self._warned: LRU[tuple[str, tuple[str, ...]], float] = LRU(memo_size)
         self.log_rate = LogRate(LOG_EVERY, clock=clock)  # per Gitea URL
 
-    def report(self, url: str, claimant: Claimant, jobs: Sequence[ActionJob] | None) -> None:
-        """A group's offer and latest queued jobs (None: no answer from Gitea now)."""
-        # Spare capacity and runners do not decide whether a job matches: compare without.
-        offer = Claimant(claimant.key, claimant.scope, claimant.org, claimant.repo,
-                         claimant.offered, not_busy=0, spare=0)  # fmt: skip
-        new = _Member(url, offer, tuple(jobs or ()))
-        old = self._members.get(claimant.key)
-        if old == new:
+    def changed(self, old: Member | None, new: Member | None) -> None:
+        """A group's member in the book went from ``old`` to ``new`` (None: it left; its
+        Gitea is then evaluated after the pass at once, not held back for min_interval)."""
+        if _sighting(old) == _sighting(new):
             return
-        self._members[claimant.key] = new
-        self._dirty.add(url)
-        if old is not None and old.url != url:
-            self._dirty.add(old.url)
-
-    def remove(self, key: str) -> None:
-        """Forget a group: its Gitea is evaluated again after the pass, at once."""
-        old = self._members.pop(key, None)
-        if old is not None:
-            self._dirty.add(old.url)
+        for member in (old, new):
+            if member is not None:
+                self._dirty.add(member.url)
+        if old is not None and new is None:
             self._forced.add(old.url)
 
     def due(self) -> list[tuple[str, bool]]:
@@ -119,12 +114,15 @@ class UnmatchedBook:
         self._forced.discard(url)
         self._retry.pop(url, None)
         self._evaluated_at[url] = now
-        members = [m for m in self._members.values() if m.url == url]
+        members = self._members.of_url(url)
         if not members:
             self._evaluated_at.pop(url, None)
         sets = tuple(
             find_unmatched(
-                (Sighting(url, m.claimant.key, m.jobs) for m in members),
+                (
+                    Sighting(url, m.claimant.key, m.answer.jobs if m.answer is not None else ())
+                    for m in members
+                ),
                 (Offer(url, m.claimant) for m in members),
             )
         )
