@@ -86,6 +86,14 @@ class GroupSeries:
             ["namespace"],
             buckets=DURATION_BUCKETS,
         )
+        # --sharding only: one series per group, on the replica that serves it (dropped when
+        # the group moves away), so the groups of a replica and its domains can be counted.
+        self._domain = series.gauge(
+            "group_domain_info",
+            "Always 1: the capacity domain of a group and the replica serving it (--sharding).",
+            [*g, "domain", "replica"],
+        )
+        self._domain_of: dict[tuple[str, str], tuple[str, str]] = {}
         self._group_series: tuple[Gauge | Counter | Histogram, ...] = (
             self._queued, self._desired, self._max, self._ready, self._failed_now,
             self._created, self._failed, self._startup, self._checked,
@@ -126,6 +134,17 @@ class GroupSeries:
     def group_ready(self, namespace: str, name: str, ready: bool) -> None:
         """Only the Ready gauge, for passes that end before counting (a Gitea or spec error)."""
         self._ready.labels(namespace, name).set(1 if ready else 0)
+
+    def group_served(self, namespace: str, name: str, domain: str, replica: str) -> None:
+        """The group's domain and serving replica; the series of an earlier domain goes."""
+        now = (domain, replica)
+        before = self._domain_of.get((namespace, name))
+        if before == now:
+            return
+        if before is not None:
+            remove_series(self._domain, (namespace, name, *before))
+        self._domain.labels(namespace, name, domain, replica).set(1)
+        self._domain_of[(namespace, name)] = now
 
     def group_checked(self, namespace: str, name: str, when: float) -> None:
         """``when``: seconds since the epoch of the Gitea answer a pass used."""
@@ -201,13 +220,18 @@ class GroupSeries:
             seen.drop_oldest()
 
     def forget_group(self, namespace: str, name: str) -> None:
-        """Drop every series of a deleted group, so dashboards do not show it forever."""
+        """Drop every series of a deleted group, so dashboards do not show it forever; and
+        of a group another replica serves now (--sharding), so that each group's series
+        come from one replica only."""
         for what in ("started", "finished"):
             self._seen.pop((namespace, name, what), None)
         for metric in self._group_series:
             remove_series(metric, (namespace, name))
         for state in RUNNER_STATES:
             remove_series(self._runners, (namespace, name, state))
+        served = self._domain_of.pop((namespace, name), None)
+        if served is not None:
+            remove_series(self._domain, (namespace, name, *served))
         fed = self._duration_groups.get(namespace, set())
         fed.discard(name)
         if not fed:

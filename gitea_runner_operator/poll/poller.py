@@ -50,6 +50,16 @@ STEP_DEADLINE = GITEA_STEP_DEADLINE
 ObserveFn = Callable[[str, RunnerGroupSpec, float], Awaitable[tuple[Snapshot, GiteaHandle | None]]]
 # A periodic poll may reuse an answer another group on the same scope got this recently.
 SHARE_WINDOW = 5.0
+# How late past its own bound a step may end before the task counts as hung (the
+# observer's housekeeping, the scheduler under load).
+BEAT_SLACK = 30.0
+
+
+def cancelled_itself() -> bool:
+    """Whether the running task was asked to stop (``Task.cancel``), rather than an awaited
+    future it does not own having been cancelled: only the first must end the task."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def next_delay(
@@ -87,6 +97,7 @@ class PollerOptions(TypedDict, total=False):
     step_deadline: float
     every_answer: Callable[[str, float, bool], bool] | None
     resync: float
+    observe_deadline: float
 
 
 class GroupPoller:
@@ -108,8 +119,13 @@ class GroupPoller:
         step_deadline: float = STEP_DEADLINE,
         every_answer: Callable[[str, float, bool], bool] | None = None,
         resync: float = RESYNC,
+        observe_deadline: float = STEP_DEADLINE,
     ) -> None:
         self._step_deadline = step_deadline
+        self._observe_deadline = observe_deadline
+        # When the task must next be seen to move (each step's own bound, or the end of its
+        # sleep, plus BEAT_SLACK): past it, the task is hung and ``Pollers.ensure`` restarts it.
+        self._due = float("inf")
         self._enroller = enroller
         # Whether an unchanged answer must still reach the reconcile (Ledger.must_weigh).
         self._every_answer = every_answer
@@ -177,10 +193,39 @@ class GroupPoller:
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name=f"poll:{self.key}")
 
+    @property
+    def running(self) -> bool:
+        """Started and not ended (a stopped poller is not running either)."""
+        return self._task is not None and not self._task.done()
+
+    @property
+    def hung(self) -> bool:
+        """Past the time by which the current step or sleep must have ended: every await of
+        the loop has a deadline, so only a fault makes this true."""
+        return self._clock() > self._due
+
+    def _expect_within(self, seconds: float) -> None:
+        self._due = self._clock() + seconds + BEAT_SLACK
+
+    @property
+    def ended(self) -> str:
+        """How the task ended, for the log line that restarts it."""
+        task = self._task
+        if task is None:
+            return "never started"
+        if not task.done():
+            return "running"
+        if task.cancelled():
+            return "cancelled"
+        exc = task.exception()
+        return repr(exc) if exc is not None else "returned"
+
     async def stop(self) -> None:
+        """Cancel the task and wait for it. A task that had already ended with an error
+        does not raise it here (``ensure`` logs it): stopping a group must not fail for it."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
 
@@ -195,9 +240,17 @@ class GroupPoller:
             handle: GiteaHandle | None = None
             interval = self.spec.poll_interval_seconds
             newer_than = max(self._wanted_after, started - min(interval / 2, SHARE_WINDOW))
+            self._expect_within(self._observe_deadline)
             self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
             try:
                 snapshot, handle = await self._observe(self._namespace, self.spec, newer_than)
+            except asyncio.CancelledError:
+                if cancelled_itself():
+                    raise
+                # A shared request this poll waited for was cancelled under it (its URL
+                # forgotten, its other waiters gone): a failed observation, not the end of
+                # the group's only Gitea task.
+                log.warning("poll observation cancelled under it; polling on", group=self.key)
             except Exception:
                 log.exception("poll failed unexpectedly", group=self.key)
             self.asking = False
@@ -247,7 +300,9 @@ class GroupPoller:
                 self._backoff_max,
                 self._secret_retry,
             )
-            await self._sleep(started, jittered(delay, 0.95, 1.05))
+            delay = jittered(delay, 0.95, 1.05)
+            self._expect_within(max(delay, self._min_refresh))
+            await self._sleep(started, delay)
 
     def _hand_over(self, snapshot: Snapshot | None, asked: bool) -> None:
         """Queue the group's reconcile when this answer may change a decision: it differs
@@ -273,6 +328,7 @@ class GroupPoller:
         """Forgejo: register the runners of the group's suspended runner Jobs."""
         if self._enroller is None or handle.forgejo is None:
             return
+        self._expect_within(self._step_deadline)
         try:
             async with asyncio.timeout(self._step_deadline):
                 await self._enroller.run(self.key, handle, snapshot, self.spec)
@@ -298,6 +354,7 @@ class GroupPoller:
         )
         if self.deleting and not removing:
             return  # never create or keep a hook for a group being deleted
+        self._expect_within(self._step_deadline)
         try:
             async with asyncio.timeout(self._step_deadline):
                 if removing:
@@ -323,12 +380,14 @@ class GroupPoller:
     async def _loss_step(self, handle: GiteaHandle, snapshot: Snapshot) -> None:
         """Lost runners: find their jobs, re-run them (poll/rerun.py)."""
         if self._losses is not None:
+            self._expect_within(self._step_deadline)
             async with asyncio.timeout(self._step_deadline):
                 await self._losses.run(self.key, self.spec, handle, snapshot)
 
     async def _reaper_run(self, handle: GiteaHandle, snapshot: Snapshot, order: ReapOrder) -> None:
         if self._reaper is None:
             return
+        self._expect_within(self._step_deadline)
         async with asyncio.timeout(self._step_deadline):
             await self._reaper.run(self.key, handle, snapshot, order)
 
@@ -370,9 +429,15 @@ class Pollers:
         return [p.spec for p in self._pollers.values()]
 
     async def ensure(self, key: str, spec: RunnerGroupSpec) -> GroupPoller:
+        """The group's poller for ``spec``: started, restarted on a new spec, and restarted
+        when its task has ended on its own or hangs. Nothing else would notice a poll task
+        that died: its group would keep its last answer and never be polled again."""
         current = self._pollers.get(key)
         if current is not None and current.spec == spec:
-            return current
+            if current.running and not current.hung:
+                return current
+            why = current.ended if not current.running else "no progress past its deadlines"
+            log.error("poll task of the group stopped; restarting it", group=key, why=why)
         if current is not None:
             await current.stop()
         poller = GroupPoller(

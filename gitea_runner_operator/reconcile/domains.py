@@ -114,3 +114,22 @@ def fingerprint(shapes: Mapping[str, Shape] | Iterable[Shape]) -> str:
         h.update("\x1f".join(fields).encode())
         h.update(b"\x1e")
     return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one group is served (``--sharding``): its domain, the replica that holds it,
+    and whether the domain spans its whole Gitea."""
+
+    domain: str
+    served_by: str  # the replica's identity, its membership Lease's holderIdentity
+    whole_gitea: bool
+
+    def status(self) -> dict[str, str]:
+        """``status.domain``. Each field changes only with the domain or its owner, so a
+        quiet group writes nothing for it (docs/gitops.md, "quiet status")."""
+        return {
+            "id": self.domain,
+            "servedBy": self.served_by,
+            "spans": "gitea" if self.whole_gitea else "family",
+        }

@@ -22,6 +22,7 @@ from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
+from gitea_runner_operator.reconcile.domains import Placement
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.handed import Part, PendingLosses
 from gitea_runner_operator.reconcile.inputs import GroupPass, read_pass, with_answer
@@ -78,6 +79,7 @@ class Reconciler:
         start_bound: float = START_BOUND,
         status_writes: LaterWrites | None = None,
         losses: PendingLosses | None = None,
+        placement: Callable[[str], Placement | None] | None = None,
     ) -> None:
         self._template_policy = template_policy
         self._start_bound = start_bound
@@ -121,6 +123,7 @@ class Reconciler:
             clock=clock,
             wall_clock=wall_clock,
             later=status_writes,
+            placement=placement,
         )
 
     def state(self, key: str) -> GroupState:
@@ -295,10 +298,16 @@ class Reconciler:
                     self._unmatched.log_rate,
                 )
 
-    def release(self, key: str) -> None:
-        """Another replica serves the group now (--sharding): it leaves this one's book of
-        members, for the ledger and the unmatched-jobs evaluation alike."""
+    def hand_over(self, key: str) -> None:
+        """Another replica serves the group now (--sharding): this one's series of it go,
+        so that each group is exported by one replica, and so does what it last wrote; it
+        leaves this one's book of members, for the ledger and the unmatched-jobs evaluation
+        alike."""
         self._drop_claims(key)
+        self._status.forget(key)
+        namespace, name = GroupKey.parse(key)
+        self._metrics.forget_group(namespace, name)
+        self._why_metrics.forget_group(namespace, name)
 
     def _drop_claims(self, key: str) -> None:
         """The group creates nothing any more: its peers take its jobs."""

@@ -33,7 +33,13 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gitea_runner_operator.reconcile.domains import Shape, domains, fingerprint, lone_domain
+from gitea_runner_operator.reconcile.domains import (
+    Placement,
+    Shape,
+    domains,
+    fingerprint,
+    lone_domain,
+)
 
 ANNOTATION = "gitea-runners.dev/view"  # on each member's Lease: the Published record
 _FORMAT = 1
@@ -67,24 +73,38 @@ class Layout:
 
     fingerprint: str
     domains: Mapping[str, frozenset[str]]  # domain id -> its group keys
+    # Domains that span a whole Gitea (a scope: global group joined its families): shown in
+    # the groups' status, never part of the fingerprint (the keys already decide it).
+    whole_gitea: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, shapes: Iterable[Shape], unreadable: Iterable[str] = ()) -> Layout:
         """From the groups' shapes; groups whose spec cannot be read each get a domain of
         their own (they compete with nobody), and take part in the fingerprint by key."""
         listed = list(shapes)
-        found = {d.id: d.members for d in domains(listed).values()}
+        computed = domains(listed).values()
+        found = {d.id: d.members for d in computed}
+        whole = frozenset(d.id for d in computed if d.whole_gitea)
         odd = sorted(unreadable)
         for key in odd:
             found.setdefault(lone_domain(key).id, frozenset({key}))
         print_ = fingerprint(listed)
         if odd:
             print_ = hashlib.sha256("\x1e".join([print_, *odd]).encode()).hexdigest()[:16]
-        return cls(print_, found)
+        return cls(print_, found, whole)
 
     def domain_of(self) -> dict[str, str]:
         """Group key -> domain id."""
         return {key: d for d, keys in self.domains.items() for key in keys}
+
+    def placement(self, domain: str, held: frozenset[str], me: str) -> Placement | None:
+        """Where the groups of ``domain`` are served, as member ``me`` holding it with the
+        groups ``held`` shows it; None once this layout has changed the domain, which is
+        then about to be released (Tenure.plan): its groups' status is left as it is rather
+        than written twice during the hand-over."""
+        if not held or self.domains.get(domain) != held:
+            return None
+        return Placement(domain, me, domain in self.whole_gitea)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from gitea_runner_operator.poll.reaper import Reaper
 from gitea_runner_operator.poll.rerun import LossFollowUp
 from gitea_runner_operator.poll.triggers import owned_changed
 from gitea_runner_operator.poll.trust import GiteaTrust
+from gitea_runner_operator.reconcile.domains import Placement
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.handed import PendingLosses
 from gitea_runner_operator.reconcile.ledger import Ledger
@@ -116,6 +117,8 @@ class Controller:
             enroller=self.enroller,
             step_deadline=settings.gitea_step_deadline,
             every_answer=self.ledger.must_weigh,
+            # How long an observation may take: past it (and a slack) the task counts as hung.
+            observe_deadline=settings.observe_deadline,
         )
         # A pass's status is patched by its group's writer, so no worker waits for a token.
         self.status_writes = LaterWrites(retry=self.queue.add_rate_limited)
@@ -136,6 +139,7 @@ class Controller:
             ),
             status_writes=self.status_writes,
             losses=self.loss_notes,
+            placement=self._placement if membership is not None else None,
         )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
@@ -156,6 +160,7 @@ class Controller:
                 renew_deadline=settings.renew_deadline,
             )
         self._layout_cached: Layout | None = None
+        self._served: dict[str, str] = {}  # group key -> the held domain it belongs to
 
     def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         if spec_changed(kind, obj, before):
@@ -170,8 +175,19 @@ class Controller:
         return self._layout_cached
 
     def _take(self, keys: frozenset[str]) -> None:
+        assert self.sharding is not None
+        for domain, members in self.sharding.tenure.held.items():
+            self._served.update(dict.fromkeys(members & keys, domain))
         for key in keys:
             self.queue.add(key)
+
+    def _placement(self, key: str) -> Placement | None:
+        """Where a group this replica serves is served (status.domain)."""
+        domain = self._served.get(key)
+        if domain is None or self.sharding is None:
+            return None
+        held = self.sharding.tenure.held.get(domain, frozenset())
+        return self._layout().placement(domain, held, self.sharding.tenure.me)
 
     async def _release(self, keys: frozenset[str]) -> None:
         """Another replica will serve these groups: finish their reconciles under way, then
@@ -181,8 +197,9 @@ class Controller:
             await self._finished.wait()
         for key in keys:
             await self.pollers.stop(key)
-            self.reconciler.release(key)
             self.status_writes.forget(key)
+            self.reconciler.hand_over(key)
+            self._served.pop(key, None)
 
     def _on_owned(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         # A Job created and deleted before any reconcile saw it must not stay expected.

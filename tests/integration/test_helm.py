@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import urllib.request
@@ -195,6 +196,77 @@ def test_values_set_the_image_replicas_flags_webhook_and_monitoring(helm, tmp_pa
     assert json.loads(dashboard["data"]["gitea-runner-operator.json"])["uid"]
 
 
+def lease_verbs_called() -> set[str]:
+    """The Lease verbs runtime/membership.py calls, read from its source: the chart's Role
+    must grant each of them, and no more."""
+    source = (manifests.REPO / "gitea_runner_operator" / "runtime" / "membership.py").read_text()
+    verb = {
+        "read": "get",
+        "replace": "update",
+        "create": "create",
+        "list": "list",
+        "delete": "delete",
+    }
+    return {verb[m] for m in re.findall(r"_leases\.(\w+)_namespaced_lease", source)}
+
+
+def test_sharding_runs_every_replica_with_membership_leases_a_budget_and_spread(helm, tmp_path):
+    objects = render(
+        helm, tmp_path, "gro", "ops", {"sharding": {"enabled": True}, "replicaCount": 3}
+    )  # fmt: skip
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    args = operator_args(objects)
+    assert "--sharding" in args and "--leader-election-namespace=ops" in args
+    assert "--leader-elect" not in args
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Role"}
+    assert "gro-gitea-runner-operator-leader-election" not in roles
+    (rule,) = roles["gro-gitea-runner-operator-members"]["rules"]
+    assert rule["apiGroups"] == ["coordination.k8s.io"] and rule["resources"] == ["leases"]
+    assert set(rule["verbs"]) == lease_verbs_called() == {"get", "list", "create", "update",
+                                                          "delete"}  # fmt: skip
+    bindings = {o["metadata"]["name"]: o for o in objects if o["kind"] == "RoleBinding"}
+    assert bindings["gro-gitea-runner-operator-members"]["roleRef"]["name"] == (
+        "gro-gitea-runner-operator-members"
+    )
+    pod = deployment["spec"]["template"]
+    budget = one(objects, "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (spread,) = pod["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    term = spread["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    # An affinity of one's own replaces the chart's spread.
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "pool", "operator": "In", "values": ["ops"]}]}]}}}  # fmt: skip
+    objects = render(
+        helm, tmp_path, "gro", "ops",
+        {"sharding": {"enabled": True}, "replicaCount": 3, "affinity": own},
+    )  # fmt: skip
+    assert one(objects, "Deployment")["spec"]["template"]["spec"]["affinity"] == own
+    # Sharding needs no leader election: the flag does not matter then.
+    off = {"sharding": {"enabled": True}, "replicaCount": 2, "leaderElection": {"enabled": False}}
+    assert "--sharding" in operator_args(render(helm, tmp_path, "gro", "ops", off))
+
+
+def test_one_replica_renders_no_budget_no_spread_and_no_membership_role(helm, tmp_path):
+    objects = render(helm, tmp_path, "gro", "ops", {})
+    assert "PodDisruptionBudget" not in {o["kind"] for o in objects}
+    assert "affinity" not in one(objects, "Deployment")["spec"]["template"]["spec"]
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Role"}
+    assert set(roles) == {"gro-gitea-runner-operator-leader-election"}
+    assert "--sharding" not in operator_args(objects)
+    # A standby replica gets the budget and the spread too: it is worth little on the
+    # leader's node.
+    objects = render(helm, tmp_path, "gro", "ops", {"replicaCount": 2})
+    assert one(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    assert "--leader-elect" in operator_args(objects)
+
+
 def _admitted(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Port name -> the peers the chart's NetworkPolicy admits to it."""
     policy = one(objects, "NetworkPolicy")
@@ -312,6 +384,14 @@ def test_the_namespaced_render_has_roles_per_namespace_and_no_cluster_role_for_j
         ({"rbac": {"mode": "namespaced"}}, "rbac.mode=namespaced needs watchNamespaces"),
         ({"rbac": {"mode": "everywhere"}}, "rbac.mode must be cluster or namespaced"),
         ({"replicaCount": 2, "leaderElection": {"enabled": False}}, "needs leaderElection"),
+        (
+            {
+                "replicaCount": 2,
+                "leaderElection": {"enabled": False},
+                "sharding": {"enabled": False},
+            },
+            "(or sharding.enabled)",
+        ),
     ],
 )
 def test_values_that_cannot_work_are_refused_by_name(helm, tmp_path, values, message):
@@ -490,4 +570,53 @@ def test_the_namespaced_chart_serves_a_runnergroup_as_its_serviceaccount(
             assert [item["metadata"]["name"] for item in lease] == ["gitea-runner-operator"]
     finally:
         for name in (team, elsewhere, ns):
+            kube.delete(f"/api/v1/namespaces/{name}")
+
+
+def test_the_sharded_chart_serves_a_runnergroup_and_its_status_says_which_replica(
+    kube, gitea, cluster, gitea_target, start_operator, kwok, helm, tmp_path
+):
+    """--sharding as the chart runs it, with the chart's Role for the membership Leases: the
+    replica takes its Lease, serves the group, and the group's status and /metrics name the
+    domain and the replica, the Lease's holder."""
+    release, ns = unique("gro"), make_namespace(kube, unique("ops"), privileged=False)
+    team = make_namespace(kube, unique("team"))
+    try:
+        objects = render(
+            helm, tmp_path, release, ns,
+            {"rbac": {"mode": "namespaced", "grantSecretAccess": True},
+             "watchNamespaces": [team], "replicaCount": 0, "sharding": {"enabled": True}},
+        )  # fmt: skip
+        with installed(kube, objects):
+            sa = one(objects, "ServiceAccount")["metadata"]["name"]
+            token = kube.create_token(ns, sa)
+            args = [a for a in operator_args(objects) if not a.startswith("--health-port")]
+            assert "--sharding" in args
+            op = start_operator(extra=tuple(args), token=token)
+
+            make_tokens(kube, team, cluster, gitea_target)
+            group = runner_group(
+                "ci", target=gitea_target, url=cluster.gitea_url, image=kwok_image(60)
+            )
+            manifests.apply(kube, group, namespace=team)
+            status = wait_until(
+                lambda: (s := group_status(kube, team, "ci")).get("domain") and s,
+                timeout=60,
+                what="status.domain written",
+            )
+            assert ready(status)["status"] == "True"
+            domain = status["domain"]
+            assert re.fullmatch(r"d-[0-9a-f]{12}", domain["id"]) and domain["spans"] == "family"
+            leases = kube.get(
+                f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+                labelSelector="gitea-runners.dev/members",
+            )["items"]
+            assert [lease["spec"]["holderIdentity"] for lease in leases] == [domain["servedBy"]]
+            metrics = scrape(op.health_port)
+            assert sample(
+                metrics, "group_domain_info",
+                namespace=team, runnergroup="ci", domain=domain["id"], replica=domain["servedBy"],
+            ) == 1  # fmt: skip
+    finally:
+        for name in (team, ns):
             kube.delete(f"/api/v1/namespaces/{name}")

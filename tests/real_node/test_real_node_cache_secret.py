@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import Any
 
 import pytest
 
@@ -51,18 +50,14 @@ from tests.support.job_probe import (
     step,
 )
 from tests.support.real_node import (
-    DIND_CONFIG,
-    DIND_SIDECAR,
     HTTP,
-    LOCAL,
-    ROOTLESS_CONFIG,
-    Real,
+    PRIVILEGED_VIEW,
+    PROBE_MODES,
+    SHARED,
     cache_pod_ip,
-    on_real_node,
-    runner_config,
+    probe_group,
 )
 from tests.support.testbed import allow_cache
-from tests.testbed import images
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
 
@@ -126,38 +121,10 @@ def container_steps(cache_url: str) -> str:
 """
 
 
-MODES: dict[str, dict[str, Any]] = {
-    "host": {"image": images.RUNNER, "socket": ""},
-    "dind": {"image": images.RUNNER, "socket": "/var/run/docker.sock"},
-    "dind-rootless": {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"},
-}
 # The same with ``shareProcessNamespace`` in the template, where the operator allows it with a
 # cache (not in dind: api/cache.py): gro-config's processes, which hold the Secret's mount,
 # are then in the job's reach, and the probe tries each of their doors.
-SHARED = "-shared-pids"
-# The rootless daemon's view from a ``--privileged`` container: every capability, within the
-# daemon's user namespace (the testbed's daemon grants it with its own /sys bound in).
-PRIVILEGED_VIEW = r"via docker --privileged (-v /sys:/sys )?-v /:/host:"
-CASES = [*MODES, f"host{SHARED}", f"dind-rootless{SHARED}"]
-
-
-def _apply_group(
-    real: Real, mode: str, label: str, aliases: list[dict[str, Any]], shared: bool
-) -> None:
-    cache = {"enabled": True, "persistent": False, "size": "256Mi"}
-    pod: dict[str, Any] = {"hostAliases": aliases} if aliases else {}
-    if shared:
-        pod["shareProcessNamespace"] = True
-    spec: dict[str, Any] = {"image": LOCAL + MODES[mode]["image"], "cache": cache}
-    if mode == "host":
-        spec |= {"labels": [label], "template": on_real_node(**pod)}
-    else:
-        spec["labels"] = [f"{label}:docker://{LOCAL}{images.BUSYBOX_DOCKER}"]
-        text = DIND_CONFIG if mode == "dind" else ROOTLESS_CONFIG
-        spec["runnerConfig"] = runner_config(real, f"{label}-config", text)
-        init = [DIND_SIDECAR] if mode == "dind" else None
-        spec["template"] = on_real_node(init=init, **pod)
-    real.group("probe", mode=mode, maxActiveRunners=1, **spec)
+CASES = [*PROBE_MODES, f"host{SHARED}", f"dind-rootless{SHARED}"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -166,10 +133,11 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, case)
     shared = mode != case
     allow_cache(real.kube, real.ns)
     label = f"gro-secret-{mode}"
-    _apply_group(real, mode, label, [], shared)
+    cache = {"enabled": True, "persistent": False, "size": "256Mi"}
+    probe_group(real, mode, label, shared=shared, cache=cache)
     ip = cache_pod_ip(real, "probe")
     aliases = [{"ip": ip, "hostnames": [service_host("probe", real.ns)]}]
-    _apply_group(real, mode, label, aliases, shared)
+    probe_group(real, mode, label, shared=shared, cache=cache, aliases=aliases)
 
     real.wait_cache_settled("probe")
     secret = real.kube.get(f"/api/v1/namespaces/{real.ns}/secrets/probe-cache")["data"]
@@ -181,7 +149,7 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, case)
         workflow = host_workflow("secret-host", label, probe_text, host_steps())
     else:
         url = f"http://{ip}:8088/"
-        socket = MODES[mode]["socket"]
+        socket = PROBE_MODES[mode]["socket"]
         workflow = container_workflow(
             f"secret-{label}", label, socket, probe_text, container_steps(url)
         )

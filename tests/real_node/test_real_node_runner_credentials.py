@@ -23,34 +23,20 @@ find its marker.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
 
 from tests.support.job_probe import container_workflow, host_workflow, probe, registration_token
 from tests.support.real_node import (
-    DIND_CONFIG,
-    DIND_SIDECAR,
-    LOCAL,
-    ROOTLESS_CONFIG,
-    Real,
-    on_real_node,
-    runner_config,
+    PRIVILEGED_VIEW,
+    PROBE_MODES,
+    SHARED,
+    probe_group,
 )
-from tests.testbed import images
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
 
-MODES: dict[str, dict[str, Any]] = {
-    "host": {"image": images.RUNNER, "socket": ""},
-    "dind": {"image": images.RUNNER, "socket": "/var/run/docker.sock"},
-    "dind-rootless": {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"},
-}
-SHARED = "-shared-pids"
-CASES = [*MODES, *(f"{mode}{SHARED}" for mode in MODES)]
-# The rootless daemon's view from a ``--privileged`` container: the runner container's own
-# file system and PID namespace, the daemon's processes among them.
-PRIVILEGED_VIEW = r"via docker --privileged (-v /sys:/sys )?-v /:/host:"
+CASES = [*PROBE_MODES, *(f"{mode}{SHARED}" for mode in PROBE_MODES)]
 
 
 STILL_RUNS = """\
@@ -58,32 +44,18 @@ STILL_RUNS = """\
 """
 
 
-def _apply_group(real: Real, mode: str, label: str, shared: bool) -> None:
-    pod: dict[str, Any] = {"shareProcessNamespace": True} if shared else {}
-    spec: dict[str, Any] = {"image": LOCAL + MODES[mode]["image"]}
-    if mode == "host":
-        spec |= {"labels": [label], "template": on_real_node(**pod)}
-    else:
-        spec["labels"] = [f"{label}:docker://{LOCAL}{images.BUSYBOX_DOCKER}"]
-        text = DIND_CONFIG if mode == "dind" else ROOTLESS_CONFIG
-        spec["runnerConfig"] = runner_config(real, f"{label}-config", text)
-        init = [DIND_SIDECAR] if mode == "dind" else None
-        spec["template"] = on_real_node(init=init, **pod)
-    real.group("probe", mode=mode, maxActiveRunners=1, **spec)
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_a_job_cannot_read_the_registration_token_and_still_runs(real, case):
     mode = case.removesuffix(SHARED)
     shared = mode != case
     label = f"gro-token-{mode}"
-    _apply_group(real, mode, label, shared)
+    probe_group(real, mode, label, shared=shared)
     token = real.target.registration_token
     probe_text = probe(registration_token(token))
     if mode == "host":
         workflow = host_workflow("token-host", label, probe_text, STILL_RUNS)
     else:
-        socket = MODES[mode]["socket"]
+        socket = PROBE_MODES[mode]["socket"]
         workflow = container_workflow(f"token-{label}", label, socket, probe_text, STILL_RUNS)
     real.push("token.yml", workflow)
     done = real.wait_done({"probe"}, timeout=420)

@@ -214,3 +214,44 @@ def cache_pod_ip(real: Real, group: str) -> str:
         return str(wait_until(ip, timeout=180, what=f"group {group}'s cache server ready"))
     except TimeoutError:
         raise AssertionError(real.pods_report()) from None
+
+
+# The modes a job probe runs in: the runner image, and the Docker socket the job drives.
+PROBE_MODES: dict[str, dict[str, Any]] = {
+    "host": {"image": images.RUNNER, "socket": ""},
+    "dind": {"image": images.RUNNER, "socket": "/var/run/docker.sock"},
+    "dind-rootless": {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"},
+}
+# A case name's suffix for ``shareProcessNamespace`` in the template.
+SHARED = "-shared-pids"
+# What the probe prints for the view from a ``--privileged`` container through the daemon.
+PRIVILEGED_VIEW = r"via docker --privileged (-v /sys:/sys )?-v /:/host:"
+
+
+def probe_group(
+    real: Real,
+    mode: str,
+    label: str,
+    *,
+    shared: bool,
+    cache: dict[str, Any] | None = None,
+    aliases: list[dict[str, Any]] | None = None,
+) -> None:
+    """The group ``probe`` the credential suites run their probe job on: ``mode``'s runner
+    image and, for the daemon modes, its runner config and (dind) sidecar; ``shared``: the
+    Pod shares one PID namespace; ``aliases``: hostAliases (a cache's Service name)."""
+    pod: dict[str, Any] = {"hostAliases": aliases} if aliases else {}
+    if shared:
+        pod["shareProcessNamespace"] = True
+    spec: dict[str, Any] = {"image": LOCAL + PROBE_MODES[mode]["image"]}
+    if cache is not None:
+        spec["cache"] = cache
+    if mode == "host":
+        spec |= {"labels": [label], "template": on_real_node(**pod)}
+    else:
+        spec["labels"] = [f"{label}:docker://{LOCAL}{images.BUSYBOX_DOCKER}"]
+        text = DIND_CONFIG if mode == "dind" else ROOTLESS_CONFIG
+        spec["runnerConfig"] = runner_config(real, f"{label}-config", text)
+        init = [DIND_SIDECAR] if mode == "dind" else None
+        spec["template"] = on_real_node(init=init, **pod)
+    real.group("probe", mode=mode, maxActiveRunners=1, **spec)

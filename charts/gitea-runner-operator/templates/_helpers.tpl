@@ -31,8 +31,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and (eq .Values.rbac.mode "namespaced") (not .Values.watchNamespaces) -}}
 {{- fail "rbac.mode=namespaced needs watchNamespaces: the namespaces to grant Roles in" -}}
 {{- end -}}
-{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) -}}
-{{- fail "replicaCount > 1 needs leaderElection.enabled: two acting replicas would both create runners" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) (not .Values.sharding.enabled) -}}
+{{- fail "replicaCount > 1 needs leaderElection.enabled (or sharding.enabled): two acting replicas would both create runners" -}}
 {{- end -}}
 {{- end -}}
 

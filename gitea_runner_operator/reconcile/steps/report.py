@@ -20,6 +20,7 @@ from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import status as st
 from gitea_runner_operator.reconcile.compose import Composed, Found, compose
+from gitea_runner_operator.reconcile.domains import Placement
 from gitea_runner_operator.reconcile.handed import NOTHING, Part
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ledger import Ledger
@@ -64,6 +65,9 @@ class StatusWriter:
     # Set: a pass's status (not a problem's) is written by the group's writer after the
     # pass (reconcile/steps/status_writes.py), so no worker waits for a write token.
     later: LaterWrites | None = None
+    # --sharding: where a group is served (status.domain); None without sharding, when a
+    # domain left by an earlier sharded run is removed.
+    placement: Callable[[str], Placement | None] | None = None
 
     def forget(self, key: str) -> None:
         self.written.pop(key, None)
@@ -115,6 +119,7 @@ class StatusWriter:
             oldest = held.oldest.timestamp() if held.oldest is not None else None
             self.why_metrics.waiting(meta["namespace"], meta["name"], held.counts(), oldest)
             part = Part({"waiting": held.status()}) + part
+        part = Part(self._domain(key, meta, previous)) + part
         self._log_transitions(key, found.ready, found.healthy, state)
         self._observed(p, spec, found, decision)
         # The same failed answer queues no pass: come back when the grace ends.
@@ -234,6 +239,17 @@ class StatusWriter:
             return
         await self.cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
         self.announced[p.key] = generation
+
+    def _domain(self, key: str, meta: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
+        """``status.domain`` and its series while sharded; a merge patch's null removes the
+        field once sharding is off (one replica has no domain to show: it serves them all)."""
+        if self.placement is None:
+            return {"domain": None} if "domain" in previous else {}
+        placed = self.placement(key)
+        if placed is None:
+            return {}
+        self.metrics.group_served(meta["namespace"], meta["name"], placed.domain, placed.served_by)
+        return {"domain": placed.status()}
 
     def _waiting(
         self,

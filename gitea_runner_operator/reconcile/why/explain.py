@@ -59,6 +59,7 @@ class Explanation:
     holds: tuple[str, ...]  # what holds the job back, in order of what to fix first
     verdict: str
     coming: tuple[str, ...] = ()  # runners on their way for it (not a hold)
+    served: str | None = None  # the chosen group's domain and replica (--sharding)
 
 
 def claimant(view: GroupView) -> Claimant:
@@ -116,7 +117,21 @@ def explain(job: ActionJob, gitea: str, groups: Sequence[GroupView]) -> Explanat
         holds=holds,
         verdict=_verdict(job, url, should, holds, list(claimants.values())),
         coming=coming,
+        served=_served(views[should].status) if should is not None else None,
     )
+
+
+def _served(status: Mapping[str, Any]) -> str | None:
+    """Which replica serves the group, from its status (only a sharded operator says)."""
+    domain = status.get("domain") or {}
+    if not domain.get("id") or not domain.get("servedBy"):
+        return None
+    spans = (
+        "every RunnerGroup of its Gitea, as a scope: global group joins all its families"
+        if domain.get("spans") == "gitea"
+        else "the groups that can take the same jobs"
+    )
+    return f"replica {domain['servedBy']}, domain {domain['id']} ({spans})"
 
 
 def _why_not(c: Claimant, job: ActionJob, repository: tuple[str, str] | None) -> str:
@@ -232,6 +247,8 @@ def render(e: Explanation, now: dt.datetime) -> str:
                 f"  passed over: {', '.join(e.passed_over)}: no starting or idle runner and no "
                 "room now (at maxActiveRunners, or not Ready or healthy)"
             )
+        if e.served is not None:
+            lines.append(f"  served by {e.served}")
     if e.why_not:
         lines.append("Cannot serve it:")
         lines.extend(f"  {key}: {why}" for key, why in e.why_not)

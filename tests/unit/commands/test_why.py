@@ -112,6 +112,24 @@ def test_a_group_that_cannot_serve_the_job_says_why_not():
     assert "Queued at 2026-01-01T00:00:00Z (12 min ago)" in text
 
 
+def test_a_sharded_operator_names_the_domain_and_the_replica_serving_the_group():
+    served = {"id": "d-0123456789ab", "servedBy": "gro-5f7c9-x2x7q_1a2b3c4d", "spans": "family"}
+    status = {"activeRunners": 0, "conditions": [ready()], "domain": served}
+    text = render(explain(job(), GITEA, group_views([group("widgets", status=status)])), NOW)
+    assert (
+        "Should serve it: team-a/widgets (the most specific scope, then spare capacity)\n"
+        "  served by replica gro-5f7c9-x2x7q_1a2b3c4d, domain d-0123456789ab (the groups "
+        "that can take the same jobs)"
+    ) in text
+    whole = {**status, "domain": {**served, "spans": "gitea"}}
+    text = render(explain(job(), GITEA, group_views([group("widgets", status=whole)])), NOW)
+    assert "(every RunnerGroup of its Gitea, as a scope: global group joins all its families)" in (
+        text
+    )
+    # One replica (no --sharding) writes no domain, and why says nothing of one.
+    assert "served by" not in render(explain(job(), GITEA, group_views([REPO])), NOW)
+
+
 @pytest.mark.parametrize(
     ("url", "ref"),
     [

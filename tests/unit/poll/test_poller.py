@@ -49,13 +49,20 @@ def test_a_long_poll_interval_is_never_shortened_by_the_backoff_cap():
     assert next_delay(300, 3, None, ProblemKind.GITEA, backoff_max=30) == 300
 
 
+def _slow_poller(observe: Any, notify: Any, min_refresh: float) -> GroupPoller:
+    """One group's poller with a 10-minute interval: every poll past the first is a wake-up."""
+    from gitea_runner_operator.api.runnergroup import parse_spec
+
+    spec = parse_spec({**VALID, "pollInterval": "600s"})
+    return GroupPoller("team-a/ci", spec, observe, notify, min_refresh=min_refresh)
+
+
 def _snap(problem: Problem | None = None) -> Snapshot:
     obs = None if problem else Observation(queued=(), runners=())
     return Snapshot(started_at=0.0, checked_at="x", observation=obs, problem=problem)
 
 
 async def test_wake_ups_are_coalesced_and_ignored_while_gitea_fails():
-    from gitea_runner_operator.api.runnergroup import parse_spec
 
     calls = 0
     results: list[Snapshot] = [_snap(), _snap(Problem("GiteaServerError", "500"))]
@@ -66,13 +73,7 @@ async def test_wake_ups_are_coalesced_and_ignored_while_gitea_fails():
         return results[min(calls - 1, len(results) - 1)], None
 
     notified: list[str] = []
-    poller = GroupPoller(
-        "team-a/ci",
-        parse_spec({**VALID, "pollInterval": "600s"}),
-        observe,
-        notified.append,
-        min_refresh=0.05,
-    )
+    poller = _slow_poller(observe, notified.append, min_refresh=0.05)
     poller.start()
     try:
         await asyncio.sleep(0.1)
@@ -94,7 +95,6 @@ async def test_a_paced_wake_up_is_asked_at_once_and_a_plain_one_waits_for_the_ga
     # poller's own gap must not hold it back a second time, or a job queued just after the
     # last woken refresh waits up to that gap (issue 27). The reconciler's own wake-ups keep
     # the gap. min_refresh is an hour here: a wait for it would never end within the test.
-    from gitea_runner_operator.api.runnergroup import parse_spec
 
     calls = 0
 
@@ -103,13 +103,7 @@ async def test_a_paced_wake_up_is_asked_at_once_and_a_plain_one_waits_for_the_ga
         calls += 1
         return _snap(), None
 
-    poller = GroupPoller(
-        "team-a/ci",
-        parse_spec({**VALID, "pollInterval": "600s"}),
-        observe,
-        lambda key: None,
-        min_refresh=3600.0,
-    )
+    poller = _slow_poller(observe, lambda key: None, min_refresh=3600.0)
     poller.start()
     try:
         await asyncio.sleep(0.05)
@@ -215,3 +209,103 @@ async def test_orphans_are_removed_only_when_offline_idle_and_podless():
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (), orphans), [])
     assert outcome.deregistered == ["ci-h-aaaaa-bbbbb"]
     assert set(gitea.runners) == {2, 3}
+
+
+async def test_a_shared_request_cancelled_under_the_poll_does_not_end_the_groups_polling():
+    # The observation waits for a fetch it shares with other groups; when that fetch is
+    # cancelled (its last other waiter gone, its URL forgotten), the await raises
+    # CancelledError in this task although nobody cancelled the task. Ending the loop there
+    # left the group with no poll task: never asked again, its new spec never observed.
+
+    calls = 0
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            shared: asyncio.Future[Snapshot] = asyncio.get_running_loop().create_future()
+            shared.cancel()  # what another party did to the request this poll shares
+            return await shared, None
+        return _snap(), None
+
+    notified: list[str] = []
+    poller = _slow_poller(observe, notified.append, min_refresh=0.0)
+    poller.start()
+    try:
+        await asyncio.sleep(0.05)
+        assert poller.running and calls == 1
+        poller.wake()
+        await asyncio.sleep(0.05)
+        assert calls == 2 and poller.latest is not None and poller.latest.problem is None
+        assert notified == ["team-a/ci", "team-a/ci"]  # the failed one, then the answer
+    finally:
+        await poller.stop()
+    assert not poller.running  # stop() still ends it
+
+
+async def test_a_poll_task_that_ended_on_its_own_is_restarted_by_the_next_pass():
+    from gitea_runner_operator.api.runnergroup import parse_spec
+    from gitea_runner_operator.poll.poller import Pollers
+
+    calls = 0
+    handed: list[str] = []
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
+        nonlocal calls
+        calls += 1
+        return _snap(), None
+
+    def notify(key: str) -> None:
+        if not handed:
+            handed.append("fault")
+            raise RuntimeError("a fault outside the steps' own handlers")
+        handed.append(key)
+
+    pollers = Pollers(observe, notify, min_refresh=0.0)
+    spec = parse_spec({**VALID, "pollInterval": "600s"})
+    first = await pollers.ensure("team-a/ci", spec)
+    await asyncio.sleep(0.05)
+    assert not first.running and "RuntimeError" in first.ended
+    second = await pollers.ensure("team-a/ci", spec)  # same spec: only a dead task restarts
+    try:
+        assert second is not first and second.running
+        await asyncio.sleep(0.05)
+        assert calls == 2 and handed == ["fault", "team-a/ci"]
+        assert await pollers.ensure("team-a/ci", spec) is second
+    finally:
+        await pollers.stop_all()
+
+
+async def test_a_poll_task_hung_past_its_deadlines_is_restarted_by_the_next_pass():
+    from gitea_runner_operator.api.runnergroup import parse_spec
+    from gitea_runner_operator.poll.poller import BEAT_SLACK, Pollers
+
+    now = [1000.0]
+    calls = 0
+    never = asyncio.Event()
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await never.wait()  # a fault: an await with no deadline
+        return _snap(), None
+
+    pollers = Pollers(
+        observe, lambda key: None, min_refresh=0.0, clock=lambda: now[0], observe_deadline=60
+    )
+    spec = parse_spec({**VALID, "pollInterval": "600s"})
+    first = await pollers.ensure("team-a/ci", spec)
+    await asyncio.sleep(0.02)
+    now[0] += 60 + BEAT_SLACK - 1
+    assert await pollers.ensure("team-a/ci", spec) is first  # slow, within its bound
+    now[0] += 2
+    second = await pollers.ensure("team-a/ci", spec)
+    try:
+        assert second is not first and not first.running
+        await asyncio.sleep(0.02)
+        assert calls == 2 and second.latest is not None
+        now[0] += 0.95 * 600 + BEAT_SLACK - 1  # asleep until its next poll (jittered): not hung
+        assert await pollers.ensure("team-a/ci", spec) is second
+    finally:
+        await pollers.stop_all()

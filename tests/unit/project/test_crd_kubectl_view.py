@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from gitea_runner_operator.reconcile.domains import Placement
 from tests.support import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -45,6 +46,19 @@ def test_kubectl_get_rg_shows_scope_target_capacity_demand_and_readiness():
     # -o wide adds why a group is not Ready
     assert columns["Reason"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].reason'
     assert columns["Mode"]["priority"] == 1
+    # -o wide also names the capacity domain and the replica serving it (--sharding)
+    assert columns["Domain"]["jsonPath"] == ".status.domain.id"
+    assert columns["Served by"]["jsonPath"] == ".status.domain.servedBy"
+    assert columns["Domain"]["priority"] == columns["Served by"]["priority"] == 1
+
+
+def test_the_status_keeps_every_field_of_a_groups_domain():
+    status = VERSION["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    domain = status["domain"]["properties"]
+    for whole in (False, True):
+        written = Placement("d-0123456789ab", "gro-5f7c9-x2x7q_1a2b3c4d", whole).status()
+        assert set(written) == set(domain)
+        assert written["spans"] in domain["spans"]["enum"]
 
 
 def test_the_charts_crd_is_the_same_file():

@@ -1,0 +1,129 @@
+"""Where a group is served, as a user sees it with ``--sharding``: ``status.domain`` (its
+capacity domain, the replica serving it, and whether the domain spans the whole Gitea) and
+the ``group_domain_info`` series, both changing only when the domain or its replica does.
+Without sharding a group's status says nothing new."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.reconcile.domains import Placement, Shape
+from gitea_runner_operator.reconcile.shards import Layout
+from tests.support import fake_cluster as fake
+from tests.support.gitops import World, quiet
+
+INFO = "gitea_runner_operator_group_domain_info"
+GROUP = {"namespace": "team-a", "runnergroup": "ci"}
+
+
+def sharded(world: World, where: dict[str, Placement | None]) -> None:
+    """The world's operator runs with --sharding; ``where[key]`` says where it serves."""
+    world.reconciler = fake.fresh_reconciler(
+        world.cache, world.cluster, world.sources, world.clock, world.wall, placement=where.get
+    )
+
+
+def info(world: World, domain: str, replica: str) -> float | None:
+    registry = world.reconciler._metrics.registry
+    return registry.get_sample_value(INFO, {**GROUP, "domain": domain, "replica": replica})  # type: ignore[no-any-return]
+
+
+async def quiet_hour(world: World) -> None:
+    for _ in range(60):
+        world.sources.source.latest = quiet(world.wall.now + 60)
+        await world.pass_after(60)
+
+
+async def test_the_serving_replica_writes_the_domain_once_and_again_only_when_it_moves():
+    world = World(quiet(fake.T0 + 30))
+    where: dict[str, Placement | None] = {fake.KEY: Placement("d-0123456789ab", "gro-a_1", False)}
+    sharded(world, where)
+    await world.pass_after(1)
+    status: dict[str, Any] = world.cluster.status or {}
+    assert status["domain"] == {"id": "d-0123456789ab", "servedBy": "gro-a_1", "spans": "family"}
+    assert info(world, "d-0123456789ab", "gro-a_1") == 1
+    written = world.cluster.status_writes
+    await quiet_hour(world)
+    assert world.cluster.status_writes == written  # quiet status: nothing to say
+
+    # A global group joined the Gitea's families: the same domain now spans the Gitea.
+    where[fake.KEY] = Placement("d-0123456789ab", "gro-a_1", True)
+    await world.pass_after(1)
+    assert world.cluster.status_writes == written + 1
+    assert world.cluster.status["domain"]["spans"] == "gitea"  # type: ignore[index]
+
+    # Another replica took the domain over: it writes its own name, and the old replica's
+    # series of the group went with the hand-over.
+    world.reconciler.hand_over(fake.KEY)
+    assert info(world, "d-0123456789ab", "gro-a_1") is None
+    where[fake.KEY] = Placement("d-0123456789ab", "gro-b_2", True)
+    await world.pass_after(1)
+    assert world.cluster.status["domain"]["servedBy"] == "gro-b_2"  # type: ignore[index]
+    assert info(world, "d-0123456789ab", "gro-b_2") == 1
+    assert world.cluster.status_writes == written + 2
+
+    # A domain this replica is about to release (its layout changed) is left as it is.
+    where[fake.KEY] = None
+    world.sources.source.latest = quiet(world.wall.now + 60)
+    await world.pass_after(60)
+    assert world.cluster.status["domain"]["servedBy"] == "gro-b_2"  # type: ignore[index]
+    assert world.cluster.status_writes == written + 2
+
+
+async def test_a_new_domain_replaces_the_groups_series_rather_than_adding_one():
+    world = World(quiet(fake.T0 + 30))
+    where: dict[str, Placement | None] = {fake.KEY: Placement("d-000000000001", "gro-a_1", False)}
+    sharded(world, where)
+    await world.pass_after(1)
+    where[fake.KEY] = Placement("d-000000000002", "gro-a_1", False)
+    await world.pass_after(1)
+    assert info(world, "d-000000000001", "gro-a_1") is None
+    assert info(world, "d-000000000002", "gro-a_1") == 1
+
+
+async def test_one_replica_says_nothing_new_and_drops_a_domain_left_by_sharding():
+    world = World(quiet(fake.T0 + 30))
+    await world.pass_after(1)
+    assert "domain" not in (world.cluster.status or {})
+    registry = world.reconciler._metrics.registry
+    assert not [m for m in registry.collect() if m.name == INFO[:-5] and m.samples]
+
+    # An operator that ran with --sharding before left a domain: it goes with one write.
+    world.cluster.status = {
+        **(world.cluster.status or {}),
+        "domain": {"id": "d-0123456789ab", "servedBy": "gro-a_1", "spans": "family"},
+    }
+    written = world.cluster.status_writes
+    world.restart()
+    await world.pass_after(1)
+    assert "domain" not in (world.cluster.status or {})
+    assert world.cluster.status_writes == written + 1
+    await quiet_hour(world)
+    assert world.cluster.status_writes == written + 1
+
+
+def test_a_global_group_makes_every_group_of_its_gitea_show_a_gitea_wide_domain():
+    a, b, x = "https://a.example", "https://b.example", frozenset({"x"})
+    layout = Layout.of(
+        [
+            Shape("ns/app", a, Scope.REPO, "acme", "app", x),
+            Shape("ns/top", a, Scope.GLOBAL, None, None, frozenset({"arm"})),  # no label shared
+            Shape("ns/lib", b, Scope.REPO, "acme", "lib", x),
+        ]
+    )
+    by_key = layout.domain_of()
+    whole = by_key["ns/app"]
+    assert by_key["ns/top"] == whole
+    placed = layout.placement(whole, layout.domains[whole], "gro-a_1")
+    assert placed is not None and placed.status()["spans"] == "gitea"
+    alone = by_key["ns/lib"]
+    placed = layout.placement(alone, layout.domains[alone], "gro-a_1")
+    assert placed is not None and placed.status() == {
+        "id": alone,
+        "servedBy": "gro-a_1",
+        "spans": "family",
+    }
+    # Held with other groups than this layout gives it: about to be released, not shown.
+    assert layout.placement(alone, frozenset({"ns/lib", "ns/gone"}), "gro-a_1") is None
+    assert layout.placement("d-unknown", frozenset({"ns/lib"}), "gro-a_1") is None
