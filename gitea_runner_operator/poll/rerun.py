@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -71,42 +71,36 @@ def _matches(job: ActionJob, pod: str, runner_ids: set[int]) -> bool:
     return job.runner_name == pod or (job.runner_id != 0 and job.runner_id in runner_ids)
 
 
+@dataclass(slots=True)
 class LossFollowUp:
-    def __init__(
-        self,
-        cluster: FollowUpWrites,
-        cache: ClusterCache,
-        notes: LossNotes,
-        enqueue: Callable[[str], None],
-        metrics: Metrics | None = None,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._cluster = cluster
-        self._cache = cache
-        self._notes = notes
-        self._enqueue = enqueue
-        self._metrics = metrics
-        self._wall = wall_clock
-        # group -> runner Jobs whose lost runner is to be retired once the cluster shows
-        # the job it held (retiring destroys the evidence of the loss)
-        self._retiring: dict[str, set[str]] = {}
+    """The follow-up of a group's lost runners, run by its poll task after each observation."""
+
+    cluster: FollowUpWrites
+    cache: ClusterCache
+    notes: LossNotes  # the records for the group's next pass to write
+    enqueue: Callable[[str], None]  # queues that pass
+    metrics: Metrics | None = None
+    wall: Callable[[], float] = time.time
+    # group -> runner Jobs whose lost runner is to be retired once the cluster shows the
+    # job it held (retiring destroys the evidence of the loss)
+    retiring: dict[str, set[str]] = field(default_factory=dict)
 
     def forget(self, key: str) -> None:
-        self._retiring.pop(key, None)
+        self.retiring.pop(key, None)
 
     async def run(
         self, key: str, spec: RunnerGroupSpec, handle: GiteaHandle, snapshot: Snapshot
     ) -> None:
-        stored = self._cache.group(key)
+        stored = self.cache.group(key)
         if stored is None or stored["metadata"].get("deletionTimestamp"):
             return
-        group = self._notes.view(key, stored)
+        group = self.notes.view(key, stored)
         records = loss_records(group)
         stray = stray_keys(group, records)
         if stray:  # not this group's, garbled, or beyond the bounds: never acted on
             self._write(key, dict.fromkeys(stray))
         working: Sequence[ActionJob] | None = None
-        if self._retiring.get(key):
+        if self.retiring.get(key):
             working = (await handle.client.list_jobs(handle.scope, "in_progress")).items
             await self._retire_shown(key, handle, stored, working)
         if not records:
@@ -133,15 +127,15 @@ class LossFollowUp:
             records[job_name] = new
             await self._report(key, group, job_name, record, new)
             if record.state is LossState.LOST and new.state is LossState.HELD:
-                self._retiring.setdefault(key, set()).add(job_name)
-        drop = expired(records, self._wall())
+                self.retiring.setdefault(key, set()).add(job_name)
+        drop = expired(records, self.wall())
         if drop:
             self._write(key, dict.fromkeys(drop))
 
     def _write(self, key: str, records: dict[str, str | None]) -> None:
         """Note the records for the group's next pass, and queue that pass."""
-        self._notes.note(key, records)
-        self._enqueue(key)
+        self.notes.note(key, records)
+        self.enqueue(key)
 
     async def _retire_shown(
         self,
@@ -152,8 +146,8 @@ class LossFollowUp:
     ) -> None:
         """Retire the lost runners whose held job the cluster shows by now."""
         shown = loss_records(stored)
-        noted = loss_records(self._notes.view(key, stored))
-        due = self._retiring[key]
+        noted = loss_records(self.notes.view(key, stored))
+        due = self.retiring[key]
         for job_name in sorted(due):
             record = shown.get(job_name)
             if job_name not in noted:
@@ -163,7 +157,7 @@ class LossFollowUp:
                 await self._retire(key, handle, stored, job_name, record, working)
             # else not written yet: the next follow-up looks again
         if not due:
-            del self._retiring[key]
+            del self.retiring[key]
 
     async def _identify(
         self,
@@ -184,7 +178,7 @@ class LossFollowUp:
             )
             held = next((j for j in done.items if _matches(j, record.pod, ids)), None)
         if held is None:
-            return record.settle(LossState.NO_JOB, self._wall())
+            return record.settle(LossState.NO_JOB, self.wall())
         return replace(
             record,
             state=LossState.HELD,
@@ -209,10 +203,10 @@ class LossFollowUp:
         if record.runner_id:
             await handle.client.delete_runner(handle.scope, record.runner_id)
         names = {j.runner_name for j in working}
-        pods = pods_by_job(self._cache.runner_pods(key)).get(job_name, [])
+        pods = pods_by_job(self.cache.runner_pods(key)).get(job_name, [])
         others = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != record.pod]
         if not any(name in names for name in others):
-            await self._cluster.delete_job(group["metadata"]["namespace"], job_name)
+            await self.cluster.delete_job(group["metadata"]["namespace"], job_name)
 
     async def _follow(
         self,
@@ -221,7 +215,7 @@ class LossFollowUp:
         records: dict[str, LossRecord],
         record: LossRecord,
     ) -> LossRecord | None:
-        now = self._wall()
+        now = self.wall()
         if not is_repository(record.repo):
             return record.settle(LossState.NO_JOB, now)
         job = await get_job(handle.client, record.repo, record.job_id)
@@ -271,9 +265,9 @@ class LossFollowUp:
                 cause=new.cause,
                 seconds_since_loss=round(delay, 1),
             )
-            if self._metrics is not None:
-                self._metrics.job_rerun(meta["namespace"], meta["name"], reason_label(new.cause))
-            await self._cluster.emit_event(
+            if self.metrics is not None:
+                self.metrics.job_rerun(meta["namespace"], meta["name"], reason_label(new.cause))
+            await self.cluster.emit_event(
                 group,
                 "Normal",
                 "JobRerun",
@@ -288,7 +282,7 @@ class LossFollowUp:
             LossState.REFUSED: "Gitea refused the re-run (see the operator log)",
         }.get(new.state)
         if why is not None:
-            await self._cluster.emit_event(
+            await self.cluster.emit_event(
                 group, "Warning", "JobNotRerun", f"Did not re-run {what}: {lost}; {why}"
             )
         elif old.state is LossState.LOST:

@@ -80,8 +80,7 @@ class Members(Mapping[str, Member]):
         return [self._by_key[key] for key in self._by_url.get(url, ())]
 
     def _unindex(self, key: str, url: str) -> None:
-        keys = self._by_url.get(url)
-        if keys is not None:
-            keys.pop(key, None)
-            if not keys:
-                del self._by_url[url]
+        keys = self._by_url.get(url, {})
+        keys.pop(key, None)
+        if not keys:
+            self._by_url.pop(url, None)

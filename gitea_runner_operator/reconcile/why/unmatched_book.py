@@ -77,8 +77,9 @@ class UnmatchedBook:
         self._min_interval = min_interval
         self._clock = clock
         self._members = members
-        self._dirty: set[str] = set()  # Gitea URLs whose inputs changed since evaluated
-        self._forced: set[str] = set()  # ... of those, the ones a group left (no throttle)
+        # Gitea URLs whose inputs changed since evaluated -> whether a group left (then
+        # the evaluation is not held back for min_interval)
+        self._dirty: dict[str, bool] = {}
         self._evaluated_at: dict[str, float] = {}
         # Gitea URL -> the one group asked to come back for an evaluation skipped for
         # min_interval: one pass per URL, not one per group (1,000 groups share a Gitea).
@@ -93,14 +94,12 @@ class UnmatchedBook:
             return
         for member in (old, new):
             if member is not None:
-                self._dirty.add(member.url)
-        if old is not None and new is None:
-            self._forced.add(old.url)
+                self._dirty[member.url] = self._dirty.get(member.url, False) or new is None
 
     def due(self) -> list[tuple[str, bool]]:
         """The Gitea URLs to evaluate after a pass, and whether a group left each (then
         the evaluation is not held back for ``min_interval``)."""
-        return [(url, url in self._forced) for url in sorted(self._dirty)]
+        return sorted(self._dirty.items())
 
     def evaluate(self, url: str, *, force: bool = False) -> Verdict | None:
         """The unmatched jobs of one Gitea, when its inputs changed and the last evaluation is
@@ -110,8 +109,7 @@ class UnmatchedBook:
             return None
         if not force and now - self._evaluated_at.get(url, float("-inf")) < self._min_interval:
             return None
-        self._dirty.discard(url)
-        self._forced.discard(url)
+        del self._dirty[url]
         self._retry.pop(url, None)
         self._evaluated_at[url] = now
         members = self._members.of_url(url)

@@ -123,7 +123,7 @@ async def step(gitea, cluster, cache, metrics, spec=None, *runners, now=1040.0) 
     """One follow-up by a process that starts afresh; what it notes is written by the pass it
     queues, which wakes the poll task for one more follow-up (reconcile/reconciler.py)."""
     notes, queued = PendingLosses(), []
-    follow = LossFollowUp(cluster, cache, notes, queued.append, metrics, wall_clock=lambda: now)
+    follow = LossFollowUp(cluster, cache, notes, queued.append, metrics, wall=lambda: now)
     handle = GiteaHandle(gitea, None)  # type: ignore[arg-type]
     await follow.run(KEY, parse_spec(spec or VALID), handle, snap(*runners))
     if not queued:
@@ -349,7 +349,7 @@ async def test_a_lost_runner_is_retired_only_once_the_cluster_shows_the_job_it_h
     gitea.add_job(10, P1, rid=7)
     lose(cluster, J1, P1)
     notes, queued = PendingLosses(), []
-    follow = LossFollowUp(cluster, cache, notes, queued.append, metrics, wall_clock=lambda: 1040)
+    follow = LossFollowUp(cluster, cache, notes, queued.append, metrics, wall=lambda: 1040)
     handle = GiteaHandle(gitea, None)  # type: ignore[arg-type]
     await follow.run(KEY, parse_spec(VALID), handle, snap())
     await follow.run(KEY, parse_spec(VALID), handle, snap())  # no pass has written it yet
