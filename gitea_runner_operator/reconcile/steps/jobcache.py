@@ -122,11 +122,12 @@ class CacheServers:
         previous = (group.get("status") or {}).get("cache")
         if not uses_cache(spec.cache):
             self._memo.pop(key)
-            if previous is not None:
+            if previous is None:
+                self._found.pop(key)  # the status shows no cache: nothing left to write
+            elif self._found.peek(key) != (str(meta.get("uid")), None):
+                # Removed once: the passes before the status shows it remove nothing again.
                 await self._writes.remove(meta, keep_secret=False)
                 self._report(group, previous, None)
-            else:
-                self._found.pop(key)  # the status shows no cache: nothing left to write
             return True
         now = self._clock()
         uid, generation = str(meta.get("uid")), int(meta.get("generation") or 0)

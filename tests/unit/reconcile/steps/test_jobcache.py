@@ -474,6 +474,21 @@ async def test_disabling_the_cache_deletes_the_server_and_clears_the_status():
     assert len(env.objects.deleted) == deleted
 
 
+async def test_passes_before_the_status_shows_the_cache_gone_remove_nothing_again():
+    """The pass writes status.cache after the step (and at most once a second): until the
+    watch shows it gone, the step must not read and delete the removed objects again."""
+    env = Env()
+    await env.ensure(spec())
+    stale = env.group()  # still says the cache exists
+    off = parse_spec({**VALID, "cache": {"enabled": False}})
+    assert await env.servers.ensure(stale, off) is True
+    reads, deleted = env.objects.reads, len(env.objects.deleted)
+    assert deleted == 4
+    assert await env.servers.ensure(stale, off) is True
+    assert (env.objects.reads, len(env.objects.deleted)) == (reads, deleted)
+    assert env.servers.part(stale).fields == {"cache": None}  # still to be written
+
+
 async def test_an_external_server_gets_its_secret_from_a_labelled_secret_only():
     env = Env()
     external = {"url": "http://cache.example:8088", "secretRef": {"name": "ext", "key": "k"}}
