@@ -316,14 +316,10 @@ class Reconciler:
     async def _forget(self, key: str) -> None:
         """The group is gone: drop everything this process kept for it."""
         await self._sources.stop(key)
-        self._drop_claims(key)
         self._expectations.forget(key)
         self._states.pop(key, None)
         self._losses.forget(key)
         self._admissions.forget(key)
-        self._status.forget(key)
-        namespace, name = GroupKey.parse(key)
-        self._metrics.forget_group(namespace, name)
-        self._why_metrics.forget_group(namespace, name)
+        self.hand_over(key)  # its claims, its last status and its series go too
         if self._on_gone is not None:
             self._on_gone(key)
