@@ -39,6 +39,10 @@ RUNNERS_MAX: Final = 10_000
 # A PodTemplateSpec nests about ten levels (affinity terms are the deepest); a real one is a
 # few KiB. Checked before anything walks it recursively.
 TEMPLATE_MAX_DEPTH: Final = 32
+# Any value of a spec, measured before pydantic sees it: an enum or a string field given a
+# list nested 2,000 deep made pydantic's error path recurse past the limit (RecursionError,
+# not a refusal naming the field). No field of a real spec nests as deep as its template.
+SPEC_VALUE_MAX_DEPTH: Final = TEMPLATE_MAX_DEPTH
 TEMPLATE_MAX_BYTES: Final = 256 * 1024
 # spec.cache.resources: a ResourceRequirements (limits, requests, claims).
 RESOURCES_MAX_DEPTH: Final = 4

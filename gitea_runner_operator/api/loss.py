@@ -113,11 +113,6 @@ class LossRecord:
         return replace(self, state=state, settled_at=now, **changes)
 
 
-def losses_patch(records: Mapping[str, str | None]) -> dict[str, Any]:
-    """The status merge patch writing (a value) or removing (None) records by runner Job."""
-    return {LOSSES: dict(records)}
-
-
 def loss_records(group: dict[str, Any]) -> dict[str, LossRecord]:
     """Runner Job name -> its loss record, from the group's status: only records that name
     one of this group's runner Jobs and a Pod of that Job, at most ``MAX_LOSS_RECORDS`` of

@@ -22,12 +22,15 @@ from gitea_runner_operator.api.duration import parse_duration
 from gitea_runner_operator.api.forge import Flavor
 from gitea_runner_operator.api.labels import DEFAULT_SCHEMAS, LabelError, RunnerLabel, Schema
 from gitea_runner_operator.api.pod_template import FieldError, check_template
-from gitea_runner_operator.api.refs import DNS_SUBDOMAIN as _DNS_SUBDOMAIN
 from gitea_runner_operator.api.refs import GITEA_NAME as _GITEA_NAME
-from gitea_runner_operator.api.refs import SECRET_KEY as _SECRET_KEY
 from gitea_runner_operator.api.refs import CamelModel as _CamelModel
-from gitea_runner_operator.api.refs import SecretKeyRef
-from gitea_runner_operator.api.urls import http_url
+from gitea_runner_operator.api.refs import (
+    GiteaRef,
+    RunnerConfigRef,
+    SecretKeyRef,
+    SecretSource,
+)
+from gitea_runner_operator.kit.jsonlimits import too_deep
 
 
 class Scope(StrEnum):
@@ -36,10 +39,6 @@ class Scope(StrEnum):
     GLOBAL = "global"
     ORG = "org"
     REPO = "repo"
-
-
-class SecretSource(_CamelModel):
-    secret_ref: SecretKeyRef
 
 
 class WebhookSpec(_CamelModel):
@@ -63,65 +62,6 @@ class RunnerMode(StrEnum):
     DIND_ROOTLESS = "dind-rootless"
     DIND = "dind"
     HOST = "host"
-
-
-class ConfigMapKeyRef(SecretKeyRef):
-    """A key of a ConfigMap in the RunnerGroup's own namespace."""
-
-    @field_validator("name")
-    @classmethod
-    def _dns_name(cls, value: str) -> str:
-        if not _DNS_SUBDOMAIN.match(value):
-            raise ValueError(f"{value!r} is not a valid ConfigMap name")
-        return value
-
-    @field_validator("key")
-    @classmethod
-    def _key_chars(cls, value: str) -> str:
-        if not _SECRET_KEY.match(value):
-            raise ValueError(f"{value!r} is not a valid ConfigMap key")
-        return value
-
-
-class CABundleRef(_CamelModel):
-    """PEM certificates to trust for Gitea: exactly one of a ConfigMap key or a Secret key."""
-
-    config_map_key_ref: ConfigMapKeyRef | None = None
-    secret_key_ref: SecretKeyRef | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Self:
-        if (self.config_map_key_ref is None) == (self.secret_key_ref is None):
-            raise ValueError("set exactly one of configMapKeyRef and secretKeyRef")
-        return self
-
-    @property
-    def kind(self) -> str:
-        return "ConfigMap" if self.config_map_key_ref is not None else "Secret"
-
-    @property
-    def ref(self) -> SecretKeyRef:
-        ref = self.config_map_key_ref or self.secret_key_ref
-        assert ref is not None  # guaranteed by _exactly_one
-        return ref
-
-
-class RunnerConfigRef(_CamelModel):
-    """The ConfigMap key holding the runner's config.yaml."""
-
-    config_map_key_ref: ConfigMapKeyRef
-
-
-class GiteaRef(_CamelModel):
-    url: str = Field(max_length=caps.URL_MAX_CHARS)
-    ca_bundle: CABundleRef | None = None
-    # Gitea or Forgejo; ``auto`` asks ``GET /api/forgejo/v1/version`` (see api/forge.py).
-    flavor: Flavor = Flavor.AUTO
-
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        return http_url(value, credentials_hint="use the Secrets")
 
 
 class RunnerGroupSpec(_CamelModel):
@@ -380,6 +320,11 @@ def parse_spec(raw_spec: Any) -> RunnerGroupSpec:
     """Validate a raw ``spec`` dict, turning pydantic's errors into one readable sentence."""
     if not isinstance(raw_spec, dict):
         raise InvalidSpec("spec: must be an object")
+    for name, value in raw_spec.items():
+        if too_deep(value, caps.SPEC_VALUE_MAX_DEPTH):
+            field = name if isinstance(name, str) and len(name) <= 64 else "?"
+            limit = caps.SPEC_VALUE_MAX_DEPTH
+            raise InvalidSpec(f"spec.{field}: nests deeper than {limit} levels")
     try:
         return RunnerGroupSpec.model_validate(raw_spec)
     except ValidationError as exc:

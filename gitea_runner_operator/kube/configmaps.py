@@ -28,7 +28,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.api.credentials import CREDENTIALS_LABEL
 from gitea_runner_operator.api.observation import Problem, ProblemError
-from gitea_runner_operator.api.runnergroup import CABundleRef
+from gitea_runner_operator.api.refs import CABundleRef
 from gitea_runner_operator.kit.ttlcache import TTLCache
 from gitea_runner_operator.kube.http import REQUEST_TIMEOUT
 from gitea_runner_operator.kube.secret_store import SecretStore, SecretUnavailable

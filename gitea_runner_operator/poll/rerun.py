@@ -2,13 +2,16 @@
 that group's Gitea): which job the lost runner held, removing what is left of the runner,
 and re-running the job once Gitea has failed it.
 
-Each step reads the loss record from the cluster (the RunnerGroup's ``status.losses``, see
-api/loss.py) and writes the next state back before anything else happens, so a restart, a
+Each step reads the loss record (the RunnerGroup's ``status.losses``, see api/loss.py, with
+the records noted and not yet written: reconcile/handed.py) and notes the next state for the
+group's next pass to write, which it queues; it writes no status itself. So a restart, a
 second replica taking over, or a Gitea that fails half-way resumes the same record and never
 re-runs one loss twice. The one window left: Gitea accepted the re-run and the operator died
-before writing that down. The record then still says ``held``; the run's attempt number has
-moved past the lost job's, which reads as "re-run already" and settles it without a second
-re-run (only that re-run's count in the job line is lost).
+before the pass wrote that down. The record then still says ``held``; the run's attempt
+number has moved past the lost job's, which reads as "re-run already" and settles it without
+a second re-run (only that re-run's count in the job line is lost). What destroys the evidence
+of a loss (the runner's registration and its Job) waits until the cluster shows the job the
+runner held: a restart before then finds the loss again.
 
 Gitea 1.27 keeps a lost runner's task ``running`` until its zombie-task cron
 (``[cron.stop_zombie_tasks]``, every 5 minutes by default) finds it without an update for
@@ -23,7 +26,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -33,7 +36,6 @@ from gitea_runner_operator.api.loss import (
     LossRecord,
     LossState,
     loss_records,
-    losses_patch,
     stray_keys,
 )
 from gitea_runner_operator.api.observation import Snapshot
@@ -50,10 +52,10 @@ from gitea_runner_operator.forge.reruns import (
     rerun_job,
 )
 from gitea_runner_operator.kube.cache import ClusterCache
-from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.objects.views import pods_by_job
 from gitea_runner_operator.reconcile.loss import decide, expired, prior_reruns
+from gitea_runner_operator.reconcile.ports import FollowUpWrites, LossNotes
 
 log = structlog.get_logger(__name__)
 
@@ -69,32 +71,40 @@ def _matches(job: ActionJob, pod: str, runner_ids: set[int]) -> bool:
     return job.runner_name == pod or (job.runner_id != 0 and job.runner_id in runner_ids)
 
 
+@dataclass(slots=True)
 class LossFollowUp:
-    def __init__(
-        self,
-        cluster: Cluster,
-        cache: ClusterCache,
-        metrics: Metrics | None = None,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._cluster = cluster
-        self._cache = cache
-        self._metrics = metrics
-        self._wall = wall_clock
+    """The follow-up of a group's lost runners, run by its poll task after each observation."""
+
+    cluster: FollowUpWrites
+    cache: ClusterCache
+    notes: LossNotes  # the records for the group's next pass to write
+    enqueue: Callable[[str], None]  # queues that pass
+    metrics: Metrics | None = None
+    wall: Callable[[], float] = time.time
+    # group -> runner Jobs whose lost runner is to be retired once the cluster shows the
+    # job it held (retiring destroys the evidence of the loss)
+    retiring: dict[str, set[str]] = field(default_factory=dict)
+
+    def forget(self, key: str) -> None:
+        self.retiring.pop(key, None)
 
     async def run(
         self, key: str, spec: RunnerGroupSpec, handle: GiteaHandle, snapshot: Snapshot
     ) -> None:
-        group = self._cache.group(key)
-        if group is None or group["metadata"].get("deletionTimestamp"):
+        stored = self.cache.group(key)
+        if stored is None or stored["metadata"].get("deletionTimestamp"):
             return
+        group = self.notes.view(key, stored)
         records = loss_records(group)
         stray = stray_keys(group, records)
         if stray:  # not this group's, garbled, or beyond the bounds: never acted on
-            await self._write(group, dict.fromkeys(stray))
+            self._write(key, dict.fromkeys(stray))
+        working: Sequence[ActionJob] | None = None
+        if self.retiring.get(key):
+            working = (await handle.client.list_jobs(handle.scope, "in_progress")).items
+            await self._retire_shown(key, handle, stored, working)
         if not records:
             return
-        working: Sequence[ActionJob] | None = None
         for job_name, record in sorted(records.items()):
             if record.state.final:
                 continue
@@ -113,20 +123,41 @@ class LossFollowUp:
                 continue
             if new is None or new == record:
                 continue
-            await self._write(group, {job_name: new.encode()})
+            self._write(key, {job_name: new.encode()})
             records[job_name] = new
             await self._report(key, group, job_name, record, new)
             if record.state is LossState.LOST and new.state is LossState.HELD:
-                await self._retire(key, handle, group, job_name, new, working or ())
-        drop = expired(records, self._wall())
+                self.retiring.setdefault(key, set()).add(job_name)
+        drop = expired(records, self.wall())
         if drop:
-            await self._write(group, dict.fromkeys(drop))
+            self._write(key, dict.fromkeys(drop))
 
-    async def _write(self, group: dict[str, Any], records: dict[str, str | None]) -> None:
-        meta = group["metadata"]
-        await self._cluster.patch_group_status(
-            meta["namespace"], meta["name"], losses_patch(records)
-        )
+    def _write(self, key: str, records: dict[str, str | None]) -> None:
+        """Note the records for the group's next pass, and queue that pass."""
+        self.notes.note(key, records)
+        self.enqueue(key)
+
+    async def _retire_shown(
+        self,
+        key: str,
+        handle: GiteaHandle,
+        stored: dict[str, Any],
+        working: Sequence[ActionJob],
+    ) -> None:
+        """Retire the lost runners whose held job the cluster shows by now."""
+        shown = loss_records(stored)
+        noted = loss_records(self.notes.view(key, stored))
+        due = self.retiring[key]
+        for job_name in sorted(due):
+            record = shown.get(job_name)
+            if job_name not in noted:
+                due.discard(job_name)  # the record was dropped: nothing to retire by
+            elif record is not None and record.state is not LossState.LOST:
+                due.discard(job_name)
+                await self._retire(key, handle, stored, job_name, record, working)
+            # else not written yet: the next follow-up looks again
+        if not due:
+            del self.retiring[key]
 
     async def _identify(
         self,
@@ -147,7 +178,7 @@ class LossFollowUp:
             )
             held = next((j for j in done.items if _matches(j, record.pod, ids)), None)
         if held is None:
-            return record.settle(LossState.NO_JOB, self._wall())
+            return record.settle(LossState.NO_JOB, self.wall())
         return replace(
             record,
             state=LossState.HELD,
@@ -172,10 +203,10 @@ class LossFollowUp:
         if record.runner_id:
             await handle.client.delete_runner(handle.scope, record.runner_id)
         names = {j.runner_name for j in working}
-        pods = pods_by_job(self._cache.runner_pods(key)).get(job_name, [])
+        pods = pods_by_job(self.cache.runner_pods(key)).get(job_name, [])
         others = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != record.pod]
         if not any(name in names for name in others):
-            await self._cluster.delete_job(group["metadata"]["namespace"], job_name)
+            await self.cluster.delete_job(group["metadata"]["namespace"], job_name)
 
     async def _follow(
         self,
@@ -184,7 +215,7 @@ class LossFollowUp:
         records: dict[str, LossRecord],
         record: LossRecord,
     ) -> LossRecord | None:
-        now = self._wall()
+        now = self.wall()
         if not is_repository(record.repo):
             return record.settle(LossState.NO_JOB, now)
         job = await get_job(handle.client, record.repo, record.job_id)
@@ -234,9 +265,9 @@ class LossFollowUp:
                 cause=new.cause,
                 seconds_since_loss=round(delay, 1),
             )
-            if self._metrics is not None:
-                self._metrics.job_rerun(meta["namespace"], meta["name"], reason_label(new.cause))
-            await self._cluster.emit_event(
+            if self.metrics is not None:
+                self.metrics.job_rerun(meta["namespace"], meta["name"], reason_label(new.cause))
+            await self.cluster.emit_event(
                 group,
                 "Normal",
                 "JobRerun",
@@ -251,7 +282,7 @@ class LossFollowUp:
             LossState.REFUSED: "Gitea refused the re-run (see the operator log)",
         }.get(new.state)
         if why is not None:
-            await self._cluster.emit_event(
+            await self.cluster.emit_event(
                 group, "Warning", "JobNotRerun", f"Did not re-run {what}: {lost}; {why}"
             )
         elif old.state is LossState.LOST:

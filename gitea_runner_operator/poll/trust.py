@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from gitea_runner_operator.api.observation import Problem
-from gitea_runner_operator.api.runnergroup import GiteaRef
+from gitea_runner_operator.api.refs import GiteaRef
 from gitea_runner_operator.forge.tls import CABundleError, bundle_id, ssl_context_for
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem, unusable_secret
 

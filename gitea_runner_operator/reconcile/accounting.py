@@ -31,6 +31,7 @@ from functools import lru_cache
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.api.scope import (
+    ScopeIndex,
     fold,
     labels_fit,
     repository_in_url,
@@ -139,34 +140,11 @@ def _rank(c: Claimant) -> tuple[int, int, str]:
     return (-_SPECIFICITY[c.scope], -max(0, c.spare), c.key)
 
 
-class _ScopeIndex:
-    """Claimants by the repositories they cover, so a job's candidates are found by lookup."""
-
-    def __init__(self, claimants: Iterable[Claimant]) -> None:
-        self.by_repo: dict[Repository, list[Claimant]] = {}
-        self.by_org: dict[str, list[Claimant]] = {}
-        self.everywhere: list[Claimant] = []
-        for c in claimants:
-            org = fold(c.org)
-            if c.scope is Scope.REPO:
-                self.by_repo.setdefault((org, fold(c.repo)), []).append(c)
-            elif c.scope is Scope.ORG:
-                self.by_org.setdefault(org, []).append(c)
-            else:
-                self.everywhere.append(c)
-
-    def covering(self, repository: Repository | None) -> list[Claimant]:
-        if repository is None:  # unknown: whoever listed it (see Claimant.covers)
-            return [
-                *(c for cs in self.by_repo.values() for c in cs),
-                *(c for cs in self.by_org.values() for c in cs),
-                *self.everywhere,
-            ]
-        return [
-            *self.by_repo.get(repository, ()),
-            *self.by_org.get(repository[0], ()),
-            *self.everywhere,
-        ]
+def _index(claimants: Iterable[Claimant]) -> ScopeIndex[Claimant]:
+    index: ScopeIndex[Claimant] = ScopeIndex()
+    for c in claimants:
+        index.add(c.scope, c.org, c.repo, c)
+    return index
 
 
 def assign(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str, list[ActionJob]]:
@@ -176,7 +154,7 @@ def assign(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str
     Runners that exist cover jobs first, in whichever group they are (a starting or idle
     runner will take one); only then does spare capacity count, so a group that started
     runners for jobs before another group appeared is not joined by a second set."""
-    index = _ScopeIndex(claimants)
+    index = _index(claimants)
     covering = {c.key: max(0, c.not_busy) for c in claimants}
     spare = {c.key: max(0, c.spare) for c in claimants}
     assigned: dict[str, list[ActionJob]] = {c.key: [] for c in claimants}
@@ -224,7 +202,7 @@ def headroom(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[s
     it counted finds none. Taking jobs never lowers this bound (a runner that takes a job of
     the group's scope removes one job and one runner; one that takes another job removes
     only a runner), so a group that stays within it never creates for a covered job."""
-    index = _ScopeIndex(claimants)
+    index = _index(claimants)
     by_pair: dict[tuple[frozenset[str], Repository | None], int] = {}
     for job in {job.id: job for job in jobs if job.status == "queued"}.values():
         pair = (frozenset(job.labels), job_repository(job))
@@ -260,7 +238,7 @@ def current_jobs(answers: Sequence[Answer], claimants: Sequence[Claimant]) -> li
             by_id.setdefault(job.id, job)
             if answer.started_at > listed_at.get(job.id, float("-inf")):
                 listed_at[job.id] = answer.started_at
-    index = _ScopeIndex(c for c in claimants)
+    index = _index(claimants)
     answer_of = {a.key: a for a in answers}
     authority: dict[Repository | None, float] = {}
     kept = []

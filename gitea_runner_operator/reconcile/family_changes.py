@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.api.scope import fold
+from gitea_runner_operator.api.scope import ScopeIndex
 from gitea_runner_operator.reconcile.accounting import Claimant, job_repository
 
 
@@ -44,14 +44,11 @@ def lists_unknown_repository(jobs: Sequence[ActionJob]) -> bool:
 
 @dataclass(slots=True)
 class Changes:
-    """The members of one family that changed since its last assignment, by scope."""
+    """The members of one family that changed since its last assignment, by Gitea and
+    scope."""
 
     everything: bool = False
-    repos: set[tuple[str, str, str]] = field(default_factory=set)  # (url, org, repo)
-    orgs: set[tuple[str, str]] = field(default_factory=set)  # org-scope members changed
-    within: set[tuple[str, str]] = field(default_factory=set)  # any member in that org
-    tops: set[str] = field(default_factory=set)  # global-scope members changed, by URL
-    urls: set[str] = field(default_factory=set)  # any member of that Gitea
+    by_url: dict[str, ScopeIndex[str]] = field(default_factory=dict)
 
     def add(self, url: str, claimant: Claimant, *, reaches_all: bool = False) -> None:
         """``claimant`` of Gitea ``url`` changed; ``reaches_all``: its answer (before or now)
@@ -59,24 +56,20 @@ class Changes:
         if reaches_all:
             self.everything = True
             return
-        org = fold(claimant.org)
-        self.urls.add(url)
-        if claimant.scope is Scope.REPO:
-            self.repos.add((url, org, fold(claimant.repo)))
-            self.within.add((url, org))
-        elif claimant.scope is Scope.ORG:
-            self.orgs.add((url, org))
-            self.within.add((url, org))
-        else:
-            self.tops.add(url)
+        index = self.by_url.setdefault(url, ScopeIndex())
+        index.add(claimant.scope, claimant.org, claimant.repo, claimant.key)
 
     def touches(self, url: str, claimant: Claimant) -> bool:
-        """Whether these changes may have moved ``claimant``'s share or headroom."""
-        if self.everything or url in self.tops:
+        """Whether these changes may have moved ``claimant``'s share or headroom: a change
+        of a peer whose scope covers its repository (a repo group), stands within its org
+        (an org group), or any change on its Gitea (a global group)."""
+        if self.everything:
             return True
-        org = fold(claimant.org)
+        index = self.by_url.get(url)
+        if index is None:
+            return False
         if claimant.scope is Scope.REPO:
-            return (url, org, fold(claimant.repo)) in self.repos or (url, org) in self.orgs
+            return index.covers((claimant.org or "", claimant.repo or ""))
         if claimant.scope is Scope.ORG:
-            return (url, org) in self.within
-        return url in self.urls
+            return index.within(claimant.org)
+        return bool(index)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
@@ -43,6 +43,7 @@ from gitea_runner_operator.reconcile.accounting import (
     seen_key,
 )
 from gitea_runner_operator.reconcile.family_changes import Changes, lists_unknown_repository
+from gitea_runner_operator.reconcile.members import Member, Members
 
 # An org-scope token's known-readable repositories, learned from the group's own Gitea
 # answers (which its tenant controls), so bounded: per group by the org's repositories and
@@ -60,39 +61,6 @@ MIN_SEEN_PER_GROUP = 200
 MAX_OWNER_LENGTH = 40
 MAX_NAME_LENGTH = 100
 MIN_INTERVAL = 0.5
-
-
-@dataclass(frozen=True, slots=True)
-class Member:
-    """One group as its last reconcile reported it."""
-
-    url: str  # normalised Gitea URL
-    claimant: Claimant
-    answer: Answer | None  # None: no answer from Gitea yet, or a problem
-    failing: bool = False  # its latest poll failed (a dead token, an unreachable Gitea)
-
-    @property
-    def couples(self) -> bool:
-        """Whether the group joins a family: unless its polls fail, or while runners of it
-        may take a job (peers must count them). A group that cannot answer (a dead token)
-        and has no such runner lists no job and covers none, so it joins nobody: a
-        ``global`` one would otherwise make every group of its Gitea sharing a label one
-        family. A group that has not answered yet does join: its room makes it the first
-        choice for the jobs its scope covers best."""
-        c = self.claimant
-        return not self.failing or c.not_busy > 0 or bool(c.busy_since)
-
-    @property
-    def shape(self) -> tuple[object, ...]:
-        """What decides which family the group belongs to."""
-        c = self.claimant
-        return (self.url, c.scope, fold(c.org), fold(c.repo), c.offered, self.couples)
-
-    @property
-    def stamp(self) -> tuple[object, ...]:
-        """What decides the family's assignment (answers compared by when they were asked)."""
-        started = self.answer.started_at if self.answer is not None else None
-        return (self.claimant, started)
 
 
 def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
@@ -174,11 +142,14 @@ class Ledger:
         *,
         min_interval: float = MIN_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
+        members: Members | None = None,
     ) -> None:
         self._notify = notify
         self._min_interval = min_interval
         self._clock = clock
-        self._members: dict[str, Member] = {}
+        # The book of every member, shared with the unmatched-jobs evaluation.
+        self.members = members if members is not None else Members()
+        self._members = self.members
         self._seen: dict[str, frozenset[int]] = {}  # seen_key of each learned repository
         self._family_of: dict[str, frozenset[str]] | None = None
         self._shares: dict[str, list[ActionJob]] = {}  # each member's last computed share
@@ -215,7 +186,7 @@ class Ledger:
         new = Member(url, claimant, answer, failing=failing and answer is None)
         if old is not None and old.shape == new.shape and old.stamp == new.stamp:
             return
-        self._members[key] = new
+        self._members.put(new)
         if answer is not None and answer.jobs:
             self._queued.add(key)
         else:
@@ -231,9 +202,11 @@ class Ledger:
             )
             self._changes.setdefault(name, Changes()).add(url, claimant, reaches_all=unknown)
 
-    def remove(self, key: str) -> None:
-        if self._members.pop(key, None) is None:
-            return
+    def remove(self, key: str) -> Member | None:
+        """Forget a group; returns what it last reported (None: nothing)."""
+        old = self._members.pop(key)
+        if old is None:
+            return None
         self._seen.pop(key, None)
         self._queued.discard(key)
         self._shares.pop(key, None)
@@ -242,6 +215,7 @@ class Ledger:
         self._dirty.discard(key)
         self._changes.pop(key, None)
         self._family_of, self._all_dirty = None, True
+        return old
 
     def has_peers(self, key: str) -> bool:
         """Whether ``key`` shares jobs with other groups (as of the last assignment read); an
@@ -274,7 +248,7 @@ class Ledger:
             return True
         if started_at > member.answer.started_at:
             answer = replace(member.answer, started_at=started_at)
-            self._members[key] = replace(member, answer=answer)
+            self._members.put(replace(member, answer=answer))
         return False
 
     def stale(self, key: str) -> bool:

@@ -3,7 +3,7 @@ runtime (pollers) -> reconcile (decisions) and never back by import."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -85,6 +85,24 @@ class ClusterWrites(Protocol):
     async def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str
     ) -> None: ...
+    async def emit_event(
+        self, group: dict[str, Any], event_type: str, reason: str, message: str
+    ) -> None: ...
+
+
+class LossNotes(Protocol):
+    """Loss records noted for the group's next status write (reconcile/handed.py): the poll
+    task's follow-up reads the group through it and notes what it changed there, never
+    writing the status itself."""
+
+    def view(self, key: str, group: dict[str, Any]) -> dict[str, Any]: ...
+    def note(self, key: str, records: Mapping[str, str | None]) -> None: ...
+
+
+class FollowUpWrites(Protocol):
+    """The cluster writes of the poll task's loss follow-up."""
+
+    async def delete_job(self, namespace: str, name: str) -> bool: ...
     async def emit_event(
         self, group: dict[str, Any], event_type: str, reason: str, message: str
     ) -> None: ...

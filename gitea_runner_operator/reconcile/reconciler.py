@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from gitea_runner_operator.api.credentials import normalise_url
+from gitea_runner_operator.api.loss import LOSSES
 from gitea_runner_operator.api.naming import GroupKey, runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
@@ -24,6 +24,7 @@ from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile.domains import Placement
 from gitea_runner_operator.reconcile.expectations import Expectations
+from gitea_runner_operator.reconcile.handed import Part, PendingLosses
 from gitea_runner_operator.reconcile.inputs import GroupPass, read_pass, with_answer
 from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.ports import (
@@ -77,6 +78,7 @@ class Reconciler:
         cache_servers: CacheServers | None = None,
         start_bound: float = START_BOUND,
         status_writes: LaterWrites | None = None,
+        losses: PendingLosses | None = None,
         placement: Callable[[str], Placement | None] | None = None,
     ) -> None:
         self._template_policy = template_policy
@@ -88,6 +90,8 @@ class Reconciler:
         self._metrics = metrics if metrics is not None else Metrics()
         self._ledger = ledger if ledger is not None else Ledger()
         self._jobcache = cache_servers
+        # Loss records noted by the losses step and the poll task, written with the status.
+        self._losses = losses if losses is not None else PendingLosses()
         self._cache = cache
         self._cluster = cluster
         self._sources = sources
@@ -97,7 +101,7 @@ class Reconciler:
         self._on_gone = on_group_gone
         self._states: dict[str, GroupState] = {}
         # Why jobs wait (reconcile/why/unmatched*.py, reconcile/why/waiting.py): same registry.
-        self._unmatched = UnmatchedBook(clock=clock)
+        self._unmatched = UnmatchedBook(self._ledger.members, clock=clock)
         self._why_metrics = WhyMetrics.of(self._metrics.registry)
         self._claims = claims.Claims(
             self._ledger,
@@ -127,6 +131,7 @@ class Reconciler:
 
     async def reconcile(self, key: str) -> Result:
         result = await self._reconcile(key)
+        await self._publish_unmatched()
         again = self._unmatched.come_back(key)
         if again is None:
             return result
@@ -141,19 +146,21 @@ class Reconciler:
             return Result()
         state = self.state(key)
         if p.meta.get("deletionTimestamp"):
-            await self._drop_claims(key)
+            self._drop_claims(key)
             return Result(requeue_after=await self._teardown.run(p, state))
         admitted = self._admissions.admit(key, p.meta, p.group.get("spec"))
         spec = admitted.spec
         if spec is None or admitted.invalid is not None:
-            await self._drop_claims(key)
+            self._drop_claims(key)
             await self._sources.stop(key)
             problem = admitted.invalid or Problem("InvalidSpec", "spec", ProblemKind.CONFIG)
-            return Result(requeue_after=await self._status.write(p, problem, state))
+            held = await self._status.write(p, problem, state, part=self._part(p))
+            return Result(requeue_after=held)
         if (refusal := admitted.refusal) is not None:
-            self._ledger.remove(key)  # it creates nothing: its peers take its jobs
+            self._drop_claims(key)  # it creates nothing: its peers take its jobs
             await self._sources.stop(key)  # no Gitea calls, no Jobs: nothing to do for it
-            return Result(requeue_after=await self._status.write(p, refusal, state))
+            held = await self._status.write(p, refusal, state, part=self._part(p))
+            return Result(requeue_after=held)
         finalizers = p.meta.get("finalizers") or []
         if FINALIZER not in finalizers:
             version = str(p.meta.get("resourceVersion") or "")
@@ -169,7 +176,6 @@ class Reconciler:
         source = await self._sources.ensure(key, spec)
         p = with_answer(self._cache, p, spec, source.latest)
         blocked = self._claims.report(p, state, cache_ok)
-        await self._publish_unmatched(normalise_url(spec.gitea.url))
         snapshot = p.snapshot
         if snapshot is None:
             # The poll task enqueues the group when it has one; meanwhile a new generation
@@ -178,7 +184,8 @@ class Reconciler:
             return Result()
         if snapshot.problem is not None or snapshot.observation is None:
             problem = snapshot.problem or Problem("GiteaError", "no observation")
-            return Result(requeue_after=await self._status.write(p, problem, state, spec=spec))
+            held = await self._status.write(p, problem, state, spec=spec, part=self._part(p))
+            return Result(requeue_after=held)
         if p.released:
             # Runners finished after Gitea was asked: plan now (churn.py), and ask again so
             # the next pass counts the real demand.
@@ -205,8 +212,7 @@ class Reconciler:
             lambda job: bool(ours.match(job.runner_name)),
         )
         source.submit(ReapOrder(p.group, decision.reap, decision.orphans))
-        if await record_losses(self._cluster, p, self._wall()):
-            source.wake()  # the poll task follows the loss up in Gitea
+        record_losses(self._losses, p, self._wall())
         note_stuck(decision, spec, state, self._clock())
         requeue: float | None = None
         created = 0
@@ -239,10 +245,15 @@ class Reconciler:
         )
         if due is not None:  # a runner's timer: no poll queues this pass any more
             requeue = min(requeue or due, due)
+        part = self._part(p)
         held = await self._status.write(
             p, None, state, spec=spec, decision=decision, snapshot=snapshot, seen=seen,
-            created=created,
+            created=created, part=part,
         )  # fmt: skip
+        if LOSSES in part.fields:
+            # The poll task follows the losses up in Gitea, and retires a lost runner once
+            # the status written now shows the job it held (poll/rerun.py).
+            source.wake()
         if held is not None:  # the status write waits for its turn (report.py)
             requeue = min(requeue or held, held)
         # A stale share matters only to a group with jobs to serve: a quiet family, whose
@@ -250,6 +261,11 @@ class Reconciler:
         # twice a second (567 reconciles a second at 1,001 quiet groups of one family).
         wants = decision.demand > 0 or bool(matching_demand(observation.queued, spec.label_names))
         return Result(requeue_after=self._requeue(key, state, requeue, wants=wants))
+
+    def _part(self, p: GroupPass) -> Part:
+        """What the steps and the poll task handed to this pass's status write."""
+        part = self._losses.part(p.key, p.group)
+        return part if self._jobcache is None else self._jobcache.part(p.group) + part
 
     def _requeue(
         self, key: str, state: GroupState, requeue: float | None, *, wants: bool
@@ -268,44 +284,44 @@ class Reconciler:
             requeue = min(requeue or CREATE_BACKOFF_MAX, state.create_retry_at - now)
         return requeue
 
-    async def _publish_unmatched(self, url: str | None, *, force: bool = False) -> None:
-        """Unmatched jobs of that Gitea (reconcile/why/unmatched.py): metric and Events."""
-        if url is None:
-            return
-        # In the book's own thread: its cost grows with what the tenant's Gitea lists.
-        verdict = await self._unmatched.evaluate_elsewhere(url, force=force)
-        if verdict is not None:
-            await publish_unmatched(
-                verdict,
-                self._why_metrics,
-                self._cache.group,
-                self._cluster.emit_event,
-                self._unmatched.log_rate,
-            )
+    async def _publish_unmatched(self) -> None:
+        """After the pass, from this one place: the unmatched jobs of each Gitea whose groups
+        reported something new (reconcile/why/unmatched.py), as a metric and Events. Each
+        evaluation runs in the book's own thread: its cost grows with what a tenant's Gitea
+        lists."""
+        for url, force in self._unmatched.due():
+            verdict = await self._unmatched.evaluate_elsewhere(url, force=force)
+            if verdict is not None:
+                await publish_unmatched(
+                    verdict,
+                    self._why_metrics,
+                    self._cache.group,
+                    self._cluster.emit_event,
+                    self._unmatched.log_rate,
+                )
 
     def hand_over(self, key: str) -> None:
         """Another replica serves the group now (--sharding): this one's series of it go,
-        so that each group is exported by one replica, and so does what it last wrote."""
+        so that each group is exported by one replica, and so does what it last wrote; it
+        leaves this one's book of members, for the ledger and the unmatched-jobs evaluation
+        alike."""
+        self._drop_claims(key)
         self._status.forget(key)
         namespace, name = GroupKey.parse(key)
         self._metrics.forget_group(namespace, name)
         self._why_metrics.forget_group(namespace, name)
 
-    async def _drop_claims(self, key: str) -> None:
+    def _drop_claims(self, key: str) -> None:
         """The group creates nothing any more: its peers take its jobs."""
-        self._ledger.remove(key)
-        await self._publish_unmatched(self._unmatched.remove(key), force=True)
+        self._unmatched.changed(self._ledger.remove(key), None)
 
     async def _forget(self, key: str) -> None:
         """The group is gone: drop everything this process kept for it."""
         await self._sources.stop(key)
-        await self._drop_claims(key)
         self._expectations.forget(key)
         self._states.pop(key, None)
+        self._losses.forget(key)
         self._admissions.forget(key)
-        self._status.forget(key)
-        namespace, name = GroupKey.parse(key)
-        self._metrics.forget_group(namespace, name)
-        self._why_metrics.forget_group(namespace, name)
+        self.hand_over(key)  # its claims, its last status and its series go too
         if self._on_gone is not None:
             self._on_gone(key)

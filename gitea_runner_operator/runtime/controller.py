@@ -38,6 +38,7 @@ from gitea_runner_operator.poll.triggers import owned_changed
 from gitea_runner_operator.poll.trust import GiteaTrust
 from gitea_runner_operator.reconcile.domains import Placement
 from gitea_runner_operator.reconcile.expectations import Expectations
+from gitea_runner_operator.reconcile.handed import PendingLosses
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
@@ -96,7 +97,11 @@ class Controller:
             template_policy=self.template_policy,
         )
         self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
-        self.losses = LossFollowUp(self.cluster, self.cache, self.metrics)
+        # Loss records the pass writes with the group's status (reconcile/handed.py).
+        self.loss_notes = PendingLosses()
+        self.losses = LossFollowUp(
+            self.cluster, self.cache, self.loss_notes, self.queue.add, self.metrics
+        )
         self.hooks = HookKeeper(self.secrets, settings.webhook_url)
         self.enroller = Enroller(self.cluster, self.cache, RunnerCredentials(api, writes))
         # A group whose share of overlapping jobs grew must create: enqueue it.
@@ -130,9 +135,10 @@ class Controller:
             own_namespace=settings.own_namespace,
             start_bound=settings.runner_start_bound,
             cache_servers=CacheServers(
-                CacheObjects(api, self.cluster.limiter), configs, self.secrets, self.cluster
+                CacheObjects(api, self.cluster.limiter), configs, self.secrets
             ),
             status_writes=self.status_writes,
+            losses=self.loss_notes,
             placement=self._placement if membership is not None else None,
         )
         self.cache.on_group_event(self._on_group)
@@ -191,7 +197,6 @@ class Controller:
             await self._finished.wait()
         for key in keys:
             await self.pollers.stop(key)
-            self.ledger.remove(key)
             self.status_writes.forget(key)
             self.reconciler.hand_over(key)
             self._served.pop(key, None)
@@ -232,6 +237,7 @@ class Controller:
         self.cache.forget(key)
         self.hooks.forget(key)
         self.enroller.forget(key)
+        self.losses.forget(key)
         urls = {spec.gitea.url for spec in self.pollers.specs()}
         namespaces = {GroupKey.parse(k).namespace for k in self.pollers.keys()}  # noqa: SIM118
         self.secrets.retain(namespaces)

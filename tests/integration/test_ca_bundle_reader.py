@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client, config
 
-from gitea_runner_operator.api.runnergroup import GiteaRef
+from gitea_runner_operator.api.refs import GiteaRef
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.poll.trust import GiteaTrust

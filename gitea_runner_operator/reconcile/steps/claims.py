@@ -119,6 +119,7 @@ class Claims:
         if snapshot is not None and observation is not None and snapshot.problem is None:
             answer = Answer(p.key, snapshot.started_at, observation.queued)
         url = normalise_url(p.spec.gitea.url)
+        before = self.ledger.members.get(p.key)
         self.ledger.report(
             url,
             group,
@@ -126,6 +127,6 @@ class Claims:
             (*observation.in_progress, *observation.finished) if observation else (),
             failing=snapshot is not None and answer is None,
         )
-        self.unmatched.report(url, group, answer.jobs if answer else None)
+        self.unmatched.changed(before, self.ledger.members.get(p.key))
         late = late_runners(p.views, states, self.wall_clock(), self.start_bound)
         return blocked or late > 0

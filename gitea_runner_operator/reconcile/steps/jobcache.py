@@ -33,6 +33,7 @@ from gitea_runner_operator.api.observation import ProblemError
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kit.lru import LRU
+from gitea_runner_operator.reconcile.handed import NOTHING, Part, cache_part
 from gitea_runner_operator.reconcile.jobcache_plan import cache_status, fingerprint
 from gitea_runner_operator.reconcile.steps.jobcache_writes import CacheRefusal, Objects, OwnedWrites
 
@@ -56,15 +57,6 @@ class SecretReads(Protocol):
     ) -> str: ...
 
 
-class Reporter(Protocol):
-    async def patch_group_status(
-        self, namespace: str, name: str, status: dict[str, Any]
-    ) -> None: ...
-    async def emit_event(
-        self, group: dict[str, Any], event_type: str, reason: str, message: str
-    ) -> None: ...
-
-
 @dataclass
 class _Memo:
     uid: str
@@ -86,7 +78,6 @@ class CacheServers:
         objects: Objects,
         configs: Configs,
         secrets: SecretReads,
-        reporter: Reporter,
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -99,7 +90,6 @@ class CacheServers:
         self._writes = OwnedWrites(objects)
         self._configs = configs
         self._secrets = secrets
-        self._reporter = reporter
         self._clock = clock
         self._wall = wall_clock
         self._token = token
@@ -107,6 +97,15 @@ class CacheServers:
         self._drift = drift_resync
         self._jitter = jitter
         self._memo: LRU[str, _Memo] = LRU(MAX_GROUPS)
+        # key -> (uid, the latest status.cache found for it; None: the field goes)
+        self._found: LRU[str, tuple[str, dict[str, Any] | None]] = LRU(MAX_GROUPS)
+
+    def part(self, group: dict[str, Any]) -> Part:
+        """``status.cache`` for the pass to write (nothing: this process found none yet)."""
+        found = self._found.peek(str(GroupKey.of(group)))
+        if found is None or found[0] != str(group["metadata"].get("uid")):
+            return NOTHING
+        return cache_part(group.get("status") or {}, found[1])
 
     def settling(self, key: str) -> bool:
         """Whether the group's cache server is not ready yet: nothing else queues a reconcile
@@ -123,9 +122,12 @@ class CacheServers:
         previous = (group.get("status") or {}).get("cache")
         if not uses_cache(spec.cache):
             self._memo.pop(key)
-            if previous is not None:
+            if previous is None:
+                self._found.pop(key)  # the status shows no cache: nothing left to write
+            elif self._found.peek(key) != (str(meta.get("uid")), None):
+                # Removed once: the passes before the status shows it remove nothing again.
                 await self._writes.remove(meta, keep_secret=False)
-                await self._report(group, previous, None)
+                self._report(group, previous, None)
             return True
         now = self._clock()
         uid, generation = str(meta.get("uid")), int(meta.get("generation") or 0)
@@ -207,7 +209,7 @@ class CacheServers:
             return True
         status = await self._server_status(group["metadata"], spec)
         memo.status_at, memo.ready = now, bool(status["ready"])
-        await self._report(group, previous, status)
+        self._report(group, previous, status)
         return True
 
     async def _settle(
@@ -220,7 +222,7 @@ class CacheServers:
         """Remember what this pass found and report it; True when runners may start (their
         config Secret is written)."""
         self._remember(str(GroupKey.of(group)), memo)
-        await self._report(group, previous, status)
+        self._report(group, previous, status)
         return memo.config_ok
 
     def _remember(self, key: str, memo: _Memo) -> None:
@@ -273,25 +275,19 @@ class CacheServers:
             now=self._wall(),
         )
 
-    async def _report(
+    def _report(
         self,
         group: dict[str, Any],
         previous: dict[str, Any] | None,
         status: dict[str, Any] | None,
     ) -> None:
-        """Write ``status.cache`` when it changed; a Warning Event when it turns bad."""
-        if previous == status:
-            return
-        meta = group["metadata"]
-        await self._reporter.patch_group_status(meta["namespace"], meta["name"], {"cache": status})
-        if status is None or status.get("ready"):
+        """Keep ``status.cache`` for the pass to write; log when it turns bad."""
+        key, uid = str(GroupKey.of(group)), str(group["metadata"].get("uid"))
+        last = self._found.peek(key)
+        before = last[1] if last is not None and last[0] == uid else previous
+        self._found.put(key, (uid, status))
+        if status is None or status.get("ready") or before == status:
             return
         reason = status.get("reason")
-        if reason != "CacheServerStarting" and reason != (previous or {}).get("reason"):
-            await self._reporter.emit_event(group, "Warning", str(reason), str(status["message"]))
-            log.warning(
-                "cache not working",
-                group=str(GroupKey.of(group)),
-                reason=reason,
-                message=status["message"],
-            )
+        if reason != "CacheServerStarting" and reason != (before or {}).get("reason"):
+            log.warning("cache not working", group=key, reason=reason, message=status["message"])

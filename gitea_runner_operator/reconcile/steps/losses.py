@@ -1,29 +1,27 @@
-"""The losses step: write down, in the group's status, each runner newly lost while it held
-a job (:mod:`.loss` decides); the group's poll task does the rest in Gitea."""
+"""The losses step: note, for the group's status, each runner newly lost while it held a job
+(:mod:`.loss` decides); the pass writes the notes with the status, and the group's poll task
+does the rest in Gitea."""
 
 from __future__ import annotations
 
 import structlog
 
-from gitea_runner_operator.api.loss import (
-    LossRecord,
-    loss_records,
-    losses_patch,
-)
+from gitea_runner_operator.api.loss import LossRecord, loss_records
+from gitea_runner_operator.reconcile.handed import PendingLosses
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.loss import find_losses, make_room
-from gitea_runner_operator.reconcile.ports import ClusterWrites
 
 log = structlog.get_logger(__name__)
 
 
-async def record_losses(cluster: ClusterWrites, p: GroupPass, now: float) -> bool:
-    """True when a loss was recorded (the poll task should follow it up). At most
+def record_losses(book: PendingLosses, p: GroupPass, now: float) -> None:
+    """Note the losses found. At most
     ``MAX_LOSS_RECORDS`` are kept: a flood of losses is logged, never written without bound
     (an object grown too large would fail every write, creates included). Settled and
-    stale records make room for a new loss (:func:`.loss.make_room`)."""
+    stale records make room for a new loss (:func:`.loss.make_room`). The records noted and
+    not yet written count as written: a loss is never recorded twice."""
     assert p.observation is not None
-    records = loss_records(p.group)
+    records = loss_records(book.view(p.key, p.group))
     lost = find_losses(p.views, p.all_pods, records, p.observation.runners)
     room, drop = make_room(records, len(lost), now) if lost else (0, [])
     if len(lost) > room:
@@ -36,20 +34,16 @@ async def record_losses(cluster: ClusterWrites, p: GroupPass, now: float) -> boo
         )
     lost = lost[:room]
     if not lost:
-        return False
-    await cluster.patch_group_status(
-        p.namespace,
-        p.name,
-        losses_patch(
-            {
-                **dict.fromkeys(drop),
-                **{
-                    loss.job_name: LossRecord(pod=loss.pod, cause=loss.cause, at=now).encode()
-                    for loss in lost
-                },
-            }
-        ),
+        return
+    book.note(
+        p.key,
+        {
+            **dict.fromkeys(drop),
+            **{
+                loss.job_name: LossRecord(pod=loss.pod, cause=loss.cause, at=now).encode()
+                for loss in lost
+            },
+        },
     )
     for loss in lost:
         log.warning("runner lost", group=p.key, job=loss.job_name, pod=loss.pod, cause=loss.cause)
-    return True

@@ -1,6 +1,7 @@
 """A group's status, conditions, Events, gauges and log lines after one reconcile pass: the
-reconciler's one writer of ``status`` (besides the loss records, which are merged into their
-own field, api/loss.py). Pure decisions live in :mod:`.status`; this module writes them."""
+one writer of a group's ``status``. The steps and the poll task hand their parts to the pass
+(reconcile/handed.py: ``cache``, ``losses``); the whole status is composed by a pure function
+(reconcile/compose.py), and this writer only holds back, sends and records it."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.clock import iso_timestamp, utc_now_iso
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
-from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile import status as st
+from gitea_runner_operator.reconcile.compose import Composed, Found, compose
 from gitea_runner_operator.reconcile.domains import Placement
+from gitea_runner_operator.reconcile.handed import NOTHING, Part
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.ports import ClusterWrites, Sources
@@ -98,21 +100,71 @@ class StatusWriter:
         snapshot: Snapshot | None = None,
         seen: int | None = None,
         created: int = 0,
+        part: Part = NOTHING,
     ) -> float | None:
         """``seen``: the matching jobs a blocked group sees, reported as its demand although
-        its family's accounting gave them to its peers. Returns when to come back (seconds)
+        its family's accounting gave them to its peers. ``part``: what the steps and the poll
+        task handed to the pass (reconcile/handed.py). Returns when to come back (seconds)
         if the write was held back (STATUS_MIN_INTERVAL), else None."""
-        key, group, views, pending = p.key, p.group, p.views, p.pending
-        meta = p.meta
-        previous = group.get("status") or {}
-        alive = p.alive
+        key, meta = p.key, p.meta
+        previous = p.group.get("status") or {}
+        now = self.wall_clock()
+        state.secret_since = _since(problem, state.secret_since, now)
+        found = self._found(p, problem, state, spec, decision, snapshot, seen, previous, now)
+        if decision is not None and snapshot is not None and spec is not None:
+            waiting = self._waiting(key, meta, spec, snapshot, decision, created, found, state)
+            part = Part(waiting) + part
+        elif problem is not None and not problem.kind.backs_off:
+            held = held_by_problem(previous, problem.reason)  # a failing peer keeps the last
+            oldest = held.oldest.timestamp() if held.oldest is not None else None
+            self.why_metrics.waiting(meta["namespace"], meta["name"], held.counts(), oldest)
+            part = Part({"waiting": held.status()}) + part
+        part = Part(self._domain(key, meta, previous)) + part
+        self._log_transitions(key, found.ready, found.healthy, state)
+        self._observed(p, spec, found, decision)
+        # The same failed answer queues no pass: come back when the grace ends.
+        grace = None if found.stalled else st.grace_left(problem, since=state.secret_since, now=now)
+        composed = compose(previous, found, part, utc_now_iso())
+        if not st.status_differs(previous, composed.status):
+            return grace
+        digest = hash(json.dumps(composed.status, sort_keys=True, default=str))
+        skip, come_back = self._hold_back(key, digest)
+        if skip:
+            return _sooner(come_back, grace)
+        patch = Patch(digest, lambda: self._send(p, composed, digest))
+        if self.later is not None and decision is not None:
+            self.later.hand(key, patch)
+        else:
+            await patch.write()
+        return grace
+
+    async def _send(self, p: GroupPass, composed: Composed, digest: int) -> None:
+        """Patch the status, record it (only once it is written), then the Events."""
+        await self.cluster.patch_group_status(p.namespace, p.name, composed.status)
+        self.written[p.key] = (self.clock(), digest)
+        for reason, message in composed.events:
+            await self.cluster.emit_event(p.group, "Warning", reason, message)
+
+    def _found(
+        self,
+        p: GroupPass,
+        problem: Problem | None,
+        state: GroupState,
+        spec: RunnerGroupSpec | None,
+        decision: Plan | None,
+        snapshot: Snapshot | None,
+        seen: int | None,
+        previous: dict[str, Any],
+        now: float,
+    ) -> Found:
+        """What the pass found, as the status reports it."""
         counts: dict[str, int] | None = None
         queued: int | None = None
         complete = True
         if decision is not None:
             queued = decision.demand if seen is None else seen
             counts = {
-                "starting": decision.count(RunnerState.STARTING) + pending,
+                "starting": decision.count(RunnerState.STARTING) + p.pending,
                 "idle": decision.count(RunnerState.IDLE),
                 "busy": decision.count(RunnerState.BUSY),
             }
@@ -120,106 +172,58 @@ class StatusWriter:
                 complete = snapshot.observation.queued_complete
         max_active = spec.max_active_runners if spec is not None and problem is None else 0
         ready = st.ready_condition(
-            problem, demand=queued or 0, alive=alive, max_active=max_active, complete=complete
+            problem, demand=queued or 0, alive=p.alive, max_active=max_active, complete=complete
         )
         healthy = st.runners_healthy_condition(
-            failed_jobs=[v.name for v in views if v.failed],
+            failed_jobs=[v.name for v in p.views if v.failed],
             start_failures=list(decision.start_failures) if decision is not None else [],
             stuck=state.stuck_message if self.clock() < state.blocked_until else None,
             create_error=state.create_error,
         )
-        extra = [healthy]
-        managed = spec is not None and spec.manages_hook
-        source = self.sources.get(key)
-        hook = source.hook if managed and source is not None else None
-        if hook is not None:
-            extra.append(st.webhook_condition(hook))
-        generation = int(meta.get("generation") or 0)
-        now = self.wall_clock()
-        state.secret_since = _since(problem, state.secret_since, now)
-        stalled = st.stalls(problem, since=state.secret_since, now=now, previous=previous)
-        progress = st.progress_conditions(previous, generation, ready, problem, stalled=stalled)
-        wanted = st.desired_status(
-            # No hook of ours: no condition about one.
-            previous=st.without_condition(previous, st.WEBHOOK)
-            if spec is not None and not managed
-            else previous,
-            generation=generation,
-            active=alive,
+        managed = spec.manages_hook if spec is not None else None
+        source = self.sources.get(p.key) if managed else None
+        return Found(
+            problem=problem,
+            generation=int(p.meta.get("generation") or 0),
+            alive=p.alive,
+            ready=ready,
+            healthy=healthy,
+            stalled=st.stalls(problem, since=state.secret_since, now=now, previous=previous),
             queued=queued,
             runners=counts,
-            last_check_time=snapshot.checked_at if snapshot is not None else None,
-            ready=ready,
-            now_iso=utc_now_iso(),
+            snapshot=snapshot,
             target=spec.target if spec is not None else None,
-            extra_conditions=extra,
-            progress=progress,
+            manages_hook=managed,
+            hook=source.hook if source is not None else None,
         )
-        wanted.update(self._domain(key, meta, previous))
-        forge = forgejo.forge_status(forgejo.forge_of(snapshot), previous)
-        if forge is not None:
-            wanted["forge"] = forge
-        if decision is not None and snapshot is not None and spec is not None:
-            wanted.update(
-                self._waiting(key, meta, spec, snapshot, decision, created, healthy, state)
-            )
-        elif problem is not None and not problem.kind.backs_off:
-            held = held_by_problem(previous, problem.reason)  # a failing peer keeps the last
-            oldest = held.oldest.timestamp() if held.oldest is not None else None
-            self.why_metrics.waiting(meta["namespace"], meta["name"], held.counts(), oldest)
-            wanted["waiting"] = held.status()
-        self._log_transitions(key, ready, healthy, state)
+
+    def _observed(
+        self, p: GroupPass, spec: RunnerGroupSpec | None, found: Found, decision: Plan | None
+    ) -> None:
+        """The group's gauges, whether or not its status changed."""
+        ns, name = p.namespace, p.name
+        ready = found.ready["status"] == "True"
+        counts = found.runners
         if counts is not None and spec is not None:
             self.metrics.group_observed(
-                meta["namespace"],
-                meta["name"],
-                queued=queued or 0,
+                ns,
+                name,
+                queued=found.queued or 0,
                 starting=counts["starting"],
                 idle=counts["idle"],
                 busy=counts["busy"],
-                desired=alive,
+                desired=p.alive,
                 max_active=spec.max_active_runners,
-                ready=ready["status"] == "True",
-                failed=sum(1 for v in views if v.failed),
+                ready=ready,
+                failed=sum(1 for v in p.views if v.failed),
             )
         else:
-            self.metrics.group_ready(meta["namespace"], meta["name"], ready["status"] == "True")
+            self.metrics.group_ready(ns, name, ready)
+        snapshot = found.snapshot
         if snapshot is not None and snapshot.observation is not None:
             checked = iso_timestamp(snapshot.checked_at)
             if checked is not None:
-                self.metrics.group_checked(meta["namespace"], meta["name"], checked)
-        # The same failed answer queues no pass: come back when the grace ends.
-        grace = None if stalled else st.grace_left(problem, since=state.secret_since, now=now)
-        if not st.status_differs(previous, wanted):
-            return grace
-        digest = hash(json.dumps(wanted, sort_keys=True, default=str))
-        skip, come_back = self._hold_back(key, digest)
-        if skip:
-            return _sooner(come_back, grace)
-        # Events mark transitions, not every pass.
-        events: list[tuple[str, str]] = []
-        if problem is not None and st.find_condition(previous, st.READY).get("reason") != (
-            problem.reason
-        ):
-            events.append((problem.reason, problem.message))
-        before = st.find_condition(previous, st.RUNNERS_HEALTHY)
-        if healthy["status"] == "False" and before.get("reason") != healthy["reason"]:
-            events.append((healthy["reason"], healthy["message"]))
-        hook_before = st.find_condition(previous, st.WEBHOOK).get("reason")
-        if hook is not None and not hook.ok and hook_before != hook.reason:
-            events.append((hook.reason, hook.message))
-
-        async def patch() -> None:
-            await self.cluster.patch_group_status(meta["namespace"], meta["name"], wanted)
-            self.written[key] = (self.clock(), digest)  # only once it is written
-            for reason, message in events:
-                await self.cluster.emit_event(group, "Warning", reason, message)
-
-        if self.later is not None and decision is not None:
-            self.later.hand(key, Patch(digest, patch))
-        else:
-            await patch()
-        return grace
+                self.metrics.group_checked(ns, name, checked)
 
     async def applying(self, p: GroupPass) -> None:
         """Before the poll task has answered for a new generation: say it is being applied
@@ -255,7 +259,7 @@ class StatusWriter:
         snapshot: Snapshot,
         decision: Plan,
         created: int,
-        healthy: dict[str, str],
+        found: Found,
         state: GroupState,
     ) -> dict[str, Any]:
         """``status.waiting`` and ``status.oldestQueuedTime`` (reconcile/why/waiting.py), and the
@@ -263,6 +267,7 @@ class StatusWriter:
         assert snapshot.observation is not None
         blocked = self.clock() < state.blocked_until or state.create_error is not None
         held = None
+        healthy = found.healthy
         if blocked and healthy["status"] == "False":
             held = HeldBack(healthy["reason"], st.RUNNERS_HEALTHY)
         matching = matching_demand(snapshot.observation.queued, spec.label_names)

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gitea_runner_operator.api.gitea import ActionJob
-from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.api.scope import fold
+from gitea_runner_operator.api.scope import ScopeIndex
 from gitea_runner_operator.reconcile.accounting import Claimant, Repository, job_repository
 
 # Label sets per Gitea shown in metrics on their own; the rest add up in OTHER. Only these
@@ -199,20 +198,14 @@ class _Able:
     job's cause is a lookup: the same rule as Claimant.covers."""
 
     def __init__(self, able: Sequence[Claimant]) -> None:
-        self.any = bool(able)
-        self.everywhere = any(c.scope is Scope.GLOBAL for c in able)
-        self.orgs = {fold(c.org) for c in able if c.scope is Scope.ORG}
-        self.repos = {(fold(c.org), fold(c.repo)) for c in able if c.scope is Scope.REPO}
+        self.index: ScopeIndex[str] = ScopeIndex()
+        for c in able:
+            self.index.add(c.scope, c.org, c.repo, c.key)
 
     def cause(self, repository: Repository | None) -> Cause | None:
-        if not self.any:
+        if not self.index:
             return Cause.LABELS
-        if repository is None or self.everywhere:
-            return None
-        owner, name = fold(repository[0]), fold(repository[1])
-        if owner in self.orgs or (owner, name) in self.repos:
-            return None
-        return Cause.SCOPE
+        return None if self.index.covers(repository) else Cause.SCOPE
 
 
 class _Typos:

@@ -1,8 +1,10 @@
-"""What the operator remembers to report unmatched jobs: each group's offer and latest queue,
-and when it last warned about each label set.
+"""What the operator remembers to report unmatched jobs: which Gitea's groups changed their
+offer or latest queue, and when it last warned about each label set. The groups themselves
+(offer, latest answer) are read from the one book of members the ledger keeps
+(reconcile/members.py).
 
-Each reconcile reports its own group (as it reports to the ledger); the unmatched jobs of a
-Gitea are then recomputed with :func:`unmatched.find_unmatched`, at most once per
+Each reconcile's claims step tells it what changed of its group; the unmatched jobs of a
+Gitea are then recomputed, after the pass, with :func:`unmatched.find_unmatched`, at most once per
 ``min_interval`` and only when some group of that Gitea reported something new, so a
 thousand reconciles a minute cost a few evaluations, not a thousand. A label set is warned
 about at most once per ``every`` (an hour): a typo in a busy workflow must not flood the
@@ -31,7 +33,7 @@ from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.lru import LRU
 from gitea_runner_operator.kit.offload import Offload
 from gitea_runner_operator.metrics.why import WhyMetrics
-from gitea_runner_operator.reconcile.accounting import Claimant
+from gitea_runner_operator.reconcile.members import Member, Members
 from gitea_runner_operator.reconcile.why.unmatched import (
     Bucket,
     Offer,
@@ -76,7 +78,7 @@ class Found:
 
 
 def evaluation(
-    url: str, members: Sequence[_Member], max_sets: int = MAX_SETS_WEIGHED
+    url: str, members: Sequence[Member], max_sets: int = MAX_SETS_WEIGHED
 ) -> Callable[[], Found]:
     """The pure part of an evaluation of one Gitea, ready to run anywhere: it reads only the
     frozen members given, never the book. Only the jobs of the ``max_sets`` label sets
@@ -98,11 +100,11 @@ def evaluation(
     return run
 
 
-def _within(members: Sequence[_Member], max_sets: int) -> tuple[list[list[ActionJob]], int]:
+def _within(members: Sequence[Member], max_sets: int) -> tuple[list[list[ActionJob]], int]:
     """Each member's queued jobs whose label set is among the first ``max_sets`` distinct
     ones (oldest job first), and how many distinct queued jobs were left out."""
     queued = sorted(
-        {j.id: j for m in members for j in m.jobs if j.status == "queued"}.values(),
+        {j.id: j for m in members for j in _jobs(m) if j.status == "queued"}.values(),
         key=lambda j: j.id,
     )
     sets: set[frozenset[str]] = set()
@@ -116,20 +118,29 @@ def _within(members: Sequence[_Member], max_sets: int) -> tuple[list[list[Action
         else:
             left_out.add(job.id)
     if not left_out:
-        return [list(m.jobs) for m in members], 0
-    return [[j for j in m.jobs if j.id not in left_out] for m in members], len(left_out)
+        return [list(_jobs(m)) for m in members], 0
+    return [[j for j in _jobs(m) if j.id not in left_out] for m in members], len(left_out)
 
 
-@dataclass(frozen=True, slots=True)
-class _Member:
-    url: str
-    claimant: Claimant
-    jobs: Sequence[ActionJob]
+def _jobs(member: Member) -> Sequence[ActionJob]:
+    """The jobs of the member's latest answer (none before its first)."""
+    return member.answer.jobs if member.answer is not None else ()
+
+
+def _sighting(member: Member | None) -> tuple[object, ...] | None:
+    """What of a member decides the unmatched jobs: its Gitea, its offer (not its runners or
+    capacity) and the jobs of its latest answer."""
+    if member is None:
+        return None
+    c = member.claimant
+    jobs = tuple(member.answer.jobs) if member.answer is not None else ()
+    return (member.url, c.scope, c.org, c.repo, c.offered, jobs)
 
 
 class UnmatchedBook:
     def __init__(
         self,
+        members: Members,
         *,
         every: float = WARN_EVERY,
         memo_size: int = MEMO_SIZE,
@@ -141,8 +152,10 @@ class UnmatchedBook:
         self._every = every
         self._min_interval = min_interval
         self._clock = clock
-        self._members: dict[str, _Member] = {}
-        self._dirty: set[str] = set()  # Gitea URLs whose inputs changed since evaluated
+        self._members = members
+        # Gitea URLs whose inputs changed since evaluated -> whether a group left (then
+        # the evaluation is not held back for min_interval)
+        self._dirty: dict[str, bool] = {}
         self._evaluated_at: dict[str, float] = {}
         # Gitea URL -> the one group asked to come back for an evaluation skipped for
         # min_interval: one pass per URL, not one per group (1,000 groups share a Gitea).
@@ -151,27 +164,19 @@ class UnmatchedBook:
         self.log_rate = LogRate(LOG_EVERY, clock=clock)  # per Gitea URL
         self._work: Offload[str, Found] = Offload("why-unmatched")
 
-    def report(self, url: str, claimant: Claimant, jobs: Sequence[ActionJob] | None) -> None:
-        """A group's offer and latest queued jobs (None: no answer from Gitea now)."""
-        # Spare capacity and runners do not decide whether a job matches: compare without.
-        offer = Claimant(claimant.key, claimant.scope, claimant.org, claimant.repo,
-                         claimant.offered, not_busy=0, spare=0)  # fmt: skip
-        new = _Member(url, offer, tuple(jobs or ()))
-        old = self._members.get(claimant.key)
-        if old == new:
+    def changed(self, old: Member | None, new: Member | None) -> None:
+        """A group's member in the book went from ``old`` to ``new`` (None: it left; its
+        Gitea is then evaluated after the pass at once, not held back for min_interval)."""
+        if _sighting(old) == _sighting(new):
             return
-        self._members[claimant.key] = new
-        self._dirty.add(url)
-        if old is not None and old.url != url:
-            self._dirty.add(old.url)
+        for member in (old, new):
+            if member is not None:
+                self._dirty[member.url] = self._dirty.get(member.url, False) or new is None
 
-    def remove(self, key: str) -> str | None:
-        """Forget a group; returns its Gitea URL, to be evaluated again."""
-        old = self._members.pop(key, None)
-        if old is None:
-            return None
-        self._dirty.add(old.url)
-        return old.url
+    def due(self) -> list[tuple[str, bool]]:
+        """The Gitea URLs to evaluate after a pass, and whether a group left each (then
+        the evaluation is not held back for ``min_interval``)."""
+        return sorted(self._dirty.items())
 
     def evaluate(self, url: str, *, force: bool = False) -> Verdict | None:
         """The unmatched jobs of one Gitea, when its inputs changed and the last evaluation is
@@ -197,10 +202,10 @@ class UnmatchedBook:
             return None
         if not force and now - self._evaluated_at.get(url, float("-inf")) < self._min_interval:
             return None
-        self._dirty.discard(url)
+        del self._dirty[url]
         self._retry.pop(url, None)
         self._evaluated_at[url] = now
-        members = [m for m in self._members.values() if m.url == url]
+        members = self._members.of_url(url)
         if not members:
             self._evaluated_at.pop(url, None)
         return evaluation(url, members, self._max_sets)

@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.api.scope import fold, labels_fit, repository_in_url, scope_covers
+from gitea_runner_operator.api.scope import (
+    ScopeIndex,
+    fold,
+    labels_fit,
+    repository_in_url,
+    scope_covers,
+)
 
 OFFERED = frozenset({"ubuntu-latest", "linux"})
 
@@ -60,3 +66,19 @@ def test_the_repository_named_by_a_jobs_url(url, repository):
 
 def test_names_fold_to_lower_case():
     assert fold("AcMe") == "acme" and fold(None) == ""
+
+
+def test_one_scope_index_finds_who_covers_a_repository_and_who_stands_within_an_org():
+    index: ScopeIndex[str] = ScopeIndex()
+    assert not index and not index.covers(None) and not index.within("acme")
+    index.add(Scope.REPO, "Acme", "Widgets", "team-a/widgets")
+    index.add(Scope.REPO, "acme", "widgets", "team-a/widgets")  # the same value: kept once
+    index.add(Scope.ORG, "other", None, "team-b/other")
+    assert index.covering(("ACME", "widgets")) == ["team-a/widgets"]  # Gitea folds names
+    assert index.covering(("acme", "gadgets")) == []
+    assert index.covers(("other", "anything")) and not index.covers(("acme", "gadgets"))
+    assert index.within("ACME") and index.within("other") and not index.within("third")
+    assert sorted(index.covering(None)) == ["team-a/widgets", "team-b/other"]  # unknown: all
+    index.add(Scope.GLOBAL, None, None, "ops/everything")
+    assert index.covering(("third", "x")) == ["ops/everything"]
+    assert index.within("third") and index.covers(("third", "x"))

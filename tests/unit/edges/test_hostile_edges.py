@@ -224,3 +224,12 @@ def test_a_hostile_runner_config_gets_a_verdict_in_bounded_time(text, mode):
     if len(text.encode()) > caps.RUNNER_CONFIG_MAX_BYTES:
         assert verdict is not None and str(caps.RUNNER_CONFIG_MAX_BYTES) in verdict
     assert len(runner_config.VERDICTS) <= caps.RUNNER_CONFIG_VERDICTS
+
+
+@pytest.mark.parametrize("field", ["scope", "org", "labels", "maxActiveRunners", "gitea"])
+def test_any_field_nested_thousands_deep_is_refused_naming_it(field):
+    # Hypothesis found it: `scope` as a list nested 1,987 deep made pydantic's enum error
+    # recurse past the limit, a RecursionError instead of a refusal naming the field.
+    with pytest.raises(InvalidSpec) as refused:
+        parse_spec({**VALID, field: nested(3_000)})
+    assert refused.value.message.startswith(f"spec.{field}: nests deeper than")

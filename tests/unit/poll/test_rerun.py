@@ -14,6 +14,7 @@ from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.poll.observer import GiteaHandle
 from gitea_runner_operator.poll.rerun import LossFollowUp
+from gitea_runner_operator.reconcile.handed import PendingLosses
 from tests.support import merge_patch
 from tests.support.builders import VALID
 from tests.support.fake_cluster import FakeCache, FakeCluster
@@ -119,8 +120,17 @@ def lose(cluster: FakeCluster, runner_job: str, pod: str, cause: str = "OOMKille
 
 
 async def step(gitea, cluster, cache, metrics, spec=None, *runners, now=1040.0) -> None:
-    follow = LossFollowUp(cluster, cache, metrics, wall_clock=lambda: now)  # type: ignore[arg-type]
+    """One follow-up by a process that starts afresh; what it notes is written by the pass it
+    queues, which wakes the poll task for one more follow-up (reconcile/reconciler.py)."""
+    notes, queued = PendingLosses(), []
+    follow = LossFollowUp(cluster, cache, notes, queued.append, metrics, wall=lambda: now)
     handle = GiteaHandle(gitea, None)  # type: ignore[arg-type]
+    await follow.run(KEY, parse_spec(spec or VALID), handle, snap(*runners))
+    if not queued:
+        return
+    assert set(queued) == {KEY}
+    part = notes.part(KEY, cache.group(KEY))
+    cluster.status = merge_patch(cluster.status, dict(part.fields))
     await follow.run(KEY, parse_spec(spec or VALID), handle, snap(*runners))
 
 
@@ -330,3 +340,25 @@ async def test_records_beyond_the_bound_are_removed_open_ones_first_kept():
     }
     await step(gitea, cluster, cache, metrics)
     assert len(cluster.losses) <= 100
+
+
+async def test_a_lost_runner_is_retired_only_once_the_cluster_shows_the_job_it_held():
+    """Removing the registration and the runner Job destroys the evidence of the loss: a
+    restart before the pass wrote what the follow-up found must find the loss again."""
+    gitea, cluster, cache, metrics = setup()
+    gitea.add_job(10, P1, rid=7)
+    lose(cluster, J1, P1)
+    notes, queued = PendingLosses(), []
+    follow = LossFollowUp(cluster, cache, notes, queued.append, metrics, wall=lambda: 1040)
+    handle = GiteaHandle(gitea, None)  # type: ignore[arg-type]
+    await follow.run(KEY, parse_spec(VALID), handle, snap())
+    await follow.run(KEY, parse_spec(VALID), handle, snap())  # no pass has written it yet
+    assert queued and set(queued) == {KEY}
+    assert loss_records(cache.group(KEY))[J1].state is LossState.LOST
+    assert gitea.deleted_runners == [] and cluster.deleted == []
+
+    cluster.status = merge_patch(cluster.status, dict(notes.part(KEY, cache.group(KEY)).fields))
+    await follow.run(KEY, parse_spec(VALID), handle, snap())
+    assert loss_records(cache.group(KEY))[J1].state is LossState.HELD
+    assert gitea.deleted_runners == [7] and cluster.deleted == [J1]
+    assert notes.part(KEY, cache.group(KEY)).fields == {}  # written: nothing left to write

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gitea_runner_operator.api.runnergroup import GiteaRef
+from gitea_runner_operator.api.refs import GiteaRef
 from gitea_runner_operator.forge.tls import CABundleError, bundle_id, ssl_context_for
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secret_store import SecretStore

@@ -139,7 +139,7 @@ def test_a_group_that_cannot_create_claims_nothing_a_healthy_peer_can_run():
 
 
 def test_families_join_only_groups_whose_scopes_nest_and_labels_meet():
-    from gitea_runner_operator.reconcile.ledger import Member
+    from gitea_runner_operator.reconcile.members import Member
 
     lib = group("x/lib", Scope.REPO, "acme", "lib")
     other = group("x/o", Scope.ORG, "other")
@@ -166,7 +166,7 @@ def test_a_group_that_cannot_answer_couples_no_family():
     """A global group whose token does not work (no answer, no runner that could take a
     job) joins nobody: before, every group of its Gitea sharing a label became one family
     (creation median 0.10 -> 0.61 s and 67 quiet passes a second at 1,000 groups)."""
-    from gitea_runner_operator.reconcile.ledger import Member
+    from gitea_runner_operator.reconcile.members import Member
 
     other = group("x/o", Scope.ORG, "other")
     dead = group("x/g", Scope.GLOBAL, not_busy=0)

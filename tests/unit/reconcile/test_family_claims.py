@@ -10,6 +10,7 @@ from typing import Any
 
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.reconcile.handed import NOTHING, Part
 from gitea_runner_operator.reconcile.ledger import Ledger
 from tests.support.builders import queued_job
 from tests.support.family import T0, Clock, World, answer, group_spec, reconciler
@@ -40,6 +41,9 @@ class Caches:
 
     def settling(self, key: str) -> bool:
         return False  # the servers of ready configs are up
+
+    def part(self, group: dict[str, Any]) -> Part:
+        return NOTHING  # ready servers: status.cache is not what these tests read
 
 
 async def test_a_refused_spec_leaves_the_family():

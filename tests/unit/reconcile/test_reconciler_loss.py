@@ -34,7 +34,9 @@ async def test_a_busy_runner_evicted_and_gone_from_the_cache_is_recorded_once():
     cluster.gone_pods.append(_evicted(f"{name}-abcde", name))
 
     again, sources, _ = make(cluster, snapshot(queued=0))
+    writes = cluster.status_writes
     await again.reconcile(KEY)
+    assert cluster.status_writes == writes + 1  # the record goes out with the pass's status
     ((key, value),) = cluster.losses.items()
     assert key == name
     record = json.loads(value)

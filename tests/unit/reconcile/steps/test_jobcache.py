@@ -35,7 +35,9 @@ from gitea_runner_operator.objects.jobcache_server import (
     render_secret,
     render_service,
 )
+from gitea_runner_operator.reconcile.handed import Part
 from gitea_runner_operator.reconcile.jobcache_plan import PVC_PENDING_WARNING
+from gitea_runner_operator.reconcile.status import status_differs
 from gitea_runner_operator.reconcile.steps.jobcache import (
     DRIFT_RESYNC,
     RESYNC,
@@ -318,24 +320,28 @@ class FakeSecrets:
         return self.value
 
 
-class FakeReporter:
+class PassWrites:
+    """The status writes of the passes that carry the cache step's part: the pass composes
+    ``status.cache`` into the whole status, and writes (and sends the part's Warnings) only
+    when something in it changed."""
+
     def __init__(self) -> None:
         self.status: dict[str, Any] = {}
         self.patches = 0
         self.events: list[tuple[str, str, str]] = []
 
-    async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def write(self, group: dict[str, Any], part: Part) -> None:
+        if not status_differs(group.get("status") or {}, part.fields):
+            return
         self.patches += 1
-        self.status.update(status)
-
-    async def emit_event(self, group: Any, event_type: str, reason: str, message: str) -> None:
-        self.events.append((event_type, reason, message))
+        self.status.update(part.fields)
+        self.events.extend(("Warning", reason, message) for reason, message in part.events)
 
 
 class Env:
     def __init__(self, configs: FakeConfigs | None = None, secrets: FakeSecrets | None = None):
         self.objects = FakeObjects()
-        self.reporter = FakeReporter()
+        self.reporter = PassWrites()
         self.secrets = secrets or FakeSecrets()
         self.clock = Clock()
         self.wall = 1_000_000.0
@@ -344,7 +350,6 @@ class Env:
             self.objects,
             configs or FakeConfigs(),
             self.secrets,
-            self.reporter,
             clock=self.clock,
             wall_clock=lambda: self.wall,
             token=lambda: next(self.tokens),
@@ -358,7 +363,10 @@ class Env:
         return {"metadata": meta, "status": dict(self.reporter.status)}
 
     async def ensure(self, s: Any) -> bool:
-        return await self.servers.ensure(self.group(), s)
+        group = self.group()
+        ok = await self.servers.ensure(group, s)
+        self.reporter.write(group, self.servers.part(group))
+        return ok
 
     def leaks(self, value: str) -> bool:
         return value in repr(self.reporter.status) or value in repr(self.reporter.events)
@@ -464,6 +472,21 @@ async def test_disabling_the_cache_deletes_the_server_and_clears_the_status():
     deleted = len(env.objects.deleted)
     await env.ensure(parse_spec(VALID))  # nothing to remove any more: no API calls
     assert len(env.objects.deleted) == deleted
+
+
+async def test_passes_before_the_status_shows_the_cache_gone_remove_nothing_again():
+    """The pass writes status.cache after the step (and at most once a second): until the
+    watch shows it gone, the step must not read and delete the removed objects again."""
+    env = Env()
+    await env.ensure(spec())
+    stale = env.group()  # still says the cache exists
+    off = parse_spec({**VALID, "cache": {"enabled": False}})
+    assert await env.servers.ensure(stale, off) is True
+    reads, deleted = env.objects.reads, len(env.objects.deleted)
+    assert deleted == 4
+    assert await env.servers.ensure(stale, off) is True
+    assert (env.objects.reads, len(env.objects.deleted)) == (reads, deleted)
+    assert env.servers.part(stale).fields == {"cache": None}  # still to be written
 
 
 async def test_an_external_server_gets_its_secret_from_a_labelled_secret_only():

@@ -15,7 +15,8 @@ from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
-from gitea_runner_operator.reconcile.accounting import Claimant
+from gitea_runner_operator.reconcile.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.why.unmatched import (
     OTHER,
     Cause,
@@ -118,9 +119,32 @@ def test_the_metric_keeps_the_largest_label_sets_and_adds_up_the_rest_as_other()
     assert series[(URL, "label-1")].oldest == QUEUED + dt.timedelta(minutes=1)
 
 
+class Book:
+    """An unmatched-jobs book and the ledger whose book of members it reads: groups report
+    through the ledger and the book is told what changed, as the claims step does."""
+
+    def __init__(self, **options: Any) -> None:
+        self.ledger = Ledger()
+        self.book = UnmatchedBook(self.ledger.members, **options)
+        self._asked = 0.0
+
+    def report(self, url: str, c: Claimant, jobs: list[ActionJob] | None) -> None:
+        before = self.ledger.members.get(c.key)
+        self._asked += 1.0  # each report is a new answer
+        answer = Answer(c.key, self._asked, tuple(jobs)) if jobs is not None else None
+        self.ledger.report(url, c, answer)
+        self.book.changed(before, self.ledger.members.get(c.key))
+
+    def remove(self, key: str) -> None:
+        self.book.changed(self.ledger.remove(key), None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.book, name)
+
+
 def test_a_label_set_is_warned_about_once_an_hour_with_a_bounded_memo():
     clock = Clock()
-    book = UnmatchedBook(clock=clock, min_interval=0, memo_size=2)
+    book = Book(clock=clock, min_interval=0, memo_size=2)
     book.report(URL, ORG, [job(1, ("typo",))])
     verdict = book.evaluate(URL)
     assert verdict is not None and [s.labels for s in verdict.warn] == [("typo",)]
@@ -138,7 +162,7 @@ def test_a_label_set_is_warned_about_once_an_hour_with_a_bounded_memo():
 
 
 def test_nothing_is_recomputed_while_no_group_of_that_gitea_reported_anything_new():
-    book = UnmatchedBook(min_interval=0)
+    book = Book(min_interval=0)
     book.report(URL, ORG, [job(1, ("typo",))])
     assert book.evaluate(URL) is not None
     book.report(URL, ORG, [job(1, ("typo",))])
@@ -150,7 +174,7 @@ def test_a_skipped_evaluation_brings_one_group_back_not_every_group():
     min_interval must bring a pass back, or a typo label waits for the resync. One group per
     Gitea comes back (1,000 groups may share it), at the end of the interval."""
     now = [100.0]
-    book = UnmatchedBook(min_interval=5.0, clock=lambda: now[0])
+    book = Book(min_interval=5.0, clock=lambda: now[0])
     other = claimant("team-b/app", Scope.REPO, "acme", "app")
     book.report(URL, ORG, [])
     assert book.evaluate(URL) is not None  # the first evaluation, at 100
@@ -164,6 +188,24 @@ def test_a_skipped_evaluation_brings_one_group_back_not_every_group():
     now[0] = 105.0
     assert book.evaluate(URL) is not None
     assert book.come_back(ORG.key) is None
+
+
+def test_a_group_that_leaves_has_its_gitea_evaluated_after_the_pass_without_waiting():
+    """Its jobs may now be unmatched: the evaluation after the pass is not held back for
+    min_interval, and only the Gitea with news is evaluated."""
+    now = [100.0]
+    book = Book(min_interval=5.0, clock=lambda: now[0])
+    other = claimant("team-b/app", Scope.REPO, "acme", "app")
+    book.report(URL, ORG, [job(1, ("linux",))])
+    book.report(URL, other, [job(1, ("linux",))])
+    assert book.due() == [(URL, False)]
+    assert book.evaluate(URL) is not None
+    assert book.due() == []
+    now[0] = 101.0
+    book.remove(other.key)  # the group left
+    assert book.due() == [(URL, True)]
+    verdict = book.evaluate(URL, force=True)
+    assert verdict is not None and book.due() == []
 
 
 class EventCluster(FakeCluster):
@@ -283,7 +325,7 @@ def test_an_evaluation_costs_a_bounded_amount_of_work_whatever_the_queue(monkeyp
     work = []
     for n in (1000, 4000):
         compared[0] = 0
-        book = UnmatchedBook(min_interval=0)
+        book = Book(min_interval=0)
         jobs = [job(i, (f"lbl-{i:05d}-x",)) for i in range(1, n + 1)]
         for c in groups:
             book.report(URL, c, jobs)
@@ -301,7 +343,7 @@ async def test_past_the_label_sets_weighed_the_oldest_jobs_are_counted_and_the_l
     """A Gitea inventing a label set per job: the evaluation weighs the jobs of the first
     MAX_SETS_WEIGHED sets (oldest first), whatever the queue holds, and one line a minute
     says how many jobs were left out; jobs of a set already weighed still count."""
-    book = UnmatchedBook(min_interval=0)
+    book = Book(min_interval=0)
     jobs = [job(i, (f"lbl-{i:05d}",)) for i in range(1, MAX_SETS_WEIGHED + 501)]
     jobs.append(job(MAX_SETS_WEIGHED + 501, ("lbl-00001",)))  # a set already weighed
     book.report(URL, ORG, jobs)
@@ -327,7 +369,7 @@ async def test_a_gitea_with_thousands_of_invented_label_sets_costs_one_log_line_
     set for every job: the log gets one line per Gitea per minute, and the next one says how
     many were held back."""
     now = [0.0]
-    book = UnmatchedBook(clock=lambda: now[0])
+    book = Book(clock=lambda: now[0])
     metrics = WhyMetrics.of(Metrics().registry)
 
     async def emit(*_: Any) -> None:
@@ -378,7 +420,7 @@ async def test_the_evaluation_runs_beside_the_event_loop_one_per_gitea_at_a_time
         if len(wakes) >= 2:
             second_wake.set()
 
-    book = UnmatchedBook(min_interval=0)
+    book = Book(min_interval=0)
     book.report(URL, ORG, [job(i, (f"invented-{i}",)) for i in range(1, 2001)])
     async with LoopWatch(interval=0.01, observe=woke):
         running = asyncio.ensure_future(book.evaluate_elsewhere(URL))
@@ -397,7 +439,7 @@ async def test_the_evaluation_runs_beside_the_event_loop_one_per_gitea_at_a_time
 
 
 async def test_a_forced_evaluation_waits_for_the_one_under_way_then_runs():
-    book = UnmatchedBook(min_interval=3600)
+    book = Book(min_interval=3600)
     book.report(URL, ORG, [job(1, ("ubuntu-lastest",))])
     book.report(URL, GPU, [job(1, ("ubuntu-lastest",))])
     first = asyncio.ensure_future(book.evaluate_elsewhere(URL))
