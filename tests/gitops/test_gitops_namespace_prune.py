@@ -1,0 +1,121 @@
+"""Issue 37: a team's whole namespace managed by Flux, pruned by one commit.
+
+The team's folder holds its Namespace, tokens Secret, Role, RoleBinding (lending the operator
+the Secret) and RunnerGroup, applied by a Kustomization with ``wait`` and ``prune``. A commit
+that removes the folder makes Flux delete the Namespace, and with it the Secret and the
+RoleBinding in the same breath as the group, while a runner of that group is busy: the group's
+finalizer must still let the namespace go within ``drainTimeout`` + 30 s, and no registration
+of the group may be left in Gitea.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import yaml
+
+from tests.support.launcher import OPERATOR_NS, OPERATOR_SA
+from tests.support.testbed import CREDENTIALS, delete_namespace, runner_group, runner_jobs, unique
+from tests.testbed.gitops import KUSTOMIZE_API, Flux, kustomization
+from tests.testbed.kube import KubeClient, wait_for
+
+DRAIN_SECONDS = 30
+WORKFLOW = """\
+name: busy
+on: [push]
+jobs:
+  busy:
+    runs-on: gro-prune
+    steps:
+      - run: sleep 120
+"""
+
+
+def _folder(ns: str, group: dict[str, Any], cluster: Any, target: Any) -> dict[str, str | None]:
+    """The team's folder, one file per object, as a platform team would keep it."""
+    objects = {
+        "namespace": {
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": ns,
+                         "labels": {"pod-security.kubernetes.io/enforce": "privileged"}},
+        },
+        "secret": {
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "tokens", "namespace": ns, "labels": CREDENTIALS},
+            "stringData": {"registration": target.registration_token, "api": cluster.gitea_token},
+        },
+        "role": {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "runner-tokens", "namespace": ns},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["tokens"],
+                       "verbs": ["get"]}],
+        },
+        "rolebinding": {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "runner-tokens", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": "runner-tokens"},
+            "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_SA,
+                          "namespace": OPERATOR_NS}],
+        },
+        "group": {**group, "metadata": {**group["metadata"], "namespace": ns}},
+    }  # fmt: skip
+    return {f"teams/{ns}/{k}.yaml": yaml.safe_dump(v, sort_keys=False) for k, v in objects.items()}
+
+
+def test_a_commit_removing_a_teams_folder_deletes_its_namespace_and_leaves_no_registration(
+    flux: Flux,
+    flux_source: Any,
+    kube: KubeClient,
+    gitea: Any,
+    cluster: Any,
+    gitea_target: Any,
+    start_operator: Any,
+    kubelet_harness: Any,
+) -> None:
+    ns, org, repo = unique("team-pruned"), gitea_target.org, gitea_target.repo
+    start_operator(ns)
+    group = runner_group(
+        "ci", target=gitea_target, url=cluster.gitea_url, labels=["gro-prune"],
+        maxActiveRunners=1, drainTimeout=f"{DRAIN_SECONDS}s",
+    )  # fmt: skip
+    folder = _folder(ns, group, cluster, gitea_target)
+    try:
+        first = flux_source.commit({**folder, "teams/README.md": "teams\n"}, "team joins")
+        flux.apply(
+            kustomization(flux_source.namespace, "teams", flux_source.name, "./teams", timeout="3m")
+        )
+        flux.wait_ready(
+            KUSTOMIZE_API, "kustomizations", flux_source.namespace, "teams", timeout=180,
+            until=lambda k: k["status"].get("lastAppliedRevision") == first,
+        )  # fmt: skip
+
+        # a runner of the group is busy when the namespace goes
+        gitea.push_workflow(org, repo, "busy.yml", WORKFLOW)
+
+        def busy() -> list[str] | None:
+            jobs = gitea.list_jobs("repo", org, repo, status=None)
+            return [j["runner_name"] for j in jobs if j["status"] == "in_progress"] or None
+
+        (runner,) = wait_for(busy, 180, what="the job running on a runner of the group")
+        assert runner.startswith("ci-"), runner
+        assert runner_jobs(kube, ns, "ci")
+
+        started = time.monotonic()
+        flux_source.commit(dict.fromkeys(folder), "team leaves")
+        wait_for(
+            lambda: not kube.exists(f"/api/v1/namespaces/{ns}"),
+            DRAIN_SECONDS + 30,
+            what="the team namespace gone",
+        )
+        took = time.monotonic() - started
+        print(
+            f"\nnamespace pruned: gone {took:.1f} s after the commit (bound {DRAIN_SECONDS + 30} s)"
+        )
+        left = [r["name"] for r in gitea.list_runners("org", owner=org)]
+        assert not [n for n in left if n.startswith("ci-")], left
+        assert kubelet_harness.errors == []
+    finally:
+        if kube.exists(f"/api/v1/namespaces/{ns}"):
+            delete_namespace(kube, ns)
