@@ -6,6 +6,11 @@ that removes the folder makes Flux delete the Namespace, and with it the Secret 
 RoleBinding in the same breath as the group, while a runner of that group is busy: the group's
 finalizer must still let the namespace go within ``drainTimeout`` + 30 s, and no registration
 of the group may be left in Gitea.
+
+The group's ``terminationGracePeriod`` is its ``drainTimeout``: the namespace controller looks
+again only after half the largest grace period of the Pods it deleted (or at its 5-minute
+resync), so with the default of 1h the namespace stayed Terminating, empty, for minutes after
+the finalizer went (docs/gitops.md).
 """
 
 from __future__ import annotations
@@ -73,7 +78,11 @@ def _folder(ns: str, group: dict[str, Any], cluster: Any, target: Any) -> dict[s
 
 def _what_holds(kube: KubeClient, ns: str) -> str:
     """The namespace's own account of what it still waits for, and our group's finalizers."""
-    status = kube.get(f"/api/v1/namespaces/{ns}").get("status") or {}
+    namespace = kube.get(f"/api/v1/namespaces/{ns}")
+    meta = namespace["metadata"]
+    managers = [(m.get("manager"), m.get("time")) for m in meta.get("managedFields") or []]
+    made = (meta.get("creationTimestamp"), meta.get("deletionTimestamp"), managers)
+    status = namespace.get("status") or {}
     conditions = [f"{c['type']}: {c.get('message')}" for c in status.get("conditions") or []
                   if c.get("status") == "True"]  # fmt: skip
     groups = kube.get(GROUPS.format(ns=ns))["items"]
@@ -86,7 +95,7 @@ def _what_holds(kube: KubeClient, ns: str) -> str:
         for j in kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
     ]
     finalizers = [(g["metadata"]["name"], g["metadata"].get("finalizers")) for g in groups]
-    return f"conditions={conditions} groups={finalizers} pods={pods} jobs={jobs}"
+    return f"namespace={made} conditions={conditions} groups={finalizers} pods={pods} jobs={jobs}"
 
 
 def test_a_commit_removing_a_teams_folder_deletes_its_namespace_and_leaves_no_registration(
@@ -104,6 +113,7 @@ def test_a_commit_removing_a_teams_folder_deletes_its_namespace_and_leaves_no_re
     group = runner_group(
         "ci", target=gitea_target, url=cluster.gitea_url, labels=["gro-prune"],
         maxActiveRunners=1, drainTimeout=f"{DRAIN_SECONDS}s",
+        terminationGracePeriod=f"{DRAIN_SECONDS}s",
     )  # fmt: skip
     folder = _folder(ns, group, cluster, gitea_target)
     try:
@@ -128,6 +138,7 @@ def test_a_commit_removing_a_teams_folder_deletes_its_namespace_and_leaves_no_re
         assert runner_jobs(kube, ns, "ci")
 
         started = time.monotonic()
+        print(f"\nteam leaves at {time.strftime('%H:%M:%S')}", flush=True)
         flux_source.commit(dict.fromkeys(folder), "team leaves")
         bound = DRAIN_SECONDS + 30
         try:
