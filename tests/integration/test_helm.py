@@ -102,6 +102,11 @@ def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found
 
 
+def operator_service_account(objects: list[dict[str, Any]]) -> str:
+    """The operator's own ServiceAccount (the uninstall hook has one of its own)."""
+    return str(one([o for o in objects if not _hook(o)], "ServiceAccount")["metadata"]["name"])
+
+
 def operator_args(objects: list[dict[str, Any]]) -> list[str]:
     deployment = one(objects, "Deployment")
     return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
@@ -258,7 +263,7 @@ def test_metrics_authentication_adds_the_flag_the_review_rights_and_the_readers_
     ]
     bindings = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRoleBinding"}
     binding = bindings["gro-gitea-runner-operator-metrics-auth"]
-    service_account = one(objects, "ServiceAccount")["metadata"]["name"]
+    service_account = operator_service_account(objects)
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": service_account, "namespace": "ops"}
     ]
@@ -452,7 +457,7 @@ def test_the_cluster_chart_applies_and_its_serviceaccount_may_act_everywhere(
                 what="chart Deployment available",
             )
             kube.patch(path, {"spec": {"replicas": 0}})
-            sa = one(objects, "ServiceAccount")["metadata"]["name"]
+            sa = operator_service_account(objects)
             operator = cluster.kube_client(token=kube.create_token(ns, sa))
             assert can(operator, "/apis/batch/v1/jobs")
             assert can(operator, f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{other}/runnergroups")
@@ -489,7 +494,7 @@ def test_the_namespaced_chart_serves_a_runnergroup_as_its_serviceaccount(
              "watchNamespaces": [team], "replicaCount": 0},
         )  # fmt: skip
         with installed(kube, objects):
-            sa = one(objects, "ServiceAccount")["metadata"]["name"]
+            sa = operator_service_account(objects)
             token = kube.create_token(ns, sa)
             operator = cluster.kube_client(token=token)
             # Roles only where it watches: nothing cluster-wide, nothing in other namespaces.
