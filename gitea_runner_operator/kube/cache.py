@@ -333,4 +333,6 @@ def spec_changed(kind: str, obj: Obj, before: Obj | None) -> bool:
         or bool(new_meta.get("deletionTimestamp")) != bool(old_meta.get("deletionTimestamp"))
         # Adding our finalizer changes no generation, and is what the next pass waits for.
         or new_meta.get("finalizers") != old_meta.get("finalizers")
+        # The uninstall hook's detach mark (api/detach.py), the only annotation slimming keeps.
+        or new_meta.get("annotations") != old_meta.get("annotations")
     )

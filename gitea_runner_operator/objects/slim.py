@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.caps import KEPT_VALUE_MAX_CHARS
+from gitea_runner_operator.api.detach import ANNOTATIONS as DETACH_ANNOTATIONS
 from gitea_runner_operator.objects.forgejo_job import (
     FORGE_ANNOTATION,
     HANDLE_ANNOTATION,
@@ -101,11 +102,16 @@ def slim_group(obj: Obj) -> Obj:
     labels and annotations not on the allow-list. ``kubectl apply`` keeps a copy of the
     whole manifest in ``last-applied-configuration``, and a tenant may add up to 256 KiB
     more; the cache would hold both for every group. The operator writes groups by patch
-    only, never by replacing the object it read, so nothing dropped here is written back."""
+    only, never by replacing the object it read, so nothing dropped here is written back.
+    The uninstall hook's detach mark (api/detach.py) is the one annotation kept."""
     obj = strip_managed_fields(obj)
     meta = obj.get("metadata")
     if isinstance(meta, dict) and (meta.get("annotations") or meta.get("labels")):
         slim_meta = {k: v for k, v in meta.items() if k not in ("annotations", "labels")}
+        annotations = meta.get("annotations") or {}
+        kept = {k: annotations[k] for k in DETACH_ANNOTATIONS if k in annotations}
+        if kept:
+            slim_meta["annotations"] = kept
         obj = {**obj, "metadata": slim_meta}
     return obj  # not shared: a group's spec has keys its tenant chose
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from gitea_runner_operator.api.detach import detaching
 from gitea_runner_operator.api.loss import LOSSES
 from gitea_runner_operator.api.naming import GroupKey, runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind
@@ -148,6 +149,17 @@ class Reconciler:
         if p.meta.get("deletionTimestamp"):
             self._drop_claims(key)
             return Result(requeue_after=await self._teardown.run(p, state))
+        if (detach := detaching(p.meta, self._wall())) is not None:
+            # helm uninstall leaves the group (api/detach.py): torn down as if deleted, then
+            # left alone, looked at again when the mark runs out (a hook that died half-way).
+            self._drop_claims(key)
+            again = await self._teardown.run(p, state, since=detach.since)
+            left = max(detach.until - self._wall(), 0.0) + 1.0
+            return Result(requeue_after=left if again is None else min(again, left))
+        if state.teardown_since is not None:
+            # Back in service after a detach whose mark was removed or ran out: a later
+            # deletion is a new teardown.
+            state.teardown_since = state.released_uid = None
         admitted = self._admissions.admit(key, p.meta, p.group.get("spec"))
         spec = admitted.spec
         if spec is None or admitted.invalid is not None:

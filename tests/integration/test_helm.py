@@ -103,6 +103,11 @@ def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found
 
 
+def operator_service_account(objects: list[dict[str, Any]]) -> str:
+    """The operator's own ServiceAccount (the uninstall hook has one of its own)."""
+    return str(one([o for o in objects if not _hook(o)], "ServiceAccount")["metadata"]["name"])
+
+
 def operator_args(objects: list[dict[str, Any]]) -> list[str]:
     deployment = one(objects, "Deployment")
     return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
@@ -330,7 +335,7 @@ def test_metrics_authentication_adds_the_flag_the_review_rights_and_the_readers_
     ]
     bindings = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRoleBinding"}
     binding = bindings["gro-gitea-runner-operator-metrics-auth"]
-    service_account = one(objects, "ServiceAccount")["metadata"]["name"]
+    service_account = operator_service_account(objects)
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": service_account, "namespace": "ops"}
     ]
@@ -425,29 +430,73 @@ def _hook(obj: dict[str, Any]) -> bool:
     return "helm.sh/hook" in (obj["metadata"].get("annotations") or {})
 
 
-def test_uninstall_runs_a_pre_delete_hook_that_drains_the_groups_first(helm, tmp_path):
-    """The order of helm uninstall: the hook (the operator's image) deletes the RunnerGroups
-    and waits for the still running operator's teardown before the Deployment goes."""
+HOOK_NAME = "gro-gitea-runner-operator-uninstall"
+GROUP_RIGHTS = {"apiGroups": ["gitea.bpg.pw"], "resources": ["runnergroups"]}
+
+
+def _hook_args(objects: list[dict[str, Any]]) -> list[str]:
+    return list(one(objects, "Job")["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def test_uninstall_by_default_detaches_the_groups_and_stops_the_operator_first(helm, tmp_path):
+    """The order of helm uninstall: the hook (the operator's image, its own ServiceAccount)
+    has the still running operator release the RunnerGroups, left in place, and stops it
+    before the Deployment goes. Its rights may mark groups, never delete one."""
     objects = render(helm, tmp_path, "gro", "ops", {"image": {"tag": "9.9.9"}})
     hooks = [o for o in objects if _hook(o)]
-    assert {(o["kind"], o["metadata"]["annotations"]["helm.sh/hook"]) for o in hooks} == {
-        ("ClusterRole", "pre-delete"), ("ClusterRoleBinding", "pre-delete"), ("Job", "pre-delete"),
-    }  # fmt: skip
-    job = one(objects, "Job")
-    pod = job["spec"]["template"]["spec"]
-    assert pod["containers"][0]["image"] == "gitea-runner-operator:9.9.9"
-    assert pod["containers"][0]["args"] == ["drain-groups", "--timeout=270"]
-    assert pod["serviceAccountName"] == "gro-gitea-runner-operator"
-    role = next(o for o in hooks if o["kind"] == "ClusterRole")
-    assert role["rules"] == [
-        {"apiGroups": ["gitea.bpg.pw"], "resources": ["runnergroups"],
-         "verbs": ["list", "delete", "patch"]}
+    assert sorted(kinds(hooks)) == [
+        ("ClusterRole", HOOK_NAME, None), ("ClusterRoleBinding", HOOK_NAME, None),
+        ("Job", HOOK_NAME, "ops"),
+        ("Role", f"{HOOK_NAME}-stop", "ops"), ("RoleBinding", f"{HOOK_NAME}-stop", "ops"),
+        ("ServiceAccount", HOOK_NAME, "ops"),
     ]  # fmt: skip
-    # RBAC first (weight -5), then the Job (0); both removed once it succeeded
+    assert {o["metadata"]["annotations"]["helm.sh/hook"] for o in hooks} == {"pre-delete"}
+    pod = one(objects, "Job")["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "gitea-runner-operator:9.9.9"
+    assert _hook_args(objects) == [
+        "detach-groups", "--timeout=270",
+        "--deployment=gro-gitea-runner-operator", "--deployment-namespace=ops",
+    ]  # fmt: skip
+    assert one(objects, "Deployment")["metadata"]["name"] == "gro-gitea-runner-operator"
+    assert pod["serviceAccountName"] == HOOK_NAME
+    role = next(o for o in hooks if o["kind"] == "ClusterRole")
+    assert role["rules"] == [{**GROUP_RIGHTS, "verbs": ["list", "patch"]}]
+    stop = next(o for o in hooks if o["kind"] == "Role")
+    assert stop["rules"][0]["resourceNames"] == ["gro-gitea-runner-operator"]
+    assert stop["rules"][0]["verbs"] == ["get", "patch"]
+    # SA and RBAC first (weight -5), then the Job (0); every one removed however it ended
     weights = {o["kind"]: int(o["metadata"]["annotations"]["helm.sh/hook-weight"]) for o in hooks}
-    assert weights["ClusterRole"] < weights["Job"]
+    assert weights["ServiceAccount"] == weights["ClusterRole"] < weights["Job"]
+    for o in hooks:
+        policy = o["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
+        assert {"hook-succeeded", "hook-failed"} <= set(policy), o["kind"]
+    # a hung hook fails on its own, after the wait and the operator's stop
+    assert one(objects, "Job")["spec"]["activeDeadlineSeconds"] == 270 + 90
     off = render(helm, tmp_path, "gro", "ops", {"uninstall": {"hook": False}})
     assert not [o for o in off if _hook(o)]
+
+
+def test_uninstall_deletes_the_groups_only_when_asked_in_either_install_mode(helm, tmp_path):
+    cluster = render(helm, tmp_path, "gro", "ops", {"uninstall": {"deleteGroups": True}})
+    assert _hook_args(cluster) == ["drain-groups", "--timeout=270"]
+    role = one([o for o in cluster if _hook(o)], "ClusterRole")
+    assert role["rules"] == [{**GROUP_RIGHTS, "verbs": ["list", "patch", "delete"]}]
+    # the operator is not stopped: the groups go, and with them what it would serve
+    assert not [o for o in cluster if _hook(o) and o["kind"] == "Role"]
+    for delete in (False, True):
+        namespaced = render(
+            helm, tmp_path, "gro", "ops",
+            {"rbac": {"mode": "namespaced"}, "watchNamespaces": ["team-a", "team-b"],
+             "uninstall": {"deleteGroups": delete}},
+        )  # fmt: skip
+        hooks = [o for o in namespaced if _hook(o)]
+        assert not [o for o in hooks if o["kind"].startswith("Cluster")]
+        for ns in ("team-a", "team-b"):
+            assert ("Role", HOOK_NAME, ns) in kinds(hooks)
+            assert ("RoleBinding", HOOK_NAME, ns) in kinds(hooks)
+        args = _hook_args(namespaced)
+        assert args[0] == ("drain-groups" if delete else "detach-groups")
+        assert args[-2:] == ["--namespace=team-a", "--namespace=team-b"]
 
 
 def can(client: KubeClient, path: str) -> bool:
@@ -488,7 +537,7 @@ def test_the_cluster_chart_applies_and_its_serviceaccount_may_act_everywhere(
                 what="chart Deployment available",
             )
             kube.patch(path, {"spec": {"replicas": 0}})
-            sa = one(objects, "ServiceAccount")["metadata"]["name"]
+            sa = operator_service_account(objects)
             operator = cluster.kube_client(token=kube.create_token(ns, sa))
             assert can(operator, "/apis/batch/v1/jobs")
             assert can(operator, f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{other}/runnergroups")
@@ -525,7 +574,7 @@ def test_the_namespaced_chart_serves_a_runnergroup_as_its_serviceaccount(
              "watchNamespaces": [team], "replicaCount": 0},
         )  # fmt: skip
         with installed(kube, objects):
-            sa = one(objects, "ServiceAccount")["metadata"]["name"]
+            sa = operator_service_account(objects)
             token = kube.create_token(ns, sa)
             operator = cluster.kube_client(token=token)
             # Roles only where it watches: nothing cluster-wide, nothing in other namespaces.

@@ -1,7 +1,9 @@
 """The operator as users get it: its own image (built here, tests/testbed/operator_image.py)
 installed by ``helm install`` onto the real node, a team set up as the README says, a real
-workflow run to success, then two replicas failing over, a graceful stop, a ``helm upgrade``
-and a ``helm uninstall``.
+workflow run to success, then two replicas failing over, a graceful stop, a ``helm upgrade``,
+a ``helm uninstall`` that leaves the groups (deregistered, released) for a reinstall that
+serves them again, a hook that fails without leaving its rights behind, and a ``helm
+uninstall`` with ``uninstall.deleteGroups`` that deletes them.
 
 One release is shared by the steps, in order (a module-scoped fixture): each test is one
 step a user takes and asserts what they would notice; every step's time is printed, and only
@@ -24,8 +26,10 @@ from typing import Any
 import pytest
 
 from gitea_runner_operator import __version__
+from gitea_runner_operator.api.detach import ANNOTATIONS as DETACH_ANNOTATIONS
+from gitea_runner_operator.reconcile.steps.teardown import FINALIZER
 from tests.support.install import CHART, TOLERATION, Install, step
-from tests.support.testbed import GROUPS, wait_until
+from tests.support.testbed import GROUPS, runner_jobs, wait_until
 from tests.testbed import build, operator_image
 from tests.testbed.realnode import NODE_LABEL, NODE_NAME
 from tests.testbed.service_bridge import bridged_kubernetes_service
@@ -200,17 +204,99 @@ def test_helm_upgrade_rolls_the_pods_and_loses_or_duplicates_no_job(install):
     step("helm upgrade until both jobs succeeded", t0)
 
 
-def test_helm_uninstall_tears_the_groups_down_and_leaves_nothing_stuck(install):
+def _hook_objects(install: Install) -> list[str]:
+    """The uninstall hook's objects still in the cluster: its rights must not outlive it."""
+    name = f"{install.fullname}-uninstall"
+    rbac, ns = "/apis/rbac.authorization.k8s.io/v1", f"namespaces/{install.namespace}"
+    paths = [
+        f"{rbac}/clusterroles/{name}", f"{rbac}/clusterrolebindings/{name}",
+        f"{rbac}/{ns}/roles/{name}-stop", f"{rbac}/{ns}/rolebindings/{name}-stop",
+        f"/api/v1/{ns}/serviceaccounts/{name}", f"/apis/batch/v1/{ns}/jobs/{name}",
+    ]  # fmt: skip
+    return [p for p in paths if install.kube.exists(p)]
+
+
+def _registrations(install: Install) -> list[str]:
+    return sorted(r["name"] for r in install.gitea.list_runners("org", owner=install.org))
+
+
+def _group_objects(install: Install) -> dict[str, dict[str, Any]]:
+    return {
+        g["metadata"]["name"]: g for g in install.kube.get(GROUPS.format(ns=install.team))["items"]
+    }
+
+
+def test_helm_uninstall_leaves_the_groups_deregistered_released_and_untouched(install):
     label = install.group("busy")
     install.push("busy", label, ["sleep 15", "echo finished during the uninstall"])
     install.wait_status("busy", "in_progress", timeout=120)
+    before = {
+        n: (g["metadata"]["generation"], g["spec"]) for n, g in _group_objects(install).items()
+    }
     t0 = time.monotonic()
     install.helm("uninstall", install.release, "-n", install.namespace, "--timeout", "5m")
-    step("helm uninstall (pre-delete hook drains the groups)", t0)
-    assert install.groups() == []
-    assert install.runners("busy") == []
-    # the busy runner was let finish its job before the group went (drainTimeout)
+    step("helm uninstall (pre-delete hook detaches the groups)", t0)
+    after = _group_objects(install)
+    # every group left in place, its spec untouched, with nothing of ours on it
+    assert {n: (g["metadata"]["generation"], g["spec"]) for n, g in after.items()} == before
+    for name, g in after.items():
+        assert FINALIZER not in (g["metadata"].get("finalizers") or []), name
+        assert not set(g["metadata"].get("annotations") or {}) & set(DETACH_ANNOTATIONS), name
+    # the busy runner was let finish its job (drainTimeout); no registration is left
     assert install.conclusion("busy", timeout=60) == "success", install.report()
+    assert _registrations(install) == []
+    assert not [j for g in after for j in runner_jobs(install.kube, install.team, g)
+                if (j.get("status") or {}).get("active")]  # fmt: skip
+    assert install.pods() == [] and _hook_objects(install) == []
+
+
+def test_a_reinstall_serves_the_groups_it_left_again(install):
+    t0 = time.monotonic()
+    install.helm(
+        "install", install.release, str(CHART), "-n", install.namespace,
+        "-f", _values(install, uninstall={"deleteGroups": True}),
+    )  # fmt: skip
+    install.wait_rolled(1)
+
+    def served() -> bool:
+        for g in _group_objects(install).values():
+            conditions = {c["type"]: c["status"] for c in g.get("status", {}).get("conditions", [])}
+            if FINALIZER not in (g["metadata"].get("finalizers") or []):
+                return False
+            if conditions.get("Ready") != "True":
+                return False
+        return True
+
+    install.wait(served, "every group it left taken back and Ready", timeout=180)
+    step("reinstall until the left groups are Ready again", t0)
+    install.push("again", "gro-install-first", ["echo served after a reinstall"])
+    assert install.conclusion("again") == "success", install.report()
+    step("reinstall until a job on a left group succeeded", t0)
+
+
+def test_a_hook_that_fails_leaves_none_of_its_rights_behind(install):
+    t0 = time.monotonic()
+    with pytest.raises(AssertionError) as failed:
+        install.helm("uninstall", install.release, "-n", install.namespace, "--timeout", "1s")
+    step("helm uninstall with a 1 s deadline, failing", t0)
+    print(f"[install suite] {str(failed.value).strip().splitlines()[-1]}")
+    # its rights are gone when helm returns; its Job (and the Job's Pod) may take a moment
+    assert [p for p in _hook_objects(install) if "/jobs/" not in p] == []
+    install.wait(lambda: _hook_objects(install) == [], "the failed hook's Job deleted", 30)
+    assert install.ready_pods()  # the release stays; its operator still runs
+
+
+def test_helm_uninstall_with_delete_groups_tears_them_down_and_leaves_nothing_stuck(install):
+    label = install.group("busy-delete")
+    install.push("busy-delete", label, ["sleep 15", "echo finished during the uninstall"])
+    install.wait_status("busy-delete", "in_progress", timeout=120)
+    t0 = time.monotonic()
+    install.helm("uninstall", install.release, "-n", install.namespace, "--timeout", "5m")
+    step("helm uninstall (pre-delete hook deletes the groups)", t0)
+    assert install.groups() == []
+    assert install.runners("busy-delete") == []
+    assert install.conclusion("busy-delete", timeout=60) == "success", install.report()
+    assert _registrations(install) == [] and _hook_objects(install) == []
     t1 = time.monotonic()
     install.kube.delete(f"/api/v1/namespaces/{install.team}")
     wait_until(

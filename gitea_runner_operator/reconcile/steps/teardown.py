@@ -44,8 +44,12 @@ class Teardown:
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
 
-    async def run(self, p: GroupPass, state: GroupState) -> float | None:
-        """One teardown pass; returns when to look again (None: done or not ours)."""
+    async def run(
+        self, p: GroupPass, state: GroupState, since: float | None = None
+    ) -> float | None:
+        """One teardown pass; returns when to look again (None: done or not ours).
+        ``since``: the wall-clock start of a detach (``helm uninstall`` leaving the group in
+        place, api/detach.py), which the drain counts from as it counts from a deletion."""
         meta, key = p.meta, p.key
         finalizers = list(meta.get("finalizers") or [])
         if FINALIZER not in finalizers:
@@ -57,7 +61,7 @@ class Teardown:
             spec: RunnerGroupSpec | None = parse_spec(p.group.get("spec"))
         except InvalidSpec:
             spec = None
-        deleted_at = parse_time(meta.get("deletionTimestamp")) or self.wall_clock()
+        deleted_at = parse_time(meta.get("deletionTimestamp")) or since or self.wall_clock()
         drain = spec.drain_timeout_seconds if spec is not None else 0.0
         drained = self.wall_clock() >= deleted_at + drain
         source = await self.sources.ensure(key, spec) if spec is not None else None
@@ -124,7 +128,7 @@ class Teardown:
                 p.namespace, p.name, finalizers, str(meta.get("resourceVersion"))
             )
             state.released_uid = meta.get("uid")
-            log.info("teardown complete, finalizer released", group=key)
+            log.info("teardown complete, finalizer released", group=key, detached=since is not None)
             return None
         return 2.0 if drained else 5.0
 

@@ -9,6 +9,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator import cli
 from gitea_runner_operator.commands import uninstall
+from gitea_runner_operator.objects.views import parse_time
 from gitea_runner_operator.reconcile.reconciler import FINALIZER
 
 
@@ -25,15 +26,28 @@ class FakeGroups:
         self.deleting: set[tuple[str, str]] = set()
         self.operator_releases = operator_releases
         self.conflicts = conflicts
+        self.journal: list[tuple[Any, ...]] = []
+        self.detached: set[tuple[str, str]] = set()
 
     async def find(self, namespace: str | None) -> list[dict[str, Any]]:
         if self.operator_releases:
             for key in list(self.deleting):
                 self.items.pop(key, None)
+            for key in self.detached:  # torn down and let go, left in place
+                meta = self.items[key]["metadata"]
+                meta["finalizers"] = [f for f in meta["finalizers"] if f != FINALIZER]
         return [g for (ns, _), g in self.items.items() if namespace in (None, ns)]
 
     async def delete(self, namespace: str, name: str) -> None:
         self.deleting.add((namespace, name))
+
+    async def annotate(self, namespace: str, name: str, annotations: dict[str, Any]) -> None:
+        meta = self.items[(namespace, name)]["metadata"]
+        merged = {**(meta.get("annotations") or {}), **annotations}
+        meta["annotations"] = {k: v for k, v in merged.items() if v is not None}
+        self.journal.append(("annotate", name, tuple(sorted(annotations.items()))))
+        if any(annotations.values()):
+            self.detached.add((namespace, name))
 
     async def set_finalizers(self, namespace: str, name: str, finalizers: list[str], rv: str):
         if self.conflicts:
@@ -70,3 +84,75 @@ def test_the_operator_command_dispatches_the_subcommands(monkeypatch):
     assert seen == [["release-finalizers", "--namespace", "x"]]
     args = uninstall.build_parser().parse_args(["drain-groups", "--timeout", "30"])
     assert (args.timeout, args.namespace, args.kubeconfig) == (30.0, [], None)
+
+
+class FakeOperator:
+    def __init__(self, groups: FakeGroups, pods: int = 2, stops: bool = True) -> None:
+        self.groups, self.pods, self.stops = groups, pods, stops
+
+    async def scale_to_zero(self) -> None:
+        self.groups.journal.append(("scale to zero",))
+        if self.stops:
+            self.pods = 0
+
+    async def pods_left(self) -> int:
+        return self.pods
+
+
+def _annotations(groups: FakeGroups, name: str) -> dict[str, str]:
+    return dict(groups.items[("team", name)]["metadata"].get("annotations") or {})
+
+
+async def test_detach_leaves_the_groups_and_takes_its_marks_off_only_once_the_operator_is_gone():
+    groups = FakeGroups("a", "b")
+    operator = FakeOperator(groups)
+    assert await uninstall.run_detach(groups, operator, [None], 5) == 0
+    # no group deleted; each released by the operator, then unmarked after the stop
+    assert groups.deleting == set() and sorted(groups.items) == [("team", "a"), ("team", "b")]
+    for name in ("a", "b"):
+        assert groups.items[("team", name)]["metadata"]["finalizers"] == ["other/keep"]
+        assert _annotations(groups, name) == {}
+    steps = [entry[0] for entry in groups.journal]
+    assert steps == ["annotate", "annotate", "scale to zero", "annotate", "annotate"]
+    # the mark outlives the hook's wait, so the operator cannot take a group back meanwhile
+    (_, _, mark), *_ = groups.journal
+    since, until = (parse_time(v) for _, v in sorted(mark))
+    assert until - since == 5 + uninstall.MARK_MARGIN
+
+
+async def test_detach_releases_what_the_operator_did_not_and_keeps_marks_on_a_running_operator():
+    groups = FakeGroups("a", operator_releases=False)
+    operator = FakeOperator(groups, stops=False)
+    monkey_stop = uninstall.STOP_SECONDS
+    uninstall.STOP_SECONDS = 0.05
+    try:
+        marked, forced = await uninstall.detach(groups, ["team"], wait_seconds=0.05, poll=0.01)
+        assert marked == forced == ["team/a"]
+        assert groups.items[("team", "a")]["metadata"]["finalizers"] == ["other/keep"]
+        assert await uninstall.run_detach(groups, operator, ["team"], 0.05) == 0
+    finally:
+        uninstall.STOP_SECONDS = monkey_stop
+    # a Pod still running would take the group back: the mark stays, to run out by itself
+    assert set(_annotations(groups, "a")) == {
+        "gitea.bpg.pw/detach-since",
+        "gitea.bpg.pw/detach-until",
+    }
+
+
+async def test_a_group_applied_again_during_the_detach_is_marked_too():
+    """A GitOps tool applying a group the operator then takes on (its finalizer): the hook
+    marks it at its next look, and the operator lets it go as well."""
+    groups = FakeGroups("a")
+    found = groups.find
+
+    async def find_then_reapply(namespace: str | None) -> list[dict[str, Any]]:
+        out = await found(namespace)
+        if ("team", "late") not in groups.items:
+            late = {"namespace": "team", "name": "late", "finalizers": [FINALIZER]}
+            groups.items[("team", "late")] = {"metadata": late}
+        return out
+
+    groups.find = find_then_reapply  # type: ignore[method-assign]
+    marked, forced = await uninstall.detach(groups, [None], wait_seconds=1, poll=0.01)
+    assert marked == ["team/a", "team/late"] and forced == []
+    assert groups.items[("team", "late")]["metadata"]["finalizers"] == []

@@ -268,6 +268,7 @@ def test_a_runnergroup_is_cached_without_last_applied_or_a_tenants_annotations()
     """``kubectl apply`` copies the whole manifest into an annotation and a tenant may add
     256 KiB more: the cache keeps the spec, the status and the identity, no label or
     annotation (the operator reads none of a group's)."""
+    from gitea_runner_operator.api.detach import marks
     from gitea_runner_operator.kube.cache import spec_changed
     from gitea_runner_operator.objects.slim import slim_group
 
@@ -289,13 +290,18 @@ def test_a_runnergroup_is_cached_without_last_applied_or_a_tenants_annotations()
     }  # fmt: skip
     slim = slim_group(group)
     assert len(json.dumps(slim)) < 1024
-    # The operator reads no label or annotation of a group, its own prefix's included.
+    # The operator reads no label or annotation of a group, its own prefix's included,
+    # except the uninstall hook's detach mark (api/detach.py).
     assert "annotations" not in slim["metadata"] and "labels" not in slim["metadata"]
     assert (slim["spec"], slim["status"]) == (group["spec"], group["status"])
     kept = ("name", "namespace", "uid", "generation", "finalizers")
     assert {k: slim["metadata"][k] for k in kept} == {k: group["metadata"][k] for k in kept}
     assert "managedFields" not in slim["metadata"] and "managedFields" in group["metadata"]
     assert not spec_changed("MODIFIED", slim, slim_group(group))
+    marked = {**group, "metadata": {**group["metadata"], "annotations": {
+        **group["metadata"]["annotations"], **marks(1.0e9, 1.0e9 + 60)}}}  # fmt: skip
+    assert slim_group(marked)["metadata"]["annotations"] == marks(1.0e9, 1.0e9 + 60)
+    assert spec_changed("MODIFIED", slim_group(marked), slim)  # the hook's mark wakes the group
 
 
 def test_cached_objects_share_their_keys_and_repeated_values_not_their_own():

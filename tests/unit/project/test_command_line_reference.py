@@ -79,7 +79,7 @@ def test_every_command_is_in_help_and_on_the_page_with_one_line() -> None:
         assert re.search(rf"^  {re.escape(name)} +{re.escape(line)}$", shown, re.MULTILINE)
         assert f"| `{name}` |" in table
         assert name in _sections(), f"the page has no section for {name}"
-    assert set(SUBCOMMANDS) == {"why", "drain-groups", "release-finalizers"}
+    assert set(SUBCOMMANDS) == {"why", "drain-groups", "detach-groups", "release-finalizers"}
 
 
 def test_each_command_is_dispatched_to_its_own_parser(capsys) -> None:
