@@ -177,6 +177,8 @@ async def run(settings: Settings) -> int:
         credentials=source,
         namespaces=list(settings.namespaces) or "all",
         leader_elect=settings.leader_elect,
+        sharding=settings.sharding,
+        identity=settings.identity,  # the holder named in its Leases
     )
     for warning in startup_warnings(settings):
         log.warning(warning)

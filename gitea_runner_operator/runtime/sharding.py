@@ -74,6 +74,8 @@ class Sharding:
         gone = before - self.tenure.groups()
         if gone:
             self._open = self.tenure.groups()
+            # Which groups, at debug level: the trail that shows who served a group when.
+            log.debug("groups released", groups=sorted(gone))
             await self._release(gone)
 
     def _budget(self) -> float:
@@ -120,6 +122,7 @@ class Sharding:
             self._renewed_at = self._clock()
         if step.take:
             self._open = self.tenure.groups()
+            log.debug("groups taken", groups=sorted(self._open - before))
             self._take(self._open - before)
             log.info("serving domains", taken=len(step.take), held=len(self.tenure.held))
 
