@@ -97,8 +97,9 @@ class Sharding:
         except TimeoutError:
             return None
 
-    async def round(self) -> None:
-        """One renew, read and plan."""
+    async def round(self) -> bool:
+        """One renew, read and plan; True when it published a new record, after which a
+        read may at once show what the new record allows (shards rule 3)."""
         renew = self._leases.renew(self.tenure.current)
         # Holding nothing, there is no deadline to keep: the call's own timeout bounds it.
         if await (self._within_budget(renew) if self.tenure.held else renew):
@@ -109,27 +110,36 @@ class Sharding:
                 log.warning("membership lease not renewed in time: serving no group")
                 self.handovers += 1
             await self._close(before)
-            return
+            return False
         reading = await self._within_budget(self._leases.read(self.tenure.publication))
         if reading is None:
-            return
+            return False
         before = self.tenure.groups()
         step = self.tenure.plan(reading, self._layout())
         self.handovers += len(step.release) + len(step.take)
         await self._close(before)
+        published = False
         if step.publish is not None and await self._within_budget(self._leases.renew(step.publish)):
             self.tenure.published(step.publish)
             self._renewed_at = self._clock()
+            published = True
         if step.take:
             self._open = self.tenure.groups()
             log.debug("groups taken", groups=sorted(self._open - before))
             self._take(self._open - before)
             log.info("serving domains", taken=len(step.take), held=len(self.tenure.held))
+        return published
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
+            again = False
             while not stop.is_set():
-                await self.round()
+                # Having published, read once more at once instead of a period later: after
+                # a lapse or a release the domains move a retry period sooner. Only once in
+                # a row, so that records that keep changing cannot make it spin.
+                again = await self.round() and not again
+                if again:
+                    continue
                 # While it holds domains, it wakes by its step-down deadline at the latest.
                 budget = max(0.05, self._budget())
                 pause = min(self._period, budget) if self.tenure.held else self._period

@@ -148,3 +148,26 @@ def test_a_replica_that_cannot_renew_stops_before_its_lease_lapses() -> None:
         assert b.serves()  # b comes back and gets its share again
 
     asyncio.run(main())
+
+
+def test_having_published_a_replica_reads_again_at_once_not_a_period_later() -> None:
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        a = Replica(api, clock, "a")
+        a.sharding._period = 3600.0  # a period later would be never, in this test
+        stop = asyncio.Event()
+        running = asyncio.create_task(a.sharding.run(stop))
+        try:
+            for _ in range(100):
+                if a.serves() == set(GROUPS):
+                    break
+                await asyncio.sleep(0.01)
+            assert a.serves() == set(GROUPS)  # publish, then take on the read right after
+            await asyncio.sleep(0.1)
+            # Two rounds (a renewal each, and the publication): no third one at once.
+            assert len(api.writes) == 3
+        finally:
+            stop.set()
+            await running
+
+    asyncio.run(main())
