@@ -26,12 +26,13 @@ from kubernetes_asyncio import client
 from gitea_runner_operator.kit.clock import utc_now_micro
 from gitea_runner_operator.kube.http import LEASE_TIMEOUT
 from gitea_runner_operator.kube.leases import LeaseCalls
-from gitea_runner_operator.objects.leases import Sightings, lease_body
+from gitea_runner_operator.objects.leases import LeaseRecord, Sightings, lease_body
 from gitea_runner_operator.reconcile.shards import ANNOTATION, Published, Reading
 
 log = structlog.get_logger(__name__)
 
 MEMBERS_LABEL = "gitea-runners.dev/members"  # value: the release; lists one release's Leases
+COLLECT_PER_READ = 4  # lapsed Leases deleted per read at the most: a read stays short
 _NAME_MAX = 253
 _UNSAFE = re.compile(r"[^a-z0-9.-]+")
 
@@ -109,14 +110,31 @@ class MembershipLeases:
             log.warning("membership leases not listed", error=type(exc).__name__)
             return None
         fresh: dict[str, Published | None] = {}
+        lapsed: list[LeaseRecord] = []
         for lease in found:
             holder = lease.holder
             if lease.name == self.name or not holder or holder == self.identity:
                 continue
             if not self._sightings.lapsed(lease, lease.duration or self._duration):
                 fresh[holder] = Published.decode(lease.annotations.get(ANNOTATION))
+            else:
+                lapsed.append(lease)
         self._sightings.retain(lease.name for lease in found)
+        await self._collect(lapsed[:COLLECT_PER_READ])
         return Reading(fresh, publication)
+
+    async def _collect(self, lapsed: list[LeaseRecord]) -> None:
+        """Delete Leases that lapsed on our clock: a replica killed before it could release
+        leaves its Lease for ever (pod names change), and every replica started later would
+        count it alive for a whole duration on its own clock before taking anything. Its
+        holder stepped down long ago (renew deadline < duration); if it comes back it simply
+        creates a new Lease. Only the version seen lapsing is deleted, never a renewed one."""
+        for lease in lapsed:
+            try:
+                await self._calls.delete(lease.name, lease.version)
+                log.info("removed a lapsed member's lease", lease=lease.name, holder=lease.holder)
+            except Exception as exc:  # renewed in between (409), gone (404): nothing to do
+                log.debug("lapsed lease not removed", lease=lease.name, error=type(exc).__name__)
 
     async def release(self) -> None:
         """Delete our Lease, once we act on nothing: the others need not wait for it to

@@ -118,6 +118,8 @@ class Sharding:
         step = self.tenure.plan(reading, self._layout())
         self.handovers += len(step.release) + len(step.take)
         await self._close(before)
+        if step.release:
+            log.info("gave domains away", released=len(step.release), held=len(self.tenure.held))
         published = False
         if step.publish is not None and await self._within_budget(self._leases.renew(step.publish)):
             self.tenure.published(step.publish)
