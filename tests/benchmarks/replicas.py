@@ -28,39 +28,12 @@ from collections.abc import Iterator
 from tests.benchmarks import common
 from tests.support import manifests
 from tests.support.fake_gitea import GroupScope, SimulatedGitea
-from tests.support.launcher import OPERATOR_NS, OPERATOR_SA, OperatorProcess
-from tests.testbed.kube import KubeClient
+from tests.support.launcher import OPERATOR_NS, OperatorProcess
+from tests.support.testbed import allow_leases
 from tests.testbed.sandbox import Sandbox
 
 LABEL = "ubuntu-latest"
 GITEA_REQUESTS = "gitea_runner_operator_gitea_requests_total"
-
-
-def lease_role(kube: KubeClient) -> None:
-    """``list`` and ``delete`` on Leases, which membership needs and manifests/rbac.yaml
-    does not grant yet."""
-    name = "gitea-runner-operator-membership"
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": {"name": name},
-        "rules": [
-            {
-                "apiGroups": ["coordination.k8s.io"],
-                "resources": ["leases"],
-                "verbs": ["list", "delete"],
-            }
-        ],
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_SA, "namespace": OPERATOR_NS}],
-    }
-    manifests.apply(kube, role, namespace=OPERATOR_NS)
-    manifests.apply(kube, binding, namespace=OPERATOR_NS)
 
 
 def held(op: OperatorProcess) -> int:
@@ -131,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)
-        lease_role(kube)
+        allow_leases(kube, OPERATOR_NS, ["list", "delete"])  # not in manifests/ yet
         fake.start(None)
         try:
             for ns in namespaces:
@@ -147,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 with replicas(sandbox, namespaces, n) as ops:
                     took = until_held(ops, args.groups)
                     print(f"{n} replica(s): every domain held after {_s(took)}", flush=True)
-                    time.sleep(10)  # first polls of the groups just taken
+                    time.sleep(30)  # the first polls of the groups just taken
                     measure(ops, fake, args.window)
             handovers(sandbox, namespaces, args.groups, args.most)
         finally:

@@ -22,9 +22,8 @@ from kubernetes_asyncio import client, config
 from gitea_runner_operator.reconcile.shards import Layout, Reading
 from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.runtime.sharding import Sharding
-from tests.support import manifests
 from tests.support.launcher import OPERATOR_NS, OPERATOR_SA
-from tests.support.testbed import unique
+from tests.support.testbed import MEMBERSHIP_ROLE, allow_leases, unique
 from tests.testbed.kube import KubeClient
 
 pytestmark = pytest.mark.integration
@@ -35,39 +34,17 @@ PERIOD = 0.4  # renew, read and plan this often
 DOMAINS = 12
 LAYOUT = Layout("fp", {f"d{i}": frozenset({f"team/g{i}"}) for i in range(DOMAINS)})
 KEYS = sorted(k for keys in LAYOUT.domains.values() for k in keys)
-ROLE = "gitea-runner-operator-membership"
 
 
 @pytest.fixture
 def membership_rbac(kube: KubeClient) -> Iterator[None]:
     """``list`` and ``delete`` on Leases, which membership needs beyond the leader's verbs
-    (manifests/rbac.yaml grants get, create and update only; see the report of issue 38)."""
-    rules = [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "delete"]}
-    ]
-    manifests.apply(
-        kube,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": ROLE, "namespace": OPERATOR_NS},
-            "rules": rules,
-        },
-    )
-    manifests.apply(
-        kube,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": ROLE, "namespace": OPERATOR_NS},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_SA, "namespace": OPERATOR_NS}],
-        },
-    )
+    (manifests/rbac.yaml grants get, create and update only)."""
+    allow_leases(kube, OPERATOR_NS, ["list", "delete"])
     yield
     base = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{OPERATOR_NS}"
-    kube.delete(f"{base}/rolebindings/{ROLE}")
-    kube.delete(f"{base}/roles/{ROLE}")
+    kube.delete(f"{base}/rolebindings/{MEMBERSHIP_ROLE}")
+    kube.delete(f"{base}/roles/{MEMBERSHIP_ROLE}")
 
 
 @pytest.fixture

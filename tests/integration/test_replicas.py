@@ -20,8 +20,9 @@ import pytest
 from gitea_runner_operator.settings import Settings
 from tests.support import manifests
 from tests.support.builders import workflow
-from tests.support.launcher import OPERATOR_NS, OPERATOR_SA, OperatorProcess
+from tests.support.launcher import OperatorProcess
 from tests.support.testbed import (
+    allow_leases,
     kwok_image,
     make_tokens,
     runner_group,
@@ -39,39 +40,6 @@ DEFAULTS = Settings()
 DURATION = DEFAULTS.lease_duration  # 15 s: no flag shortens it, so the test takes a minute
 RETRY = DEFAULTS.retry_period
 POLL = 5  # runner_group's pollInterval
-
-
-def lease_access(kube: KubeClient, ns: str) -> None:
-    """The membership Leases live in the test's namespace, so that no other run's members
-    (or a killed one's lapsed Lease) share the ring; the operator may keep them there."""
-    name = "gitea-runner-operator-membership"
-    manifests.apply(
-        kube,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": name},
-            "rules": [
-                {
-                    "apiGroups": ["coordination.k8s.io"],
-                    "resources": ["leases"],
-                    "verbs": ["get", "list", "create", "update", "delete"],
-                }
-            ],
-        },
-        namespace=ns,
-    )
-    manifests.apply(
-        kube,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_SA, "namespace": OPERATOR_NS}],
-        },
-        namespace=ns,
-    )
 
 
 def when(event: dict[str, Any]) -> float:
@@ -137,7 +105,9 @@ def test_two_replicas_share_the_domains_and_hand_over_exactly_after_a_sigkill(
 ):
     ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
     make_tokens(kube, ns, cluster, gitea_target)
-    lease_access(kube, ns)
+    # The membership Leases live in the test's namespace, so that no other run's members
+    # (or a killed one's lapsed Lease) share the ring.
+    allow_leases(kube, ns, ["get", "list", "create", "update", "delete"])
     flags = ("--sharding", "--leader-election-namespace", ns)
     ops = [start_operator(ns, extra=flags), start_operator(ns, extra=flags)]
     for group, label in zip(GROUPS, LABELS, strict=True):
