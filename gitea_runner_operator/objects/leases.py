@@ -87,14 +87,18 @@ class Sightings:
         self._clock = clock
         self._seen: dict[str, tuple[tuple[str | None, str | None, str], float]] = {}
 
-    def lapsed(self, record: LeaseRecord, duration: float) -> bool:
-        """Whether ``record`` has gone unchanged for ``duration`` seconds since first seen."""
+    def lapsed(self, record: LeaseRecord, duration: float, asked: float | None = None) -> bool:
+        """Whether ``record`` has gone unchanged for ``duration`` seconds since first seen.
+        ``asked``: when the read that returned it was sent. The read proves the record
+        unchanged only until then, while its first sighting counts from when the answer was
+        handled: an answer handled late (a busy event loop) must not look like a longer
+        silence than it shows."""
         now = self._clock()
         seen = self._seen.get(record.name)
         if seen is None or seen[0] != record.sighting():
             seen = (record.sighting(), now)
             self._seen[record.name] = seen
-        return now - seen[1] >= duration
+        return (now if asked is None else asked) - seen[1] >= duration
 
     def retain(self, names: Iterable[str]) -> None:
         """Forget Leases no longer listed (deleted ones: they are simply gone)."""

@@ -59,6 +59,7 @@ class LeaseElector:
         self.name = name
         self.identity = identity
         self._duration = lease_duration
+        self._clock = clock
         self._sightings = Sightings(clock)
 
     async def try_acquire_or_renew(self) -> bool:
@@ -71,11 +72,12 @@ class LeaseElector:
             return False
 
     async def _attempt(self) -> bool:
+        asked = self._clock()
         lease = await self._calls.read(self.name)
         if lease is None:
             now = utc_now_micro()
             return await self._write(None, acquired=now, transitions=0)
-        lapsed = self._sightings.lapsed(lease, lease.duration or self._duration)
+        lapsed = self._sightings.lapsed(lease, lease.duration or self._duration, asked)
         if lease.holder and lease.holder != self.identity and not lapsed:
             return False  # someone else holds it and renewed within its duration
         ours = lease.holder == self.identity

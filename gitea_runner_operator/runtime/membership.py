@@ -64,8 +64,10 @@ class MembershipLeases:
         self.identity = identity
         self.name = lease_name(release, identity)
         self._duration = lease_duration
+        self._clock = clock
         self._sightings = Sightings(clock)
         self._version: str | None = None  # our own Lease's resourceVersion, as last written
+        self._evicted = False
 
     async def renew(self, published: Published | None) -> bool:
         """Write our Lease (creating it if need be) with a fresh renew time and, when given,
@@ -76,8 +78,18 @@ class MembershipLeases:
             log.warning("membership lease not renewed", lease=self.name, error=type(exc).__name__)
             return False
 
+    def evicted(self) -> bool:
+        """Whether our Lease was found deleted by someone else since the last ask: another
+        replica counted it lapsed and may have taken our domains, so we must act on nothing
+        until we publish again (the Lease itself is written anew by that renewal)."""
+        evicted, self._evicted = self._evicted, False
+        return evicted
+
     async def _renew(self, published: Published | None) -> bool:
         lease = await self._calls.read(self.name)
+        if lease is None and self._version is not None:
+            self._evicted = True
+            log.warning("membership lease was removed by another replica", lease=self.name)
         annotations = dict(lease.annotations) if lease is not None else {}
         if published is not None:
             annotations[ANNOTATION] = published.encode()
@@ -104,6 +116,7 @@ class MembershipLeases:
         """Every other member whose Lease is held and fresh, with what it publishes; None
         when the list failed (nothing can be concluded from no answer). ``publication``:
         our own publication count as this read begins (shards.Reading)."""
+        asked = self._clock()  # the list shows the Leases as they were at this time, or later
         try:
             found = await self._calls.list(f"{MEMBERS_LABEL}={self.ring}")
         except Exception as exc:
@@ -115,7 +128,7 @@ class MembershipLeases:
             holder = lease.holder
             if lease.name == self.name or not holder or holder == self.identity:
                 continue
-            if not self._sightings.lapsed(lease, lease.duration or self._duration):
+            if not self._sightings.lapsed(lease, lease.duration or self._duration, asked):
                 fresh[holder] = Published.decode(lease.annotations.get(ANNOTATION))
             else:
                 lapsed.append(lease)

@@ -68,7 +68,11 @@ class Sharding:
         self.handovers = 0  # domains taken or released, for metrics and tests
 
     def acts_on(self, key: str) -> bool:
-        return key in self._open
+        """Whether a worker may reconcile ``key`` now. Past the step-down deadline it may
+        not, even before this loop has run to step down: a loop held up for seconds (a
+        stalled event loop, a loaded node) must not let a worker act on a group whose
+        Lease the others may already count as lapsed."""
+        return key in self._open and self._budget() > 0
 
     async def _close(self, before: frozenset[str]) -> None:
         gone = before - self.tenure.groups()
@@ -100,14 +104,24 @@ class Sharding:
     async def round(self) -> bool:
         """One renew, read and plan; True when it published a new record, after which a
         read may at once show what the new record allows (shards rule 3)."""
+        # A renewal counts from when it was asked for, not from when its answer was read:
+        # the others may have seen the renewed record that much earlier, and an answer read
+        # late (a busy event loop) must not stretch the deadline past their lapse.
+        asked = self._clock()
         renew = self._leases.renew(self.tenure.current)
         # Holding nothing, there is no deadline to keep: the call's own timeout bounds it.
-        if await (self._within_budget(renew) if self.tenure.held else renew):
-            self._renewed_at = self._clock()
-        elif self._budget() <= 0:  # not renewed in time: act on nothing, read nothing
+        renewed = await (self._within_budget(renew) if self.tenure.held else renew)
+        evicted = self._leases.evicted()
+        if renewed and not evicted:
+            self._renewed_at = asked
+        elif evicted or self._budget() <= 0:  # not renewed in time: act on nothing
             before = self.tenure.groups()
             if self.tenure.step_down():
-                log.warning("membership lease not renewed in time: serving no group")
+                log.warning(
+                    "membership lease removed by another replica: serving no group"
+                    if evicted
+                    else "membership lease not renewed in time: serving no group"
+                )
                 self.handovers += 1
             await self._close(before)
             return False
@@ -121,9 +135,10 @@ class Sharding:
         if step.release:
             log.info("gave domains away", released=len(step.release), held=len(self.tenure.held))
         published = False
+        asked = self._clock()
         if step.publish is not None and await self._within_budget(self._leases.renew(step.publish)):
             self.tenure.published(step.publish)
-            self._renewed_at = self._clock()
+            self._renewed_at = asked
             published = True
         if step.take:
             self._open = self.tenure.groups()

@@ -120,6 +120,9 @@ class Partitionable:
         if not self.cut:
             await self.leases.release()
 
+    def evicted(self) -> bool:
+        return self.leases.evicted()
+
 
 class Ring:
     """Members running Sharding loops on the real Leases, checked at every gain and sampled

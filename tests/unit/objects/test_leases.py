@@ -66,3 +66,12 @@ def test_a_write_carries_the_version_read_only_when_there_is_one() -> None:
         "resourceVersion": "9",
     }
     assert replaced["apiVersion"] == "coordination.k8s.io/v1"
+
+
+def test_a_late_handled_answer_proves_silence_only_until_it_was_asked() -> None:
+    clock = Clock()
+    seen = Sightings(clock)
+    seen.lapsed(record(), 15)  # first seen at 100
+    clock.now += 17  # an answer handled at 117, to a read sent at 114
+    assert not seen.lapsed(record(), 15, asked=clock.now - 3)
+    assert seen.lapsed(record(), 15, asked=clock.now - 2)
