@@ -120,7 +120,8 @@ class Sharding:
                 log.warning(
                     "membership lease removed by another replica: serving no group"
                     if evicted
-                    else "membership lease not renewed in time: serving no group"
+                    else "membership lease not renewed in time: serving no group",
+                    held=0,
                 )
                 self.handovers += 1
             await self._close(before)

@@ -44,16 +44,20 @@ def held(op: OperatorProcess) -> int:
             continue
         with contextlib.suppress(ValueError):
             event = json.loads(line)
-            if event.get("event") in ("serving domains", "gave domains away"):
+            if "held" in event:  # gains, losses and step-downs all say what is left
                 count = int(event["held"])
     return count
+
+
+MOST = [0]  # the most domains the live replicas ever held together: more than N is overlap
 
 
 def until_held(ops: list[OperatorProcess], total: int, limit: float = 300) -> float | None:
     """Seconds until the replicas together hold ``total`` domains and each holds some."""
     start = time.monotonic()
     while time.monotonic() - start < limit:
-        counts = [held(op) for op in ops]
+        counts = [held(op) for op in ops if op.proc.poll() is None]
+        MOST[0] = max(MOST[0], sum(counts))
         if sum(counts) == total and all(counts):
             return time.monotonic() - start
         time.sleep(0.2)
@@ -123,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(30)  # the first polls of the groups just taken
                     measure(ops, fake, args.window)
             handovers(sandbox, namespaces, args.groups, args.most)
+            print(f"most domains held at once while waiting: {MOST[0]} of {args.groups}")
         finally:
             fake.stop()
     return 0
