@@ -65,6 +65,7 @@ class Sharding:
         self.tenure = Tenure(leases.identity)
         self._open: frozenset[str] = frozenset()  # groups the workers may reconcile
         self._renewed_at: float | None = None
+        self._fenced = False  # acts_on has refused for a passed deadline since the renewal
         self.handovers = 0  # domains taken or released, for metrics and tests
 
     def acts_on(self, key: str) -> bool:
@@ -72,7 +73,14 @@ class Sharding:
         not, even before this loop has run to step down: a loop held up for seconds (a
         stalled event loop, a loaded node) must not let a worker act on a group whose
         Lease the others may already count as lapsed."""
-        return key in self._open and self._budget() > 0
+        if key not in self._open:
+            return False
+        if self._budget() > 0:
+            return True
+        if not self._fenced:  # said once, with held=0, so the log tells who acted when
+            self._fenced = True
+            log.warning("renew deadline passed: acting on no group until renewed", held=0)
+        return False
 
     async def _close(self, before: frozenset[str]) -> None:
         gone = before - self.tenure.groups()
@@ -114,6 +122,7 @@ class Sharding:
         evicted = self._leases.evicted()
         if renewed and not evicted:
             self._renewed_at = asked
+            self._fenced = False
         elif evicted or self._budget() <= 0:  # not renewed in time: act on nothing
             before = self.tenure.groups()
             if self.tenure.step_down():

@@ -21,9 +21,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 from tests.benchmarks import common
 from tests.support import manifests
@@ -70,12 +72,15 @@ def replicas(sandbox: Sandbox, namespaces: list[str], n: int) -> Iterator[list[O
         yield [replica(sandbox, namespaces, stack) for _ in range(n)]
 
 
+STARTED: list[OperatorProcess] = []  # every replica, for --logs
+
+
 def replica(
     sandbox: Sandbox, namespaces: list[str], stack: contextlib.ExitStack
 ) -> OperatorProcess:
-    return stack.enter_context(
-        common.operator(sandbox, namespaces, "--sharding", leader_elect=True)
-    )
+    op = stack.enter_context(common.operator(sandbox, namespaces, "--sharding", leader_elect=True))
+    STARTED.append(op)
+    return op
 
 
 def measure(ops: list[OperatorProcess], fake: SimulatedGitea, window: float) -> None:
@@ -101,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=60.0, help="steady-state seconds")
     parser.add_argument("--most", type=int, default=3, help="replicas at the most")
     parser.add_argument("--poll-interval", default="15s")
+    parser.add_argument("--logs", help="copy every replica's log into this directory")
     args = parser.parse_args(argv)
 
     owner = f"rep-{uuid.uuid4().hex[:4]}"
@@ -130,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"most domains held at once while waiting: {MOST[0]} of {args.groups}")
         finally:
             fake.stop()
+            if args.logs:  # the sandbox's directory goes with it
+                Path(args.logs).mkdir(parents=True, exist_ok=True)
+                for op in STARTED:
+                    if op.log_path is not None:
+                        shutil.copy(op.log_path, args.logs)
     return 0
 
 
