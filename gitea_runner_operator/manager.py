@@ -25,10 +25,9 @@ from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import (
     Leadership,
     LeaseElector,
-    LeaseKeeper,
-    LeaseTiming,
     run_with_leadership,
 )
+from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper, LeaseTiming
 from gitea_runner_operator.runtime.loopwatch import LoopWatch
 from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.settings import SA_NAMESPACE_FILE, Settings
@@ -178,6 +177,8 @@ async def run(settings: Settings) -> int:
         credentials=source,
         namespaces=list(settings.namespaces) or "all",
         leader_elect=settings.leader_elect,
+        sharding=settings.sharding,
+        identity=settings.identity,  # the holder named in its Leases
     )
     for warning in startup_warnings(settings):
         log.warning(warning)

@@ -3,7 +3,8 @@
 each publishes, and gives it up when it stops (reconcile/shards.py decides what to do
 with a read; this module only talks to the API server).
 
-The liveness rules are client-go's, as in runtime/leadership.py: every call has a timeout
+The liveness rules are client-go's, as in runtime/leadership.py, and so are the calls
+(kube/leases.py) and the lapse rule (objects/leases.Sightings): every call has a timeout
 and a failure is "not renewed", never an exit; another member's Lease counts as lapsed only
 once this replica has seen the same record (holder, renew time, resourceVersion) unchanged
 for the Lease's duration on its own clock, so clock skew between nodes does not matter; and
@@ -17,20 +18,21 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.kit.clock import utc_now_micro
 from gitea_runner_operator.kube.http import LEASE_TIMEOUT
+from gitea_runner_operator.kube.leases import LeaseCalls
+from gitea_runner_operator.objects.leases import LeaseRecord, Sightings, lease_body
 from gitea_runner_operator.reconcile.shards import ANNOTATION, Published, Reading
 
 log = structlog.get_logger(__name__)
 
 MEMBERS_LABEL = "gitea-runners.dev/members"  # value: the release; lists one release's Leases
+COLLECT_PER_READ = 4  # lapsed Leases deleted per read at the most: a read stays short
 _NAME_MAX = 253
 _UNSAFE = re.compile(r"[^a-z0-9.-]+")
 
@@ -39,13 +41,6 @@ def lease_name(release: str, identity: str) -> str:
     """``<release>-member-<identity>`` as a valid object name (lower case, at most 253)."""
     raw = _UNSAFE.sub("-", f"{release}-member-{identity}".lower()).strip("-.")
     return raw[:_NAME_MAX].rstrip("-.")
-
-
-@dataclass(frozen=True, slots=True)
-class _Record:
-    holder: str
-    renewed: str
-    version: str
 
 
 class MembershipLeases:
@@ -63,16 +58,16 @@ class MembershipLeases:
         clock: Callable[[], float] = time.monotonic,
         leases: Any = None,  # a CoordinationV1Api; tests pass a fake
     ) -> None:
-        self._leases: Any = leases if leases is not None else client.CoordinationV1Api(api)
+        self._calls = LeaseCalls.on(api, namespace, call_timeout, leases)
         self.namespace = namespace
         self.ring = release  # the Helm release: one set of members
         self.identity = identity
         self.name = lease_name(release, identity)
         self._duration = lease_duration
-        self._timeout = call_timeout
         self._clock = clock
-        self._seen: dict[str, tuple[_Record, float]] = {}  # Lease name -> (record, since)
+        self._sightings = Sightings(clock)
         self._version: str | None = None  # our own Lease's resourceVersion, as last written
+        self._evicted = False
 
     async def renew(self, published: Published | None) -> bool:
         """Write our Lease (creating it if need be) with a fresh renew time and, when given,
@@ -83,90 +78,76 @@ class MembershipLeases:
             log.warning("membership lease not renewed", lease=self.name, error=type(exc).__name__)
             return False
 
+    def evicted(self) -> bool:
+        """Whether our Lease was found deleted by someone else since the last ask: another
+        replica counted it lapsed and may have taken our domains, so we must act on nothing
+        until we publish again (the Lease itself is written anew by that renewal)."""
+        evicted, self._evicted = self._evicted, False
+        return evicted
+
     async def _renew(self, published: Published | None) -> bool:
-        try:
-            lease = await self._leases.read_namespaced_lease(
-                self.name, self.namespace, _request_timeout=self._timeout
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            lease = None
-        annotations = dict((lease.metadata.annotations or {}) if lease is not None else {})
+        lease = await self._calls.read(self.name)
+        if lease is None and self._version is not None:
+            self._evicted = True
+            log.warning("membership lease was removed by another replica", lease=self.name)
+        annotations = dict(lease.annotations) if lease is not None else {}
         if published is not None:
             annotations[ANNOTATION] = published.encode()
-        body = self._body(lease.metadata.resource_version if lease else None, annotations)
-        try:
-            if lease is None:
-                written = await self._leases.create_namespaced_lease(
-                    self.namespace, body, _request_timeout=self._timeout
-                )
-            else:
-                written = await self._leases.replace_namespaced_lease(
-                    self.name, self.namespace, body, _request_timeout=self._timeout
-                )
-        except ApiException as exc:
-            if exc.status == 409:
-                return False  # written by someone else in between: try again next period
-            raise
-        self._version = written.metadata.resource_version
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self._duration,
+            "renewTime": utc_now_micro(),
+        }
+        body = lease_body(
+            self.namespace,
+            self.name,
+            spec,
+            version=lease.version if lease is not None else None,
+            labels={MEMBERS_LABEL: self.ring},
+            annotations=annotations,
+        )
+        written = await self._calls.write(body)
+        if written is None:
+            return False  # written by someone else in between: try again next period
+        self._version = written
         return True
-
-    def _body(self, version: str | None, annotations: dict[str, str]) -> dict[str, Any]:
-        metadata: dict[str, Any] = {
-            "name": self.name,
-            "namespace": self.namespace,
-            "labels": {MEMBERS_LABEL: self.ring},
-            "annotations": annotations,
-        }
-        if version is not None:
-            metadata["resourceVersion"] = version
-        return {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": metadata,
-            "spec": {
-                "holderIdentity": self.identity,
-                "leaseDurationSeconds": self._duration,
-                "renewTime": utc_now_micro(),
-            },
-        }
 
     async def read(self, publication: int) -> Reading | None:
         """Every other member whose Lease is held and fresh, with what it publishes; None
         when the list failed (nothing can be concluded from no answer). ``publication``:
         our own publication count as this read begins (shards.Reading)."""
+        asked = self._clock()  # the list shows the Leases as they were at this time, or later
         try:
-            found = await self._leases.list_namespaced_lease(
-                self.namespace,
-                label_selector=f"{MEMBERS_LABEL}={self.ring}",
-                _request_timeout=self._timeout,
-            )
+            found = await self._calls.list(f"{MEMBERS_LABEL}={self.ring}")
         except Exception as exc:
             log.warning("membership leases not listed", error=type(exc).__name__)
             return None
-        now = self._clock()
         fresh: dict[str, Published | None] = {}
-        listed: set[str] = set()
-        for lease in found.items or ():
-            name = lease.metadata.name
-            spec = lease.spec
-            holder = spec.holder_identity if spec is not None else None
-            listed.add(name)
-            if name == self.name or not holder or holder == self.identity:
+        lapsed: list[LeaseRecord] = []
+        for lease in found:
+            holder = lease.holder
+            if lease.name == self.name or not holder or holder == self.identity:
                 continue
-            record = _Record(holder, str(spec.renew_time), str(lease.metadata.resource_version))
-            seen = self._seen.get(name)
-            if seen is None or seen[0] != record:
-                seen = (record, now)
-                self._seen[name] = seen
-            duration = spec.lease_duration_seconds or self._duration
-            if now - seen[1] < duration:
-                annotations = lease.metadata.annotations or {}
-                fresh[holder] = Published.decode(annotations.get(ANNOTATION))
-        for gone in set(self._seen) - listed:
-            del self._seen[gone]
+            if not self._sightings.lapsed(lease, lease.duration or self._duration, asked):
+                fresh[holder] = Published.decode(lease.annotations.get(ANNOTATION))
+            else:
+                lapsed.append(lease)
+        self._sightings.retain(lease.name for lease in found)
+        await self._collect(lapsed[:COLLECT_PER_READ])
         return Reading(fresh, publication)
+
+    async def _collect(self, lapsed: list[LeaseRecord]) -> None:
+        """Delete Leases that lapsed on our clock: a replica killed before it could release
+        leaves its Lease for ever (pod names change), and every replica started later would
+        count it alive for a whole duration on its own clock before taking anything. Its
+        holder stepped down long ago (renew deadline < duration); if it comes back it simply
+        creates a new Lease. Only the version seen lapsing is deleted, never a renewed one."""
+        for lease in lapsed:
+            try:
+                await self._calls.delete(lease.name, lease.version)
+                log.info("removed a lapsed member's lease", lease=lease.name, holder=lease.holder)
+            except Exception as exc:  # renewed in between (409), gone (404): nothing to do
+                log.debug("lapsed lease not removed", lease=lease.name, error=type(exc).__name__)
 
     async def release(self) -> None:
         """Delete our Lease, once we act on nothing: the others need not wait for it to
@@ -174,14 +155,7 @@ class MembershipLeases:
         if self._version is None:
             return
         try:
-            await self._leases.delete_namespaced_lease(
-                self.name,
-                self.namespace,
-                body=client.V1DeleteOptions(
-                    preconditions=client.V1Preconditions(resource_version=self._version)
-                ),
-                _request_timeout=self._timeout,
-            )
+            await self._calls.delete(self.name, self._version)
             self._version = None
             log.info("membership lease released", lease=self.name)
         except Exception as exc:

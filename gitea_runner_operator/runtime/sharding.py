@@ -65,15 +65,29 @@ class Sharding:
         self.tenure = Tenure(leases.identity)
         self._open: frozenset[str] = frozenset()  # groups the workers may reconcile
         self._renewed_at: float | None = None
+        self._fenced = False  # acts_on has refused for a passed deadline since the renewal
         self.handovers = 0  # domains taken or released, for metrics and tests
 
     def acts_on(self, key: str) -> bool:
-        return key in self._open
+        """Whether a worker may reconcile ``key`` now. Past the step-down deadline it may
+        not, even before this loop has run to step down: a loop held up for seconds (a
+        stalled event loop, a loaded node) must not let a worker act on a group whose
+        Lease the others may already count as lapsed."""
+        if key not in self._open:
+            return False
+        if self._budget() > 0:
+            return True
+        if not self._fenced:  # said once, with held=0, so the log tells who acted when
+            self._fenced = True
+            log.warning("renew deadline passed: acting on no group until renewed", held=0)
+        return False
 
     async def _close(self, before: frozenset[str]) -> None:
         gone = before - self.tenure.groups()
         if gone:
             self._open = self.tenure.groups()
+            # Which groups, at debug level: the trail that shows who served a group when.
+            log.debug("groups released", groups=sorted(gone))
             await self._release(gone)
 
     def _budget(self) -> float:
@@ -95,38 +109,64 @@ class Sharding:
         except TimeoutError:
             return None
 
-    async def round(self) -> None:
-        """One renew, read and plan."""
+    async def round(self) -> bool:
+        """One renew, read and plan; True when it published a new record, after which a
+        read may at once show what the new record allows (shards rule 3)."""
+        # A renewal counts from when it was asked for, not from when its answer was read:
+        # the others may have seen the renewed record that much earlier, and an answer read
+        # late (a busy event loop) must not stretch the deadline past their lapse.
+        asked = self._clock()
         renew = self._leases.renew(self.tenure.current)
         # Holding nothing, there is no deadline to keep: the call's own timeout bounds it.
-        if await (self._within_budget(renew) if self.tenure.held else renew):
-            self._renewed_at = self._clock()
-        elif self._budget() <= 0:  # not renewed in time: act on nothing, read nothing
+        renewed = await (self._within_budget(renew) if self.tenure.held else renew)
+        evicted = self._leases.evicted()
+        if renewed and not evicted:
+            self._renewed_at = asked
+            self._fenced = False
+        elif evicted or self._budget() <= 0:  # not renewed in time: act on nothing
             before = self.tenure.groups()
             if self.tenure.step_down():
-                log.warning("membership lease not renewed in time: serving no group")
+                log.warning(
+                    "membership lease removed by another replica: serving no group"
+                    if evicted
+                    else "membership lease not renewed in time: serving no group",
+                    held=0,
+                )
                 self.handovers += 1
             await self._close(before)
-            return
+            return False
         reading = await self._within_budget(self._leases.read(self.tenure.publication))
         if reading is None:
-            return
+            return False
         before = self.tenure.groups()
         step = self.tenure.plan(reading, self._layout())
         self.handovers += len(step.release) + len(step.take)
         await self._close(before)
+        if step.release:
+            log.info("gave domains away", released=len(step.release), held=len(self.tenure.held))
+        published = False
+        asked = self._clock()
         if step.publish is not None and await self._within_budget(self._leases.renew(step.publish)):
             self.tenure.published(step.publish)
-            self._renewed_at = self._clock()
+            self._renewed_at = asked
+            published = True
         if step.take:
             self._open = self.tenure.groups()
+            log.debug("groups taken", groups=sorted(self._open - before))
             self._take(self._open - before)
             log.info("serving domains", taken=len(step.take), held=len(self.tenure.held))
+        return published
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
+            again = False
             while not stop.is_set():
-                await self.round()
+                # Having published, read once more at once instead of a period later: after
+                # a lapse or a release the domains move a retry period sooner. Only once in
+                # a row, so that records that keep changing cannot make it spin.
+                again = await self.round() and not again
+                if again:
+                    continue
                 # While it holds domains, it wakes by its step-down deadline at the latest.
                 budget = max(0.05, self._budget())
                 pause = min(self._period, budget) if self.tenure.held else self._period

@@ -48,9 +48,9 @@ def delete_namespace(kube: KubeClient, ns: str) -> None:
     kube.delete(f"/api/v1/namespaces/{ns}")
 
 
-def bind_operator(kube: KubeClient, ns: str, cluster_role: str) -> None:
-    """Bind one of the operator's ClusterRoles to its ServiceAccount in ``ns``, as a team
-    does to grant the operator what that role allows there."""
+def bind_operator(kube: KubeClient, ns: str, cluster_role: str, kind: str = "ClusterRole") -> None:
+    """Bind one of the operator's ClusterRoles (or a Role of ``ns``) to its ServiceAccount
+    in ``ns``, as a team does to grant the operator what that role allows there."""
     manifests.apply(
         kube,
         {
@@ -59,7 +59,7 @@ def bind_operator(kube: KubeClient, ns: str, cluster_role: str) -> None:
             "metadata": {"name": cluster_role},
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
+                "kind": kind,
                 "name": cluster_role,
             },
             "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_SA, "namespace": OPERATOR_NS}],
@@ -70,6 +70,19 @@ def bind_operator(kube: KubeClient, ns: str, cluster_role: str) -> None:
 
 def allow_secrets(kube: KubeClient, ns: str) -> None:
     bind_operator(kube, ns, "gitea-runner-operator-secrets")
+
+
+MEMBERSHIP_ROLE = "gitea-runner-operator-membership"
+
+
+def allow_leases(kube: KubeClient, ns: str, verbs: list[str]) -> None:
+    """A Role and RoleBinding letting the operator use Leases in ``ns`` with ``verbs``:
+    ``--sharding`` needs ``list`` and ``delete`` beyond the leader's get, create and update,
+    which manifests/rbac.yaml does not grant yet (issue 38)."""
+    rules = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": verbs}]
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "rules": rules}
+    manifests.apply(kube, {**role, "metadata": {"name": MEMBERSHIP_ROLE}}, namespace=ns)
+    bind_operator(kube, ns, MEMBERSHIP_ROLE, kind="Role")
 
 
 @dataclass

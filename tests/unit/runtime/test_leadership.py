@@ -13,10 +13,9 @@ from typing import Any
 from gitea_runner_operator.runtime.leadership import (
     Leadership,
     LeaseElector,
-    LeaseKeeper,
-    LeaseTiming,
     run_with_leadership,
 )
+from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper, LeaseTiming
 from gitea_runner_operator.runtime.loopwatch import LoopWatch
 from gitea_runner_operator.settings import Settings
 from tests.support.leases import FakeLeases

@@ -131,3 +131,31 @@ def test_an_unreadable_record_reads_as_none() -> None:
     run(a.renew(None))
     api.objects[a.name]["metadata"]["annotations"] = {ANNOTATION: "{not json"}
     assert run(b.read(0)).fresh == {"pod-a": None}
+
+
+def test_a_lapsed_lease_is_deleted_so_later_members_need_not_wait_for_it() -> None:
+    api, clock = FakeLeases(), Clock()
+    a, b = member(api, "pod-a", clock), member(api, "pod-b", clock)
+    run(a.renew(None))  # pod-a is then killed: it never releases
+    assert "pod-a" in run(b.read(0)).fresh
+    clock.now += 15
+    assert run(b.read(0)).fresh == {}
+    assert lease_name("gro", "pod-a") not in api.objects  # collected by the reader
+    late = member(api, "pod-c", clock)
+    assert run(late.read(0)).fresh == {}  # nothing left that would hold it back 15 s
+    assert run(a.renew(None))  # pod-a was only partitioned: it simply joins again
+    assert "pod-a" in run(late.read(0)).fresh
+
+
+def test_a_lease_renewed_after_it_was_seen_lapsing_is_not_deleted() -> None:
+    api, clock = FakeLeases(), Clock()
+    a, b = member(api, "pod-a", clock), member(api, "pod-b", clock)
+    run(a.renew(None))
+    run(b.read(0))
+    clock.now += 15
+    name = lease_name("gro", "pod-a")
+    seen = run(b._calls.list(f"{MEMBERS_LABEL}=gro"))
+    run(a.renew(None))  # renewed between b's list and its delete
+    run(b._collect(seen))
+    assert name in api.objects
+    assert "pod-a" in run(b.read(0)).fresh

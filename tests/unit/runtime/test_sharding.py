@@ -148,3 +148,81 @@ def test_a_replica_that_cannot_renew_stops_before_its_lease_lapses() -> None:
         assert b.serves()  # b comes back and gets its share again
 
     asyncio.run(main())
+
+
+def test_having_published_a_replica_reads_again_at_once_not_a_period_later() -> None:
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        a = Replica(api, clock, "a")
+        a.sharding._period = 3600.0  # a period later would be never, in this test
+        stop = asyncio.Event()
+        running = asyncio.create_task(a.sharding.run(stop))
+        try:
+            for _ in range(100):
+                if a.serves() == set(GROUPS):
+                    break
+                await asyncio.sleep(0.01)
+            assert a.serves() == set(GROUPS)  # publish, then take on the read right after
+            await asyncio.sleep(0.1)
+            # Two rounds (a renewal each, and the publication): no third one at once.
+            assert len(api.writes) == 3
+        finally:
+            stop.set()
+            await running
+
+    asyncio.run(main())
+
+
+def test_past_its_deadline_a_replica_acts_on_nothing_even_before_its_loop_runs() -> None:
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        a = Replica(api, clock, "a")
+        await rounds([a], 2)
+        assert a.serves() == set(GROUPS)
+        clock.now += 9.9
+        assert a.serves() == set(GROUPS)
+        clock.now += 0.1  # a stalled event loop: no round has run since
+        assert a.serves() == set()
+        await rounds([a], 1)  # its loop runs at last: it steps down for good
+        assert a.released[-1] == frozenset(GROUPS)
+        await rounds([a], 2)  # and takes the groups again after publishing anew
+        assert a.serves() == set(GROUPS)
+
+    asyncio.run(main())
+
+
+def test_a_renewal_counts_from_when_it_was_asked_not_when_its_answer_was_read() -> None:
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        a = Replica(api, clock, "a")
+        await rounds([a], 2)
+        renew = a.leases.renew
+
+        async def slow(published: Any) -> bool:
+            done = await renew(published)
+            clock.now += 6  # the answer is read 6 s after the renewal was written
+            return done
+
+        a.leases.renew = slow  # type: ignore[method-assign]
+        await rounds([a], 1)
+        clock.now += 4  # 10 s after the renewal the others saw: the deadline
+        assert a.serves() == set()
+
+    asyncio.run(main())
+
+
+def test_a_replica_whose_lease_another_removed_steps_down_and_joins_again() -> None:
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        a, b = Replica(api, clock, "a"), Replica(api, clock, "b")
+        await rounds([a, b], 4)
+        mine = a.serves()
+        assert mine
+        del api.objects[a.leases.name]  # b (or anyone) counted it lapsed and removed it
+        await a.sharding.round()
+        assert a.serves() == set() and a.released[-1] == mine
+        exclusive([a, b])
+        await rounds([a, b], 4)
+        assert a.serves() == mine  # published again, and took its share back
+
+    asyncio.run(main())

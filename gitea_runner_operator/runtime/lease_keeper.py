@@ -1,0 +1,224 @@
+"""The Lease kept from a thread of its own (runtime/leadership.py says which rules it follows).
+
+The Lease does not share the event loop's fate. The loop serves every group, the probes and
+``/metrics``; whatever holds it for a few seconds (a large parse, a render) would also hold
+the renewals, cost leadership and a re-list of every informer. So :class:`LeaseKeeper` runs
+the elector on a thread with its own event loop and its own API client, and renews only
+while the main loop's heartbeat (the loop watch's wake-ups) is younger than
+``heartbeat_limit``: a slow loop keeps its leadership, a wedged one stops renewing and
+another replica takes over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import structlog
+
+from gitea_runner_operator.kube.http import LEASE_TIMEOUT
+from gitea_runner_operator.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+
+class Elector(Protocol):
+    """One Lease's holder-to-be (runtime/leadership.LeaseElector)."""
+
+    async def try_acquire_or_renew(self) -> bool: ...
+
+    async def release(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTiming:
+    """Seconds. ``heartbeat_limit``: a main-loop heartbeat older than this stops renewals
+    (and acquisitions), because that loop could no longer act on what the Lease allows."""
+
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+    heartbeat_limit: float
+
+    @classmethod
+    def of(cls, settings: Settings) -> LeaseTiming:
+        # A few seconds' stall must not cost a renewal, and a wedged loop must stop renewing
+        # well before the lease would lapse: two retry periods inside the renew deadline,
+        # at least half of it.
+        deadline = float(settings.renew_deadline)
+        return cls(
+            lease_duration=float(settings.lease_duration),
+            renew_deadline=deadline,
+            retry_period=float(settings.retry_period),
+            heartbeat_limit=max(deadline / 2, deadline - 2 * settings.retry_period),
+        )
+
+
+LEADING: Final = "leading"
+LOST: Final = "lost"
+FAILED: Final = "failed"  # the thread has ended: nobody renews or acquires any more
+
+
+class LeaseThreadFailed(RuntimeError):
+    """The Lease thread ended on an error (its log line says which)."""
+
+
+# Seconds the close waits for the thread: a call under way, then the release (a read and an
+# update), each within its own LEASE_TIMEOUT.
+JOIN_TIMEOUT: Final = 3 * LEASE_TIMEOUT
+
+
+class LeaseKeeper:
+    """Acquires and renews the Lease from a thread of its own, with its own event loop and
+    the API client ``open_elector`` makes there (an aiohttp session belongs to one loop).
+
+    The main loop asks for a term (:meth:`term`), learns of a loss (:meth:`lost`) and ends
+    with :meth:`close`, which releases the Lease if held. ``heartbeat_age`` tells how long
+    ago the main loop last woke (:class:`~.loopwatch.LoopWatch`); it is read from the thread.
+    """
+
+    def __init__(
+        self,
+        open_elector: Callable[[], AbstractAsyncContextManager[Elector]],
+        timing: LeaseTiming,
+        heartbeat_age: Callable[[], float],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._open = open_elector
+        self._timing = timing
+        self._heartbeat_age = heartbeat_age
+        self._clock = clock
+        self._want = threading.Event()  # the main loop is ready to act for a new term
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._main: asyncio.AbstractEventLoop | None = None
+        self._news: asyncio.Queue[str] | None = None
+        self._own_loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self.renewals = 0
+        self.stale_skips = 0  # renewals not attempted for a stale heartbeat
+
+    # -- the main loop's side -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._main = asyncio.get_running_loop()
+        self._news = asyncio.Queue()
+        self._thread = threading.Thread(target=self._thread_main, name="lease", daemon=True)
+        self._thread.start()
+
+    async def term(self, stop: asyncio.Event) -> bool:
+        """Wait until this replica leads (True) or ``stop`` is set (False)."""
+        assert self._news is not None, "start() first"
+        self._want.set()
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                news = asyncio.ensure_future(self._news.get())
+                await asyncio.wait([news, stopping], return_when=asyncio.FIRST_COMPLETED)
+                if not news.done():
+                    news.cancel()
+                    break
+                if news.result() == FAILED:
+                    raise LeaseThreadFailed("the Lease thread has stopped")
+                if news.result() == LEADING:
+                    return True
+            return False
+        finally:
+            stopping.cancel()
+
+    async def lost(self) -> None:
+        """Returns when the term that :meth:`term` began has ended without renewal."""
+        assert self._news is not None, "start() first"
+        while (news := await self._news.get()) not in (LOST, FAILED):
+            pass
+        if news == FAILED:
+            self._news.put_nowait(FAILED)  # the next term() learns it too
+
+    async def close(self) -> None:
+        """Stop renewing, release the Lease if held, and wait (bounded) for the thread."""
+        self._want.clear()
+        self._stopping.set()
+        loop, wake = self._own_loop, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # its loop already closed
+                loop.call_soon_threadsafe(wake.set)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, JOIN_TIMEOUT)
+
+    def _tell(self, news: str) -> None:
+        if self._main is not None and self._news is not None:
+            with contextlib.suppress(RuntimeError):  # the main loop has closed
+                self._main.call_soon_threadsafe(self._news.put_nowait, news)
+
+    # -- the thread's side --------------------------------------------------------------------
+
+    def _thread_main(self) -> None:
+        try:
+            asyncio.run(self._keep())
+        except Exception as exc:  # never silent: without this thread nobody renews
+            log.error("the Lease thread failed", error=repr(exc))
+            self._tell(FAILED)
+
+    def _fresh(self) -> bool:
+        return self._heartbeat_age() < self._timing.heartbeat_limit
+
+    async def _pause(self, seconds: float) -> None:
+        assert self._wake is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+
+    async def _keep(self) -> None:
+        self._wake = asyncio.Event()
+        self._own_loop = asyncio.get_running_loop()
+        if self._stopping.is_set():  # close() came before this loop existed
+            self._wake.set()
+        async with self._open() as elector:
+            leading = False
+            while not self._stopping.is_set():
+                if not (self._want.is_set() and self._fresh()):
+                    await self._pause(self._timing.retry_period)
+                    continue
+                if not await elector.try_acquire_or_renew():
+                    await self._pause(self._timing.retry_period)
+                    continue
+                self._want.clear()
+                leading = True
+                self._tell(LEADING)
+                if await self._renew(elector):
+                    leading = False
+                    self._tell(LOST)
+            if leading:
+                await elector.release()
+
+    async def _renew(self, elector: Elector) -> bool:
+        """Renew every ``retry_period`` while the heartbeat is fresh; True once no renewal
+        succeeded for ``renew_deadline`` (the term is lost), False when closing."""
+        timing = self._timing
+        last = self._clock()
+        while True:
+            await self._pause(timing.retry_period)
+            if self._stopping.is_set():
+                return False
+            budget = timing.renew_deadline - (self._clock() - last)
+            renewed = False
+            if budget > 0 and not self._fresh():
+                self.stale_skips += 1
+                log.warning(
+                    "the event loop has not woken in time; not renewing the Lease",
+                    heartbeat_age_s=round(self._heartbeat_age(), 1),
+                    limit_s=timing.heartbeat_limit,
+                )
+            elif budget > 0:
+                with contextlib.suppress(TimeoutError):
+                    renewed = await asyncio.wait_for(elector.try_acquire_or_renew(), budget)
+            if renewed:
+                last = self._clock()
+                self.renewals += 1
+            elif self._clock() - last >= timing.renew_deadline:
+                return True
