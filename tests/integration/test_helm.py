@@ -202,9 +202,9 @@ def test_values_set_the_image_replicas_flags_webhook_and_monitoring(helm, tmp_pa
 
 
 def lease_verbs_called() -> set[str]:
-    """The Lease verbs runtime/membership.py calls, read from its source: the chart's Role
-    must grant each of them, and no more."""
-    source = (manifests.REPO / "gitea_runner_operator" / "runtime" / "membership.py").read_text()
+    """The Lease verbs the one Lease client (kube/leases.py, which membership uses whole)
+    calls, read from its source: the chart's Role must grant each of them, and no more."""
+    source = (manifests.REPO / "gitea_runner_operator" / "kube" / "leases.py").read_text()
     verb = {
         "read": "get",
         "replace": "update",
@@ -262,7 +262,7 @@ def test_one_replica_renders_no_budget_no_spread_and_no_membership_role(helm, tm
     objects = render(helm, tmp_path, "gro", "ops", {})
     assert "PodDisruptionBudget" not in {o["kind"] for o in objects}
     assert "affinity" not in one(objects, "Deployment")["spec"]["template"]["spec"]
-    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Role"}
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Role" and not _hook(o)}
     assert set(roles) == {"gro-gitea-runner-operator-leader-election"}
     assert "--sharding" not in operator_args(objects)
     # A standby replica gets the budget and the spread too: it is worth little on the
@@ -637,7 +637,7 @@ def test_the_sharded_chart_serves_a_runnergroup_and_its_status_says_which_replic
              "watchNamespaces": [team], "replicaCount": 0, "sharding": {"enabled": True}},
         )  # fmt: skip
         with installed(kube, objects):
-            sa = one(objects, "ServiceAccount")["metadata"]["name"]
+            sa = operator_service_account(objects)
             token = kube.create_token(ns, sa)
             args = [a for a in operator_args(objects) if not a.startswith("--health-port")]
             assert "--sharding" in args
