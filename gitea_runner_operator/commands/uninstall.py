@@ -106,22 +106,18 @@ class KubeGroups:
     async def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str
     ) -> None:
-        body = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
-        try:
-            await self._api.patch_namespaced_custom_object(
-                constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name, body,
-                _content_type=MERGE_PATCH,  # type: ignore[call-arg]
-            )  # fmt: skip
-        except ApiException as exc:
-            if exc.status != 404:  # gone meanwhile: nothing left to release
-                raise
+        meta = {"finalizers": finalizers, "resourceVersion": resource_version}
+        await self._patch_meta(namespace, name, meta)
 
     async def annotate(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
-        body = {"metadata": {"annotations": annotations}}
+        await self._patch_meta(namespace, name, {"annotations": annotations})
+
+    async def _patch_meta(self, namespace: str, name: str, meta: dict[str, Any]) -> None:
+        """A merge patch of the group's metadata; a group gone meanwhile needs nothing."""
         try:
             await self._api.patch_namespaced_custom_object(
-                constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name, body,
-                _content_type=MERGE_PATCH,  # type: ignore[call-arg]
+                constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name,
+                {"metadata": meta}, _content_type=MERGE_PATCH,  # type: ignore[call-arg]
             )  # fmt: skip
         except ApiException as exc:
             if exc.status != 404:
