@@ -14,6 +14,13 @@ from typing import Any
 STOP_GRACE = 5.0
 
 
+def cancelled_itself() -> bool:
+    """Whether the running task was asked to stop (``Task.cancel``), rather than an awaited
+    future it does not own having been cancelled: only the first must end the task."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 async def finish_or_cancel(tasks: Iterable[asyncio.Future[Any]], grace: float = STOP_GRACE) -> None:
     """Wait up to ``grace`` seconds for ``tasks``; cancel those still running and wait up to
     ``grace`` again for them to end. Their results and errors are not looked at: each owner

@@ -5,16 +5,7 @@ and enqueues the group; it then carries out the reaps the reconciler proposed. R
 only read the latest snapshot and never wait for Gitea, so a slow or hanging Gitea URL
 delays its own group and nobody else's.
 
-Retry policy, by who can fix the problem:
-- Gitea failures back off (doubling from the poll interval to ``backoff_max``, 30 s by
-  default, or as long as Gitea's capped Retry-After says), gentle on a struggling Gitea yet
-  quick to recover once it is healthy; wake-ups do not shorten the backoff.
-- The API server failing a read the poll needs (the token's Secret) backs off the same way:
-  a thousand groups retrying every few seconds would load it as it recovers, and cost the
-  operator more while it waits than while it works.
-- Secret problems are retried on a short fixed interval: creating or labelling a Secret
-  takes effect within seconds.
-- Configuration problems (a URL outside the allow-list) wait for the next interval.
+When it asks again after a failure is poll/pacing.py's rule.
 
 A step that fails unexpectedly (a bug, or a Gitea answer nobody foresaw) is logged with its
 traceback the first time only, per group, step and exception type; after that at most one
@@ -28,7 +19,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypedDict, Unpack
+from typing import TypedDict
 
 import structlog
 
@@ -37,10 +28,12 @@ from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.observation import ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.observe import GiteaHandle
-from gitea_runner_operator.kit.backoff import doubling, jittered
+from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kit.lograte import LogRate
+from gitea_runner_operator.kit.tasks import cancelled_itself
 from gitea_runner_operator.poll.enroll import Enroller
 from gitea_runner_operator.poll.hooks import HookKeeper
+from gitea_runner_operator.poll.pacing import DEFAULT_BACKOFF_MAX, SECRET_RETRY, next_delay
 from gitea_runner_operator.poll.reaper import Reaper
 from gitea_runner_operator.poll.rerun import LossFollowUp
 from gitea_runner_operator.poll.triggers import RESYNC, answer_key, lists_queued, new_queued
@@ -50,8 +43,6 @@ from gitea_runner_operator.settings import GITEA_STEP_DEADLINE
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_BACKOFF_MAX = 30.0
-SECRET_RETRY = 3.0
 STEP_DEADLINE = GITEA_STEP_DEADLINE
 ObserveFn = Callable[[str, RunnerGroupSpec, float], Awaitable[tuple[Snapshot, GiteaHandle | None]]]
 # A periodic poll may reuse an answer another group on the same scope got this recently.
@@ -61,13 +52,6 @@ SHARE_WINDOW = 5.0
 BEAT_SLACK = 30.0
 
 
-def cancelled_itself() -> bool:
-    """Whether the running task was asked to stop (``Task.cancel``), rather than an awaited
-    future it does not own having been cancelled: only the first must end the task."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
 FAILURE_LOG_EVERY = 60.0
 
 
@@ -75,27 +59,6 @@ def failure_log() -> LogRate:
     """The rate of unexpected-failure lines: one table for every group's poller, so a group
     restarted by a spec change does not write its first traceback again."""
     return LogRate(FAILURE_LOG_EVERY)
-
-
-def next_delay(
-    interval: float,
-    failures: int,
-    retry_after: float | None,
-    kind: ProblemKind | None = None,
-    backoff_max: float = DEFAULT_BACKOFF_MAX,
-    secret_retry: float = SECRET_RETRY,
-) -> float:
-    """Seconds until the next poll."""
-    if failures == 0 or kind is None:
-        return interval
-    if kind is ProblemKind.SECRET:
-        return secret_retry
-    if kind is ProblemKind.CONFIG:
-        return interval
-    backoff = doubling(interval, max(backoff_max, interval), failures)
-    if retry_after is not None:
-        return max(retry_after, backoff)
-    return backoff
 
 
 class PollerOptions(TypedDict, total=False):
@@ -432,64 +395,3 @@ class GroupPoller:
         gap = started + self._min_refresh - self._clock()
         if gap > 0 and not self._paced:
             await asyncio.sleep(gap)
-
-
-class Pollers:
-    """Starts, restarts (on spec change) and stops the per-group pollers."""
-
-    def __init__(
-        self,
-        observe: ObserveFn,
-        notify: Callable[[str], None],
-        reaper: Reaper | None = None,
-        **options: Unpack[PollerOptions],
-    ) -> None:
-        self._observe = observe
-        self._notify = notify
-        self._reaper = reaper
-        self._options: PollerOptions = {"failures": failure_log(), **options}
-        self._pollers: dict[str, GroupPoller] = {}
-
-    def get(self, key: str) -> GroupPoller | None:
-        return self._pollers.get(key)
-
-    def keys(self) -> list[str]:
-        return list(self._pollers)
-
-    def specs(self) -> list[RunnerGroupSpec]:
-        return [p.spec for p in self._pollers.values()]
-
-    async def ensure(self, key: str, spec: RunnerGroupSpec) -> GroupPoller:
-        """The group's poller for ``spec``: started, restarted on a new spec, and restarted
-        when its task has ended on its own or hangs. Nothing else would notice a poll task
-        that died: its group would keep its last answer and never be polled again."""
-        current = self._pollers.get(key)
-        if current is not None and current.spec == spec:
-            if current.running and not current.hung:
-                return current
-            why = current.ended if not current.running else "no progress past its deadlines"
-            log.error("poll task of the group stopped; restarting it", group=key, why=why)
-        if current is not None:
-            await current.stop()
-        poller = GroupPoller(
-            key,
-            spec,
-            self._observe,
-            self._notify,
-            self._reaper,
-            **self._options,
-        )
-        if current is not None:  # what the old task knew still holds
-            poller.hook, poller.hook_removed = current.hook, current.hook_removed
-            poller.deleting, poller._order = current.deleting, current._order
-        self._pollers[key] = poller
-        poller.start()
-        return poller
-
-    async def stop(self, key: str) -> None:
-        poller = self._pollers.pop(key, None)
-        if poller is not None:
-            await poller.stop()
-
-    async def stop_all(self) -> None:
-        await asyncio.gather(*(self.stop(key) for key in list(self._pollers)))

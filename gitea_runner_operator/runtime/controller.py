@@ -31,7 +31,7 @@ from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.poll.enroll import Enroller
 from gitea_runner_operator.poll.hooks import HookKeeper
 from gitea_runner_operator.poll.observer import Observer
-from gitea_runner_operator.poll.poller import Pollers
+from gitea_runner_operator.poll.pollers import Pollers
 from gitea_runner_operator.poll.reaper import Reaper
 from gitea_runner_operator.poll.rerun import LossFollowUp
 from gitea_runner_operator.poll.triggers import owned_changed

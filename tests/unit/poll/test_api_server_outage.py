@@ -12,7 +12,7 @@ from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import parse_spec
 from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.poll.observer import Observer
-from gitea_runner_operator.poll.poller import next_delay
+from gitea_runner_operator.poll.pacing import next_delay
 from tests.support.gitea_answers import ORG_SPEC
 
 

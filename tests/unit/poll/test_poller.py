@@ -12,7 +12,8 @@ import pytest
 
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
-from gitea_runner_operator.poll.poller import GroupPoller, next_delay
+from gitea_runner_operator.poll.pacing import next_delay
+from gitea_runner_operator.poll.poller import GroupPoller
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.scaling import Orphan, ReapCandidate, ReapReason
 from tests.support.builders import VALID
@@ -245,7 +246,7 @@ async def test_a_shared_request_cancelled_under_the_poll_does_not_end_the_groups
 
 async def test_a_poll_task_that_ended_on_its_own_is_restarted_by_the_next_pass():
     from gitea_runner_operator.api.runnergroup import parse_spec
-    from gitea_runner_operator.poll.poller import Pollers
+    from gitea_runner_operator.poll.pollers import Pollers
 
     calls = 0
     handed: list[str] = []
@@ -278,7 +279,8 @@ async def test_a_poll_task_that_ended_on_its_own_is_restarted_by_the_next_pass()
 
 async def test_a_poll_task_hung_past_its_deadlines_is_restarted_by_the_next_pass():
     from gitea_runner_operator.api.runnergroup import parse_spec
-    from gitea_runner_operator.poll.poller import BEAT_SLACK, Pollers
+    from gitea_runner_operator.poll.poller import BEAT_SLACK
+    from gitea_runner_operator.poll.pollers import Pollers
 
     now = [1000.0]
     calls = 0

@@ -13,7 +13,8 @@ from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, parse_spec
 from gitea_runner_operator.objects.views import RunnerJobView
-from gitea_runner_operator.poll.poller import GroupPoller, Pollers
+from gitea_runner_operator.poll.poller import GroupPoller
+from gitea_runner_operator.poll.pollers import Pollers
 from gitea_runner_operator.poll.triggers import owned_changed
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.scaling import RunnerState

@@ -1,0 +1,77 @@
+"""The poll tasks of every group: started, restarted on a new spec or when one has
+stopped on its own, and stopped with their groups."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Unpack
+
+import structlog
+
+from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.poll.poller import GroupPoller, ObserveFn, PollerOptions, failure_log
+from gitea_runner_operator.poll.reaper import Reaper
+
+log = structlog.get_logger(__name__)
+
+
+class Pollers:
+    """Starts, restarts (on spec change) and stops the per-group pollers."""
+
+    def __init__(
+        self,
+        observe: ObserveFn,
+        notify: Callable[[str], None],
+        reaper: Reaper | None = None,
+        **options: Unpack[PollerOptions],
+    ) -> None:
+        self._observe = observe
+        self._notify = notify
+        self._reaper = reaper
+        self._options: PollerOptions = {"failures": failure_log(), **options}
+        self._pollers: dict[str, GroupPoller] = {}
+
+    def get(self, key: str) -> GroupPoller | None:
+        return self._pollers.get(key)
+
+    def keys(self) -> list[str]:
+        return list(self._pollers)
+
+    def specs(self) -> list[RunnerGroupSpec]:
+        return [p.spec for p in self._pollers.values()]
+
+    async def ensure(self, key: str, spec: RunnerGroupSpec) -> GroupPoller:
+        """The group's poller for ``spec``: started, restarted on a new spec, and restarted
+        when its task has ended on its own or hangs. Nothing else would notice a poll task
+        that died: its group would keep its last answer and never be polled again."""
+        current = self._pollers.get(key)
+        if current is not None and current.spec == spec:
+            if current.running and not current.hung:
+                return current
+            why = current.ended if not current.running else "no progress past its deadlines"
+            log.error("poll task of the group stopped; restarting it", group=key, why=why)
+        if current is not None:
+            await current.stop()
+        poller = GroupPoller(
+            key,
+            spec,
+            self._observe,
+            self._notify,
+            self._reaper,
+            **self._options,
+        )
+        if current is not None:  # what the old task knew still holds
+            poller.hook, poller.hook_removed = current.hook, current.hook_removed
+            poller.deleting, poller._order = current.deleting, current._order
+        self._pollers[key] = poller
+        poller.start()
+        return poller
+
+    async def stop(self, key: str) -> None:
+        poller = self._pollers.pop(key, None)
+        if poller is not None:
+            await poller.stop()
+
+    async def stop_all(self) -> None:
+        await asyncio.gather(*(self.stop(key) for key in list(self._pollers)))
