@@ -291,13 +291,17 @@ async def run(args: argparse.Namespace) -> int:
                 continue
             deleted, forced = await drain(groups, ns, args.timeout)
             print(f"deleted {len(deleted)} RunnerGroup(s): {', '.join(deleted)}", flush=True)
-            for key in forced:
-                print(
-                    f"RunnerGroup {key}: teardown not done after {args.timeout:.0f}s; "
-                    "finalizer removed (its runners go with it)",
-                    flush=True,
-                )
+            _say_forced(forced, args.timeout, "its runners go with it")
     return 0
+
+
+def _say_forced(forced: Sequence[str], waited: float, then: str) -> None:
+    """One line per group whose finalizer was removed before its teardown was done."""
+    for key in forced:
+        print(
+            f"RunnerGroup {key}: teardown not done after {waited:.0f}s; finalizer removed ({then})",
+            flush=True,
+        )
 
 
 async def run_detach(
@@ -305,12 +309,7 @@ async def run_detach(
 ) -> int:
     marked, forced = await detach(groups, namespaces, wait_seconds)
     print(f"detached {len(marked)} RunnerGroup(s): {', '.join(marked)}", flush=True)
-    for key in forced:
-        print(
-            f"RunnerGroup {key}: teardown not done after {wait_seconds:.0f}s; finalizer removed "
-            "(its runner Jobs stay for the next install)",
-            flush=True,
-        )
+    _say_forced(forced, wait_seconds, "its runner Jobs stay for the next install")
     if not await stop_operator(operator, STOP_SECONDS):
         # Taking the marks off now would let a Pod still running take the groups back;
         # left on, they run out by themselves (api/detach.py).
