@@ -22,6 +22,7 @@ peak's 250 MB target.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Final
 
 from gitea_runner_operator.api import constants
@@ -103,13 +104,13 @@ def slim_group(obj: Obj) -> Obj:
     whole manifest in ``last-applied-configuration``, and a tenant may add up to 256 KiB
     more; the cache would hold both for every group. The operator writes groups by patch
     only, never by replacing the object it read, so nothing dropped here is written back.
-    The uninstall hook's detach mark (api/detach.py) is the one annotation kept."""
+    The uninstall hook's detach mark (api/detach.py) is the one annotation kept, within
+    ``KEPT_VALUE_MAX_CHARS`` as the runners' annotations are: the tenant can write it too."""
     obj = strip_managed_fields(obj)
     meta = obj.get("metadata")
     if isinstance(meta, dict) and (meta.get("annotations") or meta.get("labels")):
         slim_meta = {k: v for k, v in meta.items() if k not in ("annotations", "labels")}
-        annotations = meta.get("annotations") or {}
-        kept = {k: annotations[k] for k in DETACH_ANNOTATIONS if k in annotations}
+        kept = _allowed(meta.get("annotations"), DETACH_ANNOTATIONS)
         if kept:
             slim_meta["annotations"] = kept
         obj = {**obj, "metadata": slim_meta}
@@ -196,7 +197,7 @@ def _slim_metadata(meta: Obj) -> Obj:
     return slim
 
 
-def _allowed(items: Obj | None, allowed: frozenset[str]) -> Obj:
+def _allowed(items: Obj | None, allowed: Collection[str]) -> Obj:
     if not isinstance(items, dict):
         return {}
     return {

@@ -50,3 +50,15 @@ def test_a_group_keeps_none_of_a_tenants_labels_and_annotations():
     slim = slim_group(group)
     assert len(json.dumps(slim)) < 1024
     assert "annotations" not in slim["metadata"] and "labels" not in slim["metadata"]
+
+
+def test_a_groups_detach_mark_is_kept_only_within_the_value_cap():
+    # The uninstall hook's mark is the one annotation of a group the cache keeps; a tenant
+    # can write it too, so a value past the cap is dropped as a runner's would be.
+    from gitea_runner_operator.api.detach import SINCE_ANNOTATION, UNTIL_ANNOTATION
+
+    mark = {SINCE_ANNOTATION: "2026-11-27T22:00:00Z", UNTIL_ANNOTATION: "x" * (1 << 20)}
+    group = {"metadata": {**meta(), "annotations": mark}, "spec": {}}
+    slim = slim_group(group)
+    assert slim["metadata"]["annotations"] == {SINCE_ANNOTATION: "2026-11-27T22:00:00Z"}
+    assert len(json.dumps(slim)) < 1024
