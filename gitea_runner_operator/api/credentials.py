@@ -65,6 +65,15 @@ def url_problem(url: str, prefixes: Iterable[str]) -> Problem | None:
     )
 
 
+# Secret answers that mean a group's credentials are gone for good (a deleted namespace takes
+# its Secrets and RoleBindings along), unlike a read that failed this once. A deleting group
+# whose credentials are gone is torn down with the token of its last good answer
+# (poll/poller.py), and its finalizer goes at once when nothing is left to remove with it.
+CREDENTIALS_GONE = frozenset(
+    {"SecretNotFound", "SecretKeyMissing", "SecretForbidden", "SecretNotAllowed"}
+)
+
+
 def not_opted_in(namespace: str, name: str) -> str:
     """The sentence for a Secret without the opt-in label, wherever it is named."""
     return f'Secret {namespace}/{name} lacks the label {CREDENTIALS_LABEL}: "true"'

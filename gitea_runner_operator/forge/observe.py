@@ -46,6 +46,10 @@ class GiteaHandle:
 
     client: GiteaClient  # a ForgejoClient when the forge is Forgejo
     scope: ScopeRef
+    # What observing again with this handle needs (Observer.observe_with): the token's
+    # fingerprint (the caches' key) and the forge it answered as.
+    fingerprint: str = ""
+    forge: ForgeInfo | None = None
 
     @property
     def forgejo(self) -> ForgejoClient | None:
@@ -190,7 +194,8 @@ class ScopeFetcher:
             finished=finished,
             forge=forge,
         )
-        return Fetched(observation=observation, handle=GiteaHandle(handle_client, scope))
+        handle = GiteaHandle(handle_client, scope, fingerprint, forge)
+        return Fetched(observation=observation, handle=handle)
 
     async def _progress(
         self, client: GiteaClient, scope: ScopeRef, key: ScopeKey

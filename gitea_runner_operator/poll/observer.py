@@ -207,6 +207,29 @@ class Observer:
             )
             return Snapshot(started, checked, problem=problem), None
 
+    async def observe_with(
+        self, spec: RunnerGroupSpec, handle: GiteaHandle
+    ) -> tuple[Snapshot, GiteaHandle | None]:
+        """A snapshot asked with the handle of an earlier good answer, reading no Secret.
+        Only for a deleting group whose credentials are gone (GroupPoller): a namespace
+        deleted whole takes the tokens Secret and the RoleBinding lending it in the same
+        breath as the group, and its runners' registrations must still leave Gitea. Never
+        shared with other groups: the token may be one nobody lends any more."""
+        started, checked = self._clock(), utc_now_iso()
+        if handle.forge is None or (problem := url_problem(spec.gitea.url, self._allowed)):
+            problem = problem or Problem("GiteaError", "no earlier answer to ask again with")
+            return Snapshot(started, checked, problem=problem), None
+        wanted = ScopeRef.from_spec(spec)
+        fetched = await self._fetcher.fetch(handle.client, wanted, handle.fingerprint, handle.forge)
+        snapshot = Snapshot(
+            started,
+            checked,
+            observation=fetched.observation,
+            problem=fetched.problem,
+            retry_after=fetched.retry_after,
+        )
+        return snapshot, fetched.handle
+
     async def _observe(
         self,
         namespace: str,

@@ -33,6 +33,7 @@ from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.tasks import cancelled_itself
 from gitea_runner_operator.poll.enroll import Enroller
 from gitea_runner_operator.poll.hooks import HookKeeper
+from gitea_runner_operator.poll.last_good import LastGoodHandle, ObserveWithFn
 from gitea_runner_operator.poll.pacing import DEFAULT_BACKOFF_MAX, SECRET_RETRY, next_delay
 from gitea_runner_operator.poll.reaper import Reaper
 from gitea_runner_operator.poll.rerun import LossFollowUp
@@ -43,15 +44,12 @@ from gitea_runner_operator.settings import GITEA_STEP_DEADLINE
 
 log = structlog.get_logger(__name__)
 
-STEP_DEADLINE = GITEA_STEP_DEADLINE
 ObserveFn = Callable[[str, RunnerGroupSpec, float], Awaitable[tuple[Snapshot, GiteaHandle | None]]]
 # A periodic poll may reuse an answer another group on the same scope got this recently.
 SHARE_WINDOW = 5.0
 # How late past its own bound a step may end before the task counts as hung (the
 # observer's housekeeping, the scheduler under load).
 BEAT_SLACK = 30.0
-
-
 FAILURE_LOG_EVERY = 60.0
 
 
@@ -77,6 +75,7 @@ class PollerOptions(TypedDict, total=False):
     resync: float
     observe_deadline: float
     failures: LogRate
+    observe_with: ObserveWithFn | None
 
 
 class GroupPoller:
@@ -95,12 +94,14 @@ class GroupPoller:
         secret_retry: float = SECRET_RETRY,
         clock: Callable[[], float] = time.monotonic,
         enroller: Enroller | None = None,
-        step_deadline: float = STEP_DEADLINE,
+        step_deadline: float = GITEA_STEP_DEADLINE,
         every_answer: Callable[[str, float, bool], bool] | None = None,
         resync: float = RESYNC,
-        observe_deadline: float = STEP_DEADLINE,
+        observe_deadline: float = GITEA_STEP_DEADLINE,
         failures: LogRate | None = None,
+        observe_with: ObserveWithFn | None = None,
     ) -> None:
+        self.last_good = LastGoodHandle(key, observe_with)
         self._failures = failures if failures is not None else failure_log()
         self._step_deadline = step_deadline
         self._observe_deadline = observe_deadline
@@ -224,7 +225,8 @@ class GroupPoller:
             self._expect_within(self._observe_deadline)
             self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
             try:
-                snapshot, handle = await self._observe(self._namespace, self.spec, newer_than)
+                found = await self._observe(self._namespace, self.spec, newer_than)
+                snapshot, handle = await self.last_good.after(self.spec, self.deleting, *found)
             except asyncio.CancelledError as exc:
                 if cancelled_itself():
                     raise

@@ -64,6 +64,8 @@ class Pollers:
         if current is not None:  # what the old task knew still holds
             poller.hook, poller.hook_removed = current.hook, current.hook_removed
             poller.deleting, poller._order = current.deleting, current._order
+            if current.spec.gitea.url == spec.gitea.url:
+                poller.last_good.handle = current.last_good.handle
         self._pollers[key] = poller
         poller.start()
         return poller

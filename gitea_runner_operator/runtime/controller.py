@@ -119,6 +119,7 @@ class Controller:
             every_answer=self.ledger.must_weigh,
             # How long an observation may take: past it (and a slack) the task counts as hung.
             observe_deadline=settings.observe_deadline,
+            observe_with=self.observer.observe_with,
         )
         # A pass's status is patched by its group's writer, so no worker waits for a token.
         self.status_writes = LaterWrites(retry=self.queue.add_rate_limited)

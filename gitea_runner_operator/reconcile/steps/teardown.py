@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import structlog
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.api.credentials import CREDENTIALS_GONE
 from gitea_runner_operator.api.observation import Observation
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, parse_spec
 from gitea_runner_operator.objects.views import parse_time
@@ -28,11 +29,6 @@ TEARDOWN_ANSWER_GRACE = 60.0
 # After the drain timeout, the last removals (registrations of runners stopped at the drain
 # timeout, the hook) get this long; then the finalizer goes whatever Gitea says.
 TEARDOWN_FINAL_GRACE = 30.0
-# Secret answers that mean the credentials are gone for good (a deleted namespace takes its
-# Secrets and RoleBindings along), unlike a read that failed this once.
-CREDENTIALS_GONE = frozenset(
-    {"SecretNotFound", "SecretKeyMissing", "SecretForbidden", "SecretNotAllowed"}
-)
 
 
 @dataclass(frozen=True, slots=True)
