@@ -38,7 +38,7 @@ SAME_NAMES = (
     "job_ttl_seconds", "gitea_backoff_max", "kube_write_qps", "kube_write_burst",
     "webhook_host", "webhook_port", "webhook_secret", "webhook_secret_file", "webhook_url",
     "template_policy", "secrets_cluster_role", "metrics_render_interval",
-    "metrics_auth",
+    "metrics_auth", "secret_cache_ttl",
 )  # fmt: skip
 
 
@@ -134,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         "recovery takes once it is healthy again; Retry-After is honoured up to 300s",
     )
     p.add_argument(
+        "--secret-cache-ttl",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long a Secret read for a group is used before it is read again (default "
+        "60): a rotated token is picked up within it, at once when Gitea refuses the old one",
+    )
+    p.add_argument(
         "--webhook-port",
         type=int,
         default=8082,
@@ -204,6 +212,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit("--kube-write-qps must be > 0 and --kube-write-burst at least 1")
     if args.gitea_backoff_max < 1:
         raise SystemExit("--gitea-backoff-max must be at least 1 second")
+    if not 1 <= args.secret_cache_ttl <= 3600:
+        raise SystemExit("--secret-cache-ttl must be at least 1 and at most 3600 seconds")
     if not 0 < args.metrics_render_interval <= 60:
         raise SystemExit("--metrics-render-interval must be more than 0 and at most 60 seconds")
     for url in args.allowed_gitea_url:

@@ -54,6 +54,7 @@ class Settings:
     # Deadline of each Gitea step a poll takes after observing (reaping, re-runs after lost
     # runners, keeping the hook, enrolling Forgejo runners).
     gitea_step_deadline: float = GITEA_STEP_DEADLINE
+    # How long a Secret read for a group is used before it is read again (--secret-cache-ttl).
     secret_cache_ttl: float = 60.0
     # Client-side rate limit on Kubernetes writes (client-go's QPS and burst).
     kube_write_qps: float = 100.0

@@ -35,10 +35,11 @@ ObserveWithFn = Callable[
 class LastGoodHandle:
     """One group's last good handle, and the way to ask Gitea again with it."""
 
-    __slots__ = ("_again", "_key", "handle")
+    __slots__ = ("_again", "_key", "_said", "handle")
 
     def __init__(self, key: str, again: ObserveWithFn | None) -> None:
         self._key, self._again = key, again
+        self._said = False  # the line that says it, once per group
         self.handle: GiteaHandle | None = None
 
     async def after(
@@ -54,11 +55,13 @@ class LastGoodHandle:
         problem, kept = snapshot.problem, self.handle
         gone = problem is not None and problem.reason in CREDENTIALS_GONE
         if handle is None and gone and deleting and kept is not None and self._again is not None:
-            log.info(
-                "credentials gone; tearing down with the token of the last good answer",
-                group=self._key,
-                reason=problem.reason if problem is not None else None,
-            )
+            if not self._said:
+                self._said = True
+                log.info(
+                    "credentials gone; tearing down with the token of the last good answer",
+                    group=self._key,
+                    reason=problem.reason if problem is not None else None,
+                )
             snapshot, handle = await self._again(spec, kept)
         if handle is not None and snapshot.problem is None:
             self.handle = handle

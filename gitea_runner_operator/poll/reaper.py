@@ -34,6 +34,7 @@ from gitea_runner_operator.api.gitea import ActionRunner
 from gitea_runner_operator.api.observation import Snapshot
 from gitea_runner_operator.forge.errors import GiteaError
 from gitea_runner_operator.forge.observe import GiteaHandle
+from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kube.cache import ClusterCache
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.objects.views import job_view, pods_by_job
@@ -44,6 +45,7 @@ log = structlog.get_logger(__name__)
 
 # How long re-enabling what a cut-short pass disabled may take (it runs shielded).
 HAND_BACK_TIMEOUT = 15.0
+SKIP_LOG_EVERY = 60.0
 
 REASON_TEXT = {
     ReapReason.IDLE: "took no job within spec.idleTimeout",
@@ -75,6 +77,9 @@ class Reaper:
         self._cache = cache
         self._on_reaped = on_reaped
         self._handing_back: set[asyncio.Task[None]] = set()
+        # A busy runner of a draining group is looked at on every poll (every 0.5 s while
+        # its group is deleted): one line per runner and state a minute, with the count.
+        self._skips = LogRate(SKIP_LOG_EVERY)
 
     async def run(
         self, key: str, handle: GiteaHandle, snapshot: Snapshot, order: ReapOrder
@@ -93,6 +98,11 @@ class Reaper:
                 task.add_done_callback(self._handing_back.discard)
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(task)
+
+    def _skipped(self, what: str, key: str, candidate: ReapCandidate, state: str) -> None:
+        held = self._skips.admit((key, candidate.job_name, state))
+        if held is not None:
+            log.info(what, group=key, job=candidate.job_name, state=state, held_back=held)
 
     async def _hand_back_bounded(self, handle: GiteaHandle, prepared: list[_Prepared]) -> None:
         try:
@@ -242,12 +252,8 @@ class Reaper:
         running = next((p for p in pod_names if p in working.names), None)
         if running is not None or not working.complete:
             await self._hand_back(handle, [ready])
-            log.info(
-                "reap skipped: the runner may be running a job",
-                group=key,
-                job=candidate.job_name,
-                state="running a job" if running else "jobs in progress not fully listed",
-            )
+            why = "running a job" if running else "jobs in progress not fully listed"
+            self._skipped("reap skipped: the runner may be running a job", key, candidate, why)
             return False
         for runner_id in ready.runner_ids:
             try:
@@ -260,12 +266,7 @@ class Reaper:
                 # It took a job between the plan and now, or Gitea removed it after its one
                 # job: either way the runner is not idle. Leave it alone.
                 await self._hand_back(handle, [ready])
-                log.info(
-                    "reap skipped: the runner is no longer idle",
-                    group=key,
-                    job=candidate.job_name,
-                    state=state,
-                )
+                self._skipped("reap skipped: the runner is no longer idle", key, candidate, state)
                 return False
         namespace = group["metadata"]["namespace"]
         deleted = await self._cluster.delete_job(namespace, candidate.job_name)

@@ -109,7 +109,11 @@ def test_a_commit_removing_a_teams_folder_deletes_its_namespace_and_leaves_no_re
     kubelet_harness: Any,
 ) -> None:
     ns, org, repo = unique("team-pruned"), gitea_target.org, gitea_target.repo
-    start_operator(ns)
+    # Secrets read are used for 5 s (default 60): the token has left the operator's memory
+    # long before the busy runner drains, as it does with the default when a job runs longer
+    # than a minute. Before the last good answer's token was kept for the teardown, the
+    # finalizer then went at drainTimeout + 30 s with the registration left in Gitea.
+    start_operator(ns, extra=("--secret-cache-ttl", "5"))
     group = runner_group(
         "ci", target=gitea_target, url=cluster.gitea_url, labels=["gro-prune"],
         maxActiveRunners=1, drainTimeout=f"{DRAIN_SECONDS}s",

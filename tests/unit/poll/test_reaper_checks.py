@@ -84,3 +84,20 @@ async def test_a_reaped_runner_is_not_re_enabled_afterwards():
     reaper, _ = _reaper(gitea, [JOB], [f"{JOB}-podxx"])
     outcome = await _run(reaper, gitea, ReapOrder(GROUP, (CANDIDATE,)), [IDLE])
     assert outcome.reaped and ("enable", 7) not in gitea.calls
+
+
+async def test_a_busy_runner_looked_at_on_every_poll_is_one_log_line_a_minute():
+    """Seen on the testbed: a deleted group's busy runner, looked at every 0.5 s while it
+    drained, wrote "reap skipped" twice a second for the whole drain."""
+    from structlog.testing import capture_logs
+
+    gitea = FakeRunnerRegistrations([])
+    gitea.in_progress = [running(f"{JOB}-podxx")]
+    starting = ReapCandidate(JOB, ReapReason.GROUP_DELETED, (f"{JOB}-podxx",), ())
+    reaper, _ = _reaper(gitea, [JOB], [f"{JOB}-podxx"])
+    with capture_logs() as logs:
+        for _ in range(20):
+            outcome = await _run(reaper, gitea, ReapOrder(GROUP, (starting,)), [])
+            assert outcome.reaped == []
+    skipped = [e for e in logs if e["event"].startswith("reap skipped")]
+    assert len(skipped) == 1 and skipped[0]["job"] == JOB
