@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -27,28 +27,24 @@ class Kept(Generic[V]):
     size: int = 0
 
 
+@dataclass(eq=False)
 class TTLCache(Generic[K, V]):
     """``ttl`` is the default life of an entry (``put`` may give another, e.g. a shorter one
     for answers a user fixes by hand). ``sweep_every``: expired entries are also dropped on
     reads, at most this often, so memory follows the keys in use, not the most ever seen."""
 
-    def __init__(
-        self,
-        ttl: float,
-        *,
-        max_entries: int,
-        max_bytes: int | None = None,
-        sweep_every: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._ttl = ttl
-        self._max_entries = max_entries
-        self._max_bytes = max_bytes
-        self._sweep_every = sweep_every
-        self._clock = clock
-        self._kept: dict[K, Kept[V]] = {}  # insertion order: oldest first
-        self._bytes = 0
-        self._swept = clock()
+    ttl: float
+    _: KW_ONLY
+    max_entries: int
+    max_bytes: int | None = None
+    sweep_every: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    _kept: dict[K, Kept[V]] = field(default_factory=dict, init=False)  # oldest first
+    _bytes: int = field(default=0, init=False)
+    _swept: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._swept = self.clock()
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -71,8 +67,8 @@ class TTLCache(Generic[K, V]):
     def entry(self, key: K) -> Kept[V] | None:
         """The fresh entry for ``key``, or None (an expired one stays for :meth:`peek` until
         a sweep or a put makes room)."""
-        now = self._clock()
-        if self._sweep_every is not None and now - self._swept >= self._sweep_every:
+        now = self.clock()
+        if self.sweep_every is not None and now - self._swept >= self.sweep_every:
             self.sweep()
         kept = self._kept.get(key)
         return kept if kept is not None and kept.expires > now else None
@@ -89,14 +85,14 @@ class TTLCache(Generic[K, V]):
         """Remember ``value``; False when it alone weighs more than ``max_bytes`` (then
         nothing is kept for ``key``)."""
         self.pop(key)  # re-inserted: the order stays oldest first
-        if self._max_bytes is not None and size > self._max_bytes:
+        if self.max_bytes is not None and size > self.max_bytes:
             return False
-        now = self._clock()
+        now = self.clock()
         if self._full(size):
             self.sweep()
         while self._kept and self._full(size):
             self.pop(next(iter(self._kept)))
-        self._kept[key] = Kept(value, now, now + (self._ttl if ttl is None else ttl), size)
+        self._kept[key] = Kept(value, now, now + (self.ttl if ttl is None else ttl), size)
         self._bytes += size
         return True
 
@@ -113,12 +109,12 @@ class TTLCache(Generic[K, V]):
 
     def sweep(self) -> None:
         """Drop every expired entry."""
-        now = self._clock()
+        now = self.clock()
         self._swept = now
         for key in [k for k, kept in self._kept.items() if kept.expires <= now]:
             self.pop(key)
 
     def _full(self, size: int) -> bool:
-        if len(self._kept) >= self._max_entries:
+        if len(self._kept) >= self.max_entries:
             return True
-        return self._max_bytes is not None and self._bytes + size > self._max_bytes
+        return self.max_bytes is not None and self._bytes + size > self.max_bytes

@@ -19,7 +19,6 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
 import structlog
@@ -27,13 +26,6 @@ import structlog
 from gitea_runner_operator.api import template_policy
 from gitea_runner_operator.api.credentials import url_problem
 from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
-from gitea_runner_operator.api.runner_config import (
-    VerdictKey,
-    known_problem,
-    parse_problem,
-    registers_in_init,
-    remember,
-)
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.client import GiteaClient, SessionPool
@@ -58,10 +50,10 @@ from gitea_runner_operator.forge.observe import (
 from gitea_runner_operator.forge.observe import GiteaHandle as GiteaHandle  # re-exported
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kit.clock import utc_now_iso
-from gitea_runner_operator.kit.offload import Offload
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.poll.config_check import RunnerConfigCheck
 from gitea_runner_operator.poll.trust import GiteaTrust
 
 log = structlog.get_logger(__name__)
@@ -95,9 +87,7 @@ class Observer:
         self._secrets = secrets
         self._sessions = sessions
         self._trust = trust
-        self._configs = configs
-        # The first check of a new runnerConfig: up to ~300 ms of parsing for 64 KiB.
-        self._config_checks: Offload[VerdictKey, str | None] = Offload("runner-config")
+        self._runner_configs = RunnerConfigCheck(configs) if configs is not None else None
         self._metrics = metrics
         self._allowed = tuple(allowed_urls)
         self._deadline = deadline
@@ -272,7 +262,8 @@ class Observer:
                 if self._trust is not None
                 else (None, "")
             )
-            await self._check_runner_config(namespace, spec)
+            if self._runner_configs is not None:
+                await self._runner_configs.require_usable(namespace, spec)
         except ReferenceProblem as exc:
             problem = Problem(exc.problem.reason, exc.problem.message, ProblemKind.SECRET)
             return Snapshot(started, checked, problem=problem), None
@@ -329,26 +320,3 @@ class Observer:
             retry_after=fetched.retry_after,
         )
         return snapshot, fetched.handle
-
-    async def _check_runner_config(self, namespace: str, spec: RunnerGroupSpec) -> None:
-        """Refuse a runner config that would make the real runner ignore what the group says
-        (its labels, host mode's registration file) or refuse to start: a runner Pod with it
-        would start and never take a job, which is worse than a condition saying why."""
-        ref = spec.runner_config
-        if ref is None or self._configs is None:
-            return
-        cm = ref.config_map_key_ref
-        text = await self._configs.read_config_map_key(
-            namespace, cm.name, cm.key, field="spec.runnerConfig", reason_prefix="RunnerConfig"
-        )
-        key, why = known_problem(text, spec.mode, init_registers=registers_in_init(spec))
-        if key is not None:  # a config not seen before: parsed beside the loop, once
-            parse = partial(parse_problem, text, key)
-            why = remember(key, await self._config_checks.run(key, parse))
-        if why is not None:
-            raise ReferenceProblem(
-                Problem(
-                    "RunnerConfigInvalid",
-                    f"spec.runnerConfig: key {cm.key!r} of ConfigMap {namespace}/{cm.name} {why}",
-                )
-            )

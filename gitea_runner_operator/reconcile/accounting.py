@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gitea_runner_operator.api.gitea import ActionJob
-from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, Scope
 from gitea_runner_operator.api.scope import (
     ScopeIndex,
     fold,
@@ -58,6 +58,31 @@ class Claimant:
     # When each busy runner was first seen busy (its group's answer's ``started_at``): one
     # that turned busy after a peer's answer may have taken a job that answer still lists.
     busy_since: tuple[float, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        key: str,
+        spec: RunnerGroupSpec,
+        *,
+        not_busy: int,
+        alive: int,
+        blocked: bool,
+        busy_since: tuple[float, ...] = (),
+    ) -> Claimant:
+        """What a group offers (its scope and labels, from its spec) and its room. The one
+        builder for the reconcile and for ``why``, so both weigh a group alike: a group that
+        cannot create now (``blocked``) has no spare capacity."""
+        return cls(
+            key=key,
+            scope=spec.scope,
+            org=spec.org,
+            repo=spec.repo,
+            offered=spec.label_names,
+            not_busy=not_busy,
+            spare=0 if blocked else spec.max_active_runners - alive,
+            busy_since=busy_since,
+        )
 
     def covers(self, repository: Repository | None) -> bool:
         """Whether this group's runners can take jobs of that repository. A job whose

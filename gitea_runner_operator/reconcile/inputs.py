@@ -86,23 +86,21 @@ def read_pass(cache: ClusterReads, expectations: Expectations, key: str) -> Grou
         return None
     live = cache.runner_pods(key)
     pods = pods_by_job(live)
+    all_pods = pods_by_job([*live, *cache.deleted_pods(key)])
     jobs = cache.runner_jobs(key)
+    labelled = [job_view(job, pods.get(job["metadata"]["name"], [])) for job in jobs]
     # Only Jobs named as this group names its runners are its runners: a Forgejo runner
     # registers under its Job's name, so a tenant's Job named like another team's runner
     # would otherwise make that registration this group's to disable and delete.
     meta = group.get("metadata") or {}
     own = job_name_pattern(str(meta.get("name", "")), str(meta.get("uid", "")))
-    views = [
-        job_view(job, pods.get(job["metadata"]["name"], []))
-        for job in jobs
-        if own.match(job["metadata"]["name"])
-    ]
+    views = [v for v in labelled if own.match(v.name)]
     return GroupPass(
         key=key,
         group=group,
         views=views,
         jobs=jobs,
-        all_pods=pods_by_job([*live, *cache.deleted_pods(key)]),
+        all_pods=all_pods,
         pending=expectations.pending(key, {v.name for v in views}),
     )
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Final
 
 import structlog
@@ -32,33 +33,31 @@ def _ignore(_: float) -> None:
     pass
 
 
+@dataclass(eq=False)
 class LoopWatch:
     """``observe`` receives each wake's lag in seconds (a histogram's ``observe``)."""
 
-    def __init__(
-        self,
-        *,
-        interval: float = INTERVAL,
-        warn_above: float = WARN_ABOVE,
-        warn_every: float = WARN_EVERY,
-        observe: Callable[[float], None] = _ignore,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._interval = interval
-        self._warn_above = warn_above
-        self._observe = observe
-        self._clock = clock
-        self._rate = LogRate(warn_every, max_keys=1, clock=clock)
-        self._task: asyncio.Task[None] | None = None
-        # Written by the loop, read by other threads: a float is replaced whole under the GIL.
-        self.beat = clock()
-        self.max_lag = 0.0
-        self.stalls = 0  # wakes later than ``warn_above``
-        self._worst_held = 0.0
+    _: KW_ONLY
+    interval: float = INTERVAL
+    warn_above: float = WARN_ABOVE
+    warn_every: float = WARN_EVERY
+    observe: Callable[[float], None] = _ignore
+    clock: Callable[[], float] = time.monotonic
+    # Written by the loop, read by other threads: a float is replaced whole under the GIL.
+    beat: float = field(init=False)
+    max_lag: float = field(default=0.0, init=False)
+    stalls: int = field(default=0, init=False)  # wakes later than ``warn_above``
+    _rate: LogRate = field(init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _worst_held: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        self.beat = self.clock()
+        self._rate = LogRate(self.warn_every, max_keys=1, clock=self.clock)
 
     def heartbeat_age(self) -> float:
         """Seconds since the loop last woke this watch; safe to call from any thread."""
-        return max(0.0, self._clock() - self.beat)
+        return max(0.0, self.clock() - self.beat)
 
     async def __aenter__(self) -> LoopWatch:
         self.start()
@@ -69,7 +68,7 @@ class LoopWatch:
 
     def start(self) -> None:
         if self._task is None:
-            self.beat = self._clock()
+            self.beat = self.clock()
             self._task = asyncio.create_task(self._run(), name="loop-watch")
 
     async def stop(self) -> None:
@@ -81,16 +80,16 @@ class LoopWatch:
 
     async def _run(self) -> None:
         while True:
-            asleep = self._clock()
-            await asyncio.sleep(self._interval)
-            woke = self._clock()
+            asleep = self.clock()
+            await asyncio.sleep(self.interval)
+            woke = self.clock()
             self.beat = woke
-            self._woke(max(0.0, woke - asleep - self._interval))
+            self._woke(max(0.0, woke - asleep - self.interval))
 
     def _woke(self, lag: float) -> None:
-        self._observe(lag)
+        self.observe(lag)
         self.max_lag = max(self.max_lag, lag)
-        if lag <= self._warn_above:
+        if lag <= self.warn_above:
             return
         self.stalls += 1
         held = self._rate.admit("stall")
@@ -100,7 +99,7 @@ class LoopWatch:
         log.warning(
             "event loop stalled",
             lag_s=round(lag, 3),
-            threshold_s=self._warn_above,
+            threshold_s=self.warn_above,
             held_back=held,
             worst_held_back_s=round(self._worst_held, 3),
         )

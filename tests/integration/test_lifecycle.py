@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from gitea_runner_operator.api.naming import runner_prefix
-from tests.support import manifests
 from tests.support.builders import workflow
 from tests.support.testbed import (
     GROUPS,
@@ -14,10 +13,8 @@ from tests.support.testbed import (
     group_status,
     group_uid,
     kwok_image,
-    make_tokens,
     register_runner,
     registered,
-    runner_group,
     runner_jobs,
     sample,
     start_daemon,
@@ -30,24 +27,20 @@ WORKFLOW = workflow("slow", {"build": "gro-linux"})
 
 
 def test_a_runner_that_never_registers_is_reaped_and_not_churned(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator, kwok
+    kube, gitea, cluster, team, start_operator, kwok
 ):
     """Measured before: runner Pods that never took their job were reaped and recreated
     every idleTimeout (6 Jobs in 170 s for 2 queued jobs) with Ready=True and nothing saying
     why. Now: reaped after startupTimeout, a condition names the likely causes, and new
     runners are held back instead of churning."""
-    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org, repo = team.ns, team.org, team.repo
     gitea.push_workflow(org, repo, "slow.yml", WORKFLOW)
     gitea.wait_for_jobs(org, repo, "queued", count=1)
     start_operator(ns)
     # kwok runs the Pod for an hour but no runner ever registers: it is stuck "starting".
-    manifests.apply(
-        kube,
-        runner_group("stuck", target=gitea_target, url=cluster.gitea_url, maxActiveRunners=1,
-                     idleTimeout="1m", startupTimeout="1m", image=kwok_image(3600)),
-        namespace=ns,
-    )  # fmt: skip
+    team.group(
+        "stuck", maxActiveRunners=1, idleTimeout="1m", startupTimeout="1m", image=kwok_image(3600)
+    )
     first = wait_until(lambda: runner_jobs(kube, ns, "stuck"), what="a runner Job")[0]
     first_name = first["metadata"]["name"]
     wait_until(lambda: not runner_jobs(kube, ns, "stuck"), timeout=120, what="reaped")
@@ -71,14 +64,11 @@ def test_a_runner_that_never_registers_is_reaped_and_not_churned(
 
 
 def test_leftover_registrations_are_removed_only_when_provably_the_groups(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator, tmp_path
+    kube, gitea, cluster, team, start_operator, tmp_path
 ):
-    ns, org = team_namespace, gitea_target.org
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org = team.ns, team.org
     start_operator(ns)
-    manifests.apply(
-        kube, runner_group("tidy", target=gitea_target, url=cluster.gitea_url), namespace=ns
-    )
+    team.group("tidy")
     prefix = runner_prefix("tidy", group_uid(kube, ns, "tidy"))
     # Runner Pods that died before taking a job leave ephemeral registrations, offline,
     # which Gitea keeps forever. Make some with the real registration flow.
@@ -89,7 +79,7 @@ def test_leftover_registrations_are_removed_only_when_provably_the_groups(
         "someone-elses-runner",
     ]
     for name in (leftover, *lookalikes):
-        register_runner(cluster, gitea_target, name, "gro-linux:host", tmp_path)
+        register_runner(cluster, team.target, name, "gro-linux:host", tmp_path)
         (tmp_path / ".runner").unlink(missing_ok=True)
     wait_until(
         lambda: leftover not in registered(gitea, org),
@@ -100,16 +90,11 @@ def test_leftover_registrations_are_removed_only_when_provably_the_groups(
 
 
 def test_deleting_a_group_tears_it_down_and_releases_the_finalizer(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator, tmp_path
+    kube, gitea, cluster, team, start_operator, tmp_path
 ):
-    ns, org = team_namespace, gitea_target.org
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org = team.ns, team.org
     operator = start_operator(ns)
-    manifests.apply(
-        kube,
-        runner_group("bye", target=gitea_target, url=cluster.gitea_url, drainTimeout="0s"),
-        namespace=ns,
-    )
+    team.group("bye", drainTimeout="0s")
     group = wait_until(
         lambda: (
             (g := kube.get(f"{GROUPS.format(ns=ns)}/bye"))
@@ -120,7 +105,7 @@ def test_deleting_a_group_tears_it_down_and_releases_the_finalizer(
     )
     # An idle runner of the group, online (its daemon polls Gitea), never given a job.
     name = runner_prefix("bye", group["metadata"]["uid"]) + "bcdfg-hjklm"
-    register_runner(cluster, gitea_target, name, "gro-none:host", tmp_path)
+    register_runner(cluster, team.target, name, "gro-none:host", tmp_path)
     daemon = start_daemon(tmp_path)
     try:
         wait_until(
@@ -151,22 +136,17 @@ def test_deleting_a_group_tears_it_down_and_releases_the_finalizer(
 
 
 def test_a_group_deleted_while_the_operator_was_down_is_cleaned_up_when_it_returns(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator, tmp_path
+    kube, gitea, cluster, team, start_operator, tmp_path
 ):
-    ns, org = team_namespace, gitea_target.org
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org = team.ns, team.org
     first = start_operator(ns)
-    manifests.apply(
-        kube,
-        runner_group("later", target=gitea_target, url=cluster.gitea_url, drainTimeout="0s"),
-        namespace=ns,
-    )
+    team.group("later", drainTimeout="0s")
     wait_until(
         lambda: kube.get(f"{GROUPS.format(ns=ns)}/later")["metadata"].get("finalizers"),
         what="finalizer",
     )
     name = runner_prefix("later", group_uid(kube, ns, "later")) + "bcdfg-hjklm"
-    register_runner(cluster, gitea_target, name, "gro-none:host", tmp_path)
+    register_runner(cluster, team.target, name, "gro-none:host", tmp_path)
     assert first.stop() == 0
     kube.delete(f"{GROUPS.format(ns=ns)}/later")
     # Held by the finalizer while nobody is there to clean up.
@@ -191,17 +171,11 @@ jobs:
 
 
 def test_teardown_removes_idle_runners_at_once_and_lets_a_busy_one_finish(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator, tmp_path
+    kube, gitea, cluster, team, start_operator, tmp_path
 ):
-    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org, repo = team.ns, team.org, team.repo
     start_operator(ns)
-    manifests.apply(
-        kube,
-        runner_group("drain", target=gitea_target, url=cluster.gitea_url,
-                     labels=["gro-nothing-queued"], drainTimeout="5m"),
-        namespace=ns,
-    )  # fmt: skip
+    team.group("drain", labels=["gro-nothing-queued"], drainTimeout="5m")
     prefix = runner_prefix("drain", group_uid(kube, ns, "drain"))
     idle, busy = prefix + "bcdfg-hjklm", prefix + "ncdfg-hjklm"
     daemons = []
@@ -209,7 +183,7 @@ def test_teardown_removes_idle_runners_at_once_and_lets_a_busy_one_finish(
         for name, labels in ((idle, "gro-idle:host"), (busy, "gro-td-busy:host")):
             workdir = tmp_path / name
             workdir.mkdir()
-            register_runner(cluster, gitea_target, name, labels, workdir)
+            register_runner(cluster, team.target, name, labels, workdir)
             daemons.append(start_daemon(workdir))
         gitea.push_workflow(org, repo, "busy.yml", BUSY)
         wait_until(lambda: registered(gitea, org).get(busy, {}).get("busy"), what="busy runner")
@@ -244,19 +218,14 @@ def test_teardown_removes_idle_runners_at_once_and_lets_a_busy_one_finish(
 
 
 def test_teardown_gives_up_after_the_drain_timeout_when_gitea_fails(
-    kube, cluster, team_namespace, gitea_target, start_operator
+    kube, cluster, team, start_operator
 ):
     from tests.support.faulty_gitea import FaultyGitea
 
-    ns = team_namespace
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns = team.ns
     with FaultyGitea(upstream=cluster.gitea_url) as front:
         start_operator(ns)
-        manifests.apply(
-            kube,
-            runner_group("gone", target=gitea_target, url=front.url, drainTimeout="5s"),
-            namespace=ns,
-        )
+        team.group("gone", url=front.url, drainTimeout="5s")
         wait_until(lambda: group_status(kube, ns, "gone").get("lastCheckTime"), what="checked")
         front.mode = "500"
         kube.delete(f"{GROUPS.format(ns=ns)}/gone")

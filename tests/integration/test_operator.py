@@ -14,7 +14,6 @@ from tests.support.testbed import (
     job_done,
     kwok_image,
     make_secret,
-    make_tokens,
     ready,
     runner_group,
     runner_jobs,
@@ -62,20 +61,15 @@ jobs:
 
 
 def test_runner_jobs_follow_the_queue_up_to_the_maximum(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator, kwok
+    kube, gitea, cluster, team, start_operator, kwok
 ):
-    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org, repo = team.ns, team.org, team.repo
     gitea.push_workflow(org, repo, "ci.yml", WORKFLOW)
     gitea.wait_for_jobs(org, repo, "queued", count=4)  # 3 x gro-linux, 1 x gro-gpu
     gitea.wait_for_jobs(org, repo, "waiting", count=1)  # after-build, blocked by needs:
     start_operator(ns)
 
-    manifests.apply(
-        kube,
-        runner_group("ci", target=gitea_target, url=cluster.gitea_url, image=kwok_image(25)),
-        namespace=ns,
-    )
+    team.group("ci", image=kwok_image(25))
 
     # Runners for the queued jobs the group can run, never more than maxActiveRunners (2).
     wait_until(lambda: len(runner_jobs(kube, ns, "ci")) == 2, what="two runner Jobs")
@@ -101,7 +95,7 @@ def test_runner_jobs_follow_the_queue_up_to_the_maximum(
     ]["uid"]
     for job in runner_jobs(kube, ns, "ci"):
         text = json.dumps(job)
-        assert gitea_target.registration_token not in text
+        assert team.target.registration_token not in text
         assert cluster.gitea_token not in text
         (owner,) = job["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"], owner["controller"]) == (
@@ -143,17 +137,14 @@ def test_runner_jobs_follow_the_queue_up_to_the_maximum(
 
 
 def test_blocked_jobs_and_foreign_labels_start_no_runner(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator
+    kube, gitea, cluster, team, start_operator
 ):
-    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org, repo = team.ns, team.org, team.repo
     gitea.push_workflow(org, repo, "blocked.yml", BLOCKED_ONLY)
     gitea.wait_for_jobs(org, repo, "queued", count=1)  # "first": a label the group lacks
     gitea.wait_for_jobs(org, repo, "waiting", count=1)  # "second": ours, but blocked
     start_operator(ns)
-    manifests.apply(
-        kube, runner_group("idle", target=gitea_target, url=cluster.gitea_url), namespace=ns
-    )
+    team.group("idle")
     status = wait_until(
         lambda: (s := group_status(kube, ns, "idle")).get("lastCheckTime") and s,
         what="first check",
@@ -164,18 +155,13 @@ def test_blocked_jobs_and_foreign_labels_start_no_runner(
 
 
 def test_spec_changes_take_effect_and_deleting_the_group_deletes_its_jobs(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator
+    kube, gitea, cluster, team, start_operator
 ):
-    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org, repo = team.ns, team.org, team.repo
     gitea.push_workflow(org, repo, "ci.yml", WORKFLOW)
     gitea.wait_for_jobs(org, repo, "queued", count=4)
     start_operator(ns)
-    group = runner_group(
-        "grow", target=gitea_target, url=cluster.gitea_url, maxActiveRunners=1,
-        image=kwok_image(120),
-    )  # fmt: skip
-    manifests.apply(kube, group, namespace=ns)
+    group = team.group("grow", maxActiveRunners=1, image=kwok_image(120))
     wait_until(lambda: len(runner_jobs(kube, ns, "grow")) == 1, what="one runner Job")
 
     group["spec"]["maxActiveRunners"] = 5
@@ -195,19 +181,13 @@ def test_spec_changes_take_effect_and_deleting_the_group_deletes_its_jobs(
 
 
 def test_a_restarted_operator_does_not_double_the_runners(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator
+    kube, gitea, cluster, team, start_operator
 ):
-    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org, repo = team.ns, team.org, team.repo
     gitea.push_workflow(org, repo, "ci.yml", WORKFLOW)
     gitea.wait_for_jobs(org, repo, "queued", count=4)
     first = start_operator(ns)
-    manifests.apply(
-        kube,
-        runner_group("steady", target=gitea_target, url=cluster.gitea_url, maxActiveRunners=5,
-                     image=kwok_image(120)),
-        namespace=ns,
-    )  # fmt: skip
+    team.group("steady", maxActiveRunners=5, image=kwok_image(120))
     wait_until(lambda: len(runner_jobs(kube, ns, "steady")) == 3, what="three runner Jobs")
     assert first.stop() == 0
     # A new process, with no memory of the first, and a second one racing it for the Lease.

@@ -12,15 +12,12 @@ import subprocess
 
 import pytest
 
-from tests.support import manifests
 from tests.support.builders import workflow
 from tests.support.testbed import (
     events,
     group_status,
     kwok_image,
-    make_tokens,
     metrics,
-    runner_group,
     wait_until,
     why,
 )
@@ -32,16 +29,12 @@ TYPO = workflow("typo", {"build": "gro-linx"})
 THREE = workflow("three", dict.fromkeys("abc", "gro-linux"))
 
 
-def test_a_typo_label_is_named_with_the_label_it_meant(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator
-):
-    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_tokens(kube, ns, cluster, gitea_target)
+def test_a_typo_label_is_named_with_the_label_it_meant(kube, gitea, cluster, team, start_operator):
+    ns, org, repo = team.ns, team.org, team.repo
     gitea.push_workflow(org, repo, "typo.yml", TYPO)
     (job,) = gitea.wait_for_jobs(org, repo, "queued", count=1)
     operator = start_operator(ns)
-    manifests.apply(kube, runner_group("ci", target=gitea_target, url=cluster.gitea_url),
-                    namespace=ns)  # fmt: skip
+    team.group("ci")
 
     warning = wait_until(
         lambda: next((e for e in events(kube, ns) if e["reason"] == "UnmatchedJobs"), None),
@@ -65,19 +58,14 @@ def test_a_typo_label_is_named_with_the_label_it_meant(
 
 
 def test_a_group_at_capacity_says_so_in_status_metrics_and_why(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator, kwok
+    kube, gitea, cluster, team, start_operator, kwok
 ):
-    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org, repo = team.ns, team.org, team.repo
     gitea.push_workflow(org, repo, "three.yml", THREE)
     jobs = gitea.wait_for_jobs(org, repo, "queued", count=3)
     operator = start_operator(ns)
     # kwok keeps the runner Pods running, unregistered: two runners "starting", at the max.
-    manifests.apply(
-        kube,
-        runner_group("ci", target=gitea_target, url=cluster.gitea_url, image=kwok_image(600)),
-        namespace=ns,
-    )  # fmt: skip
+    team.group("ci", image=kwok_image(600))
 
     status = wait_until(
         lambda: (s := group_status(kube, ns, "ci")).get("waiting", {}).get("atCapacity") == 1 and s,

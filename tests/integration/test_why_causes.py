@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import manifests
 from tests.support.builders import workflow
 from tests.support.testbed import (
     condition,
@@ -28,9 +27,7 @@ from tests.support.testbed import (
     group_status,
     kwok_image,
     make_secret,
-    make_tokens,
     metrics,
-    runner_group,
     runner_jobs,
     sample,
     wait_until,
@@ -106,31 +103,24 @@ def repo_tokens(kube: Any, ns: str, cluster: Any, gitea: Any, org: str, repo: st
 
 
 def test_an_uncovered_repository_is_unmatched_and_names_the_group_that_offers_its_labels(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator
+    kube, gitea, cluster, team, start_operator
 ):
-    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
+    ns, org, repo = team.ns, team.org, team.repo
     gitea.create_repo(org, "ml")
     try:
-        make_tokens(kube, ns, cluster, gitea_target)
         ml = repo_tokens(kube, ns, cluster, gitea, org, "ml")
         gitea.push_workflow(org, repo, "gpu.yml", GPU)
         (job,) = gitea.wait_for_jobs(org, repo, "queued", count=1)
         operator = start_operator(ns)
         # "gpu" offers gro-gpu, for org/ml only. It reports first: were "ci" alone, the job
         # would be unmatched by its labels, and that Event is not repeated within the hour.
-        manifests.apply(
-            kube,
-            runner_group("gpu", target=gitea_target, url=cluster.gitea_url, scope="repo",
-                         repo="ml", labels=["gro-gpu"], **ml),
-            namespace=ns,
-        )  # fmt: skip
+        team.group("gpu", scope="repo", repo="ml", labels=["gro-gpu"], **ml)
         wait_until(
             lambda: condition(group_status(kube, ns, "gpu"), "Ready").get("status") == "True",
             what="gpu Ready",
         )
         # "ci" covers the whole org, so it lists the job, but it offers gro-linux only.
-        manifests.apply(kube, runner_group("ci", target=gitea_target, url=cluster.gitea_url),
-                        namespace=ns)  # fmt: skip
+        team.group("ci")
 
         warning = wait_until(
             lambda: next((e for e in events(kube, ns) if e["reason"] == "UnmatchedJobs"), None),
@@ -168,16 +158,14 @@ def test_an_uncovered_repository_is_unmatched_and_names_the_group_that_offers_it
 
 
 def test_a_quota_refused_group_holds_its_job_back_and_says_why(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator
+    kube, gitea, cluster, team, start_operator
 ):
-    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org, repo = team.ns, team.org, team.repo
     quota(kube, ns, {"count/jobs.batch": "0"})
     gitea.push_workflow(org, repo, "one.yml", ONE)
     (job,) = gitea.wait_for_jobs(org, repo, "queued", count=1)
     operator = start_operator(ns)
-    manifests.apply(kube, runner_group("ci", target=gitea_target, url=cluster.gitea_url),
-                    namespace=ns)  # fmt: skip
+    team.group("ci")
 
     status = wait_until(
         lambda: (s := group_status(kube, ns, "ci")).get("waiting", {}).get("heldBack", {})
@@ -215,19 +203,17 @@ def test_a_quota_refused_group_holds_its_job_back_and_says_why(
 
 
 def test_runner_pods_that_never_start_are_a_starting_runner_then_runner_pods_not_starting(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator
+    kube, gitea, cluster, team, start_operator
 ):
     """The runner Job is created, but the namespace's quota admits no Pod: the job waits for
     a runner that never starts. At first that is a starting runner like any other; once the
     Job has had no Pod for a minute (scaling.NO_POD_GRACE), RunnersHealthy says so."""
-    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org, repo = team.ns, team.org, team.repo
     quota(kube, ns, {"pods": "0"})
     gitea.push_workflow(org, repo, "one.yml", ONE)
     (job,) = gitea.wait_for_jobs(org, repo, "queued", count=1)
     operator = start_operator(ns)
-    manifests.apply(kube, runner_group("ci", target=gitea_target, url=cluster.gitea_url),
-                    namespace=ns)  # fmt: skip
+    team.group("ci")
 
     status = wait_until(
         lambda: (s := group_status(kube, ns, "ci")).get("waiting", {}).get("startingRunner") == 1
@@ -271,30 +257,20 @@ def test_runner_pods_that_never_start_are_a_starting_runner_then_runner_pods_not
 
 
 def test_a_job_served_by_a_peer_names_the_peer_in_status_metrics_and_why(
-    kube, gitea, cluster, team_namespace, gitea_target, start_operator, kwok
+    kube, gitea, cluster, team, start_operator, kwok
 ):
-    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
-    make_tokens(kube, ns, cluster, gitea_target)
+    ns, org, repo = team.ns, team.org, team.repo
     app = repo_tokens(kube, ns, cluster, gitea, org, repo)
     gitea.push_workflow(org, repo, "one.yml", ONE)
     (job,) = gitea.wait_for_jobs(org, repo, "queued", count=1)
     operator = start_operator(ns)
     # kwok keeps the runner Pods running, unregistered: the job stays queued.
-    manifests.apply(
-        kube,
-        runner_group("app-ci", target=gitea_target, url=cluster.gitea_url, scope="repo", repo=repo,
-                     image=kwok_image(600), **app),
-        namespace=ns,
-    )  # fmt: skip
+    team.group("app-ci", scope="repo", repo=repo, image=kwok_image(600), **app)
     wait_until(
         lambda: group_status(kube, ns, "app-ci").get("waiting", {}).get("startingRunner") == 1,
         what="app-ci: status.waiting.startingRunner == 1",
     )
-    manifests.apply(
-        kube,
-        runner_group("org-ci", target=gitea_target, url=cluster.gitea_url, image=kwok_image(600)),
-        namespace=ns,
-    )  # fmt: skip
+    team.group("org-ci", image=kwok_image(600))
 
     status = wait_until(
         lambda: (s := group_status(kube, ns, "org-ci")).get("waiting", {}).get("servedByPeer", {})

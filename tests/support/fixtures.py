@@ -20,9 +20,11 @@ from tests.support import manifests
 from tests.support.launcher import OPERATOR_NS, OPERATOR_SA, OperatorProcess, launch
 from tests.support.testbed import (
     GiteaTarget,
+    Team,
     allow_secrets,
     delete_namespace,
     make_namespace,
+    make_tokens,
     unique,
 )
 from tests.testbed.gitea_api import GiteaAPI
@@ -36,6 +38,7 @@ __all__ = [
     "kwok",
     "pytest_runtest_makereport",
     "start_operator",
+    "team",
     "team_namespace",
 ]
 
@@ -111,6 +114,14 @@ def gitea_target(gitea: GiteaAPI) -> Iterator[GiteaTarget]:
         gitea.delete(f"/repos/{org}/{repo}")
     with contextlib.suppress(Exception):
         gitea.delete(f"/orgs/{org}")
+
+
+@pytest.fixture
+def team(kube: KubeClient, cluster: Any, team_namespace: str, gitea_target: GiteaTarget) -> Team:
+    """The setup most scenarios share: a team namespace, a Gitea organisation with a
+    repository, and the Secret "tokens" with its registration token and the API token."""
+    make_tokens(kube, team_namespace, cluster, gitea_target)
+    return Team(kube, cluster.gitea_url, team_namespace, gitea_target)
 
 
 @pytest.fixture

@@ -165,6 +165,33 @@ def runner_group(name: str, *, target: GiteaTarget, url: str, **spec: Any) -> di
     return group_object(name, body)
 
 
+@dataclass(frozen=True)
+class Team:
+    """One team's setup, as the scenarios share it (fixture ``team``): its namespace, whose
+    Secrets the operator may read, its Gitea organisation and repository, and the Secret
+    "tokens" (:func:`make_tokens`) that its groups name."""
+
+    kube: KubeClient
+    gitea_url: str
+    ns: str
+    target: GiteaTarget
+
+    @property
+    def org(self) -> str:
+        return self.target.org
+
+    @property
+    def repo(self) -> str:
+        return self.target.repo
+
+    def group(self, name: str, *, url: str | None = None, **spec: Any) -> dict[str, Any]:
+        """A RunnerGroup of the team's organisation (:func:`runner_group`), on the testbed's
+        Gitea unless ``url`` says otherwise, applied in the team's namespace."""
+        obj = runner_group(name, target=self.target, url=url or self.gitea_url, **spec)
+        manifests.apply(self.kube, obj, namespace=self.ns)
+        return obj
+
+
 def group_uid(kube: KubeClient, ns: str, name: str) -> str:
     return str(kube.get(f"{GROUPS.format(ns=ns)}/{name}")["metadata"]["uid"])
 

@@ -58,14 +58,12 @@ def claimant(
     states = p.states
     late = late_runners(p.views, states, now, start_bound)
     covering = sum(1 for v in p.views if states[v.name] in (RunnerState.STARTING, RunnerState.IDLE))
-    return Claimant(
-        key=p.key,
-        scope=p.spec.scope,
-        org=p.spec.org,
-        repo=p.spec.repo,
-        offered=p.spec.label_names,
+    return Claimant.of(
+        p.key,
+        p.spec,
         not_busy=p.pending + p.released + covering - late,
-        spare=0 if blocked or late else p.spec.max_active_runners - p.alive,
+        alive=p.alive,
+        blocked=blocked or late > 0,
         busy_since=busy_since,
     )
 

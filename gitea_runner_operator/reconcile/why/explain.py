@@ -72,15 +72,12 @@ def claimant(view: GroupView) -> Claimant:
         find_condition(status, kind).get("status", "True") == "True"
         for kind in (READY, RUNNERS_HEALTHY)
     )
-    spare = spec.max_active_runners - int(status.get("activeRunners") or 0) if healthy else 0
-    return Claimant(
-        key=view.key,
-        scope=spec.scope,
-        org=spec.org,
-        repo=spec.repo,
-        offered=spec.label_names,
+    return Claimant.of(
+        view.key,
+        spec,
         not_busy=int(runners.get("starting") or 0) + int(runners.get("idle") or 0),
-        spare=spare,
+        alive=int(status.get("activeRunners") or 0),
+        blocked=not healthy,
     )
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import structlog
@@ -137,32 +137,33 @@ def _sighting(member: Member | None) -> tuple[object, ...] | None:
     return (member.url, c.scope, c.org, c.repo, c.offered, jobs)
 
 
+@dataclass(eq=False)
 class UnmatchedBook:
-    def __init__(
-        self,
-        members: Members,
-        *,
-        every: float = WARN_EVERY,
-        memo_size: int = MEMO_SIZE,
-        min_interval: float = MIN_INTERVAL,
-        clock: Callable[[], float] = time.monotonic,
-        max_sets: int = MAX_SETS_WEIGHED,
-    ) -> None:
-        self._max_sets = max_sets
-        self._every = every
-        self._min_interval = min_interval
-        self._clock = clock
-        self._members = members
-        # Gitea URLs whose inputs changed since evaluated -> whether a group left (then
-        # the evaluation is not held back for min_interval)
-        self._dirty: dict[str, bool] = {}
-        self._evaluated_at: dict[str, float] = {}
-        # Gitea URL -> the one group asked to come back for an evaluation skipped for
-        # min_interval: one pass per URL, not one per group (1,000 groups share a Gitea).
-        self._retry: dict[str, str] = {}
-        self._warned: LRU[tuple[str, tuple[str, ...]], float] = LRU(memo_size)
-        self.log_rate = LogRate(LOG_EVERY, clock=clock)  # per Gitea URL
-        self._work: Offload[str, Found] = Offload("why-unmatched")
+    """Reads the groups from ``members``; ``every``, ``memo_size``, ``min_interval`` and
+    ``max_sets`` pace and bound the evaluations and warnings (module docstring)."""
+
+    members: Members
+    _: KW_ONLY
+    every: float = WARN_EVERY
+    memo_size: int = MEMO_SIZE
+    min_interval: float = MIN_INTERVAL
+    clock: Callable[[], float] = time.monotonic
+    max_sets: int = MAX_SETS_WEIGHED
+    # Gitea URLs whose inputs changed since evaluated -> whether a group left (then the
+    # evaluation is not held back for min_interval)
+    _dirty: dict[str, bool] = field(default_factory=dict, init=False)
+    _evaluated_at: dict[str, float] = field(default_factory=dict, init=False)
+    # Gitea URL -> the one group asked to come back for an evaluation skipped for
+    # min_interval: one pass per URL, not one per group (1,000 groups share a Gitea).
+    _retry: dict[str, str] = field(default_factory=dict, init=False)
+    _warned: LRU[tuple[str, tuple[str, ...]], float] = field(init=False)
+    log_rate: LogRate = field(init=False)  # per Gitea URL
+    _work: Offload[str, Found] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._warned = LRU(self.memo_size)
+        self.log_rate = LogRate(LOG_EVERY, clock=self.clock)
+        self._work = Offload("why-unmatched")
 
     def changed(self, old: Member | None, new: Member | None) -> None:
         """A group's member in the book went from ``old`` to ``new`` (None: it left; its
@@ -197,21 +198,21 @@ class UnmatchedBook:
         return None if work is None else self._finish(url, await self._work.run(url, work))
 
     def _start(self, url: str, force: bool) -> Callable[[], Found] | None:
-        now = self._clock()
+        now = self.clock()
         if url not in self._dirty:
             return None
-        if not force and now - self._evaluated_at.get(url, float("-inf")) < self._min_interval:
+        if not force and now - self._evaluated_at.get(url, float("-inf")) < self.min_interval:
             return None
         del self._dirty[url]
         self._retry.pop(url, None)
         self._evaluated_at[url] = now
-        members = self._members.of_url(url)
+        members = self.members.of_url(url)
         if not members:
             self._evaluated_at.pop(url, None)
-        return evaluation(url, members, self._max_sets)
+        return evaluation(url, members, self.max_sets)
 
     def _finish(self, url: str, found: Found) -> Verdict:
-        now = self._clock()
+        now = self.clock()
         warn = tuple(s for s in found.sets if s.detailed and self._due(s, now))
         return Verdict(url, found.sets, warn, found.series, found.unweighed)
 
@@ -224,20 +225,20 @@ class UnmatchedBook:
         happens: a reconcile is queued only when something changed, so without this a typo
         label could wait for the next resync. One group per Gitea is asked; None for the
         rest, and when nothing is pending."""
-        member = self._members.get(key)
+        member = self.members.get(key)
         if member is None or member.url not in self._dirty:
             return None
         owner = self._retry.setdefault(member.url, key)
-        if owner != key and owner in self._members:
+        if owner != key and owner in self.members:
             return None
         self._retry[member.url] = key
-        since = self._clock() - self._evaluated_at.get(member.url, float("-inf"))
-        return max(0.0, self._min_interval - since)
+        since = self.clock() - self._evaluated_at.get(member.url, float("-inf"))
+        return max(0.0, self.min_interval - since)
 
     def _due(self, s: UnmatchedSet, now: float) -> bool:
         key = (s.url, s.labels)
         last = self._warned.peek(key)
-        if last is not None and now - last < self._every:
+        if last is not None and now - last < self.every:
             return False
         self._warned.put(key, now)
         return True

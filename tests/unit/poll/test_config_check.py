@@ -13,6 +13,7 @@ from gitea_runner_operator.api.runner_config import runner_config_problem
 from gitea_runner_operator.api.runnergroup import RunnerMode, parse_spec
 from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kube.configmaps import ReferenceProblem
+from gitea_runner_operator.poll.config_check import RunnerConfigCheck
 from gitea_runner_operator.poll.observer import Observer
 from tests.support.gitea_answers import ORG_SPEC, FakeSecrets, gitea
 
@@ -127,25 +128,21 @@ async def test_a_new_config_is_parsed_beside_the_event_loop_once_for_every_group
         assert reached.wait(10), "the event loop did not run while the config was parsed"
         return real(text, key)
 
-    monkeypatch.setattr("gitea_runner_operator.poll.observer.parse_problem", parse)
+    monkeypatch.setattr("gitea_runner_operator.poll.config_check.parse_problem", parse)
     text = "runner:\n  labels: [" + ",".join(f"l{i}" for i in range(3000)) + "]\n"
     spec = parse_spec(
         {**ORG_SPEC, "runnerConfig": {"configMapKeyRef": {"name": "rc", "key": "config.yaml"}}}
     )
-    pool = SessionPool()
-    observer = Observer(FakeSecrets({"ns": "t"}), pool, configs=FakeConfigs(text))  # type: ignore[arg-type]
+    checker = RunnerConfigCheck(FakeConfigs(text))  # type: ignore[arg-type]
 
     async def check() -> str:
         try:
-            await observer._check_runner_config("ns", spec)
+            await checker.require_usable("ns", spec)
         except ReferenceProblem as exc:
             return exc.problem.reason
         return "passed"
 
-    try:
-        first = await asyncio.gather(*(check() for _ in range(5)))
-        again = await check()
-    finally:
-        await pool.close()
+    first = await asyncio.gather(*(check() for _ in range(5)))
+    again = await check()
     assert [*first, again] == ["RunnerConfigInvalid"] * 6
     assert len(parsed_in) == 1 and parsed_in[0] != loop_thread
