@@ -44,9 +44,18 @@ def test_a_runner_that_never_registers_is_reaped_and_not_churned(
     first = wait_until(lambda: runner_jobs(kube, ns, "stuck"), what="a runner Job")[0]
     first_name = first["metadata"]["name"]
     wait_until(lambda: not runner_jobs(kube, ns, "stuck"), timeout=120, what="reaped")
-    events = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
-    reaped = [e for e in events if e["reason"] == "RunnerReaped"]
-    assert reaped and first_name in reaped[0]["message"]
+    # The operator posts the Event after the Job's deletion: on a loaded machine it lands a
+    # moment after the Job is gone, as a user reading the events would see it.
+    reaped = wait_until(
+        lambda: [
+            e
+            for e in kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+            if e["reason"] == "RunnerReaped"
+        ],
+        timeout=30,
+        what="the RunnerReaped Event",
+    )
+    assert first_name in reaped[0]["message"]
     assert "startupTimeout" in reaped[0]["message"]
     healthy = wait_until(
         lambda: (

@@ -16,7 +16,9 @@ Cache root: ``$GRO_TESTBED_CACHE`` or ``${XDG_CACHE_HOME:-~/.cache}/gitea-runner
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 GO_DIR = Path(__file__).resolve().parent / "go"
@@ -239,13 +242,46 @@ def _go_env(comp: Component) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def cache_lock(key: str) -> Iterator[None]:
+    """Hold the cache's lock for ``key`` (a component's cache key, an image's name).
+
+    Why: parallel test workers (pytest-xdist) and a second session find an empty cache at
+    the same time; without the lock both compile the same component for minutes and the
+    second rename lands on the first one's finished directory. The second waits here and
+    then finds the build done.
+    """
+    locks = cache_root() / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with (locks / f"{key}.lock").open("w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"{key}: another process is building it; waiting for it to finish")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
 def build_component(name: str, force: bool = False) -> Path:
-    """Build one component into the cache unless already there; return its directory."""
-    comp = COMPONENTS[name]
+    """Build one component into the cache unless already there; return its directory.
+
+    Under :func:`cache_lock`, so concurrent callers build it once: the waiter re-checks the
+    cache after the lock is its own (unless ``force``).
+    """
     dest = component_dir(name)
     if not force and (dest / "build.json").is_file():
         log(f"{name}: cached at {dest}")
         return dest
+    with cache_lock(dest.name):
+        if not force and (dest / "build.json").is_file():
+            log(f"{name}: built meanwhile by another process, at {dest}")
+            return dest
+        return _build_component(name, dest)
+
+
+def _build_component(name: str, dest: Path) -> Path:
+    """The compile itself, into a temporary directory renamed to ``dest`` when complete."""
+    comp = COMPONENTS[name]
     if not go_available():
         raise RuntimeError(
             "the 'go' command is not on PATH (install Go >= 1.26 to build the testbed)"

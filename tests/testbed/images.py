@@ -558,7 +558,12 @@ def ensure_image(ref: str) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
+    with (
+        build.cache_lock(out.stem),
+        tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp,
+    ):
+        if out.is_file():  # another process built it while this one waited for the lock
+            return out
         partial = Path(tmp) / "image.tar"
         RECIPES[ref][0](Path(tmp), partial)
         partial.rename(out)

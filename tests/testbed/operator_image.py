@@ -31,6 +31,7 @@ from typing import Any
 from gitea_runner_operator import __version__
 
 from . import images
+from .build import cache_lock
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "gitea-runner-operator"
@@ -147,7 +148,9 @@ def ensure_image() -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
+    with cache_lock(out.stem), tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
+        if out.is_file():  # another process built it while this one waited for the lock
+            return out
         partial = Path(tmp) / "image.tar"
         build(Path(tmp), partial)
         partial.rename(out)

@@ -67,11 +67,32 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"runner: {runners.planned()}", *_real_node_header(config)]
 
 
+# The runners that pytest-xdist workers ran, as each worker reported them when it ended.
+_WORKER_RUNNERS: list[str] = []
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker: hand the runners it ran to the controller, which writes the
+    summary (a worker's own terminal output reaches nobody)."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["gro_runners"] = [rb.describe() for rb in runners.used()]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """On the pytest-xdist controller: collect what a finished worker reported."""
+    for described in getattr(node, "workeroutput", {}).get("gro_runners", []):
+        if described not in _WORKER_RUNNERS:
+            _WORKER_RUNNERS.append(described)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Repeat the runner actually run at the end, where a reader of a CI log looks."""
     _real_node_summary(terminalreporter)
-    for rb in runners.used():
-        terminalreporter.write_line(f"runner: {rb.describe()}", bold=True)
+    described = [rb.describe() for rb in runners.used()]
+    for line in described + [d for d in _WORKER_RUNNERS if d not in described]:
+        terminalreporter.write_line(f"runner: {line}", bold=True)
 
 
 def _uncaptured(request: pytest.FixtureRequest) -> contextlib.AbstractContextManager[Any]:
