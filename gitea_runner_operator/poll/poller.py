@@ -28,6 +28,7 @@ from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.observation import ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.observe import GiteaHandle
+from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.tasks import cancelled_itself
@@ -77,6 +78,7 @@ class PollerOptions(TypedDict, total=False):
     resync: float
     observe_deadline: float
     failures: LogRate
+    right: Callable[[str], bool] | None
 
 
 class GroupPoller:
@@ -100,7 +102,12 @@ class GroupPoller:
         resync: float = RESYNC,
         observe_deadline: float = STEP_DEADLINE,
         failures: LogRate | None = None,
+        right: Callable[[str], bool] | None = None,
     ) -> None:
+        # --sharding: whether this replica still holds the group's domain. Every write of
+        # the task (Gitea and the API server) asks it just before it leaves (kit/fence.py):
+        # a step that began with the right must not finish writing after it has lapsed.
+        self._right = right
         self._failures = failures if failures is not None else failure_log()
         self._step_deadline = step_deadline
         self._observe_deadline = observe_deadline
@@ -172,7 +179,13 @@ class GroupPoller:
         self._order = order if wanted else None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name=f"poll:{self.key}")
+        right = self._right
+        key = self.key
+        self._task = asyncio.create_task(
+            self._loop(),
+            name=f"poll:{key}",
+            context=fence.context(None if right is None else lambda: right(key)),
+        )
 
     @property
     def running(self) -> bool:
@@ -256,6 +269,8 @@ class GroupPoller:
             order, self._order = self._order, None
             if order is not None and handle is None and self._order is None:
                 self._order = order  # Gitea could not be asked: keep it for the next pass
+            if not fence.holds():  # another replica acts for the group now: no write step
+                handle, order = None, None
             if order is not None and handle is not None and snapshot is not None:
                 try:
                     await self._reaper_run(handle, snapshot, order)
@@ -288,6 +303,9 @@ class GroupPoller:
     def _failed(self, what: str, exc: BaseException) -> None:
         """One line for an unexpected failure, within its rate (see the module's doc): the
         first of its kind with the traceback, the later ones with the error and the count."""
+        if isinstance(exc, fence.Fenced):  # the right lapsed mid-step: expected, not a fault
+            log.info("write refused: the group's domain is no longer held", group=self.key)
+            return
         cause = (self.key, what, type(exc).__name__)
         first = cause not in self._failures
         held = self._failures.admit(cause)

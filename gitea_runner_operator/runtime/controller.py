@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from typing import Any
 
@@ -18,6 +19,7 @@ from kubernetes_asyncio import client
 from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.sessions import SessionPool
+from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.tasks import finish_or_cancel
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
 from gitea_runner_operator.kube.cache_objects import CacheObjects
@@ -119,6 +121,8 @@ class Controller:
             every_answer=self.ledger.must_weigh,
             # How long an observation may take: past it (and a slack) the task counts as hung.
             observe_deadline=settings.observe_deadline,
+            # --sharding: a poll task writes only while its group's domain is held.
+            right=self._holds if membership is not None else None,
         )
         # A pass's status is patched by its group's writer, so no worker waits for a token.
         self.status_writes = LaterWrites(retry=self.queue.add_rate_limited)
@@ -161,6 +165,10 @@ class Controller:
             )
         self._layout_cached: Layout | None = None
         self._served: dict[str, str] = {}  # group key -> the held domain it belongs to
+
+    def _holds(self, key: str) -> bool:
+        """Whether this replica may write for ``key`` now (kit/fence.py asks it per write)."""
+        return self.sharding is None or self.sharding.acts_on(key)
 
     def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         if spec_changed(kind, obj, before):
@@ -312,8 +320,14 @@ class Controller:
                 continue
             started = time.monotonic()
             self._running.add(key)
+            right = None if self.sharding is None else functools.partial(self._holds, key)
             try:
-                result = await self.reconciler.reconcile(key)
+                with fence.fenced_by(right):  # each write of the pass asks again
+                    result = await self.reconciler.reconcile(key)
+            except fence.Fenced:
+                self.metrics.reconcile_done(time.monotonic() - started, error=False)
+                log.info("pass cut: the group's domain is no longer held", group=key)
+                self.queue.forget(key)
             except Exception as exc:
                 self.metrics.reconcile_done(time.monotonic() - started, error=True)
                 retries = self.queue.limiter.retries(key)
