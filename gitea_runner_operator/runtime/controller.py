@@ -70,7 +70,10 @@ class Controller:
     ) -> None:
         self.settings = settings
         self.metrics = metrics if metrics is not None else Metrics()
-        self.cache = ClusterCache(watch_api or api, settings.namespaces)
+        # --sharding: the informers keep only the Jobs and Pods of the groups served here.
+        self.cache = ClusterCache(
+            watch_api or api, settings.namespaces, shared=membership is not None
+        )
         writes = TokenBucket(settings.kube_write_qps, settings.kube_write_burst)
         self.cluster = Cluster(api, settings.identity or "gitea-runner-operator", writes)
         # ``is None``: a store with nothing cached yet may be falsy, and the process's one
@@ -160,6 +163,7 @@ class Controller:
                 self._layout,
                 take=self._take,
                 release=self._release,
+                prepare=self.cache.serve,
                 retry_period=settings.retry_period,
                 renew_deadline=settings.renew_deadline,
             )
@@ -208,6 +212,7 @@ class Controller:
             self.status_writes.forget(key)
             self.reconciler.hand_over(key)
             self._served.pop(key, None)
+        self.cache.unserve(keys)  # their Jobs and Pods leave this replica's memory
 
     def _on_owned(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         # A Job created and deleted before any reconcile saw it must not stay expected.

@@ -51,6 +51,7 @@ class Sharding:
         *,
         take: Callable[[frozenset[str]], None],
         release: Callable[[frozenset[str]], Awaitable[None]],
+        prepare: Callable[[frozenset[str]], Awaitable[None]] | None = None,
         retry_period: float = 2.0,
         renew_deadline: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
@@ -59,6 +60,7 @@ class Sharding:
         self._layout = layout
         self._take = take
         self._release = release
+        self._prepare = prepare
         self._period = retry_period
         self._deadline = renew_deadline
         self._clock = clock
@@ -85,7 +87,7 @@ class Sharding:
     async def _close(self, before: frozenset[str]) -> None:
         gone = before - self.tenure.groups()
         if gone:
-            self._open = self.tenure.groups()
+            self._open &= self.tenure.groups()
             # Which groups, at debug level: the trail that shows who served a group when.
             log.debug("groups released", groups=sorted(gone))
             await self._release(gone)
@@ -150,12 +152,28 @@ class Sharding:
             self.tenure.published(step.publish)
             self._renewed_at = asked
             published = True
-        if step.take:
-            self._open = self.tenure.groups()
-            log.debug("groups taken", groups=sorted(self._open - before))
-            self._take(self._open - before)
-            log.info("serving domains", taken=len(step.take), held=len(self.tenure.held))
+        await self._open_held(len(step.take))
         return published
+
+    async def _open_held(self, taken: int) -> None:
+        """Open to the workers the held groups not open yet, once ``prepare`` has fetched
+        what they need (the cache's share of Jobs and Pods): a new owner's first pass must
+        see the group whole. A fetch that failed or ran past the deadline leaves them
+        closed until a later round fetches them."""
+        new = self.tenure.groups() - self._open
+        if not new:
+            return
+        if self._prepare is not None:
+            try:
+                await asyncio.wait_for(self._prepare(new), max(0.0, self._budget()))
+            except Exception as exc:  # API trouble, timeout: nothing opened, tried again
+                log.warning("groups not fetched; not serving them yet", error=type(exc).__name__)
+                return
+        self._open |= new
+        log.debug("groups taken", groups=sorted(new))
+        self._take(new)
+        if taken:
+            log.info("serving domains", taken=taken, held=len(self.tenure.held))
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
