@@ -47,6 +47,7 @@ from gitea_runner_operator.reconcile.scaling import ReapReason
 from gitea_runner_operator.reconcile.shards import Layout
 from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
+from gitea_runner_operator.runtime.lease_keeper import MemberKeeper
 from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.runtime.sharding import Sharding, layout_of
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
@@ -67,6 +68,7 @@ class Controller:
         metrics: Metrics | None = None,
         secret_store: SecretStore | None = None,
         membership: MembershipLeases | None = None,
+        member_keeper: MemberKeeper | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics if metrics is not None else Metrics()
@@ -164,9 +166,11 @@ class Controller:
                 take=self._take,
                 release=self._release,
                 prepare=self.cache.serve,
+                keeper=member_keeper,
                 retry_period=settings.retry_period,
                 renew_deadline=settings.renew_deadline,
             )
+        self._member_keeper = member_keeper if membership is not None else None
         self._layout_cached: Layout | None = None
         self._served: dict[str, str] = {}  # group key -> the held domain it belongs to
 
@@ -286,6 +290,8 @@ class Controller:
                 asyncio.create_task(self._worker(), name=f"worker:{i}")
                 for i in range(self.settings.workers)
             ]
+            if self._member_keeper is not None:
+                self._member_keeper.start()
             if self.sharding is not None:
                 workers.append(asyncio.create_task(self.sharding.run(stop), name="sharding"))
             await stop.wait()
@@ -303,6 +309,8 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.pollers.stop_all()
+            if self._member_keeper is not None:  # after the sharding loop released the Lease
+                await self._member_keeper.close()
             await self.status_writes.close()  # statuses handed over: written, or cancelled
             await self.reaper.close()
             with contextlib.suppress(Exception):  # best effort, like every Event
