@@ -192,8 +192,7 @@ class Sharding:
         self._open |= new
         log.debug("groups taken", groups=sorted(new))
         self._take(new)
-        if taken:
-            log.info("serving domains", taken=taken, held=len(self.tenure.held))
+        log.info("serving domains", taken=taken, held=len(self.tenure.held))
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
