@@ -162,8 +162,10 @@ def fill(
     each (created), and until each job runs (taken)."""
     start = time.monotonic()
     ids = [fake.queue(owner, repo, (LABEL,))[0] for owner, repo in groups[:count]]
-    created = wait(lambda: jobs.since(start) >= count, 300)
-    taken = wait(lambda: all(fake.jobs[i].started_at is not None for i in ids), 300)
+    done = wait(lambda: jobs.since(start) >= count, 300)
+    created = None if done is None else time.monotonic() - start
+    done = wait(lambda: all(fake.jobs[i].started_at is not None for i in ids), 300)
+    taken = None if done is None else time.monotonic() - start
     print(
         f"  fill of {count} jobs in {count} groups: runner Jobs created after {_s(created)}, "
         f"every job running after {_s(taken)}",
