@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 
 import structlog
 
@@ -28,6 +28,8 @@ from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.settings import Settings
 
 log = structlog.get_logger(__name__)
+
+K = TypeVar("K")  # what a Lease thread keeps the Lease with (an elector, a member's Lease)
 
 
 class Elector(Protocol):
@@ -76,22 +78,26 @@ class LeaseThreadFailed(RuntimeError):
 JOIN_TIMEOUT: Final = 3 * LEASE_TIMEOUT
 
 
-class _LeaseThread:
+class _LeaseThread(Generic[K]):
     """A thread with an event loop of its own that keeps one Lease: started from the main
     loop, woken or stopped from it, renewing only while the main loop's heartbeat is fresh.
-    Subclasses say what keeping means (:meth:`_keep`)."""
+    ``open_lease`` makes what keeps the Lease (with its own API client) on that thread's
+    loop: an aiohttp session belongs to one loop. Subclasses say what keeping means
+    (:meth:`_keep`) and what state they add (:meth:`_setup`)."""
+
+    thread_name: ClassVar[str] = "lease"
 
     def __init__(
         self,
+        open_lease: Callable[[], AbstractAsyncContextManager[K]],
         timing: LeaseTiming,
         heartbeat_age: Callable[[], float],
-        clock: Callable[[], float],
-        name: str,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._open = open_lease
         self._timing = timing
         self._heartbeat_age = heartbeat_age
         self._clock = clock
-        self._name = name
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._main: asyncio.AbstractEventLoop | None = None
@@ -99,10 +105,16 @@ class _LeaseThread:
         self._wake: asyncio.Event | None = None
         self.renewals = 0
         self.stale_skips = 0  # renewals not attempted for a stale heartbeat
+        self._setup()
+
+    def _setup(self) -> None:
+        """The subclass's own state."""
 
     def start(self) -> None:
         self._main = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._thread_main, name=self._name, daemon=True)
+        self._thread = threading.Thread(
+            target=self._thread_main, name=self.thread_name, daemon=True
+        )
         self._thread.start()
 
     async def close(self) -> None:
@@ -119,7 +131,7 @@ class _LeaseThread:
         try:
             asyncio.run(self._run())
         except Exception as exc:  # never silent: without this thread nobody renews
-            log.error("the Lease thread failed", lease=self._name, error=repr(exc))
+            log.error("the Lease thread failed", lease=self.thread_name, error=repr(exc))
             self._failed()
 
     async def _run(self) -> None:
@@ -145,7 +157,7 @@ class _LeaseThread:
         self.stale_skips += 1
         log.warning(
             "the event loop has not woken in time; not renewing the Lease",
-            lease=self._name,
+            lease=self.thread_name,
             heartbeat_age_s=round(self._heartbeat_age(), 1),
             limit_s=self._timing.heartbeat_limit,
         )
@@ -157,25 +169,16 @@ class _LeaseThread:
             await asyncio.wait_for(self._wake.wait(), seconds)
 
 
-class LeaseKeeper(_LeaseThread):
+class LeaseKeeper(_LeaseThread[Elector]):
     """Acquires and renews the leader Lease from a thread of its own, with its own event
-    loop and the API client ``open_elector`` makes there (an aiohttp session belongs to one
-    loop).
+    loop and the API client ``open_lease`` makes there.
 
     The main loop asks for a term (:meth:`term`), learns of a loss (:meth:`lost`) and ends
     with :meth:`close`, which releases the Lease if held. ``heartbeat_age`` tells how long
     ago the main loop last woke (:class:`~.loopwatch.LoopWatch`); it is read from the thread.
     """
 
-    def __init__(
-        self,
-        open_elector: Callable[[], AbstractAsyncContextManager[Elector]],
-        timing: LeaseTiming,
-        heartbeat_age: Callable[[], float],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(timing, heartbeat_age, clock, "lease")
-        self._open = open_elector
+    def _setup(self) -> None:
         self._want = threading.Event()  # the main loop is ready to act for a new term
         self._news: asyncio.Queue[str] | None = None
 
@@ -268,7 +271,7 @@ class LeaseKeeper(_LeaseThread):
                 return True
 
 
-class MemberKeeper(_LeaseThread):
+class MemberKeeper(_LeaseThread[MembershipLeases]):
     """Renews this replica's membership Lease (runtime/membership.py) from a thread of its
     own, every ``retry_period`` while the main loop's heartbeat is fresh, as the leader
     Lease is kept: a main loop held for seconds by a burst of work must not miss the renew
@@ -282,15 +285,9 @@ class MemberKeeper(_LeaseThread):
     replica deleted the Lease: only a new publication may write it again) or a release.
     """
 
-    def __init__(
-        self,
-        open_leases: Callable[[], AbstractAsyncContextManager[MembershipLeases]],
-        timing: LeaseTiming,
-        heartbeat_age: Callable[[], float],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(timing, heartbeat_age, clock, "member-lease")
-        self._open = open_leases
+    thread_name = "member-lease"
+
+    def _setup(self) -> None:
         self._ready: asyncio.Future[None] | None = None  # the thread's Lease client is open
         self._leases: MembershipLeases | None = None
         self._lock: asyncio.Lock | None = None  # one write at a time (the thread's loop)
