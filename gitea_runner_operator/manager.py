@@ -10,6 +10,7 @@ import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TypeVar
 
 import structlog
 from kubernetes_asyncio import client, config
@@ -27,7 +28,7 @@ from gitea_runner_operator.runtime.leadership import (
     LeaseElector,
     run_with_leadership,
 )
-from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper, LeaseTiming
+from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper, LeaseTiming, MemberKeeper
 from gitea_runner_operator.runtime.loopwatch import LoopWatch
 from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.settings import SA_NAMESPACE_FILE, Settings
@@ -78,24 +79,52 @@ def lease_namespace(settings: Settings) -> str:
     return "default"
 
 
-def lease_elector(settings: Settings) -> Callable[[], AbstractAsyncContextManager[LeaseElector]]:
-    """The Lease thread's elector, opened on that thread's own loop: a client and connection
+T = TypeVar("T")
+
+
+def on_own_client(
+    make: Callable[[client.ApiClient], T],
+) -> Callable[[], AbstractAsyncContextManager[T]]:
+    """What a Lease thread keeps, opened on that thread's own loop: a client and connection
     pool of its own, so neither queued writes nor a busy main loop delay a renewal."""
     lease_config = client.Configuration.get_default_copy()
     lease_config.connection_pool_maxsize = 2
 
     @asynccontextmanager
-    async def opened() -> AsyncIterator[LeaseElector]:
+    async def opened() -> AsyncIterator[T]:
         async with client.ApiClient(lease_config) as api:
-            yield LeaseElector(
-                api,
-                lease_namespace(settings),
-                settings.lease_name,
-                settings.identity,
-                lease_duration=settings.lease_duration,
-            )
+            yield make(api)
 
     return opened
+
+
+def lease_elector(settings: Settings) -> Callable[[], AbstractAsyncContextManager[LeaseElector]]:
+    """The leader Lease's elector, for its thread (runtime/lease_keeper.LeaseKeeper)."""
+    return on_own_client(
+        lambda api: LeaseElector(
+            api,
+            lease_namespace(settings),
+            settings.lease_name,
+            settings.identity,
+            lease_duration=settings.lease_duration,
+        )
+    )
+
+
+def member_leases(
+    settings: Settings,
+) -> Callable[[], AbstractAsyncContextManager[MembershipLeases]]:
+    """This replica's membership Lease, for its thread (runtime/lease_keeper.MemberKeeper);
+    the main loop's reads of everyone's go through a MembershipLeases of its own."""
+    return on_own_client(
+        lambda api: MembershipLeases(
+            api,
+            lease_namespace(settings),
+            settings.lease_name,
+            settings.identity,
+            lease_duration=settings.lease_duration,
+        )
+    )
 
 
 async def operator_webhook_secret(settings: Settings, secrets: SecretStore) -> bytes | None:
@@ -212,7 +241,7 @@ async def run(settings: Settings) -> int:
         )
 
         def make_controller() -> Controller:
-            membership = None
+            membership = keeper = None
             if settings.sharding:  # every replica acts, on its own share (runtime/sharding.py)
                 membership = MembershipLeases(
                     lease_api,
@@ -221,8 +250,18 @@ async def run(settings: Settings) -> int:
                     settings.identity,
                     lease_duration=settings.lease_duration,
                 )
+                # Our own Lease is renewed from a thread, as the leader Lease is.
+                keeper = MemberKeeper(
+                    member_leases(settings), LeaseTiming.of(settings), watch.heartbeat_age
+                )
             return Controller(
-                api, settings, watch_api, metrics, secret_store=secrets, membership=membership
+                api,
+                settings,
+                watch_api,
+                metrics,
+                secret_store=secrets,
+                membership=membership,
+                member_keeper=keeper,
             )
 
         def ready() -> bool:

@@ -51,6 +51,7 @@ from gitea_runner_operator.forge.errors import (
 )
 from gitea_runner_operator.forge.limits import ANSWER_MAX_BYTES, AnswerBudget, decode
 from gitea_runner_operator.forge.refusals import REFUSALS
+from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.backoff import doubling, jittered
 
 # Optional observers (metrics): (method, path, HTTP status or None, seconds) per request, and
@@ -69,6 +70,8 @@ DEFAULT_MAX_PAGES = 200
 _CHUNK = 64 * 1024
 # Methods that mean the same when sent twice (RFC 9110, 9.2.2): the only ones retried.
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+# Methods that change nothing: the only ones sent without the right to write (kit/fence.py).
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Statuses named in conditions as they are; any other is "an unexpected status", so a
 # condition cannot be used to read an internal service's answers code by code.
 _KNOWN_STATUSES = frozenset(
@@ -210,6 +213,8 @@ class GiteaTransport:
     async def _once(
         self, method: str, path: str, params: Mapping[str, str] | None, json_body: Any
     ) -> Any:
+        if method.upper() not in _READS:
+            fence.check(f"{method} {path}")  # each attempt: the right may lapse between two
         url = self._base + path
         started, status = time.monotonic(), cast(int | None, None)
         try:

@@ -21,6 +21,18 @@ def cancelled_itself() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+def how_ended(task: asyncio.Task[Any] | None) -> str:
+    """How a background task ended, for the line that restarts it."""
+    if task is None:
+        return "never started"
+    if not task.done():
+        return "running"
+    if task.cancelled():
+        return "cancelled"
+    exc = task.exception()
+    return repr(exc) if exc is not None else "returned"
+
+
 async def finish_or_cancel(tasks: Iterable[asyncio.Future[Any]], grace: float = STOP_GRACE) -> None:
     """Wait up to ``grace`` seconds for ``tasks``; cancel those still running and wait up to
     ``grace`` again for them to end. Their results and errors are not looked at: each owner

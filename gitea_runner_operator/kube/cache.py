@@ -12,10 +12,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.kube.http import LIST_TIMEOUT, send
 from gitea_runner_operator.kube.informer import Informer, object_key
 from gitea_runner_operator.objects.slim import Obj, slim_group, slim_job, slim_pod
 from gitea_runner_operator.objects.views import job_finished, runner_exited
@@ -57,8 +59,14 @@ class ClusterCache:
         namespaces: Iterable[str] | None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        shared: bool = False,
     ) -> None:
         self._clock = clock
+        # --sharding (``shared``): the groups this replica serves; Jobs and Pods of any other
+        # group are dropped as they come in (:meth:`serve`, :meth:`unserve`). None: all.
+        self._served: set[GroupKey] | None = set() if shared else None
+        self._fetched: set[GroupKey] = set()  # served groups whose objects were fetched
+        admit = self._admits if shared else None
         self._changed: dict[GroupKey, float] = {}
         self._released: dict[GroupKey, deque[Release]] = {}
         # Jobs released when their runner Pod succeeded (views.runner_exited): their Job's
@@ -75,12 +83,14 @@ class ClusterCache:
         custom = client.CustomObjectsApi(api)
         batch = client.BatchV1Api(api)
         core = client.CoreV1Api(api)
+        self._batch, self._core = batch, core
         sel = constants.MANAGED_SELECTOR
         g, v, p = constants.GROUP, constants.VERSION, constants.PLURAL
         self.groups: list[Informer] = []
         self.jobs: list[Informer] = []
         self.pods: list[Informer] = []
         scopes: list[str | None] = [*namespaces] if namespaces else [None]
+        self._namespaced = scopes != [None]  # an informer per namespace, not one for all
         for ns in scopes:
             where = ns or "*"
             if ns is None:
@@ -100,6 +110,7 @@ class ClusterCache:
                         batch.list_job_for_all_namespaces,
                         label_selector=sel,
                         transform=slim_job,
+                        admit=admit,
                     )
                 )
                 self.pods.append(
@@ -108,6 +119,7 @@ class ClusterCache:
                         core.list_pod_for_all_namespaces,
                         label_selector=sel,
                         transform=slim_pod,
+                        admit=admit,
                     )
                 )
             else:
@@ -129,6 +141,7 @@ class ClusterCache:
                         ns,
                         label_selector=sel,
                         transform=slim_job,
+                        admit=admit,
                     )
                 )
                 self.pods.append(
@@ -138,6 +151,7 @@ class ClusterCache:
                         ns,
                         label_selector=sel,
                         transform=slim_pod,
+                        admit=admit,
                     )
                 )
         for inf in self.groups:
@@ -216,6 +230,68 @@ class ClusterCache:
         self._released.pop(key, None)
         self._exited.pop(key, None)
         self._deleted_pods.pop(key, None)
+
+    # -- the share of a replica (--sharding) ----------------------------------------------------
+
+    def _admits(self, obj: Obj) -> bool:
+        key = group_key_of_owned(obj)
+        return key is not None and self._served is not None and key in self._served
+
+    def serves(self, key: GroupKey) -> bool:
+        return self._served is None or key in self._served
+
+    async def serve(self, keys: Iterable[GroupKey]) -> None:
+        """Begin to keep the Jobs and Pods of ``keys``, and fetch those that exist now: when
+        this returns, the cache holds each group whole (or the watch's newer word), so a
+        first pass of the new owner never acts on a partial view. Raises if a listing
+        failed; the caller tries again before serving those groups."""
+        if self._served is None:
+            return
+        wanted = set(keys) - self._fetched  # a retry fetches only what is still missing
+        self._served |= wanted
+        by_namespace: dict[str, list[str]] = {}
+        for key in sorted(wanted):
+            namespace, _, name = key.partition("/")
+            by_namespace.setdefault(namespace, []).append(name)
+        for namespace, names in by_namespace.items():
+            for chunk in _chunks(names, SELECTOR_NAMES):
+                await self._fetch(namespace, chunk)
+                self._fetched.update(f"{namespace}/{name}" for name in chunk)
+
+    async def _fetch(self, namespace: str, names: list[str]) -> None:
+        """One listing of the namespace's runner Jobs, then one of its Pods, narrowed to
+        ``names`` by a set-based selector, into the informer that watches there."""
+        sel = f"{constants.MANAGED_SELECTOR},{constants.GROUP_NAME_LABEL} in ({','.join(names)})"
+        for informers, list_func in (
+            (self.jobs, self._batch.list_namespaced_job),
+            (self.pods, self._core.list_namespaced_pod),
+        ):
+            informer = self._informer_for(informers, namespace)
+            if informer is not None:
+                await informer.fetch(_items(list_func, namespace, sel))
+
+    def _informer_for(self, informers: list[Informer], namespace: str) -> Informer | None:
+        if not self._namespaced:
+            return informers[0]
+        return next((i for i in informers if i.name.endswith(f"/{namespace}")), None)
+
+    def unserve(self, keys: Iterable[GroupKey]) -> None:
+        """Stop keeping the Jobs and Pods of ``keys`` (served elsewhere now) and forget them."""
+        if self._served is None:
+            return
+        gone = set(keys)
+        self._served -= gone
+        self._fetched -= gone
+
+        def theirs(obj: Obj) -> bool:
+            return group_key_of_owned(obj) in gone
+
+        for informer in [*self.jobs, *self.pods]:
+            informer.drop(theirs)
+        for key in gone:
+            self._index_jobs.pop(key, None)
+            self._index_pods.pop(key, None)
+            self.forget(key)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -306,6 +382,27 @@ class ClusterCache:
     def _notify_owned(self, key: GroupKey, kind: str, obj: Obj, before: Obj | None) -> None:
         for listener in self._owned_listeners:
             listener(key, kind, obj, before)
+
+
+# Group names per listing of a group's objects: a selector ``name in (...)`` stays far below
+# any URL limit (names are at most 63 characters).
+SELECTOR_NAMES = 50
+
+
+def _chunks(names: list[str], size: int) -> list[list[str]]:
+    return [names[i : i + size] for i in range(0, len(names), size)]
+
+
+async def _items(list_func: Callable[..., Any], namespace: str, selector: str) -> list[Obj]:
+    body = await send(
+        list_func(
+            namespace,
+            label_selector=selector,
+            _preload_content=False,
+            _request_timeout=LIST_TIMEOUT,
+        )
+    )
+    return list(body.get("items") or [])
 
 
 def _holds_slot(job: Obj | None) -> bool:

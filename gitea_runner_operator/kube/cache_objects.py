@@ -21,6 +21,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kube.cluster import COMPONENT, TIMEOUT
 from gitea_runner_operator.kube.http import send
 from gitea_runner_operator.kube.ratelimit import TokenBucket
@@ -72,6 +73,7 @@ class CacheObjects:
             }
         meta = manifest["metadata"]
         await self._limiter.acquire(meta["namespace"])
+        fence.check("cache object write")  # kit/fence.py: per write
         api, suffix = self._api(manifest["kind"])
         await send(
             getattr(api, f"patch_namespaced_{suffix}")(
@@ -90,6 +92,7 @@ class CacheObjects:
         """Create the object unless it exists; True if this call created it."""
         meta = manifest["metadata"]
         await self._limiter.acquire(meta["namespace"])
+        fence.check("cache object write")  # kit/fence.py: per write
         api, suffix = self._api(manifest["kind"])
         try:
             await send(
@@ -107,6 +110,7 @@ class CacheObjects:
         """Delete the object of this ``uid`` (its dependents in the background); False if it
         was gone or is another object by now (the uid precondition failed)."""
         await self._limiter.acquire(namespace)
+        fence.check("cache object write")  # kit/fence.py: per write
         api, suffix = self._api(kind)
         options = client.V1DeleteOptions(
             propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid)

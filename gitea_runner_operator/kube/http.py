@@ -17,6 +17,7 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kube.ratelimit import NoWriteToken, TokenBucket
 
 # Every Kubernetes API request's timeout (seconds): a request that hangs must not hold a
@@ -149,6 +150,8 @@ async def write(
             await limiter.acquire(namespace, urgent=urgent)
         except NoWriteToken as exc:
             raise Throttled(str(exc)) from None
+        # After the token's wait, just before the request leaves: the right may lapse there.
+        fence.check(f"write in {namespace}")
         try:
             return await send(request())
         except ApiException as exc:

@@ -61,6 +61,7 @@ class Informer:
         label_selector: str | None = None,
         handler: Handler | None = None,
         transform: Callable[[Obj], Obj] | None = None,
+        admit: Callable[[Obj], bool] | None = None,
         min_watch_timeout: int = WATCH_TIMEOUT_MIN,
         max_watch_timeout: int = WATCH_TIMEOUT_MAX,
     ) -> None:
@@ -71,6 +72,11 @@ class Informer:
         # Applied to every object before it is cached: drops what the operator never reads,
         # so thousands of runner Jobs and Pods do not cost their managedFields in memory.
         self._transform = transform or strip_managed_fields
+        # --sharding: objects of groups this replica does not serve are dropped as they come
+        # in (read raw, before the transform), so a replica caches only its share. None:
+        # every object is kept (one replica).
+        self._admit = admit
+        self._touched: set[str] | None = None  # keys the watch changed while a fetch ran
         self._handlers: list[Handler] = [handler] if handler else []
         self._min_timeout = min_watch_timeout
         self._max_timeout = max_watch_timeout
@@ -126,7 +132,12 @@ class Informer:
                 *self._args, **self._kwargs(), _preload_content=False, _request_timeout=LIST_TIMEOUT
             )
         )
-        fresh = {object_key(item): self._transform(item) for item in body.get("items") or []}
+        admit = self._admit
+        fresh = {
+            object_key(item): self._transform(item)
+            for item in body.get("items") or []
+            if admit is None or admit(item)
+        }
         old, self.cache = self.cache, fresh
         self.relists += 1
         for key, obj in old.items():
@@ -165,14 +176,51 @@ class Informer:
             # The server ended the watch at its timeout: resume from where we are.
 
     def _apply(self, kind: str, obj: Obj) -> None:
-        obj = self._transform(obj)
         key = object_key(obj)
+        if self._admit is not None and key not in self.cache and not self._admit(obj):
+            return  # another replica's group: not kept, not told
+        obj = self._transform(obj)
         before = self.cache.get(key)
+        if self._touched is not None:
+            self._touched.add(key)
         if kind == "DELETED":
             self.cache.pop(key, None)
         else:
             self.cache[key] = obj
         self._emit(kind, obj, before)
+
+    async def fetch(self, listing: Awaitable[list[Obj]]) -> int:
+        """Add what ``listing`` returns (raw objects the admit rule now lets in, read by the
+        caller with a narrower selector) as if listed, so that a group this replica begins
+        to serve is seen whole before anyone acts on it. An object the watch changed or
+        deleted while the listing ran keeps the watch's word: the watch is in order and
+        will bring whatever followed, while the listing may be older than that event.
+        The number of objects added or changed."""
+        touched: set[str] = set()
+        self._touched = touched
+        try:
+            items = await listing
+        finally:
+            self._touched = None
+        added = 0
+        for item in items:
+            key = object_key(item)
+            if key in touched or (self._admit is not None and not self._admit(item)):
+                continue
+            obj = self._transform(item)
+            before = self.cache.get(key)
+            if before is not None and _rv(before) == _rv(obj):
+                continue
+            self.cache[key] = obj
+            added += 1
+            self._emit("MODIFIED" if before is not None else "ADDED", obj, before)
+        return added
+
+    def drop(self, which: Callable[[Obj], bool]) -> list[Obj]:
+        """Forget the cached objects ``which`` selects, telling no handler: the groups they
+        belong to are served elsewhere now, and nothing here acts on them any more."""
+        gone = [key for key, obj in self.cache.items() if which(obj)]
+        return [self.cache.pop(key) for key in gone]
 
     def _emit(self, kind: str, obj: Obj, before: Obj | None) -> None:
         for handler in self._handlers:

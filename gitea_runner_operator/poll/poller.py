@@ -28,9 +28,10 @@ from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.observation import ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.forge.observe import GiteaHandle
+from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kit.lograte import LogRate
-from gitea_runner_operator.kit.tasks import cancelled_itself
+from gitea_runner_operator.kit.tasks import cancelled_itself, how_ended
 from gitea_runner_operator.poll.enroll import Enroller
 from gitea_runner_operator.poll.hooks import HookKeeper
 from gitea_runner_operator.poll.last_good import LastGoodHandle, ObserveWithFn
@@ -76,6 +77,7 @@ class PollerOptions(TypedDict, total=False):
     observe_deadline: float
     failures: LogRate
     observe_with: ObserveWithFn | None
+    right: Callable[[str], bool] | None
 
 
 class GroupPoller:
@@ -100,8 +102,12 @@ class GroupPoller:
         observe_deadline: float = GITEA_STEP_DEADLINE,
         failures: LogRate | None = None,
         observe_with: ObserveWithFn | None = None,
+        right: Callable[[str], bool] | None = None,
     ) -> None:
         self.last_good = LastGoodHandle(key, observe_with)
+        # --sharding: whether this replica still holds the group's domain, asked by every
+        # write of the task just before it leaves (kit/fence.py).
+        self._right = right
         self._failures = failures if failures is not None else failure_log()
         self._step_deadline = step_deadline
         self._observe_deadline = observe_deadline
@@ -173,7 +179,12 @@ class GroupPoller:
         self._order = order if wanted else None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name=f"poll:{self.key}")
+        right, key = self._right, self.key
+        self._task = asyncio.create_task(
+            self._loop(),
+            name=f"poll:{key}",
+            context=fence.context(None if right is None else lambda: right(key)),
+        )
 
     @property
     def running(self) -> bool:
@@ -192,15 +203,7 @@ class GroupPoller:
     @property
     def ended(self) -> str:
         """How the task ended, for the log line that restarts it."""
-        task = self._task
-        if task is None:
-            return "never started"
-        if not task.done():
-            return "running"
-        if task.cancelled():
-            return "cancelled"
-        exc = task.exception()
-        return repr(exc) if exc is not None else "returned"
+        return how_ended(self._task)
 
     async def stop(self) -> None:
         """Cancel the task and wait for it. A task that had already ended with an error
@@ -258,6 +261,8 @@ class GroupPoller:
             order, self._order = self._order, None
             if order is not None and handle is None and self._order is None:
                 self._order = order  # Gitea could not be asked: keep it for the next pass
+            if not fence.holds():  # another replica acts for the group now: no write step
+                handle, order = None, None
             if order is not None and handle is not None and snapshot is not None:
                 try:
                     await self._reaper_run(handle, snapshot, order)
@@ -265,7 +270,6 @@ class GroupPoller:
                     self._failed("reaping failed unexpectedly", exc)
             if handle is not None and snapshot is not None and snapshot.problem is None:
                 await self._enroll(handle, snapshot)
-            if handle is not None and snapshot is not None and snapshot.problem is None:
                 try:
                     await self._loss_step(handle, snapshot)
                 except Exception as exc:
@@ -275,14 +279,8 @@ class GroupPoller:
                 except Exception as exc:
                     self._failed("keeping the webhook failed unexpectedly", exc)
             retry_after = snapshot.retry_after if snapshot else None
-            delay = next_delay(
-                self.spec.poll_interval_seconds,
-                failures,
-                retry_after,
-                kind,
-                self._backoff_max,
-                self._secret_retry,
-            )
+            interval, most = self.spec.poll_interval_seconds, self._backoff_max
+            delay = next_delay(interval, failures, retry_after, kind, most, self._secret_retry)
             delay = jittered(delay, 0.95, 1.05)
             self._expect_within(max(delay, self._min_refresh))
             await self._sleep(started, delay)
@@ -290,6 +288,9 @@ class GroupPoller:
     def _failed(self, what: str, exc: BaseException) -> None:
         """One line for an unexpected failure, within its rate (see the module's doc): the
         first of its kind with the traceback, the later ones with the error and the count."""
+        if isinstance(exc, fence.Fenced):  # the right lapsed mid-step: expected, not a fault
+            log.info("write refused: the group's domain is no longer held", group=self.key)
+            return
         cause = (self.key, what, type(exc).__name__)
         first = cause not in self._failures
         held = self._failures.admit(cause)
@@ -305,16 +306,13 @@ class GroupPoller:
         from the last one handed over, someone asked for it, the resync is due, or peers
         weigh it by its age while their family has queued jobs (Ledger.must_weigh)."""
         key = answer_key(snapshot) if snapshot is not None else None
-        now = self._clock()
+        now, every = self._clock(), self._every_answer
         if (
             snapshot is None
             or asked
             or key != self._handed
             or now - self._handed_at >= self._resync
-            or (
-                self._every_answer is not None
-                and self._every_answer(self.key, snapshot.started_at, lists_queued(snapshot))
-            )
+            or (every is not None and every(self.key, snapshot.started_at, lists_queued(snapshot)))
         ):
             self._handed, self._handed_at = key, now
             self.notified += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from typing import Any
 
@@ -18,6 +19,7 @@ from kubernetes_asyncio import client
 from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.sessions import SessionPool
+from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.tasks import finish_or_cancel
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
 from gitea_runner_operator.kube.cache_objects import CacheObjects
@@ -45,6 +47,7 @@ from gitea_runner_operator.reconcile.scaling import ReapReason
 from gitea_runner_operator.reconcile.shards import Layout
 from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
+from gitea_runner_operator.runtime.lease_keeper import MemberKeeper
 from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.runtime.sharding import Sharding, layout_of
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
@@ -65,10 +68,14 @@ class Controller:
         metrics: Metrics | None = None,
         secret_store: SecretStore | None = None,
         membership: MembershipLeases | None = None,
+        member_keeper: MemberKeeper | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics if metrics is not None else Metrics()
-        self.cache = ClusterCache(watch_api or api, settings.namespaces)
+        # --sharding: the informers keep only the Jobs and Pods of the groups served here.
+        self.cache = ClusterCache(
+            watch_api or api, settings.namespaces, shared=membership is not None
+        )
         writes = TokenBucket(settings.kube_write_qps, settings.kube_write_burst)
         self.cluster = Cluster(api, settings.identity or "gitea-runner-operator", writes)
         # ``is None``: a store with nothing cached yet may be falsy, and the process's one
@@ -120,6 +127,8 @@ class Controller:
             # How long an observation may take: past it (and a slack) the task counts as hung.
             observe_deadline=settings.observe_deadline,
             observe_with=self.observer.observe_with,
+            # --sharding: a poll task writes only while its group's domain is held.
+            right=self._holds if membership is not None else None,
         )
         # A pass's status is patched by its group's writer, so no worker waits for a token.
         self.status_writes = LaterWrites(retry=self.queue.add_rate_limited)
@@ -157,11 +166,18 @@ class Controller:
                 self._layout,
                 take=self._take,
                 release=self._release,
+                prepare=self.cache.serve,
+                keeper=member_keeper,
                 retry_period=settings.retry_period,
                 renew_deadline=settings.renew_deadline,
             )
+        self._member_keeper = member_keeper if membership is not None else None
         self._layout_cached: Layout | None = None
         self._served: dict[str, str] = {}  # group key -> the held domain it belongs to
+
+    def _holds(self, key: str) -> bool:
+        """Whether this replica may write for ``key`` now (kit/fence.py asks it per write)."""
+        return self.sharding is None or self.sharding.acts_on(key)
 
     def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         if spec_changed(kind, obj, before):
@@ -201,6 +217,7 @@ class Controller:
             self.status_writes.forget(key)
             self.reconciler.hand_over(key)
             self._served.pop(key, None)
+        self.cache.unserve(keys)  # their Jobs and Pods leave this replica's memory
 
     def _on_owned(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         # A Job created and deleted before any reconcile saw it must not stay expected.
@@ -274,6 +291,8 @@ class Controller:
                 asyncio.create_task(self._worker(), name=f"worker:{i}")
                 for i in range(self.settings.workers)
             ]
+            if self._member_keeper is not None:
+                self._member_keeper.start()
             if self.sharding is not None:
                 workers.append(asyncio.create_task(self.sharding.run(stop), name="sharding"))
             await stop.wait()
@@ -291,6 +310,8 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.pollers.stop_all()
+            if self._member_keeper is not None:  # after the sharding loop released the Lease
+                await self._member_keeper.close()
             await self.status_writes.close()  # statuses handed over: written, or cancelled
             await self.reaper.close()
             with contextlib.suppress(Exception):  # best effort, like every Event
@@ -313,8 +334,14 @@ class Controller:
                 continue
             started = time.monotonic()
             self._running.add(key)
+            right = None if self.sharding is None else functools.partial(self._holds, key)
             try:
-                result = await self.reconciler.reconcile(key)
+                with fence.fenced_by(right):  # each write of the pass asks again
+                    result = await self.reconciler.reconcile(key)
+            except fence.Fenced:
+                self.metrics.reconcile_done(time.monotonic() - started, error=False)
+                log.info("pass cut: the group's domain is no longer held", group=key)
+                self.queue.forget(key)
             except Exception as exc:
                 self.metrics.reconcile_done(time.monotonic() - started, error=True)
                 retries = self.queue.limiter.retries(key)

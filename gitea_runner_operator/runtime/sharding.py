@@ -23,6 +23,7 @@ import structlog
 from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
 from gitea_runner_operator.reconcile.domains import Shape, shape_of
 from gitea_runner_operator.reconcile.shards import Layout, Tenure
+from gitea_runner_operator.runtime.lease_keeper import MemberKeeper
 from gitea_runner_operator.runtime.membership import MembershipLeases
 
 log = structlog.get_logger(__name__)
@@ -51,6 +52,8 @@ class Sharding:
         *,
         take: Callable[[frozenset[str]], None],
         release: Callable[[frozenset[str]], Awaitable[None]],
+        prepare: Callable[[frozenset[str]], Awaitable[None]] | None = None,
+        keeper: MemberKeeper | None = None,
         retry_period: float = 2.0,
         renew_deadline: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
@@ -59,6 +62,11 @@ class Sharding:
         self._layout = layout
         self._take = take
         self._release = release
+        self._prepare = prepare
+        # The thread that renews our Lease (runtime/lease_keeper.MemberKeeper); without it,
+        # each round renews on this loop.
+        self._keeper = keeper
+        self._writer: MembershipLeases | MemberKeeper = keeper if keeper is not None else leases
         self._period = retry_period
         self._deadline = renew_deadline
         self._clock = clock
@@ -85,16 +93,24 @@ class Sharding:
     async def _close(self, before: frozenset[str]) -> None:
         gone = before - self.tenure.groups()
         if gone:
-            self._open = self.tenure.groups()
+            self._open &= self.tenure.groups()
             # Which groups, at debug level: the trail that shows who served a group when.
             log.debug("groups released", groups=sorted(gone))
             await self._release(gone)
 
+    def _last_renewal(self) -> float | None:
+        at = self._renewed_at
+        kept = self._keeper.renewed_at() if self._keeper is not None else None
+        if kept is not None and (at is None or kept > at):
+            return kept
+        return at
+
     def _budget(self) -> float:
         """Seconds until this replica must have stepped down, were its Lease not renewed."""
-        if self._renewed_at is None:
+        at = self._last_renewal()
+        if at is None:
             return self._deadline
-        return self._deadline - (self._clock() - self._renewed_at)
+        return self._deadline - (self._clock() - at)
 
     async def _within_budget(self, call: Awaitable[Any]) -> Any:
         """A Lease call cut at the step-down deadline: a slow API server must not keep a
@@ -116,14 +132,20 @@ class Sharding:
         # the others may have seen the renewed record that much earlier, and an answer read
         # late (a busy event loop) must not stretch the deadline past their lapse.
         asked = self._clock()
-        renew = self._leases.renew(self.tenure.current)
-        # Holding nothing, there is no deadline to keep: the call's own timeout bounds it.
-        renewed = await (self._within_budget(renew) if self.tenure.held else renew)
-        evicted = self._leases.evicted()
+        if self._keeper is not None and self._keeper.active:
+            renewed = self._budget() > 0  # the keeper's thread renews: read how recently
+        else:  # each round, or the keeper's first write (and the first after an eviction)
+            renew = self._writer.renew(self.tenure.current)
+            # Holding nothing, there is no deadline to keep: the call's own timeout bounds it.
+            renewed = await (self._within_budget(renew) if self.tenure.held else renew)
+        evicted = self._writer.evicted()
         if renewed and not evicted:
-            self._renewed_at = asked
+            if self._keeper is None:  # the keeper's write counts in its renewed_at
+                self._renewed_at = asked
             self._fenced = False
         elif evicted or self._budget() <= 0:  # not renewed in time: act on nothing
+            if self._keeper is not None:  # its next write carries the record stepped down to
+                self._keeper.active = False
             before = self.tenure.groups()
             if self.tenure.step_down():
                 log.warning(
@@ -146,16 +168,31 @@ class Sharding:
             log.info("gave domains away", released=len(step.release), held=len(self.tenure.held))
         published = False
         asked = self._clock()
-        if step.publish is not None and await self._within_budget(self._leases.renew(step.publish)):
+        if step.publish is not None and await self._within_budget(self._writer.renew(step.publish)):
             self.tenure.published(step.publish)
             self._renewed_at = asked
             published = True
-        if step.take:
-            self._open = self.tenure.groups()
-            log.debug("groups taken", groups=sorted(self._open - before))
-            self._take(self._open - before)
-            log.info("serving domains", taken=len(step.take), held=len(self.tenure.held))
+        await self._open_held(len(step.take))
         return published
+
+    async def _open_held(self, taken: int) -> None:
+        """Open to the workers the held groups not open yet, once ``prepare`` has fetched
+        what they need (the cache's share of Jobs and Pods): a new owner's first pass must
+        see the group whole. A fetch that failed or ran past the deadline leaves them
+        closed until a later round fetches them."""
+        new = self.tenure.groups() - self._open
+        if not new:
+            return
+        if self._prepare is not None:
+            try:
+                await asyncio.wait_for(self._prepare(new), max(0.0, self._budget()))
+            except Exception as exc:  # API trouble, timeout: nothing opened, tried again
+                log.warning("groups not fetched; not serving them yet", error=type(exc).__name__)
+                return
+        self._open |= new
+        log.debug("groups taken", groups=sorted(new))
+        self._take(new)
+        log.info("serving domains", taken=taken, held=len(self.tenure.held))
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
@@ -177,4 +214,4 @@ class Sharding:
             self.tenure.step_down()
             with contextlib.suppress(Exception):
                 await self._close(before)
-            await self._leases.release()
+            await self._writer.release()

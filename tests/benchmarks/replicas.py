@@ -11,9 +11,19 @@ info lines ("serving domains" and "gave domains away", each with ``held``).
 - SIGKILL of one of the largest count: seconds until the others hold every domain again;
 - rolling restart (as a Deployment's maxSurge 1 does: start a new replica, then SIGTERM an
   old one, for each old one): per step, seconds until the stopped replica's domains are held
-  by the others, and until the newcomer holds its share.
+  by the others, and until the newcomer holds its share (``--handovers``);
+- per replica count, the fill: one job queued in each of ``--fill`` groups at once, seconds
+  until a runner Job exists for each, and until each job runs;
+- ``--rescale``: jobs arriving at ``--rate`` per second while the replicas go 1 -> 3 -> 1
+  (the two extra ones stop with SIGTERM): jobs queued, runner Jobs created (must be equal),
+  the longest wait of a job, and busy runners touched (a runner's Pod gone while its job
+  ran, or its registration deleted; must be 0).
+
+Runners are simulated by the fake from the cluster's Pods (kwok runs them): a job runs
+``--job-seconds`` and its Pod then succeeds.
 
     python -m tests.benchmarks.replicas [--groups 600] [--namespaces 20] [--window 60]
+        [--fill 200] [--rescale] [--handovers] [--json FILE]
 """
 
 from __future__ import annotations
@@ -21,17 +31,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import random
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.benchmarks import common
 from tests.support import manifests
-from tests.support.fake_gitea import GroupScope, SimulatedGitea
+from tests.support.fake_gitea import SELECTOR, GroupScope, SimulatedGitea
 from tests.support.launcher import OPERATOR_NS, OperatorProcess
 from tests.support.testbed import allow_leases
+from tests.testbed.kube import KubeClient
 from tests.testbed.sandbox import Sandbox
 
 LABEL = "ubuntu-latest"
@@ -83,20 +97,156 @@ def replica(
     return op
 
 
+FIGURES: dict[str, Any] = {"cost": {}, "fill": {}}  # for --json (and the plot)
+
+
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
 def measure(ops: list[OperatorProcess], fake: SimulatedGitea, window: float) -> None:
     before = [(op.cpu_seconds(), common.total(op.metrics(), GITEA_REQUESTS)) for op in ops]
     fake_before, t0 = fake.requests, time.monotonic()
+    load0 = load_average()
     time.sleep(window)
     elapsed = time.monotonic() - t0
+    rows = []
     for i, (op, (cpu0, req0)) in enumerate(zip(ops, before, strict=True)):
         cpu = (op.cpu_seconds() - cpu0) / elapsed
         requests = (common.total(op.metrics(), GITEA_REQUESTS) - req0) / elapsed
+        rows.append({"held": held(op), "cpu": cpu, "rss": op.rss_mb(), "gitea": requests})
         print(
             f"  replica {i}: {held(op):5d} domains  CPU {cpu:.3f} cores  "
             f"RSS {op.rss_mb():6.1f} MB  Gitea {requests:6.2f} req/s",
             flush=True,
         )
-    print(f"  the fake Gitea saw {(fake.requests - fake_before) / elapsed:.2f} req/s in all")
+    seen = (fake.requests - fake_before) / elapsed
+    print(f"  the fake Gitea saw {seen:.2f} req/s in all; load {load0:.1f} -> {load_average():.1f}")
+    FIGURES["cost"][len(ops)] = {"replicas": rows, "fake": seen, "load": [load0, load_average()]}
+
+
+class RunnerJobs:
+    """Every runner Job seen (by uid), from a list every half second: a Job lives at least a
+    job's length, so none is missed."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self._kube = kube
+        self.seen: dict[str, float] = {}  # uid -> first seen (monotonic)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> RunnerJobs:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                now = time.monotonic()
+                for job in self._kube.get("/apis/batch/v1/jobs", labelSelector=SELECTOR)["items"]:
+                    self.seen.setdefault(job["metadata"]["uid"], now)
+            time.sleep(0.5)
+
+    def since(self, start: float) -> int:
+        return sum(1 for at in list(self.seen.values()) if at >= start)
+
+
+def fill(
+    fake: SimulatedGitea, jobs: RunnerJobs, groups: list[tuple[str, str]], n: int, count: int
+) -> None:
+    """One job queued in each of ``count`` groups at once: until a runner Job exists for
+    each (created), and until each job runs (taken)."""
+    start = time.monotonic()
+    ids = [fake.queue(owner, repo, (LABEL,))[0] for owner, repo in groups[:count]]
+    done = wait(lambda: jobs.since(start) >= count, 300)
+    created = None if done is None else time.monotonic() - start
+    done = wait(lambda: all(fake.jobs[i].started_at is not None for i in ids), 300)
+    taken = None if done is None else time.monotonic() - start
+    print(
+        f"  fill of {count} jobs in {count} groups: runner Jobs created after {_s(created)}, "
+        f"every job running after {_s(taken)}",
+        flush=True,
+    )
+    FIGURES["fill"][n] = {"jobs": count, "created_s": created, "taken_s": taken}
+    wait(lambda: fake.count("in_progress") == 0, 300)  # the next step starts quiet
+
+
+def wait(predicate: Any, limit: float) -> float | None:
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(0.2)
+    return None
+
+
+def rescale(
+    sandbox: Sandbox,
+    namespaces: list[str],
+    fake: SimulatedGitea,
+    jobs: RunnerJobs,
+    groups: list[tuple[str, str]],
+    rate: float,
+    phase: float,
+) -> None:
+    """Jobs arrive at ``rate`` per second into random groups while the replicas go 1 -> 3 ->
+    1, ``phase`` seconds at each count once every domain is held."""
+    total = len(groups)
+    stop = threading.Event()
+    queued: list[int] = []
+
+    def arrive() -> None:
+        rng = random.Random(38)  # noqa: S311 - a benchmark's spread, not a secret
+        while not stop.is_set():
+            owner, repo = rng.choice(groups)
+            queued.extend(fake.queue(owner, repo, (LABEL,)))
+            time.sleep(1 / rate)
+
+    busy_before = set(fake.busy_lost)
+    start = time.monotonic()
+    arrivals = threading.Thread(target=arrive, daemon=True)
+    steps: list[str] = []
+    with contextlib.ExitStack() as stack:
+        ops = [replica(sandbox, namespaces, stack)]
+        steps.append(f"1 replica: every domain held after {_s(until_held(ops, total))}")
+        arrivals.start()
+        time.sleep(phase)
+        extra = [replica(sandbox, namespaces, stack) for _ in range(2)]
+        steps.append(f"-> 3: held again after {_s(until_held([*ops, *extra], total))}")
+        time.sleep(phase)
+        sigterm = time.monotonic()
+        for op in extra:
+            op.stop()
+        back = until_held(ops, total)
+        after = None if back is None else time.monotonic() - sigterm
+        steps.append(f"-> 1: held again {_s(after)} after SIGTERM")
+        time.sleep(phase)
+        stop.set()
+        arrivals.join()
+        drained = wait(lambda: all(fake.jobs[i].started_at is not None for i in queued), 300)
+        steps.append(f"every job running {_s(drained)} after the arrivals stopped")
+    waits = [(fake.jobs[i].started_at or time.monotonic()) - fake.jobs[i].queued_at for i in queued]
+    created = jobs.since(start)
+    touched = len(fake.busy_lost - busy_before)
+    for line in steps:
+        print(f"  {line}", flush=True)
+    print(
+        f"rescale 1 -> 3 -> 1 with {rate:g} jobs/s: {len(queued)} jobs, {created} runner Jobs "
+        f"created, longest wait {max(waits, default=0):.1f} s (median "
+        f"{sorted(waits)[len(waits) // 2] if waits else 0:.1f} s), busy runners touched {touched}",
+        flush=True,
+    )
+    FIGURES["rescale"] = {
+        "jobs": len(queued),
+        "created": created,
+        "longest_wait": max(waits, default=0.0),
+        "touched": touched,
+        "steps": steps,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,15 +257,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--most", type=int, default=3, help="replicas at the most")
     parser.add_argument("--poll-interval", default="15s")
     parser.add_argument("--logs", help="copy every replica's log into this directory")
+    parser.add_argument("--fill", type=int, default=200, help="groups given one job each")
+    parser.add_argument("--job-seconds", type=float, default=20.0)
+    parser.add_argument("--rescale", action="store_true", help="1 -> 3 -> 1 under load")
+    parser.add_argument("--rate", type=float, default=2.0, help="jobs/s during --rescale")
+    parser.add_argument("--phase", type=float, default=60.0, help="seconds per count")
+    parser.add_argument("--handovers", action="store_true", help="SIGKILL and rolling restart")
+    parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
 
     owner = f"rep-{uuid.uuid4().hex[:4]}"
-    fake = SimulatedGitea()
+    fake = SimulatedGitea(job_seconds=args.job_seconds)
     namespaces = [f"{owner}-{i:03d}" for i in range(args.namespaces)]
+    repos: list[tuple[str, str]] = []
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)
         allow_leases(kube, OPERATOR_NS, ["list", "delete"])  # not in manifests/ yet
-        fake.start(None)
+        fake.start(kube)  # runners simulated from the Pods kwok runs
+        jobs = RunnerJobs(kube).__enter__()
         try:
             for ns in namespaces:
                 common.team(kube, ns, "registration-token", "api-token")
@@ -125,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                 body = common.group(name, owner, fake.url, [LABEL], pollInterval=args.poll_interval)
                 body["spec"] |= {"scope": "repo", "repo": repo}
                 manifests.apply(kube, body, namespace=ns)
+                repos.append((owner, repo))
             print(f"{args.groups} quiet groups, one domain each", flush=True)
             for n in range(1, args.most + 1):
                 with replicas(sandbox, namespaces, n) as ops:
@@ -132,9 +292,19 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{n} replica(s): every domain held after {_s(took)}", flush=True)
                     time.sleep(30)  # the first polls of the groups just taken
                     measure(ops, fake, args.window)
-            handovers(sandbox, namespaces, args.groups, args.most)
+                    if args.fill:
+                        picked = random.Random(n).sample(repos, len(repos))  # noqa: S311
+                        fill(fake, jobs, picked, n, args.fill)
+            if args.rescale:
+                rescale(sandbox, namespaces, fake, jobs, repos, args.rate, args.phase)
+            if args.handovers:
+                handovers(sandbox, namespaces, args.groups, args.most)
             print(f"most domains held at once while waiting: {MOST[0]} of {args.groups}")
+            FIGURES["most_held"] = MOST[0]
+            if args.json:
+                Path(args.json).write_text(json.dumps(FIGURES, indent=1))
         finally:
+            jobs.__exit__()
             fake.stop()
             if args.logs:  # the sandbox's directory goes with it
                 Path(args.logs).mkdir(parents=True, exist_ok=True)

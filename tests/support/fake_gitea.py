@@ -86,6 +86,8 @@ class SimulatedGitea:
         # And how long each pass of the simulation loop took: its own share of the delays.
         self.trace: dict[str, dict[str, float]] = {}
         self.loop_seconds: list[float] = []
+        # Runner Pods deleted (or gone) while their runner ran a job: busy runners touched.
+        self.busy_lost: set[str] = set()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -167,6 +169,9 @@ class SimulatedGitea:
                         self._mark(name, "registered", now)
                 for name in [n for n in self._pods_seen if n not in running]:
                     del self._pods_seen[name]
+                for runner in self.runners.values():  # a Pod gone while its job still ran
+                    if runner.job is not None and runner.name not in running:
+                        self.busy_lost.add(runner.name)
                 for rid, runner in list(self.runners.items()):
                     job = self.jobs.get(runner.job) if runner.job is not None else None
                     if job is not None and now - (job.started_at or now) >= self.job_seconds:
@@ -311,6 +316,8 @@ class SimulatedGitea:
         if runner is None or runner not in mine:
             return 404, {"message": "not found"}
         if method == "DELETE":
+            if runner.job is not None:
+                self.busy_lost.add(runner.name)
             del self.runners[runner.id]
             return 204, {}
         if method == "PATCH":

@@ -138,3 +138,20 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class NoRunnerObjects:
+    """The namespaced Job and Pod listings a sharded cache fetches a taken group with
+    (ClusterCache.serve), answering that the group has none yet."""
+
+    async def list_namespaced_job(self, *args: Any, **kwargs: Any) -> Any:
+        from tests.support.api_response import FakeResponse
+
+        return FakeResponse(200, b'{"items": []}')
+
+    list_namespaced_pod = list_namespaced_job
+
+
+def without_runner_objects(cache: Any) -> None:
+    """A sharded ClusterCache whose fetches of taken groups find nothing (no API server)."""
+    cache._batch = cache._core = NoRunnerObjects()

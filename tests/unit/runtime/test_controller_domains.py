@@ -10,7 +10,7 @@ from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.settings import Settings
 from tests.support.builders import spec_with
-from tests.support.leases import Clock, FakeLeases
+from tests.support.leases import Clock, FakeLeases, without_runner_objects
 
 # Ten repository groups apart, and two that a global group joins into one Gitea-wide domain.
 APART = {f"team/app{i}": spec_with(org=f"org{i}", repo="app") for i in range(10)}
@@ -25,6 +25,7 @@ GROUPS = {**APART, **WHOLE}
 def replica(api: client.ApiClient, leases: FakeLeases, clock: Clock, name: str) -> Controller:
     membership = MembershipLeases(api, "ops", "gro", name, clock=clock, leases=leases)
     controller = Controller(api, Settings(sharding=True), membership=membership)
+    without_runner_objects(controller.cache)
     for key, spec in GROUPS.items():
         namespace, group = key.split("/")
         obj = {"metadata": {"namespace": namespace, "name": group}, "spec": spec}

@@ -14,7 +14,7 @@ from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.membership import MembershipLeases, lease_name
 from gitea_runner_operator.settings import Settings
 from tests.support.builders import spec_with
-from tests.support.leases import Clock, FakeLeases
+from tests.support.leases import Clock, FakeLeases, without_runner_objects
 
 KEYS = [f"team/app{i}" for i in range(10)]
 
@@ -23,6 +23,7 @@ class Replica:
     def __init__(self, api: client.ApiClient, leases: FakeLeases, clock: Clock, name: str) -> None:
         membership = MembershipLeases(api, "ops", "gro", name, clock=clock, leases=leases)
         self.controller = Controller(api, Settings(sharding=True), membership=membership)
+        without_runner_objects(self.controller.cache)
         for i, key in enumerate(KEYS):
             obj = {"metadata": {"namespace": "team", "name": key.split("/")[1]},
                    "spec": spec_with(org=f"org{i}", repo="app")}  # fmt: skip

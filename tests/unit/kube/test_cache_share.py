@@ -1,0 +1,155 @@
+"""--sharding: a replica's informers keep the runner Jobs and Pods of the groups it serves
+and drop every other group's as they come in; a group it begins to serve is fetched whole
+before it is served, and one it gives away leaves its memory. One replica keeps everything."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from gitea_runner_operator.api import constants
+from gitea_runner_operator.kube.cache import ClusterCache
+from gitea_runner_operator.runtime.membership import MembershipLeases
+from gitea_runner_operator.runtime.sharding import Sharding, layout_of
+from tests.support.api_response import FakeResponse
+from tests.support.builders import spec_with
+from tests.support.leases import Clock, FakeLeases
+
+
+def owned(kind: str, group: str, name: str, rv: str = "1") -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "resourceVersion": rv,
+            "labels": {constants.GROUP_NAME_LABEL: group, constants.MANAGED_BY_LABEL: "x"},
+        },
+        "status": {},
+    }
+
+
+class Listing:
+    """A namespaced list call of the API, answering with the objects its selector picks."""
+
+    def __init__(self, objects: list[dict[str, Any]]) -> None:
+        self.objects = objects
+        self.selectors: list[str] = []
+        self.during: Any = None  # run while the answer is on its way (a watch event)
+
+    async def __call__(self, namespace: str, label_selector: str, **_: Any) -> FakeResponse:
+        self.selectors.append(label_selector)
+        names = label_selector.split(" in (", 1)[1].rstrip(")").split(",")
+        picked = [
+            o for o in self.objects if o["metadata"]["labels"][constants.GROUP_NAME_LABEL] in names
+        ]
+        if self.during is not None:
+            self.during()
+        return FakeResponse(200, json.dumps({"items": picked}).encode())
+
+
+class Lists:
+    def __init__(self, jobs: Listing, pods: Listing) -> None:
+        self.list_namespaced_job, self.list_namespaced_pod = jobs, pods
+
+
+async def shared_cache(api: client.ApiClient, namespaces: list[str] | None = None) -> Any:
+    cache = ClusterCache(api, namespaces, shared=True)
+    jobs = Listing([owned("Job", "g1", "g1-a"), owned("Job", "g2", "g2-a")])
+    pods = Listing([owned("Pod", "g1", "g1-a-xxxxx"), owned("Pod", "g2", "g2-a-xxxxx")])
+    cache._batch = cache._core = Lists(jobs, pods)  # type: ignore[assignment]
+    return cache, jobs, pods
+
+
+async def test_a_replica_keeps_only_the_jobs_and_pods_of_the_groups_it_serves():
+    async with client.ApiClient() as api:
+        cache, _, _ = await shared_cache(api)
+        for g in ("g1", "g2", "g3"):  # watch events before any group is served: all dropped
+            cache.jobs[0]._apply("ADDED", owned("Job", g, f"{g}-b"))
+            cache.pods[0]._apply("ADDED", owned("Pod", g, f"{g}-b-xxxxx"))
+        assert cache.jobs[0].cache == {} and cache.pods[0].cache == {}
+        await cache.serve(["team-a/g1"])
+        # fetched whole: what existed before serving (g1-b arrived while dropped)
+        assert {j["metadata"]["name"] for j in cache.runner_jobs("team-a/g1")} == {"g1-a"}
+        assert [p["metadata"]["name"] for p in cache.runner_pods("team-a/g1")] == ["g1-a-xxxxx"]
+        cache.jobs[0]._apply("ADDED", owned("Job", "g1", "g1-c"))
+        cache.jobs[0]._apply("ADDED", owned("Job", "g2", "g2-c"))
+        assert sorted(cache.jobs[0].cache) == ["team-a/g1-a", "team-a/g1-c"]
+        assert cache.runner_jobs("team-a/g2") == []
+        cache.unserve(["team-a/g1"])
+        assert cache.jobs[0].cache == {} and cache.pods[0].cache == {}
+        assert cache.runner_jobs("team-a/g1") == [] and cache.runner_pods("team-a/g1") == []
+
+
+async def test_a_watch_event_during_the_fetch_keeps_its_word():
+    async with client.ApiClient() as api:
+        cache, jobs, _ = await shared_cache(api)
+        newer = owned("Job", "g1", "g1-a", rv="9")
+        newer["status"] = {"succeeded": 1}
+        jobs.during = lambda: cache.jobs[0]._apply("MODIFIED", newer)
+        await cache.serve(["team-a/g1"])
+        assert cache.jobs[0].cache["team-a/g1-a"]["metadata"]["resourceVersion"] == "9"
+
+
+async def test_a_fetch_is_narrowed_to_the_groups_taken_per_namespace():
+    async with client.ApiClient() as api:
+        cache, jobs, pods = await shared_cache(api, ["team-a", "team-b"])
+        await cache.serve(["team-a/g1", "team-a/g2"])
+        assert jobs.selectors == [
+            f"{constants.MANAGED_SELECTOR},{constants.GROUP_NAME_LABEL} in (g1,g2)"
+        ]
+        assert len(pods.selectors) == 1
+        await cache.serve(["team-a/g1", "team-a/g2"])  # fetched already: not listed again
+        assert len(jobs.selectors) == 1
+
+
+async def test_one_replica_keeps_every_groups_objects_as_before():
+    async with client.ApiClient() as api:
+        cache = ClusterCache(api, None)
+        for g in ("g1", "g2"):
+            cache.jobs[0]._apply("ADDED", owned("Job", g, f"{g}-b"))
+        assert len(cache.jobs[0].cache) == 2
+        await cache.serve(["team-a/g1"])  # no share: nothing changes
+        cache.unserve(["team-a/g1"])
+        assert len(cache.jobs[0].cache) == 2 and cache.runner_jobs("team-a/g1")
+
+
+def test_a_new_owner_serves_a_group_only_once_its_objects_are_fetched():
+    groups = {"ns/app": {"spec": spec_with(org="o", repo="app")}}
+
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        taken: list[frozenset[str]] = []
+        fetches: list[frozenset[str]] = []
+        fail = [True]
+
+        async def prepare(keys: frozenset[str]) -> None:
+            fetches.append(keys)
+            assert not sharding.acts_on("ns/app")  # nothing acts while the view is partial
+            if fail[0]:
+                raise OSError("list failed")
+
+        async def release(keys: frozenset[str]) -> None:
+            pass
+
+        leases = MembershipLeases(None, "ops", "gro", "a", clock=clock, leases=api)  # type: ignore[arg-type]
+        sharding = Sharding(
+            leases,
+            lambda: layout_of(groups.items()),
+            take=taken.append,
+            release=release,
+            prepare=prepare,
+            clock=clock,
+        )
+        await sharding.round()
+        await sharding.round()  # holds the domain; the fetch fails: not served yet
+        assert fetches == [frozenset(groups)] and not taken
+        assert not sharding.acts_on("ns/app")
+        fail[0] = False
+        await sharding.round()  # fetched on the next round: served
+        assert taken == [frozenset(groups)] and sharding.acts_on("ns/app")
+
+    asyncio.run(main())
