@@ -12,17 +12,10 @@ from gitea_runner_operator.webhook import guard, server
 from gitea_runner_operator.webhook.guard import PENALTY_BURST, PENALTY_HELD, Penalties
 from gitea_runner_operator.webhook.server import PATH
 from gitea_runner_operator.webhook.signature import sign
+from tests.support.fake_cluster import Clock
 from tests.support.webhook import OPERATOR, SECRETS, A, Harness, body_for
 
 FORGER, GITEA = "127.0.0.2", "127.0.0.1"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_an_address_is_penalised_after_a_burst_of_failures_and_recovers_at_the_rate():
