@@ -1,6 +1,7 @@
 """Per-pass work does not grow with the jobs a group lists when Gitea's answer did not
-change: which queued jobs a group can take is worked out once per answer and offered label
-set, however many passes, status writes and enrolments ask (work counted, never timed)."""
+change: which queued jobs a group can take, and whether the answer lists a job of unknown
+repository, are worked out once per answer (and offered label set), however many passes,
+status writes and enrolments ask (work counted, never timed)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import gc
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation
-from gitea_runner_operator.reconcile import scaling
+from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.reconcile import family_changes, scaling
+from gitea_runner_operator.reconcile.accounting import Answer
+from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.scaling import queued_matching
+from tests.support.claims import group, job
 
 LINUX = frozenset({"linux"})
 
@@ -58,3 +63,27 @@ def test_what_is_kept_goes_with_the_answer():
         queued_matching(answer(10), LINUX)
     gc.collect()
     assert len(queued_matching) == before
+
+
+def test_the_ledger_walks_an_answer_for_unknown_repositories_once(monkeypatch):
+    walked: list[int] = []
+    real = family_changes.job_repository
+
+    def counting(j):
+        walked.append(1)
+        return real(j)
+
+    monkeypatch.setattr(family_changes, "job_repository", counting)
+    ledger = Ledger(min_interval=0.0)
+    url = "https://g.test"
+    jobs = [job(i, "acme/app") for i in range(1, 2001)]
+    peer = group("r/app", Scope.REPO, "acme", "app")
+    ledger.report(url, peer, Answer(peer.key, 1.0, [job(9999, "acme/app")]))
+    first = group("o/acme", Scope.ORG, "acme", not_busy=0)
+    ledger.report(url, first, Answer(first.key, 1.0, jobs))
+    ledger.share(first.key)  # the family is worked out
+    walked.clear()
+    for n in range(1, 51):  # passes of the same answer while its runners start
+        moved = group("o/acme", Scope.ORG, "acme", not_busy=n)
+        ledger.report(url, moved, Answer(moved.key, 1.0, jobs))
+    assert len(walked) <= len(jobs)
