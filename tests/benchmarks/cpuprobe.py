@@ -106,7 +106,9 @@ class CallbackTimes:
         if phase == "start":
             self._gc_started = time.perf_counter()
             return
-        took = time.perf_counter() - self._gc_started
+        if not self._gc_started:
+            return  # started before the sampling did
+        took, self._gc_started = time.perf_counter() - self._gc_started, 0.0
         runs = self.gc.setdefault(info["generation"], [0.0, 0.0, 0.0])
         runs[0] += 1
         runs[1] += took
