@@ -154,7 +154,11 @@ def webhook_server(
         if current is None:
             return []
         cache = current.cache
-        return descriptors.of(obj for key in cache.group_keys() if (obj := cache.group(key)))
+        return descriptors.since(
+            cache,
+            cache.group_changes,
+            lambda: (obj for key in cache.group_keys() if (obj := cache.group(key))),
+        )
 
     def wake(key: str) -> None:
         current = leadership.controller

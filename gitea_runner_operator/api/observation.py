@@ -50,7 +50,9 @@ class ProblemError(Exception):
         self.problem = problem
 
 
-@dataclass(frozen=True, slots=True)
+# weakref_slot: what is derived from one answer (reconcile/scaling.queued_matching) is kept
+# while the answer lives, never longer.
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Observation:
     """What Gitea said at one moment. ``runners_complete`` is False when pagination was cut
     short, in which case nobody is reaped (a runner we did not see may be busy);

@@ -73,6 +73,9 @@ class ClusterCache:
         # own Complete event later is the same release, not a second one.
         self._exited: dict[GroupKey, set[str]] = {}
         self._group_listeners: list[Listener] = []
+        # Moves with every RunnerGroup event: what is derived from the groups alone (the
+        # webhook's routing descriptors) stays valid while it stands.
+        self.group_changes = 0
         self._owned_listeners: list[Listener] = []
         # group key -> object name -> object: reconciles look up a group's Jobs and Pods by
         # index, not by scanning every object the operator owns.
@@ -296,6 +299,7 @@ class ClusterCache:
     # -- events -------------------------------------------------------------------------------
 
     def _on_group(self, kind: str, obj: Obj, before: Obj | None) -> None:
+        self.group_changes += 1
         key = object_key(obj)
         for listener in self._group_listeners:
             listener(key, kind, obj, before)

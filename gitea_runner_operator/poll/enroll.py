@@ -54,7 +54,7 @@ from gitea_runner_operator.objects.forgejo_job import (
     UUID_KEY,
 )
 from gitea_runner_operator.objects.views import job_finished, job_suspended
-from gitea_runner_operator.reconcile.scaling import matching_demand
+from gitea_runner_operator.reconcile.scaling import queued_matching
 
 log = structlog.get_logger(__name__)
 
@@ -136,7 +136,7 @@ class Enroller:
         ]
         if not pending:
             return outcome
-        waiting = matching_demand(snapshot.observation.queued, spec.label_names)
+        waiting = list(queued_matching(snapshot.observation, spec.label_names))
         taken = self.bound_handles()
         registered = {r.name: r.id for r in snapshot.observation.runners}
         namespace, group_name = GroupKey.parse(key)

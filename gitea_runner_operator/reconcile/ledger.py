@@ -161,6 +161,9 @@ class Ledger:
         self.computations = 0  # for tests and benchmarks
         self._holders: dict[str, tuple[int, dict[int, str]]] = {}  # family -> (stamp, holders)
         self._queued: set[str] = set()  # members whose last answer lists a queued job
+        # Per member: whether its answer (by ``started_at``) lists a job of unknown repository,
+        # so a pass whose claimant moved (a runner started) does not walk the answer again.
+        self._unknown: dict[str, tuple[float, bool]] = {}
 
     def __len__(self) -> int:
         return len(self._members)
@@ -197,10 +200,19 @@ class Ledger:
             name = min(self._family_of[key])
             self._dirty.add(name)
             unknown = any(
-                a is not None and lists_unknown_repository(a.jobs)
+                a is not None and self._lists_unknown(a)
                 for a in (old.answer if old is not None else None, answer)
             )
             self._changes.setdefault(name, Changes()).add(url, claimant, reaches_all=unknown)
+
+    def _lists_unknown(self, answer: Answer) -> bool:
+        """:func:`lists_unknown_repository`, worked out once per answer of a member."""
+        known = self._unknown.get(answer.key)
+        if known is not None and known[0] == answer.started_at:
+            return known[1]
+        verdict = lists_unknown_repository(answer.jobs)
+        self._unknown[answer.key] = (answer.started_at, verdict)
+        return verdict
 
     def remove(self, key: str) -> Member | None:
         """Forget a group; returns what it last reported (None: nothing)."""
@@ -208,6 +220,7 @@ class Ledger:
         if old is None:
             return None
         self._seen.pop(key, None)
+        self._unknown.pop(key, None)
         self._queued.discard(key)
         self._shares.pop(key, None)
         self._room.pop(key, None)

@@ -35,7 +35,7 @@ from gitea_runner_operator.reconcile.ports import (
     ReapOrder,
     Sources,
 )
-from gitea_runner_operator.reconcile.scaling import START_BOUND, matching_demand
+from gitea_runner_operator.reconcile.scaling import START_BOUND, queued_matching
 from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.steps import claims
 from gitea_runner_operator.reconcile.steps.admission import Admissions
@@ -241,7 +241,7 @@ class Reconciler:
         seen: int | None = None
         if blocked and self._ledger.share(key) is not None:
             # Holding no share, it still reports the demand it sees (status.queuedJobs).
-            seen = len(matching_demand(observation.queued, spec.label_names))
+            seen = len(queued_matching(observation, spec.label_names))
         if await mark(self._cluster, p, decision):
             # More marks are left: come back at once, after the events queued meanwhile.
             requeue = min(requeue or MARKS_REQUEUE, MARKS_REQUEUE)
@@ -271,7 +271,7 @@ class Reconciler:
         # A stale share matters only to a group with jobs to serve: a quiet family, whose
         # members' answers change it on every poll, would otherwise bring every member back
         # twice a second (567 reconciles a second at 1,001 quiet groups of one family).
-        wants = decision.demand > 0 or bool(matching_demand(observation.queued, spec.label_names))
+        wants = decision.demand > 0 or bool(queued_matching(observation, spec.label_names))
         return Result(requeue_after=self._requeue(key, state, requeue, wants=wants))
 
     def _part(self, p: GroupPass) -> Part:

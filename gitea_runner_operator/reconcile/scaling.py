@@ -20,6 +20,7 @@ that is a Gitea call, which a reconcile never waits for.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -80,6 +81,43 @@ def matching_demand(jobs: Iterable[ActionJob], offered: frozenset[str]) -> list[
     """Queued jobs this group's runners can take. Status is re-checked in case a server
     ignores the filter."""
     return [job for job in jobs if job.status == "queued" and labels_fit(job.labels, offered)]
+
+
+class _MatchingByAnswer:
+    """:func:`matching_demand` of one observation's queue, per offered label set, kept while
+    that observation lives (by identity, never by hashing thousands of jobs). A pass, the
+    status and the enrolment ask the same question of the same answer several times, and
+    passes triggered by Pod events ask it again until the next poll: the walk over the jobs
+    a group lists is done once per answer, not once per asking."""
+
+    def __init__(self) -> None:
+        self._memo: dict[
+            int,
+            tuple[weakref.ref[Observation], dict[frozenset[str], tuple[ActionJob, ...]]],
+        ] = {}
+
+    def __call__(self, observation: Observation, offered: frozenset[str]) -> tuple[ActionJob, ...]:
+        key = id(observation)
+        entry = self._memo.get(key)
+        if entry is None or entry[0]() is not observation:
+            entry = (weakref.ref(observation, lambda ref: self._forget(key, ref)), {})
+            self._memo[key] = entry
+        by_offer = entry[1]
+        found = by_offer.get(offered)
+        if found is None:
+            found = by_offer[offered] = tuple(matching_demand(observation.queued, offered))
+        return found
+
+    def _forget(self, key: int, ref: weakref.ref[Observation]) -> None:
+        entry = self._memo.get(key)
+        if entry is not None and entry[0] is ref:
+            del self._memo[key]
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+
+queued_matching = _MatchingByAnswer()
 
 
 def registration_names(view: RunnerJobView) -> tuple[str, ...]:
@@ -182,7 +220,11 @@ def plan(
     not_busy = pending_creations + sum(
         1 for v in alive_views if states[v.name] in (RunnerState.STARTING, RunnerState.IDLE)
     )
-    demand = len(matching_demand(observation.queued if assigned is None else assigned, offered))
+    demand = len(
+        queued_matching(observation, offered)
+        if assigned is None
+        else matching_demand(assigned, offered)
+    )
 
     reap: list[ReapCandidate] = []
     orphans: list[Orphan] = []

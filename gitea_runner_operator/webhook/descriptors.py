@@ -2,12 +2,14 @@
 
 Parsing a spec with pydantic costs tens of microseconds; with a thousand groups and a delivery
 per job state change that adds up, so :class:`Descriptors` remembers each group's descriptor
-until its ``metadata.generation`` (which moves with every spec change) does.
+until its ``metadata.generation`` (which moves with every spec change) does; and
+:meth:`Descriptors.since` keeps the whole list until a group event happens, so a flood of
+deliveries does not walk every group's object per delivery.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gitea_runner_operator.api.labels import label_names
@@ -46,6 +48,19 @@ class Descriptors:
 
     def __init__(self) -> None:
         self._memo: dict[tuple[str, Any], GroupDescriptor | None] = {}
+        self._last: tuple[object, int, list[GroupDescriptor]] | None = None
+
+    def since(
+        self, source: object, changes: int, objects: Callable[[], Iterable[Mapping[str, Any]]]
+    ) -> list[GroupDescriptor]:
+        """:meth:`of` the ``objects``, asked for only when ``source`` (the cache) or its count
+        of group events ``changes`` moved since the last call; else the same list again."""
+        last = self._last
+        if last is not None and last[0] is source and last[1] == changes:
+            return last[2]
+        out = self.of(objects())
+        self._last = (source, changes, out)
+        return out
 
     def of(self, objects: Iterable[Mapping[str, Any]]) -> list[GroupDescriptor]:
         memo: dict[tuple[str, Any], GroupDescriptor | None] = {}

@@ -23,6 +23,15 @@ can reach the Service, and must not let a flood of forged deliveries stall the e
   loop (the Lease, the polls) competes with one busy thread, not a pool of them.
 - Rejections are logged once, then summarised at most every ``QUIET_EVERY`` seconds with a
   count (:class:`QuietLog`): a flood must not become a flood of log lines.
+- Failed authentication costs the address it came from (:class:`Penalties`): past a burst
+  of failures, an address has one a second. While it has none left, its deliveries are no
+  longer read for the repository hint (the expensive way to find a secret): those only
+  that way are answered 429 before their body is read; the operator-wide secret and a
+  managed hook's ``?group=`` (one HMAC each) are still tried. So a forger's flood costs
+  the HTTP exchange and little else (and its 429 comes a second late, so a forger that
+  waits for answers sends fewer), a genuine delivery from another address is never
+  delayed, and behind a proxy (one address for everyone) Gitea's managed and system hooks
+  still get through; only hand-made hooks without ``?group=`` wait for the next poll.
 - Wake-ups per group are rate-limited (:class:`WakeLimiter`): a tenant's own secret cannot
   make its groups poll Gitea more often than once per ``interval`` on average (a burst of
   ``WAKE_BURST`` at once); a wake-up beyond that is deferred until the next one is allowed
@@ -75,6 +84,16 @@ WAKE_INTERVAL: Final = 1.0
 WAKE_BURST: Final = 5
 MAX_DEPTH: Final = 32
 QUIET_EVERY: Final = 10.0
+# Failed authentications an address may have at once, and how many a second after that
+# (Penalties): Gitea with a wrong secret fails a delivery per job event, a forger hundreds.
+PENALTY_BURST: Final = 20
+PENALTY_RATE: Final = 1.0
+PENALTY_ADDRESSES: Final = 4096
+# A penalised delivery's 429 comes this late (a forger that waits for each answer sends
+# fewer), for at most ``PENALTY_HELD`` requests per address at once (the rest at once), so
+# held requests never fill the receiver's connections.
+PENALTY_DELAY: Final = 1.0
+PENALTY_HELD: Final = 4
 # Bytes hashed per delivery above which the HMACs run in a thread, off the event loop.
 OFFLOAD_BYTES: Final = 256 * 1024
 
@@ -195,6 +214,53 @@ class ReadGate:
         _, give_up = self._reads.pop(ticket)
         self.given_up += 1
         give_up()
+
+
+class Penalties:
+    """Failed authentications per peer address, a token bucket each (``burst`` at once, then
+    ``rate`` a second): :meth:`exhausted` says an address has none left. Bounded in count: the
+    least recently failed addresses are forgotten first (they would be full again by then)."""
+
+    def __init__(
+        self,
+        rate: float = PENALTY_RATE,
+        burst: int = PENALTY_BURST,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_addresses: int = PENALTY_ADDRESSES,
+    ) -> None:
+        self._rate = rate
+        self._burst = max(1, burst)
+        self._clock = clock
+        self._buckets: LRU[str, Bucket] = LRU(max_addresses)
+        self._held: dict[str, int] = {}
+
+    async def refuse(self, peer: str, delay: float = PENALTY_DELAY) -> None:
+        """Wait ``delay`` before a penalised answer, unless ``PENALTY_HELD`` of the peer's
+        are waiting already."""
+        held = self._held.get(peer, 0)
+        if held >= PENALTY_HELD or delay <= 0:
+            return
+        self._held[peer] = held + 1
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            left = self._held.pop(peer) - 1
+            if left:
+                self._held[peer] = left
+
+    def exhausted(self, peer: str) -> bool:
+        bucket = self._buckets.peek(peer)
+        return bucket is not None and bucket.level(self._clock()) < 1.0
+
+    def failed(self, peer: str) -> None:
+        now = self._clock()
+        bucket = self._buckets.get(peer)
+        if bucket is None:
+            bucket = Bucket(self._rate, self._burst, now)
+            self._buckets.put(peer, bucket)
+        bucket.refill(now)
+        bucket.tokens = max(0.0, bucket.tokens - 1.0)
 
 
 class Deliveries:

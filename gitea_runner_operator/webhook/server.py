@@ -40,8 +40,10 @@ from gitea_runner_operator.webhook.guard import (
     DEFAULT_SLOT_WAIT,
     DEFAULT_SLOTS,
     MAX_CANDIDATE_SECRETS,
+    PENALTY_DELAY,
     Deliveries,
     Malformed,
+    Penalties,
     QuietLog,
     ReadGate,
     WakeLimiter,
@@ -81,6 +83,8 @@ Outcome = Literal[
     "duplicate",
     "slow",
     "gone",
+    "penalised",
+    "unsupported",
 ]
 
 
@@ -99,6 +103,15 @@ _DUPLICATE: Final = _Answer("duplicate", 202, "delivery already seen\n")
 _SLOW: Final = _Answer("slow", 408, "the body did not arrive in time\n")
 # Nobody reads this answer: the client is gone. The outcome still counts it.
 _GONE: Final = _Answer("gone", 400, "")
+_PENALISED: Final = _Answer(
+    "penalised", 429, "too many deliveries from this address failed authentication; retry later\n"
+)
+_UNSUPPORTED: Final = _Answer("unsupported", 415, "Content-Type must be application/json\n")
+_NOT_A_REPOSITORY: Final = _Answer(
+    "bad_request", 400, "repository.full_name: must be 'owner/name'\n"
+)
+# What a genuine delivery (Gitea's and Forgejo's "application/json" hooks) carries.
+JSON: Final = "application/json"
 _SPECIFIC = {"repo": 0, "org": 1, "global": 2}
 
 
@@ -137,7 +150,9 @@ class WebhookServer:
     outcomes for metrics; ``active`` is False on a standby replica, which then answers 503;
     ``known(key, job_id)`` says whether the group's latest answer already lists a queued job
     (its delivery then wakes nobody), ``asking(key)`` whether the group's refresh is in
-    flight (a delivery then waits for its answer): see ``WakeLimiter``."""
+    flight (a delivery then waits for its answer): see ``WakeLimiter``. ``penalty_delay``:
+    how late the 429 of an address with too many failed authentications comes
+    (``Penalties``)."""
 
     def __init__(
         self,
@@ -160,6 +175,7 @@ class WebhookServer:
         asking: Callable[[str], bool] | None = None,
         connections: int = DEFAULT_CONNECTIONS,
         header_deadline: float = DEFAULT_HEADER_DEADLINE,
+        penalty_delay: float = PENALTY_DELAY,
     ) -> None:
         self._active = active
         self.connections = Connections(connections, header_deadline)
@@ -168,6 +184,8 @@ class WebhookServer:
         self._slots = asyncio.Semaphore(slots)
         self._slot_wait = slot_wait
         self._deliveries = Deliveries()
+        self.penalties = Penalties()
+        self._penalty_delay = penalty_delay
         self._quiet = QuietLog(log)
         self._limited_wake = (
             WakeLimiter(wake, wake_interval, known=known, asking=asking)
@@ -235,6 +253,13 @@ class WebhookServer:
         if digest is None:
             self._quiet("webhook delivery unsigned", remote=request.remote, gitea_event=event)
             return _UNAUTHORIZED
+        if request.content_type != JSON:
+            # Refused unread: a body Gitea never sends would fail ``parse_body`` anyway.
+            self._quiet("webhook delivery not JSON", remote=request.remote, gitea_event=event)
+            return _UNSUPPORTED
+        if self._hint_only(request) and self.penalties.exhausted(request.remote or ""):
+            await self.penalties.refuse(request.remote or "", self._penalty_delay)
+            return _PENALISED  # unread: only the hint could find its secret
         received = await self._receive(request, event)
         if isinstance(received, _Answer):
             return received
@@ -249,6 +274,10 @@ class WebhookServer:
         finally:
             self._slots.release()
         if isinstance(verified, _Answer):
+            if verified.status in (400, 401):
+                self.penalties.failed(request.remote or "")
+            elif verified is _PENALISED:  # late, but holding no slot
+                await self.penalties.refuse(request.remote or "", self._penalty_delay)
             return verified
         body, authorised = verified
         if not self._deliveries.first_time(request.headers.get(DELIVERY_HEADER)):
@@ -286,6 +315,11 @@ class WebhookServer:
             woken=woken,
         )
         return _Answer("accepted", 202, _explain(len(keys), delivery.repository, authorised))
+
+    def _hint_only(self, request: web.Request) -> bool:
+        """Whether only the repository hint could find who signed this delivery: no
+        operator-wide secret, and no managed hook's ``?group=``."""
+        return self._operator_secret is None and "group" not in request.query
 
     async def _receive(self, request: web.Request, event: str) -> bytes | _Answer:
         """The whole body, within the read deadline, unless newer reads need its place. A
@@ -339,9 +373,11 @@ class WebhookServer:
         if not any(g.webhook_secret is not None for g in groups):
             self._quiet("webhook delivery rejected", remote=request.remote, gitea_event=event)
             return _UNAUTHORIZED
+        if self.penalties.exhausted(request.remote or ""):
+            return _PENALISED  # one HMAC was tried; the hint is what a flood must not buy
         repository = repository_hint(body)
         if repository is None:
-            return _Answer("bad_request", 400, "repository.full_name: must be 'owner/name'\n")
+            return _NOT_A_REPOSITORY
         candidates = await candidate_secrets(repository, groups, self._group_secret)
         signed_by = await signers(candidates, body, digest)
         if not signed_by:

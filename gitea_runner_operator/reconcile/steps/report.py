@@ -25,7 +25,7 @@ from gitea_runner_operator.reconcile.handed import NOTHING, Part
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.ports import ClusterWrites, Sources
-from gitea_runner_operator.reconcile.scaling import Plan, RunnerState, matching_demand
+from gitea_runner_operator.reconcile.scaling import Plan, RunnerState, queued_matching
 from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites, Patch
 from gitea_runner_operator.reconcile.why.waiting import (
@@ -270,7 +270,7 @@ class StatusWriter:
         healthy = found.healthy
         if blocked and healthy["status"] == "False":
             held = HeldBack(healthy["reason"], st.RUNNERS_HEALTHY)
-        matching = matching_demand(snapshot.observation.queued, spec.label_names)
+        matching = queued_matching(snapshot.observation, spec.label_names)
         holders = self.ledger.holders(key)
         waiting = explain_waiting(
             own=[j for j in matching if holders.get(j.id, key) == key],

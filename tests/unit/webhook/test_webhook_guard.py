@@ -81,7 +81,11 @@ async def test_concurrent_unauthenticated_work_is_bounded_with_429_not_5xx():
     h.server._group_secret = slow
     h.server._slots = asyncio.Semaphore(2)
     h.server._slot_wait = 0.2
-    hdrs = {"X-Gitea-Event": "workflow_job", "X-Gitea-Signature": sign(b"wrong", body_for())}
+    hdrs = {
+        "X-Gitea-Event": "workflow_job",
+        "X-Gitea-Signature": sign(b"wrong", body_for()),
+        "Content-Type": "application/json",
+    }
     async with TestClient(TestServer(h.server.app())) as client:
         posts = [
             asyncio.create_task(client.post(PATH, data=body_for(), headers=hdrs)) for _ in range(6)

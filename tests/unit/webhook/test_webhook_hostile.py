@@ -93,6 +93,7 @@ class Live:
         )
         writer.write(
             f"POST {PATH} HTTP/1.1\r\nHost: x\r\nX-Gitea-Event: workflow_job\r\n"
+            "Content-Type: application/json\r\n"
             f"X-Gitea-Signature: {'ab' * 32}\r\nContent-Length: 1000\r\n\r\n{{".encode()
         )
         await writer.drain()
@@ -102,7 +103,11 @@ class Live:
 
     async def post(self, body: bytes, secret: bytes) -> int:
         self.sent += 1
-        hdrs = {"X-Gitea-Event": "workflow_job", "X-Gitea-Signature": sign(secret, body)}
+        hdrs = {
+            "X-Gitea-Event": "workflow_job",
+            "X-Gitea-Signature": sign(secret, body),
+            "Content-Type": "application/json",
+        }
         async with ClientSession() as session:
             url = f"http://127.0.0.1:{self.h.server.port}{PATH}"
             async with session.post(url, data=body, headers=hdrs) as resp:

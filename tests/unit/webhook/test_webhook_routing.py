@@ -192,6 +192,22 @@ def test_descriptors_follow_spec_changes_by_generation():
     assert memo.of([]) == []
 
 
+def test_deliveries_walk_the_groups_only_after_a_group_event():
+    memo, walks = Descriptors(), []
+    cache, other = object(), object()
+
+    def objects():
+        walks.append(1)
+        return [runner_group_object(labels=["linux"])]
+
+    for _ in range(100):  # a flood of deliveries, no group event
+        assert memo.since(cache, 7, objects)[0].label_names == {"linux"}
+    assert len(walks) == 1
+    memo.since(cache, 8, objects)  # a group event
+    memo.since(other, 8, objects)  # a new leader's cache
+    assert len(walks) == 3
+
+
 def test_a_bad_webhook_secret_ref_names_the_field():
     spec = runner_group_object(webhook={"secretRef": {"name": "Bad_Name", "key": "k"}})["spec"]
     with pytest.raises(InvalidSpec, match=r"spec\.webhook\.secretRef\.name: 'Bad_Name'"):

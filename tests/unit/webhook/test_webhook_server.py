@@ -86,7 +86,11 @@ async def test_a_chunked_body_over_the_limit_is_413():
         resp = await client.post(
             PATH,
             data=chunks(),
-            headers={"X-Gitea-Event": "workflow_job", "X-Gitea-Signature": sign(OPERATOR, big)},
+            headers={
+                "X-Gitea-Event": "workflow_job",
+                "X-Gitea-Signature": sign(OPERATOR, big),
+                "Content-Type": "application/json",
+            },
         )
         assert resp.status == 413
     assert h.woken == []
@@ -212,7 +216,11 @@ async def test_a_failing_wake_does_not_fail_the_delivery():
         resp = await client.post(
             PATH,
             data=body,
-            headers={"X-Gitea-Event": "workflow_job", "X-Gitea-Signature": sign(OPERATOR, body)},
+            headers={
+                "X-Gitea-Event": "workflow_job",
+                "X-Gitea-Signature": sign(OPERATOR, body),
+                "Content-Type": "application/json",
+            },
         )
         assert resp.status == 202
     assert len(woken) == 4
