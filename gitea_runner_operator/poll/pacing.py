@@ -14,11 +14,28 @@ Retry policy, by who can fix the problem:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gitea_runner_operator.api.observation import ProblemKind
 from gitea_runner_operator.kit.backoff import doubling
+from gitea_runner_operator.poll.triggers import RESYNC
+from gitea_runner_operator.settings import GITEA_STEP_DEADLINE
 
 DEFAULT_BACKOFF_MAX = 30.0
 SECRET_RETRY = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """How often a group's poll task asks Gitea, and how long each ask and step may take:
+    the same for every group of the operator (its flags), so one value is handed on."""
+
+    min_refresh: float = 0.5  # never observe again sooner, whatever wakes the task
+    backoff_max: float = DEFAULT_BACKOFF_MAX
+    secret_retry: float = SECRET_RETRY
+    resync: float = RESYNC  # an unchanged answer still reaches the reconcile this often
+    step_deadline: float = GITEA_STEP_DEADLINE  # each Gitea step after an observation
+    observe_deadline: float = GITEA_STEP_DEADLINE  # one observation, past it the task hangs
 
 
 def next_delay(

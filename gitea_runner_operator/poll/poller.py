@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypedDict
 
 import structlog
@@ -32,16 +32,11 @@ from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.tasks import cancelled_itself, how_ended
-from gitea_runner_operator.poll.enroll import Enroller
-from gitea_runner_operator.poll.hooks import HookKeeper
 from gitea_runner_operator.poll.last_good import LastGoodHandle, ObserveWithFn
-from gitea_runner_operator.poll.pacing import DEFAULT_BACKOFF_MAX, SECRET_RETRY, next_delay
-from gitea_runner_operator.poll.reaper import Reaper
-from gitea_runner_operator.poll.rerun import LossFollowUp
-from gitea_runner_operator.poll.triggers import RESYNC, answer_key, lists_queued, new_queued
-from gitea_runner_operator.reconcile.forgejo import NO_JOB_EVENTS
+from gitea_runner_operator.poll.pacing import Pacing, next_delay
+from gitea_runner_operator.poll.steps import GiteaStep, HookState, HookStep, Turn
+from gitea_runner_operator.poll.triggers import answer_key, lists_queued, new_queued
 from gitea_runner_operator.reconcile.ports import ReapOrder
-from gitea_runner_operator.settings import GITEA_STEP_DEADLINE
 
 log = structlog.get_logger(__name__)
 
@@ -52,6 +47,7 @@ SHARE_WINDOW = 5.0
 # observer's housekeeping, the scheduler under load).
 BEAT_SLACK = 30.0
 FAILURE_LOG_EVERY = 60.0
+DEFAULT_PACING = Pacing()
 
 
 def failure_log() -> LogRate:
@@ -64,17 +60,9 @@ class PollerOptions(TypedDict, total=False):
     """What every group's poller is started with, besides its key and spec: the pollers
     (Pollers) hand these on as they are, and GroupPoller's signature holds the defaults."""
 
-    hooks: HookKeeper | None
-    losses: LossFollowUp | None
-    min_refresh: float
-    backoff_max: float
-    secret_retry: float
+    pacing: Pacing
     clock: Callable[[], float]
-    enroller: Enroller | None
-    step_deadline: float
     every_answer: Callable[[str, float, bool], bool] | None
-    resync: float
-    observe_deadline: float
     failures: LogRate
     observe_with: ObserveWithFn | None
     right: Callable[[str], bool] | None
@@ -87,67 +75,55 @@ class GroupPoller:
         spec: RunnerGroupSpec,
         observe: ObserveFn,
         notify: Callable[[str], None],
-        reaper: Reaper | None = None,
+        steps: Sequence[GiteaStep] = (),
         *,
-        hooks: HookKeeper | None = None,
-        losses: LossFollowUp | None = None,
-        min_refresh: float = 0.5,
-        backoff_max: float = DEFAULT_BACKOFF_MAX,
-        secret_retry: float = SECRET_RETRY,
+        pacing: Pacing = DEFAULT_PACING,
         clock: Callable[[], float] = time.monotonic,
-        enroller: Enroller | None = None,
-        step_deadline: float = GITEA_STEP_DEADLINE,
         every_answer: Callable[[str, float, bool], bool] | None = None,
-        resync: float = RESYNC,
-        observe_deadline: float = GITEA_STEP_DEADLINE,
         failures: LogRate | None = None,
         observe_with: ObserveWithFn | None = None,
         right: Callable[[str], bool] | None = None,
     ) -> None:
+        self.key, self.spec = key, spec
+        self._namespace = GroupKey.parse(key).namespace
+        self._observe, self._notify, self._steps = observe, notify, tuple(steps)
+        self._pacing, self._clock = pacing, clock
         self.last_good = LastGoodHandle(key, observe_with)
         # --sharding: whether this replica still holds the group's domain, asked by every
         # write of the task just before it leaves (kit/fence.py).
         self._right = right
         self._failures = failures if failures is not None else failure_log()
-        self._step_deadline = step_deadline
-        self._observe_deadline = observe_deadline
         # When the task must next be seen to move (each step's own bound, or the end of its
         # sleep, plus BEAT_SLACK): past it, the task is hung and ``Pollers.ensure`` restarts it.
         self._due = float("inf")
-        self._enroller = enroller
         # Whether an unchanged answer must still reach the reconcile (Ledger.must_weigh).
         self._every_answer = every_answer
-        self._resync = resync
         self._handed: tuple[object, ...] | None = None  # answer_key of the last one handed
         self._handed_at = float("-inf")
         self._asked = False  # a wake-up came since the last observation started
         self._asked_at = 0.0  # when the first of those came (for the wake-up path's spans)
         self._paced = False  # one of those was paced by its caller (wake(paced=True))
         self.notified = 0  # answers handed to the reconcile, for tests and benchmarks
-        self.key = key
-        self._losses = losses
-        self.spec = spec
         self.latest: Snapshot | None = None
-        self.hook: HookStatus | None = None
-        self.hook_removed = False
-        # Set by the first teardown order and never cleared: a deleting group's hook is
-        # only ever removed, never created or kept again.
-        self.deleting = False
-        self._hooks = hooks
-        self._namespace = GroupKey.parse(key).namespace
-        self._observe = observe
-        self._notify = notify
-        self._reaper = reaper
-        self._min_refresh = min_refresh
-        self._backoff_max = backoff_max
-        self._secret_retry = secret_retry
-        self._clock = clock
+        self.hooks = HookState()
         self._wake = asyncio.Event()
         self._wanted_after = float("-inf")
         self._order: ReapOrder | None = None
         self._task: asyncio.Task[None] | None = None
         self.observations = 0
         self.asking = False  # an observation is in flight
+
+    @property
+    def hook(self) -> HookStatus | None:
+        return self.hooks.hook
+
+    @property
+    def hook_removed(self) -> bool:
+        return self.hooks.removed
+
+    @property
+    def deleting(self) -> bool:
+        return self.hooks.deleting
 
     def wake(self, *, paced: bool = False) -> None:
         """Ask for a fresh observation soon, without waiting for it. Coalesced: any number of
@@ -167,14 +143,15 @@ class GroupPoller:
 
     @property
     def kept_hook_id(self) -> int | None:
-        return self._hooks.kept_id(self.key) if self._hooks is not None else None
+        hooks = next((s for s in self._steps if isinstance(s, HookStep)), None)
+        return hooks.kept_id(self.key) if hooks is not None else None
 
     def submit(self, order: ReapOrder) -> None:
         """Reaps to carry out after the next observation (replacing any not yet started;
         each order is a full plan). An order that removes the hook is kept even with no
         runner to reap: dropping it wedged the teardown of a group without runners."""
         if order.deleting:
-            self.deleting = True
+            self.hooks.deleting = True
         wanted = order.candidates or order.orphans or order.remove_hook
         self._order = order if wanted else None
 
@@ -225,7 +202,7 @@ class GroupPoller:
             handle: GiteaHandle | None = None
             interval = self.spec.poll_interval_seconds
             newer_than = max(self._wanted_after, started - min(interval / 2, SHARE_WINDOW))
-            self._expect_within(self._observe_deadline)
+            self._expect_within(self._pacing.observe_deadline)
             self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
             try:
                 found = await self._observe(self._namespace, self.spec, newer_than)
@@ -261,28 +238,16 @@ class GroupPoller:
             order, self._order = self._order, None
             if order is not None and handle is None and self._order is None:
                 self._order = order  # Gitea could not be asked: keep it for the next pass
-            if not fence.holds():  # another replica acts for the group now: no write step
-                handle, order = None, None
-            if order is not None and handle is not None and snapshot is not None:
-                try:
-                    await self._reaper_run(handle, snapshot, order)
-                except Exception as exc:
-                    self._failed("reaping failed unexpectedly", exc)
-            if handle is not None and snapshot is not None and snapshot.problem is None:
-                await self._enroll(handle, snapshot)
-                try:
-                    await self._loss_step(handle, snapshot)
-                except Exception as exc:
-                    self._failed("following up lost runners failed", exc)
-                try:
-                    await self._hook_step(handle, order)
-                except Exception as exc:
-                    self._failed("keeping the webhook failed unexpectedly", exc)
+            if handle is not None and snapshot is not None and fence.holds():
+                turn = Turn(self.key, self.spec, handle, snapshot, order, self.hooks)
+                await self._steps_after(turn)
             retry_after = snapshot.retry_after if snapshot else None
-            interval, most = self.spec.poll_interval_seconds, self._backoff_max
-            delay = next_delay(interval, failures, retry_after, kind, most, self._secret_retry)
+            pacing, interval = self._pacing, self.spec.poll_interval_seconds
+            delay = next_delay(
+                interval, failures, retry_after, kind, pacing.backoff_max, pacing.secret_retry
+            )
             delay = jittered(delay, 0.95, 1.05)
-            self._expect_within(max(delay, self._min_refresh))
+            self._expect_within(max(delay, pacing.min_refresh))
             await self._sleep(started, delay)
 
     def _failed(self, what: str, exc: BaseException) -> None:
@@ -311,79 +276,33 @@ class GroupPoller:
             snapshot is None
             or asked
             or key != self._handed
-            or now - self._handed_at >= self._resync
+            or now - self._handed_at >= self._pacing.resync
             or (every is not None and every(self.key, snapshot.started_at, lists_queued(snapshot)))
         ):
             self._handed, self._handed_at = key, now
             self.notified += 1
             self._notify(self.key)
 
-    async def _enroll(self, handle: GiteaHandle, snapshot: Snapshot) -> None:
-        """Forgejo: register the runners of the group's suspended runner Jobs."""
-        if self._enroller is None or handle.forgejo is None:
-            return
-        self._expect_within(self._step_deadline)
-        try:
-            async with asyncio.timeout(self._step_deadline):
-                await self._enroller.run(self.key, handle, snapshot, self.spec)
-        except Exception as exc:
-            self._failed("registering runners failed unexpectedly", exc)
-
-    async def _hook_step(self, handle: GiteaHandle, order: ReapOrder | None) -> None:
-        """Keep, or remove, the group's own hook in Gitea; after the reconcile was told about
-        the observation, so a slow hook call never delays a runner."""
-        if handle.forgejo is not None:
-            # No workflow_job event in Forgejo: never a hook there, so none to remove.
-            if order is not None and order.remove_hook and not self.hook_removed:
-                self.hook_removed = True
+    async def _steps_after(self, turn: Turn) -> None:
+        """The Gitea steps after a good observation (poll/steps.py), in order, each under
+        the step deadline; a failure costs its own step only. (Not while another replica
+        acts for the group: then no write step runs at all.)"""
+        deadline = self._pacing.step_deadline
+        for step in self._steps:
+            if not step.wanted(turn):
+                continue
+            self._expect_within(deadline)
+            tell = False
+            try:
+                async with asyncio.timeout(deadline):
+                    tell = await step.run(turn)
+            except TimeoutError as exc:
+                tell = step.timed_out(turn, deadline)
+                self._failed(f"{step.what} did not finish within {deadline:.0f}s", exc)
+            except Exception as exc:
+                self._failed(f"{step.what} failed unexpectedly", exc)
+            if tell:
                 self._notify(self.key)
-            elif self.spec.manages_hook and self.hook != NO_JOB_EVENTS:
-                self.hook = NO_JOB_EVENTS
-                self._notify(self.key)
-            return
-        if self._hooks is None:
-            return
-        removing = (order is not None and order.remove_hook) or (
-            self.deleting and (self.spec.manages_hook or self._hooks.holds(self.key))
-        )
-        if self.deleting and not removing:
-            return  # never create or keep a hook for a group being deleted
-        self._expect_within(self._step_deadline)
-        try:
-            async with asyncio.timeout(self._step_deadline):
-                if removing:
-                    if self.hook_removed:
-                        return
-                    self.hook_removed = await self._hooks.remove(self.key, handle)
-                    if self.hook_removed:
-                        self._notify(self.key)
-                elif self.spec.manages_hook:
-                    status = await self._hooks.keep(self.key, self.spec, handle)
-                    if status is not None and status != self.hook:
-                        self.hook = status
-                        self._notify(self.key)
-                elif self._hooks.holds(self.key):
-                    await self._hooks.remove(self.key, handle)  # manageHook was turned off
-        except TimeoutError:
-            if self.spec.manages_hook and not removing:
-                self.hook = HookStatus(
-                    False, "HookFailed", f"Gitea did not answer within {self._step_deadline:.0f}s"
-                )
-                self._notify(self.key)
-
-    async def _loss_step(self, handle: GiteaHandle, snapshot: Snapshot) -> None:
-        """Lost runners: find their jobs, re-run them (poll/rerun.py)."""
-        if self._losses is not None:
-            self._expect_within(self._step_deadline)
-            async with asyncio.timeout(self._step_deadline):
-                await self._losses.run(self.key, self.spec, handle, snapshot)
-
-    async def _reaper_run(self, handle: GiteaHandle, snapshot: Snapshot, order: ReapOrder) -> None:
-        if self._reaper is None:
-            return
-        self._expect_within(self._step_deadline)
-        async with asyncio.timeout(self._step_deadline):
-            await self._reaper.run(self.key, handle, snapshot, order)
 
     async def _sleep(self, started: float, delay: float) -> None:
         """Sleep ``delay`` after ``started``, or until woken, but never observe again sooner
@@ -392,6 +311,6 @@ class GroupPoller:
         if remaining > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), remaining)
-        gap = started + self._min_refresh - self._clock()
+        gap = started + self._pacing.min_refresh - self._clock()
         if gap > 0 and not self._paced:
             await asyncio.sleep(gap)

@@ -4,14 +4,14 @@ stopped on its own, and stopped with their groups."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Unpack
 
 import structlog
 
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.poll.poller import GroupPoller, ObserveFn, PollerOptions, failure_log
-from gitea_runner_operator.poll.reaper import Reaper
+from gitea_runner_operator.poll.steps import GiteaStep
 
 log = structlog.get_logger(__name__)
 
@@ -23,12 +23,12 @@ class Pollers:
         self,
         observe: ObserveFn,
         notify: Callable[[str], None],
-        reaper: Reaper | None = None,
+        steps: Sequence[GiteaStep] = (),
         **options: Unpack[PollerOptions],
     ) -> None:
         self._observe = observe
         self._notify = notify
-        self._reaper = reaper
+        self._steps = tuple(steps)  # shared by every group's task (poll/steps.py)
         self._options: PollerOptions = {"failures": failure_log(), **options}
         self._pollers: dict[str, GroupPoller] = {}
 
@@ -58,12 +58,11 @@ class Pollers:
             spec,
             self._observe,
             self._notify,
-            self._reaper,
+            self._steps,
             **self._options,
         )
         if current is not None:  # what the old task knew still holds
-            poller.hook, poller.hook_removed = current.hook, current.hook_removed
-            poller.deleting, poller._order = current.deleting, current._order
+            poller.hooks, poller._order = current.hooks, current._order
             if current.spec.gitea.url == spec.gitea.url:
                 poller.last_good.handle = current.last_good.handle
         self._pollers[key] = poller

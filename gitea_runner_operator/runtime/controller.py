@@ -33,9 +33,11 @@ from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.poll.enroll import Enroller
 from gitea_runner_operator.poll.hooks import HookKeeper
 from gitea_runner_operator.poll.observer import Observer
+from gitea_runner_operator.poll.pacing import Pacing
 from gitea_runner_operator.poll.pollers import Pollers
 from gitea_runner_operator.poll.reaper import Reaper
 from gitea_runner_operator.poll.rerun import LossFollowUp
+from gitea_runner_operator.poll.steps import gitea_steps
 from gitea_runner_operator.poll.triggers import owned_changed
 from gitea_runner_operator.poll.trust import GiteaTrust
 from gitea_runner_operator.reconcile.domains import Placement
@@ -116,16 +118,15 @@ class Controller:
         self.pollers = Pollers(
             self.observer.observe,
             self.queue.add,
-            self.reaper,
-            hooks=self.hooks,
-            losses=self.losses,
-            min_refresh=settings.min_refresh_interval,
-            backoff_max=settings.gitea_backoff_max,
-            enroller=self.enroller,
-            step_deadline=settings.gitea_step_deadline,
+            gitea_steps(self.reaper, self.enroller, self.losses, self.hooks),
+            pacing=Pacing(
+                min_refresh=settings.min_refresh_interval,
+                backoff_max=settings.gitea_backoff_max,
+                step_deadline=settings.gitea_step_deadline,
+                # How long an observation may take: past it (and a slack) the task hangs.
+                observe_deadline=settings.observe_deadline,
+            ),
             every_answer=self.ledger.must_weigh,
-            # How long an observation may take: past it (and a slack) the task counts as hung.
-            observe_deadline=settings.observe_deadline,
             observe_with=self.observer.observe_with,
             # --sharding: a poll task writes only while its group's domain is held.
             right=self._holds if membership is not None else None,

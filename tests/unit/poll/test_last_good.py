@@ -15,7 +15,9 @@ from typing import Any
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import parse_spec
 from gitea_runner_operator.poll.last_good import LastGoodHandle
+from gitea_runner_operator.poll.pacing import Pacing
 from gitea_runner_operator.poll.poller import GroupPoller
+from gitea_runner_operator.poll.steps import ReapStep
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from tests.support.builders import VALID
 
@@ -53,9 +55,8 @@ def _poller(reaper: Reaper, asked_again: list[object]) -> GroupPoller:
         parse_spec(VALID),
         observe,
         lambda key: None,
-        reaper,  # type: ignore[arg-type]
-        min_refresh=0.01,
-        secret_retry=0.01,
+        (ReapStep(reaper),),  # type: ignore[arg-type]
+        pacing=Pacing(min_refresh=0.01, secret_retry=0.01),
         observe_with=observe_with,
     )
 

@@ -23,6 +23,7 @@ from gitea_runner_operator.kube.http import write
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 from gitea_runner_operator.poll.poller import GroupPoller
 from gitea_runner_operator.poll.reaper import Reaper
+from gitea_runner_operator.poll.steps import ReapStep
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from tests.support.api_response import FakeResponse
 from tests.support.builders import VALID
@@ -90,7 +91,12 @@ async def test_a_right_lapsing_between_observe_and_reap_leaves_every_write_unsen
 
     reaper, cluster = reaper_over_cluster()
     poller = GroupPoller(
-        KEY, parse_spec(VALID), observe, lambda key: None, reaper, right=held.__getitem__
+        KEY,
+        parse_spec(VALID),
+        observe,
+        lambda key: None,
+        (ReapStep(reaper),),
+        right=held.__getitem__,
     )
     poller.submit(ReapOrder(GROUP, (CANDIDATE,)))
     with aioresponses() as mocked:

@@ -12,7 +12,7 @@ import pytest
 
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
-from gitea_runner_operator.poll.pacing import next_delay
+from gitea_runner_operator.poll.pacing import Pacing, next_delay
 from gitea_runner_operator.poll.poller import GroupPoller
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.scaling import Orphan, ReapCandidate, ReapReason
@@ -55,7 +55,7 @@ def _slow_poller(observe: Any, notify: Any, min_refresh: float) -> GroupPoller:
     from gitea_runner_operator.api.runnergroup import parse_spec
 
     spec = parse_spec({**VALID, "pollInterval": "600s"})
-    return GroupPoller("team-a/ci", spec, observe, notify, min_refresh=min_refresh)
+    return GroupPoller("team-a/ci", spec, observe, notify, pacing=Pacing(min_refresh=min_refresh))
 
 
 def _snap(problem: Problem | None = None) -> Snapshot:
@@ -262,7 +262,7 @@ async def test_a_poll_task_that_ended_on_its_own_is_restarted_by_the_next_pass()
             raise RuntimeError("a fault outside the steps' own handlers")
         handed.append(key)
 
-    pollers = Pollers(observe, notify, min_refresh=0.0)
+    pollers = Pollers(observe, notify, pacing=Pacing(min_refresh=0.0))
     spec = parse_spec({**VALID, "pollInterval": "600s"})
     first = await pollers.ensure("team-a/ci", spec)
     await asyncio.sleep(0.05)
@@ -294,7 +294,10 @@ async def test_a_poll_task_hung_past_its_deadlines_is_restarted_by_the_next_pass
         return _snap(), None
 
     pollers = Pollers(
-        observe, lambda key: None, min_refresh=0.0, clock=lambda: now[0], observe_deadline=60
+        observe,
+        lambda key: None,
+        pacing=Pacing(min_refresh=0.0, observe_deadline=60),
+        clock=lambda: now[0],
     )
     spec = parse_spec({**VALID, "pollInterval": "600s"})
     first = await pollers.ensure("team-a/ci", spec)
@@ -333,7 +336,9 @@ async def test_a_step_that_fails_on_every_poll_logs_its_traceback_once_then_a_co
     rate = LogRate(60.0, clock=lambda: now[0])
     spec = parse_spec({**VALID, "pollInterval": "600s"})
     pollers = [
-        GroupPoller(key, spec, observe, lambda key: None, min_refresh=0.0, failures=rate)
+        GroupPoller(
+            key, spec, observe, lambda key: None, pacing=Pacing(min_refresh=0.0), failures=rate
+        )
         for key in ("team-a/ci", "team-b/ci")
     ]
     with capture_logs() as logs:

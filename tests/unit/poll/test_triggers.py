@@ -13,6 +13,7 @@ from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, parse_spec
 from gitea_runner_operator.objects.views import RunnerJobView
+from gitea_runner_operator.poll.pacing import Pacing
 from gitea_runner_operator.poll.poller import GroupPoller
 from gitea_runner_operator.poll.pollers import Pollers
 from gitea_runner_operator.poll.triggers import owned_changed
@@ -67,7 +68,7 @@ async def _run(poller: GroupPoller, answers: Answers, polls: int) -> None:
 async def test_an_unchanged_answer_queues_no_reconcile_a_changed_one_does():
     answers = Answers((1,), (1,), (1,), (1, 2), (1, 2), (1, 2))
     notified: list[str] = []
-    poller = GroupPoller(KEY, _spec(), answers, notified.append, min_refresh=0.0)
+    poller = GroupPoller(KEY, _spec(), answers, notified.append, pacing=Pacing(min_refresh=0.0))
     await _run(poller, answers, 7)
     # The first answer, then the one in which job 2 appeared: two reconciles in 7 polls.
     assert notified == [KEY, KEY]
@@ -76,7 +77,9 @@ async def test_an_unchanged_answer_queues_no_reconcile_a_changed_one_does():
 async def test_a_wake_up_always_reaches_the_reconcile_even_with_the_same_answer():
     answers = Answers((1,))
     notified: list[str] = []
-    poller = GroupPoller(KEY, _spec("600s"), answers, notified.append, min_refresh=0.0)
+    poller = GroupPoller(
+        KEY, _spec("600s"), answers, notified.append, pacing=Pacing(min_refresh=0.0)
+    )
     poller.start()
     try:
         await _polls(answers, 1)
@@ -105,7 +108,12 @@ async def test_a_lost_event_converges_within_the_resync():
 
     notified: list[str] = []
     poller = GroupPoller(
-        KEY, _spec(), observe, notified.append, min_refresh=0.0, resync=0.125, clock=lambda: now[0]
+        KEY,
+        _spec(),
+        observe,
+        notified.append,
+        pacing=Pacing(min_refresh=0.0, resync=0.125),
+        clock=lambda: now[0],
     )
     poller.start()
     try:
@@ -125,7 +133,12 @@ async def test_a_group_with_peers_hands_over_every_answer():
     answers = Answers((1,))
     notified: list[str] = []
     poller = GroupPoller(
-        KEY, _spec(), answers, notified.append, min_refresh=0.0, every_answer=ledger.must_weigh
+        KEY,
+        _spec(),
+        answers,
+        notified.append,
+        pacing=Pacing(min_refresh=0.0),
+        every_answer=ledger.must_weigh,
     )
     await _run(poller, answers, 5)
     assert len(notified) >= 4
@@ -146,7 +159,12 @@ async def test_a_quiet_family_skips_unchanged_answers_until_a_peer_lists_a_job()
     answers = Answers(())
     notified: list[str] = []
     poller = GroupPoller(
-        KEY, _spec(), answers, notified.append, min_refresh=0.0, every_answer=ledger.must_weigh
+        KEY,
+        _spec(),
+        answers,
+        notified.append,
+        pacing=Pacing(min_refresh=0.0),
+        every_answer=ledger.must_weigh,
     )
     poller.start()
     try:
@@ -162,7 +180,7 @@ async def test_a_quiet_family_skips_unchanged_answers_until_a_peer_lists_a_job()
 async def test_a_spec_change_hands_over_the_first_answer_of_the_new_poller():
     answers = Answers((1,))
     notified: list[str] = []
-    pollers = Pollers(answers, notified.append, min_refresh=0.0)
+    pollers = Pollers(answers, notified.append, pacing=Pacing(min_refresh=0.0))
     await pollers.ensure(KEY, _spec())
     await _polls(answers, 3)
     before = len(notified)

@@ -13,7 +13,9 @@ from gitea_runner_operator.api.gitea import ActionRunner
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import parse_spec
+from gitea_runner_operator.poll.pacing import Pacing
 from gitea_runner_operator.poll.poller import GroupPoller
+from gitea_runner_operator.poll.steps import gitea_steps
 from gitea_runner_operator.reconcile.leftovers import Leftovers, describe
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from gitea_runner_operator.reconcile.reconciler import FINALIZER
@@ -149,9 +151,8 @@ def _poller(hooks: Hooks, answers: list[bool]) -> GroupPoller:
         spec,
         observe,
         lambda key: None,
-        hooks=hooks,  # type: ignore[arg-type]
-        min_refresh=0.01,
-        secret_retry=0.01,
+        gitea_steps(hooks=hooks),  # type: ignore[arg-type]
+        pacing=Pacing(min_refresh=0.01, secret_retry=0.01),
     )
 
 
