@@ -71,8 +71,18 @@ class GiteaStep(Protocol):
         ...
 
 
+class _TimeoutIsALogLine:
+    """A step for which running out of time changes nothing the reconcile reads: the loop's
+    log line says it all."""
+
+    __slots__ = ()
+
+    def timed_out(self, turn: Turn, deadline: float) -> bool:
+        return False
+
+
 @dataclass(frozen=True, slots=True)
-class ReapStep:
+class ReapStep(_TimeoutIsALogLine):
     """Carry out the reaps the reconciler proposed (poll/reaper.py)."""
 
     reaper: Reaper
@@ -86,12 +96,9 @@ class ReapStep:
         await self.reaper.run(turn.key, turn.handle, turn.snapshot, turn.order)
         return False
 
-    def timed_out(self, turn: Turn, deadline: float) -> bool:
-        return False
-
 
 @dataclass(frozen=True, slots=True)
-class EnrollStep:
+class EnrollStep(_TimeoutIsALogLine):
     """Forgejo: register the runners of the group's suspended runner Jobs."""
 
     enroller: Enroller
@@ -104,12 +111,9 @@ class EnrollStep:
         await self.enroller.run(turn.key, turn.handle, turn.snapshot, turn.spec)
         return False
 
-    def timed_out(self, turn: Turn, deadline: float) -> bool:
-        return False
-
 
 @dataclass(frozen=True, slots=True)
-class LossStep:
+class LossStep(_TimeoutIsALogLine):
     """Lost runners: find their jobs, re-run them (poll/rerun.py)."""
 
     losses: LossFollowUp
@@ -120,9 +124,6 @@ class LossStep:
 
     async def run(self, turn: Turn) -> bool:
         await self.losses.run(turn.key, turn.spec, turn.handle, turn.snapshot)
-        return False
-
-    def timed_out(self, turn: Turn, deadline: float) -> bool:
         return False
 
 

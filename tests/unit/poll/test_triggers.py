@@ -125,6 +125,14 @@ async def test_a_lost_event_converges_within_the_resync():
     assert len(notified) == 5
 
 
+def _weighed(answers: Any, notified: list[str], ledger: Ledger) -> GroupPoller:
+    """A group whose family's ledger decides whether an unchanged answer still counts."""
+    pacing = Pacing(min_refresh=0.0)
+    return GroupPoller(
+        KEY, _spec(), answers, notified.append, pacing=pacing, every_answer=ledger.must_weigh
+    )
+
+
 async def test_a_group_with_peers_hands_over_every_answer():
     """Its peers weigh its answer by when it was asked (the family's accounting): a fresher
     copy of the same answer can end another group's claim on a job, so it is never skipped."""
@@ -132,14 +140,7 @@ async def test_a_group_with_peers_hands_over_every_answer():
     assert ledger.has_peers(KEY)  # not reported yet: treated as shared
     answers = Answers((1,))
     notified: list[str] = []
-    poller = GroupPoller(
-        KEY,
-        _spec(),
-        answers,
-        notified.append,
-        pacing=Pacing(min_refresh=0.0),
-        every_answer=ledger.must_weigh,
-    )
+    poller = _weighed(answers, notified, ledger)
     await _run(poller, answers, 5)
     assert len(notified) >= 4
 
@@ -158,14 +159,7 @@ async def test_a_quiet_family_skips_unchanged_answers_until_a_peer_lists_a_job()
     ledger.share(KEY)
     answers = Answers(())
     notified: list[str] = []
-    poller = GroupPoller(
-        KEY,
-        _spec(),
-        answers,
-        notified.append,
-        pacing=Pacing(min_refresh=0.0),
-        every_answer=ledger.must_weigh,
-    )
+    poller = _weighed(answers, notified, ledger)
     poller.start()
     try:
         await asyncio.wait_for(_polls(answers, 5), 10)
