@@ -8,10 +8,13 @@ info lines ("serving domains" and "gave domains away", each with ``held``).
 
 - per replica count: each replica's CPU (cores), RSS and Gitea requests per second over
   ``--window`` seconds once every domain is held;
-- SIGKILL of one of the largest count: seconds until the others hold every domain again;
-- rolling restart (as a Deployment's maxSurge 1 does: start a new replica, then SIGTERM an
+- ``--handovers``, with jobs arriving at ``--rate`` per second throughout: SIGKILL of the
+  replica holding most of ``--most``, seconds until the others hold every domain again; then
+  a rolling restart (as a Deployment's maxSurge 1 does: start a new replica, then SIGTERM an
   old one, for each old one): per step, seconds until the stopped replica's domains are held
-  by the others, and until the newcomer holds its share (``--handovers``);
+  by the others, and until the newcomer holds its share. For each, as for ``--rescale``:
+  jobs queued, runner Jobs created and how many of them never ran a job (one too many
+  each), the longest wait of a job, and busy runners touched;
 - per replica count, the fill: one job queued in each of ``--fill`` groups at once, seconds
   until a runner Job exists for each, and until each job runs;
 - ``--rescale``: jobs arriving at ``--rate`` per second while the replicas go 1 -> 3 -> 1
@@ -37,12 +40,13 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.benchmarks import common
 from tests.support import manifests
-from tests.support.fake_gitea import SELECTOR, GroupScope, SimulatedGitea
+from tests.support.fake_gitea import GROUP_LABEL, SELECTOR, GroupScope, SimulatedGitea
 from tests.support.launcher import OPERATOR_NS, OperatorProcess
 from tests.support.testbed import allow_leases
 from tests.testbed.kube import KubeClient
@@ -52,16 +56,28 @@ LABEL = "ubuntu-latest"
 GITEA_REQUESTS = "gitea_runner_operator_gitea_requests_total"
 
 
+_HELD: dict[int, tuple[int, int]] = {}  # id(op) -> (bytes of its log read, held count)
+
+
 def held(op: OperatorProcess) -> int:
-    """Domains the replica says it holds, by its latest info line (0 before any)."""
-    count = 0
-    for line in op.log().splitlines():
+    """Domains the replica says it holds, by its latest info line (0 before any). The log
+    is read on from where the last call stopped: at 2,000 groups a replica's log runs to
+    megabytes, and this is asked every 0.2 s."""
+    if op.log_path is None:
+        return 0
+    offset, count = _HELD.get(id(op), (0, 0))
+    with open(op.log_path, "rb") as f:
+        f.seek(offset)
+        chunk = f.read()
+    end = chunk.rfind(b"\n") + 1  # a line still being written is read next time
+    for line in chunk[:end].decode(errors="replace").splitlines():
         if '"held"' not in line:
             continue
         with contextlib.suppress(ValueError):
             event = json.loads(line)
             if "held" in event:  # gains, losses and step-downs all say what is left
                 count = int(event["held"])
+    _HELD[id(op)] = (offset + end, count)
     return count
 
 
@@ -125,13 +141,23 @@ def measure(ops: list[OperatorProcess], fake: SimulatedGitea, window: float) -> 
     FIGURES["cost"][len(ops)] = {"replicas": rows, "fake": seen, "load": [load0, load_average()]}
 
 
+@dataclass
+class Seen:
+    """A runner Job as the watcher first saw it."""
+
+    at: float  # monotonic
+    namespace: str
+    name: str
+    group: str
+
+
 class RunnerJobs:
     """Every runner Job seen (by uid), from a list every half second: a Job lives at least a
     job's length, so none is missed."""
 
     def __init__(self, kube: KubeClient) -> None:
         self._kube = kube
-        self.seen: dict[str, float] = {}  # uid -> first seen (monotonic)
+        self.seen: dict[str, Seen] = {}  # uid -> first sight
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -148,11 +174,83 @@ class RunnerJobs:
             with contextlib.suppress(Exception):
                 now = time.monotonic()
                 for job in self._kube.get("/apis/batch/v1/jobs", labelSelector=SELECTOR)["items"]:
-                    self.seen.setdefault(job["metadata"]["uid"], now)
+                    meta = job["metadata"]
+                    if meta["uid"] not in self.seen:
+                        group = (meta.get("labels") or {}).get(GROUP_LABEL, "")
+                        self.seen[meta["uid"]] = Seen(now, meta["namespace"], meta["name"], group)
             time.sleep(0.5)
 
+    def made_since(self, start: float) -> list[Seen]:
+        return [s for s in list(self.seen.values()) if s.at >= start]
+
     def since(self, start: float) -> int:
-        return sum(1 for at in list(self.seen.values()) if at >= start)
+        return len(self.made_since(start))
+
+
+class Arrivals:
+    """Jobs queued at ``rate`` per second into random groups, on a thread, for as long as the
+    ``with`` block runs."""
+
+    def __init__(
+        self, fake: SimulatedGitea, groups: list[tuple[str, str]], rate: float, seed: int
+    ) -> None:
+        self._fake, self._groups, self._rate = fake, groups, rate
+        self._rng = random.Random(seed)  # noqa: S311 - a benchmark's spread, not a secret
+        self.queued: list[int] = []
+        self.start = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Arrivals:
+        self.start = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            owner, repo = self._rng.choice(self._groups)
+            self.queued.extend(self._fake.queue(owner, repo, (LABEL,)))
+            time.sleep(1 / self._rate)
+
+
+def verdict(
+    name: str, fake: SimulatedGitea, jobs: RunnerJobs, arrivals: Arrivals, busy_before: set[str]
+) -> dict[str, Any]:
+    """What a run of arrivals came to, once every job it queued runs: jobs, runner Jobs
+    created since it began, which of those ran a job and which never did (each of those is
+    one runner too many), the longest and median wait, and busy runners touched."""
+    queued = arrivals.queued
+    drained = wait(lambda: all(fake.jobs[i].started_at is not None for i in queued), 300)
+    time.sleep(2)  # the watcher's next list
+    made = jobs.made_since(arrivals.start)
+    took = {pod for pod, marks in list(fake.trace.items()) if "took" in marks}
+    idle = [s for s in made if not any(pod.startswith(f"{s.name}-") for pod in took)]
+    waits = sorted(
+        (fake.jobs[i].started_at or time.monotonic()) - fake.jobs[i].queued_at for i in queued
+    )
+    touched = sorted(fake.busy_lost - busy_before)
+    result: dict[str, Any] = {
+        "jobs": len(queued),
+        "created": len(made),
+        "ran_no_job": [f"{s.namespace}/{s.name}" for s in idle],
+        "longest_wait": waits[-1] if waits else 0.0,
+        "median_wait": waits[len(waits) // 2] if waits else 0.0,
+        "touched": touched,
+        "drained_s": drained,
+    }
+    print(
+        f"{name}: {result['jobs']} jobs, {result['created']} runner Jobs created, "
+        f"{len(idle)} of them ran no job {result['ran_no_job'][:10]}; longest wait "
+        f"{result['longest_wait']:.1f} s (median {result['median_wait']:.1f} s); busy runners "
+        f"touched {len(touched)}; every job running {_s(drained)} after the arrivals stopped",
+        flush=True,
+    )
+    FIGURES.setdefault("runs", {})[name] = result
+    return result
 
 
 def fill(
@@ -166,12 +264,22 @@ def fill(
     created = None if done is None else time.monotonic() - start
     done = wait(lambda: all(fake.jobs[i].started_at is not None for i in ids), 300)
     taken = None if done is None else time.monotonic() - start
+    time.sleep(5)  # a surplus runner Job would show by now
+    made = jobs.made_since(start)
+    took = {pod for pod, marks in list(fake.trace.items()) if "took" in marks}
+    idle = sum(1 for s in made if not any(pod.startswith(f"{s.name}-") for pod in took))
     print(
         f"  fill of {count} jobs in {count} groups: runner Jobs created after {_s(created)}, "
-        f"every job running after {_s(taken)}",
+        f"every job running after {_s(taken)}; {len(made)} runner Jobs, {idle} ran no job",
         flush=True,
     )
-    FIGURES["fill"][n] = {"jobs": count, "created_s": created, "taken_s": taken}
+    FIGURES["fill"][n] = {
+        "jobs": count,
+        "created_s": created,
+        "taken_s": taken,
+        "created": len(made),
+        "ran_no_job": idle,
+    }
     wait(lambda: fake.count("in_progress") == 0, 300)  # the next step starts quiet
 
 
@@ -196,57 +304,27 @@ def rescale(
     """Jobs arrive at ``rate`` per second into random groups while the replicas go 1 -> 3 ->
     1, ``phase`` seconds at each count once every domain is held."""
     total = len(groups)
-    stop = threading.Event()
-    queued: list[int] = []
-
-    def arrive() -> None:
-        rng = random.Random(38)  # noqa: S311 - a benchmark's spread, not a secret
-        while not stop.is_set():
-            owner, repo = rng.choice(groups)
-            queued.extend(fake.queue(owner, repo, (LABEL,)))
-            time.sleep(1 / rate)
-
     busy_before = set(fake.busy_lost)
-    start = time.monotonic()
-    arrivals = threading.Thread(target=arrive, daemon=True)
     steps: list[str] = []
     with contextlib.ExitStack() as stack:
         ops = [replica(sandbox, namespaces, stack)]
         steps.append(f"1 replica: every domain held after {_s(until_held(ops, total))}")
-        arrivals.start()
-        time.sleep(phase)
-        extra = [replica(sandbox, namespaces, stack) for _ in range(2)]
-        steps.append(f"-> 3: held again after {_s(until_held([*ops, *extra], total))}")
-        time.sleep(phase)
-        sigterm = time.monotonic()
-        for op in extra:
-            op.stop()
-        back = until_held(ops, total)
-        after = None if back is None else time.monotonic() - sigterm
-        steps.append(f"-> 1: held again {_s(after)} after SIGTERM")
-        time.sleep(phase)
-        stop.set()
-        arrivals.join()
-        drained = wait(lambda: all(fake.jobs[i].started_at is not None for i in queued), 300)
-        steps.append(f"every job running {_s(drained)} after the arrivals stopped")
-    waits = [(fake.jobs[i].started_at or time.monotonic()) - fake.jobs[i].queued_at for i in queued]
-    created = jobs.since(start)
-    touched = len(fake.busy_lost - busy_before)
-    for line in steps:
-        print(f"  {line}", flush=True)
-    print(
-        f"rescale 1 -> 3 -> 1 with {rate:g} jobs/s: {len(queued)} jobs, {created} runner Jobs "
-        f"created, longest wait {max(waits, default=0):.1f} s (median "
-        f"{sorted(waits)[len(waits) // 2] if waits else 0:.1f} s), busy runners touched {touched}",
-        flush=True,
-    )
-    FIGURES["rescale"] = {
-        "jobs": len(queued),
-        "created": created,
-        "longest_wait": max(waits, default=0.0),
-        "touched": touched,
-        "steps": steps,
-    }
+        with Arrivals(fake, groups, rate, seed=38) as arrivals:
+            time.sleep(phase)
+            extra = [replica(sandbox, namespaces, stack) for _ in range(2)]
+            steps.append(f"-> 3: held again after {_s(until_held([*ops, *extra], total))}")
+            time.sleep(phase)
+            sigterm = time.monotonic()
+            for op in extra:
+                op.stop()
+            back = until_held(ops, total)
+            after = None if back is None else time.monotonic() - sigterm
+            steps.append(f"-> 1: held again {_s(after)} after SIGTERM")
+            time.sleep(phase)
+        for line in steps:
+            print(f"  {line}", flush=True)
+        verdict(f"rescale 1 -> 3 -> 1 at {rate:g} jobs/s", fake, jobs, arrivals, busy_before)
+    FIGURES["rescale_steps"] = steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -298,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.rescale:
                 rescale(sandbox, namespaces, fake, jobs, repos, args.rate, args.phase)
             if args.handovers:
-                handovers(sandbox, namespaces, args.groups, args.most)
+                handovers(sandbox, namespaces, fake, jobs, repos, args.most, args.rate)
             print(f"most domains held at once while waiting: {MOST[0]} of {args.groups}")
             FIGURES["most_held"] = MOST[0]
             if args.json:
@@ -314,31 +392,55 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def handovers(sandbox: Sandbox, namespaces: list[str], total: int, n: int) -> None:
+def handovers(
+    sandbox: Sandbox,
+    namespaces: list[str],
+    fake: SimulatedGitea,
+    jobs: RunnerJobs,
+    groups: list[tuple[str, str]],
+    n: int,
+    rate: float,
+) -> None:
+    """With jobs arriving at ``rate`` per second: SIGKILL of the replica holding most, then
+    a rolling restart of all ``n`` (a new one first, then an old one stops, per old one)."""
+    total = len(groups)
     with contextlib.ExitStack() as stack:
         ops = [replica(sandbox, namespaces, stack) for _ in range(n)]
         until_held(ops, total)
-        victim = max(ops, key=held)
-        victim.kill()
-        ops.remove(victim)
-        took = until_held(ops, total, limit=120)
-        print(f"SIGKILL of 1 of {n}: its domains held again after {_s(took)}", flush=True)
+        busy_before = set(fake.busy_lost)
+        with Arrivals(fake, groups, rate, seed=39) as arrivals:
+            time.sleep(20)  # jobs running on the victim too
+            victim = max(ops, key=held)
+            victim.kill()
+            ops.remove(victim)
+            took = until_held(ops, total, limit=120)
+            print(f"SIGKILL of 1 of {n}: its domains held again after {_s(took)}", flush=True)
+            FIGURES["sigkill_s"] = took
+            time.sleep(20)
+        verdict(f"SIGKILL of 1 of {n} at {rate:g} jobs/s", fake, jobs, arrivals, busy_before)
         ops.append(replica(sandbox, namespaces, stack))
         until_held(ops, total)
-        for old in list(ops):  # rolling: a new one first, then the old one stops
-            new = replica(sandbox, namespaces, stack)
-            joined = until_held([*ops, new], total, limit=120)
-            sigterm = time.monotonic()
-            old.stop()  # returns once it has exited: it released its Lease before
-            ops.remove(old)
-            ops.append(new)
-            moved = until_held(ops, total, limit=120)
-            after = None if moved is None else time.monotonic() - sigterm
-            print(
-                f"rolling step: newcomer holds its share {_s(joined)} after its start "
-                f"was seen; the stopped one's domains held again {_s(after)} after SIGTERM",
-                flush=True,
-            )
+        busy_before = set(fake.busy_lost)
+        rolling: list[dict[str, float | None]] = []
+        with Arrivals(fake, groups, rate, seed=40) as arrivals:
+            for old in list(ops):  # rolling: a new one first, then the old one stops
+                new = replica(sandbox, namespaces, stack)
+                joined = until_held([*ops, new], total, limit=120)
+                sigterm = time.monotonic()
+                old.stop()  # returns once it has exited: it released its Lease before
+                ops.remove(old)
+                ops.append(new)
+                moved = until_held(ops, total, limit=120)
+                after = None if moved is None else time.monotonic() - sigterm
+                rolling.append({"newcomer_s": joined, "stopped_s": after})
+                print(
+                    f"rolling step: newcomer holds its share {_s(joined)} after its start "
+                    f"was seen; the stopped one's domains held again {_s(after)} after SIGTERM",
+                    flush=True,
+                )
+            time.sleep(20)
+        verdict(f"rolling restart of {n} at {rate:g} jobs/s", fake, jobs, arrivals, busy_before)
+        FIGURES["rolling"] = rolling
 
 
 def _s(seconds: float | None) -> str:
