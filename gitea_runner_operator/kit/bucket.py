@@ -1,7 +1,8 @@
 """The one token bucket's arithmetic: ``rate`` tokens a second, at most ``burst`` saved up
 (client-go's QPS and burst). Written once for the write limit (kube/ratelimit.py, which adds
 its fair queue of waiters), the scrape reviews of unknown tokens (kube/reviews.py) and the
-wake-ups per group (webhook/guard.py), so none of them can refill or cap on its own terms.
+wake-ups per group (webhook/guard.py) and the first polls of new poll tasks
+(poll/pollers.py), so none of them can refill or cap on its own terms.
 """
 
 from __future__ import annotations
@@ -35,3 +36,9 @@ class Bucket:
             return False
         self.tokens -= 1
         return True
+
+    def reserve(self, now: float) -> float:
+        """Spend one token, in debt if there is none: the seconds until it would have been
+        there (0 when it was). A caller that must go, only later, waits that long."""
+        self.tokens = self.refill(now) - 1
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate

@@ -155,10 +155,13 @@ class GroupPoller:
         wanted = order.candidates or order.orphans or order.remove_hook
         self._order = order if wanted else None
 
-    def start(self) -> None:
+    def start(self, after: float = 0.0) -> None:
+        """Start the task; its first poll waits ``after`` seconds (Pollers spreads a burst
+        of new tasks) unless a wake-up comes first."""
         right, key = self._right, self.key
+        self._expect_within(after)
         self._task = asyncio.create_task(
-            self._loop(),
+            self._loop(after),
             name=f"poll:{key}",
             context=fence.context(None if right is None else lambda: right(key)),
         )
@@ -191,7 +194,10 @@ class GroupPoller:
                 await self._task
             self._task = None
 
-    async def _loop(self) -> None:
+    async def _loop(self, after: float = 0.0) -> None:
+        if after > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), after)
         failures = 0
         while True:
             self._wake.clear()

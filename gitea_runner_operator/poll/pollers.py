@@ -1,19 +1,31 @@
 """The poll tasks of every group: started, restarted on a new spec or when one has
-stopped on its own, and stopped with their groups."""
+stopped on its own, and stopped with their groups.
+
+New tasks ask Gitea first at most ``FIRST_POLLS_PER_SECOND`` a second (``FIRST_POLLS_BURST``
+at once): a replica that takes a thousand domains, or starts with a thousand groups, would
+otherwise send a thousand polls in one breath. Gitea then answers late, the answers past
+their timeout read as "Gitea unreachable" on every group, and the event loop stalls on the
+answers that do come. A group created alone, or one a webhook wakes, polls at once.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from typing import Unpack
 
 import structlog
 
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
+from gitea_runner_operator.kit.bucket import Bucket
 from gitea_runner_operator.poll.poller import GroupPoller, ObserveFn, PollerOptions, failure_log
 from gitea_runner_operator.poll.steps import GiteaStep
 
 log = structlog.get_logger(__name__)
+
+FIRST_POLLS_PER_SECOND = 100.0  # 1,000 groups taken at once: their first polls over 9 s
+FIRST_POLLS_BURST = 100
 
 
 class Pollers:
@@ -31,6 +43,8 @@ class Pollers:
         self._steps = tuple(steps)  # shared by every group's task (poll/steps.py)
         self._options: PollerOptions = {"failures": failure_log(), **options}
         self._pollers: dict[str, GroupPoller] = {}
+        self._clock = self._options.get("clock", time.monotonic)
+        self._first_polls = Bucket(FIRST_POLLS_PER_SECOND, FIRST_POLLS_BURST, self._clock())
 
     def get(self, key: str) -> GroupPoller | None:
         return self._pollers.get(key)
@@ -66,7 +80,7 @@ class Pollers:
             if current.spec.gitea.url == spec.gitea.url:
                 poller.last_good.handle = current.last_good.handle
         self._pollers[key] = poller
-        poller.start()
+        poller.start(after=self._first_polls.reserve(self._clock()))
         return poller
 
     async def stop(self, key: str) -> None:

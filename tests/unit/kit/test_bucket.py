@@ -21,3 +21,9 @@ def test_a_debt_is_waited_out_before_the_next_token():
     bucket = Bucket(rate=10.0, burst=1, now=0.0, tokens=-10.0)  # paused for a second
     assert not bucket.take(1.0)
     assert bucket.take(1.1)
+
+
+def test_a_reservation_goes_at_once_while_tokens_last_then_waits_its_turn():
+    bucket = Bucket(rate=10.0, burst=2, now=0.0)
+    assert [bucket.reserve(0.0) for _ in range(5)] == pytest.approx([0.0, 0.0, 0.1, 0.2, 0.3])
+    assert bucket.reserve(10.0) == 0.0  # a quiet spell pays the debt and refills

@@ -362,3 +362,39 @@ async def test_a_step_that_fails_on_every_poll_logs_its_traceback_once_then_a_co
     assert all(isinstance(line["exc_info"], KeyError) for line in first)
     assert all("exc_info" not in line and line["held_back"] > 10 for line in later)
     assert all(line["error"] == "KeyError('an answer nobody foresaw')" for line in later)
+
+
+async def test_a_burst_of_new_poll_tasks_asks_gitea_spread_out_and_a_wake_up_goes_first(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """A replica that takes many domains at once must not send every first poll in one
+    breath (Gitea answers late, and every group reads "unreachable"); one that a webhook
+    wakes still asks at once."""
+    from gitea_runner_operator.api.runnergroup import parse_spec
+    from gitea_runner_operator.poll import pollers as pollers_module
+
+    monkeypatch.setattr(pollers_module, "FIRST_POLLS_PER_SECOND", 2.0)
+    monkeypatch.setattr(pollers_module, "FIRST_POLLS_BURST", 3)
+    asked: list[str] = []
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
+        asked.append(namespace)
+        return _snap(), None
+
+    pollers = pollers_module.Pollers(observe, lambda key: None, pacing=Pacing(min_refresh=0.0))
+    spec = parse_spec({**VALID, "pollInterval": "600s"})
+    try:
+        for i in range(20):
+            await pollers.ensure(f"team-{i:02d}/ci", spec)
+        await asyncio.sleep(0.05)
+        assert sorted(asked) == ["team-00", "team-01", "team-02"]  # the burst, no more
+        poller = pollers.get("team-19/ci")
+        assert poller is not None
+        poller.wake()
+        await asyncio.sleep(0.05)
+        assert "team-19" in asked and len(asked) == 4
+        await asyncio.sleep(1.15)  # two a second: at 0.5 and 1.0 s, in order; 1.5 s next
+        assert asked[4:] == ["team-03", "team-04"]
+        assert not any(p.hung for p in (pollers.get(f"team-{i:02d}/ci") for i in range(20)) if p)
+    finally:
+        await pollers.stop_all()
