@@ -122,7 +122,7 @@ def load_average() -> float:
 
 def measure(ops: list[OperatorProcess], fake: SimulatedGitea, window: float) -> None:
     before = [(op.cpu_seconds(), common.total(op.metrics(), GITEA_REQUESTS)) for op in ops]
-    fake_before, t0 = fake.requests, time.monotonic()
+    fake_before, abandoned, t0 = fake.requests, fake.abandoned, time.monotonic()
     load0 = load_average()
     time.sleep(window)
     elapsed = time.monotonic() - t0
@@ -137,8 +137,17 @@ def measure(ops: list[OperatorProcess], fake: SimulatedGitea, window: float) -> 
             flush=True,
         )
     seen = (fake.requests - fake_before) / elapsed
-    print(f"  the fake Gitea saw {seen:.2f} req/s in all; load {load0:.1f} -> {load_average():.1f}")
-    FIGURES["cost"][len(ops)] = {"replicas": rows, "fake": seen, "load": [load0, load_average()]}
+    gave_up = (fake.abandoned - abandoned) / elapsed
+    print(
+        f"  the fake Gitea saw {seen:.2f} req/s in all ({gave_up:.2f}/s given up by the "
+        f"client before the answer); load {load0:.1f} -> {load_average():.1f}"
+    )
+    FIGURES["cost"][len(ops)] = {
+        "replicas": rows,
+        "fake": seen,
+        "abandoned": gave_up,
+        "load": [load0, load_average()],
+    }
 
 
 @dataclass

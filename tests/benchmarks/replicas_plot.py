@@ -1,6 +1,6 @@
 """The replicas benchmark's picture, from its ``--json`` file: per replica count, each
-replica's RSS and CPU beside the earlier run's (informers unfiltered), and the fill time
-(matplotlib, the ``bench`` extra).
+replica's RSS, CPU and Gitea requests (RSS beside the earlier 2,000-group run's, whose
+informers kept every group's objects), and the fill time (matplotlib, the ``bench`` extra).
 
     python -m tests.benchmarks.replicas_plot FIGURES.json docs/replicas.png
 """
@@ -11,9 +11,9 @@ import json
 import sys
 from typing import Any
 
-# docs/benchmarks.md, the 500-group run of 2026-11-27 (0d3f364): every replica cached
-# every group's runner Jobs and Pods.
-BEFORE_RSS = {1: [125.2], 2: [109.0, 102.5], 3: [110.5, 97.2, 97.2]}
+# docs/benchmarks.md, the 2,000-group run of 2026-11-27 (9bac564's parent): every replica
+# cached every group's runner Jobs and Pods, and renewed its Lease on the main loop.
+BEFORE_RSS = {1: [205.6], 2: [198.6, 186.8], 3: [176.6, 146.0, 149.8]}
 
 
 def plot(figures: dict[str, Any], target: str) -> None:
@@ -28,11 +28,12 @@ def plot(figures: dict[str, Any], target: str) -> None:
     cost = {int(n): v["replicas"] for n, v in figures["cost"].items()}
     fill = {int(n): v for n, v in figures.get("fill", {}).items()}
     counts = sorted(cost)
-    fig, (rss, cpu, fills) = plt.subplots(1, 3, figsize=(13, 4))
+    fig, (rss, cpu, gitea, fills) = plt.subplots(1, 4, figsize=(16, 4))
     for n in counts:
         xs = [n + (i - (n - 1) / 2) * 0.12 for i in range(n)]
         rss.scatter(xs, [r["rss"] for r in cost[n]], color="tab:blue", zorder=3)
         cpu.scatter(xs, [r["cpu"] for r in cost[n]], color="tab:green", zorder=3)
+        gitea.scatter(xs, [r["gitea"] for r in cost[n]], color="tab:orange", zorder=3)
         old = BEFORE_RSS.get(n, [])
         rss.scatter(
             [n + (i - (len(old) - 1) / 2) * 0.12 for i in range(len(old))],
@@ -42,10 +43,11 @@ def plot(figures: dict[str, Any], target: str) -> None:
             zorder=3,
         )
     rss.scatter([], [], color="tab:blue", label="this run, each replica")
-    rss.scatter([], [], color="tab:gray", marker="x", label="before: 500 groups, unfiltered")
+    rss.scatter([], [], color="tab:gray", marker="x", label="2026-11-27: informers unfiltered")
     rss.set_ylabel("RSS per replica (MB)")
     rss.legend(loc="lower left", fontsize=8)
     cpu.set_ylabel("CPU per replica (cores)")
+    gitea.set_ylabel("Gitea requests/s per replica")
     if fill:
         ns = sorted(fill)
         fills.bar(
@@ -56,7 +58,7 @@ def plot(figures: dict[str, Any], target: str) -> None:
         )
         fills.set_ylabel(f"fill of {fill[ns[0]]['jobs']} jobs (s)")
         fills.legend(loc="lower left", fontsize=8)
-    for ax in (rss, cpu, fills):
+    for ax in (rss, cpu, gitea, fills):
         ax.set_xticks(counts)
         ax.set_xlabel("replicas")
         ax.grid(alpha=0.3)
