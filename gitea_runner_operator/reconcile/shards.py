@@ -23,6 +23,12 @@ domain (the proof is in docs/architecture.md, "Past one replica"):
 4. A member that stepped down (could not renew in time) holds nothing and must publish
    again before it takes anything.
 
+Liveness, not safety: a member that has never held a domain and reads no other member
+waits ``settle_reads`` reads before it takes anything (:attr:`Tenure.settle_reads`).
+Replicas of a Deployment start within seconds of one another; without the wait, the first
+one up takes every domain, starts every group's work and hands most of it away a few
+seconds later, and a Python process keeps the memory of that peak for good.
+
 Pure: :class:`Tenure` is one member's state; the Lease I/O is runtime/membership.py.
 """
 
@@ -168,7 +174,10 @@ class Tenure:
     current: Published | None = None  # last written to its Lease
     publication: int = 0
     held: dict[str, frozenset[str]] = field(default_factory=dict)  # domain id -> group keys
+    settle_reads: int = 0  # lone reads to wait, before its first take, for peers starting too
     _must_publish: bool = True
+    _lone_reads: int = 0
+    _ever_held: bool = False
 
     def plan(self, reading: Reading, layout: Layout) -> Step:
         """The next step after ``reading``, with the domains computed from the groups this
@@ -182,6 +191,9 @@ class Tenure:
         peers = list(reading.fresh.values())
         if any(p is None or p.fingerprint != layout.fingerprint for p in peers):
             return Step()
+        if not self._ever_held and not peers and self._lone_reads < self.settle_reads:
+            self._lone_reads += 1  # alone so far: peers starting with us may not have written
+            return Step()
         take = frozenset(
             d
             for d, keys in layout.domains.items()
@@ -190,6 +202,7 @@ class Tenure:
             and all(owner(d, p.view) == self.me for p in peers if p is not None)
         )
         self.held.update({d: layout.domains[d] for d in take})
+        self._ever_held = self._ever_held or bool(take)
         return Step(take=take)
 
     def published(self, what: Published) -> None:

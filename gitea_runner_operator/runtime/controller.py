@@ -51,7 +51,7 @@ from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
 from gitea_runner_operator.runtime.lease_keeper import MemberKeeper
 from gitea_runner_operator.runtime.membership import MembershipLeases
-from gitea_runner_operator.runtime.sharding import Sharding, layout_of
+from gitea_runner_operator.runtime.sharding import SETTLE_READS, Sharding, layout_of
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
 
@@ -171,6 +171,7 @@ class Controller:
                 keeper=member_keeper,
                 retry_period=settings.retry_period,
                 renew_deadline=settings.renew_deadline,
+                settle_reads=SETTLE_READS,
             )
         self._member_keeper = member_keeper if membership is not None else None
         self._layout_cached: Layout | None = None

@@ -28,6 +28,11 @@ from gitea_runner_operator.runtime.membership import MembershipLeases
 
 log = structlog.get_logger(__name__)
 
+# Reads a replica that has never held a domain, and sees no other member, waits before it
+# takes any (reconcile/shards.Tenure.settle_reads): about 6 s at the default 2 s period,
+# time for replicas started with it to write their Leases.
+SETTLE_READS = 3
+
 
 def layout_of(groups: Iterable[tuple[str, Any]]) -> Layout:
     """The domains of ``(key, object)`` pairs as the informer cache holds them; a group
@@ -56,6 +61,7 @@ class Sharding:
         keeper: MemberKeeper | None = None,
         retry_period: float = 2.0,
         renew_deadline: float = 10.0,
+        settle_reads: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._leases = leases
@@ -70,7 +76,7 @@ class Sharding:
         self._period = retry_period
         self._deadline = renew_deadline
         self._clock = clock
-        self.tenure = Tenure(leases.identity)
+        self.tenure = Tenure(leases.identity, settle_reads=settle_reads)
         self._open: frozenset[str] = frozenset()  # groups the workers may reconcile
         self._renewed_at: float | None = None
         self._fenced = False  # acts_on has refused for a passed deadline since the renewal

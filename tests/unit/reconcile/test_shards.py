@@ -135,3 +135,32 @@ def test_stepping_down_releases_all_and_requires_a_new_publication() -> None:
     assert t.step_down() == set(LAYOUT.domains)
     assert not t.groups()
     assert t.plan(Reading({}, t.publication), LAYOUT).publish is not None
+
+
+def test_a_member_alone_at_start_waits_its_settle_reads_and_one_with_a_peer_does_not() -> None:
+    """Replicas started together: the first one up must not take every domain for the few
+    seconds until the others' Leases are written (it would start all their work, then hand
+    it away)."""
+    first = Tenure("r0", settle_reads=2)
+    step = first.plan(Reading({}, 0), LAYOUT)
+    assert step.publish is not None
+    first.published(step.publish)
+    assert first.plan(Reading({}, first.publication), LAYOUT).take == set()
+    assert first.plan(Reading({}, first.publication), LAYOUT).take == set()
+    assert first.plan(Reading({}, first.publication), LAYOUT).take == set(LAYOUT.domains)
+
+    late = Tenure("r1", settle_reads=2)  # a peer is there: no reason to wait for one
+    both = Published(frozenset({"r0", "r1"}), "fp1")
+    step = late.plan(Reading({"r0": both}, 0), LAYOUT)
+    assert step.publish == both
+    late.published(both)
+    mine = {d for d in LAYOUT.domains if owner(d, both.view) == "r1"}
+    assert late.plan(Reading({"r0": both}, late.publication), LAYOUT).take == mine
+
+    again = Tenure("r2", settle_reads=2)  # after a step-down it does not wait again
+    again.published(again.plan(Reading({}, 0), LAYOUT).publish)  # type: ignore[arg-type]
+    for _ in range(3):
+        again.plan(Reading({}, again.publication), LAYOUT)
+    again.step_down()
+    again.published(again.plan(Reading({}, again.publication), LAYOUT).publish)  # type: ignore[arg-type]
+    assert again.plan(Reading({}, again.publication), LAYOUT).take == set(LAYOUT.domains)

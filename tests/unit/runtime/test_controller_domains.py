@@ -26,6 +26,8 @@ def replica(api: client.ApiClient, leases: FakeLeases, clock: Clock, name: str) 
     membership = MembershipLeases(api, "ops", "gro", name, clock=clock, leases=leases)
     controller = Controller(api, Settings(sharding=True), membership=membership)
     without_runner_objects(controller.cache)
+    assert controller.sharding is not None  # these replicas start one by one, in order
+    controller.sharding.tenure.settle_reads = 0
     for key, spec in GROUPS.items():
         namespace, group = key.split("/")
         obj = {"metadata": {"namespace": namespace, "name": group}, "spec": spec}

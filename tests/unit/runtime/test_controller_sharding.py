@@ -24,6 +24,8 @@ class Replica:
         membership = MembershipLeases(api, "ops", "gro", name, clock=clock, leases=leases)
         self.controller = Controller(api, Settings(sharding=True), membership=membership)
         without_runner_objects(self.controller.cache)
+        assert self.controller.sharding is not None  # started one by one, in order
+        self.controller.sharding.tenure.settle_reads = 0
         for i, key in enumerate(KEYS):
             obj = {"metadata": {"namespace": "team", "name": key.split("/")[1]},
                    "spec": spec_with(org=f"org{i}", repo="app")}  # fmt: skip
