@@ -40,6 +40,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,8 +99,17 @@ def until_held(ops: list[OperatorProcess], total: int, limit: float = 300) -> fl
 
 @contextlib.contextmanager
 def replicas(sandbox: Sandbox, namespaces: list[str], n: int) -> Iterator[list[OperatorProcess]]:
+    """``n`` replicas started together, as a Deployment's Pods start."""
     with contextlib.ExitStack() as stack:
-        yield [replica(sandbox, namespaces, stack) for _ in range(n)]
+        starting = [
+            common.operator(sandbox, namespaces, "--sharding", leader_elect=True) for _ in range(n)
+        ]
+        with ThreadPoolExecutor(n) as pool:
+            ops = list(pool.map(lambda cm: cm.__enter__(), starting))
+        for cm in starting:
+            stack.push(cm.__exit__)
+        STARTED.extend(ops)
+        yield ops
 
 
 STARTED: list[OperatorProcess] = []  # every replica, for --logs
