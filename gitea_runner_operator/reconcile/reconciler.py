@@ -316,7 +316,11 @@ class Reconciler:
         """Another replica serves the group now (--sharding): this one's series of it go,
         so that each group is exported by one replica, and so does what it last wrote; it
         leaves this one's book of members, for the ledger and the unmatched-jobs evaluation
-        alike."""
+        alike. What it expected of the group's Jobs and its backoffs go too: this replica
+        no longer sees the group's events, so should the group come back, a Job it was
+        waiting for may be long gone (GroupState: losing it costs a retry at most)."""
+        self._expectations.forget(key)
+        self._states.pop(key, None)
         self._drop_claims(key)
         self._status.forget(key)
         namespace, name = GroupKey.parse(key)
@@ -330,8 +334,6 @@ class Reconciler:
     async def _forget(self, key: str) -> None:
         """The group is gone: drop everything this process kept for it."""
         await self._sources.stop(key)
-        self._expectations.forget(key)
-        self._states.pop(key, None)
         self._losses.forget(key)
         self._admissions.forget(key)
         self.hand_over(key)  # its claims, its last status and its series go too

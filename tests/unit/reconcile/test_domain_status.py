@@ -127,3 +127,19 @@ def test_a_global_group_makes_every_group_of_its_gitea_show_a_gitea_wide_domain(
     # Held with other groups than this layout gives it: about to be released, not shown.
     assert layout.placement(alone, frozenset({"ns/lib", "ns/gone"}), "gro-a_1") is None
     assert layout.placement("d-unknown", frozenset({"ns/lib"}), "gro-a_1") is None
+
+
+async def test_a_group_that_comes_back_remembers_nothing_of_its_earlier_tenure():
+    """--sharding: a group moves away and back. While away, its Jobs' events were not this
+    replica's to see: a runner Job it created just before the move (no watch event yet)
+    may have run and gone. Counting it as still on its way would leave a queued job without
+    a runner until the expectation lapsed (a minute)."""
+    cluster = fake.FakeCluster()  # the watch lags: the create is not seen before the move
+    reconciler, sources, _ = fake.make(cluster, fake.snapshot(queued=1))
+    await reconciler.reconcile(fake.KEY)
+    assert cluster.creates == 1
+    reconciler.hand_over(fake.KEY)  # released; another replica serves it for a while
+    cluster.unsynced.clear()  # ... long enough for that runner to run its job and go
+    sources.source.latest = fake.snapshot(queued=1)  # back here, with a new queued job
+    await reconciler.reconcile(fake.KEY)
+    assert cluster.creates == 2
