@@ -248,6 +248,11 @@ def verdict(
     made = jobs.made_since(arrivals.start)
     took = {pod for pod, marks in list(fake.trace.items()) if "took" in marks}
     idle = [s for s in made if not any(pod.startswith(f"{s.name}-") for pod in took)]
+    ours = {fake.jobs[i].runner_name for i in queued if fake.jobs[i].runner_name}
+    # A runner Job of this run that took a job queued before it (an earlier run's straggler)
+    earlier = [
+        s for s in made if s not in idle and not any(p.startswith(f"{s.name}-") for p in ours)
+    ]
     waits = sorted(
         (fake.jobs[i].started_at or time.monotonic()) - fake.jobs[i].queued_at for i in queued
     )
@@ -256,6 +261,7 @@ def verdict(
         "jobs": len(queued),
         "created": len(made),
         "ran_no_job": [f"{s.namespace}/{s.name}" for s in idle],
+        "ran_an_earlier_job": len(earlier),
         "longest_wait": waits[-1] if waits else 0.0,
         "median_wait": waits[len(waits) // 2] if waits else 0.0,
         "touched": touched,
@@ -263,7 +269,8 @@ def verdict(
     }
     print(
         f"{name}: {result['jobs']} jobs, {result['created']} runner Jobs created, "
-        f"{len(idle)} of them ran no job {result['ran_no_job'][:10]}; longest wait "
+        f"{len(idle)} of them ran no job {result['ran_no_job'][:10]}, {len(earlier)} ran a job "
+        f"queued before this run; longest wait "
         f"{result['longest_wait']:.1f} s (median {result['median_wait']:.1f} s); busy runners "
         f"touched {len(touched)}; every job running {_s(drained)} after the arrivals stopped",
         flush=True,
@@ -361,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase", type=float, default=60.0, help="seconds per count")
     parser.add_argument("--handovers", action="store_true", help="SIGKILL and rolling restart")
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument(
+        "--no-cost", action="store_true", help="skip the per-count cost and fill (hand-overs only)"
+    )
     args = parser.parse_args(argv)
 
     owner = f"rep-{uuid.uuid4().hex[:4]}"
@@ -383,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
                 manifests.apply(kube, body, namespace=ns)
                 repos.append((owner, repo))
             print(f"{args.groups} quiet groups, one domain each", flush=True)
-            for n in range(1, args.most + 1):
+            for n in range(1, 0 if args.no_cost else args.most + 1):
                 with replicas(sandbox, namespaces, n) as ops:
                     took = until_held(ops, args.groups)
                     print(f"{n} replica(s): every domain held after {_s(took)}", flush=True)
