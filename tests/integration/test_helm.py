@@ -35,6 +35,7 @@ from tests.support.testbed import (
 from tests.testbed import build
 from tests.testbed.kube import KubeClient, KubeError
 from tests.testbed.pytest_plugin import testbed_required as must_have_testbed
+from tests.testbed.sandbox import Sandbox
 
 pytestmark = pytest.mark.integration
 
@@ -142,8 +143,27 @@ def test_the_default_render_is_the_cluster_install(helm, tmp_path):
     assert service["spec"]["ports"][0]["port"] == 8081
     assert {o["kind"] for o in objects} == {
         "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-        "Role", "RoleBinding", "Service", "Deployment", "Job", "NetworkPolicy",
+        "Role", "RoleBinding", "Service", "Deployment", "Job", "NetworkPolicy", "FlowSchema",
     }  # fmt: skip
+
+
+def test_the_operators_lease_requests_get_the_leader_election_priority_level(helm, tmp_path):
+    """Only the release's own ServiceAccount, only Leases, only in the release namespace:
+    the FlowSchema lifts nobody else's requests. Off on request (it needs the right to create
+    a FlowSchema at install)."""
+    flow = one(render(helm, tmp_path, "gro", "ops", {}), "FlowSchema")
+    assert flow["spec"]["priorityLevelConfiguration"] == {"name": "leader-election"}
+    assert flow["spec"]["matchingPrecedence"] < 9000  # before the suggested service-accounts
+    (rule,) = flow["spec"]["rules"]
+    assert rule["subjects"] == [
+        {"kind": "ServiceAccount",
+         "serviceAccount": {"name": "gro-gitea-runner-operator", "namespace": "ops"}}
+    ]  # fmt: skip
+    (resources,) = rule["resourceRules"]
+    assert resources["apiGroups"] == ["coordination.k8s.io"]
+    assert resources["resources"] == ["leases"] and resources["namespaces"] == ["ops"]
+    off = render(helm, tmp_path, "gro", "ops", {"leaseFlowSchema": {"enabled": False}})
+    assert "FlowSchema" not in {o["kind"] for o in off}
 
 
 def test_the_operator_names_the_secrets_role_of_its_own_release(helm, tmp_path):
@@ -407,7 +427,9 @@ def test_values_that_cannot_work_are_refused_by_name(helm, tmp_path, values, mes
 
 # -- on the testbed -------------------------------------------------------------------------
 
-_CLUSTER_SCOPED = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Namespace"}
+_CLUSTER_SCOPED = {
+    "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Namespace", "FlowSchema",
+}  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -669,3 +691,37 @@ def test_the_sharded_chart_serves_a_runnergroup_and_its_status_says_which_replic
     finally:
         for name in (team, ns):
             kube.delete(f"/api/v1/namespaces/{name}")
+
+
+def test_on_an_api_server_with_priority_and_fairness_only_the_operators_leases_are_lifted(
+    helm: Any, tmp_path: Path
+) -> None:
+    """The chart's FlowSchema on a real API server with API Priority and Fairness on (the
+    shared testbed runs without it): the operator's Lease requests are served at the
+    leader-election priority level; its other requests, and another ServiceAccount's Lease
+    requests, are not."""
+    release, ns = "gro", "ops"
+    objects = render(helm, tmp_path, release, ns, {"sharding": {"enabled": True}})
+    with Sandbox(gitea=False, harness_node=False, priority_and_fairness=True) as sandbox:
+        kube = sandbox.kube
+        assert kube is not None
+        manifests.apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for obj in objects:
+            if obj["kind"] in ("FlowSchema", "ServiceAccount"):
+                manifests.apply(kube, obj)
+        other = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "someone"}}
+        manifests.apply(kube, other, namespace=ns)
+        level = "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations"
+        lifted = kube.get(f"{level}/leader-election")["metadata"]["uid"]
+        operator = kube.with_token(kube.create_token(ns, operator_service_account(objects)))
+        someone = kube.with_token(kube.create_token(ns, "someone"))
+        leases = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+
+        def level_of(client: KubeClient, path: str) -> str:
+            return client.headers(path).get("x-kubernetes-pf-prioritylevel-uid", "")
+
+        assert wait_until(lambda: level_of(operator, leases) == lifted, timeout=30, what="lifted")
+        assert level_of(operator, f"/api/v1/namespaces/{ns}/configmaps") not in ("", lifted)
+        assert level_of(someone, leases) not in ("", lifted)
+        elsewhere = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+        assert level_of(operator, elsewhere) != lifted

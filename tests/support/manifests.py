@@ -40,6 +40,10 @@ _PATHS = {
         True,
     ),
     ("apps/v1", "Deployment"): ("/apis/apps/v1/namespaces/{ns}/deployments", True),
+    ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema"): (
+        "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
+        False,
+    ),
     ("networking.k8s.io/v1", "NetworkPolicy"): (
         "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
         True,

@@ -8,12 +8,15 @@ over HTTPS with a bearer token (or a client certificate for existing clusters).
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import os
 import shutil
 import ssl
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +112,25 @@ class KubeClient:
             if e.status == 404:
                 return False
             raise
+
+    def with_token(self, token: str) -> KubeClient:
+        """The same server and trust, as another identity (a ServiceAccount's token)."""
+        other = copy.copy(self)
+        other.token = token
+        return other
+
+    def headers(self, path: str) -> dict[str, str]:
+        """The response headers of a GET (lower-cased names), whatever its status: API
+        Priority and Fairness names there the flow schema and priority level that served
+        the request, a refused one too."""
+        req = urllib.request.Request(self.server + path, method="GET")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, context=self._ctx, timeout=30) as resp:
+                return {k.lower(): v for k, v in resp.headers.items()}
+        except urllib.error.HTTPError as exc:
+            return {k.lower(): v for k, v in exc.headers.items()}
 
     def create_token(self, namespace: str, service_account: str, seconds: int = 3600) -> str:
         """A bearer token for a ServiceAccount through the TokenRequest API."""

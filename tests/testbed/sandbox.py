@@ -185,8 +185,12 @@ class Sandbox:
         die_with_parent: bool = True,
         gitea_settings: dict[str, dict[str, str]] | None = None,
         gitea_version: str | None = None,
+        priority_and_fairness: bool = False,
     ) -> None:
         self.gitea_component = gitea_component(gitea_version)
+        # API Priority and Fairness: off in the shared testbed (one client's flow must not
+        # throttle a parallel suite's); on for a test of how the API server classifies.
+        self.priority_and_fairness = priority_and_fairness
         if kube not in ("local", "existing", "none"):
             raise ValueError(f"kube must be local, existing or none, not {kube!r}")
         self.kube_mode = kube
@@ -511,7 +515,7 @@ class Sandbox:
                 "InternalIP",
                 "--endpoint-reconciler-type",
                 "none",
-                "--enable-priority-and-fairness=false",
+                f"--enable-priority-and-fairness={str(self.priority_and_fairness).lower()}",
                 "--profiling=false",
                 "--v",
                 "1",
