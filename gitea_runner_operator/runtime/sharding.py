@@ -23,7 +23,7 @@ import structlog
 from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
 from gitea_runner_operator.reconcile.domains import Shape, shape_of
 from gitea_runner_operator.reconcile.shards import Layout, Tenure
-from gitea_runner_operator.runtime.lease_keeper import MemberKeeper
+from gitea_runner_operator.runtime.lease_keeper import LeaseThreadFailed, MemberKeeper
 from gitea_runner_operator.runtime.membership import MembershipLeases
 
 log = structlog.get_logger(__name__)
@@ -214,4 +214,7 @@ class Sharding:
             self.tenure.step_down()
             with contextlib.suppress(Exception):
                 await self._close(before)
-            await self._writer.release()
+            # Without its thread the Lease cannot be deleted (it lapses): the error that
+            # ended the loop, not this one, is what the caller must see.
+            with contextlib.suppress(LeaseThreadFailed):
+                await self._writer.release()
