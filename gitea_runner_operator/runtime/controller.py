@@ -185,6 +185,7 @@ class Controller:
                 release=self._release,
                 prepare=self.cache.serve,
                 keeper=member_keeper,
+                metrics=self.metrics.sharding,
                 retry_period=settings.retry_period,
                 renew_deadline=settings.renew_deadline,
             )
