@@ -26,6 +26,7 @@ from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import (
     Leadership,
     LeaseElector,
+    run_alone,
     run_with_leadership,
 )
 from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper, LeaseTiming, MemberKeeper
@@ -318,8 +319,7 @@ async def run(settings: Settings) -> int:
             if not settings.leader_elect or settings.sharding:
                 controller = make_controller()
                 leadership.controller = controller
-                await controller.run(stop)
-                return 0
+                return await run_alone(controller, stop)
             keeper = LeaseKeeper(
                 lease_elector(settings), LeaseTiming.of(settings), watch.heartbeat_age
             )

@@ -31,12 +31,14 @@ from gitea_runner_operator.metrics.names import (
     endpoint_class,
     status_code_label,
 )
+from gitea_runner_operator.metrics.sharding import ShardingMetrics
 from gitea_runner_operator.metrics.workqueue import WorkQueueMetrics
 
 
 class Metrics(GroupSeries):
     """Every series the operator exports, on a registry of its own: the groups' series
-    (inherited) and the process's own (Gitea, Kubernetes, reconcile, webhook, work queue)."""
+    (inherited) and the process's own (Gitea, Kubernetes, reconcile, webhook, work queue,
+    sharding)."""
 
     def __init__(
         self,
@@ -98,6 +100,7 @@ class Metrics(GroupSeries):
             "webhook_deliveries", "Gitea webhook deliveries received, by outcome.", ["outcome"]
         )
         self.workqueue = WorkQueueMetrics(r)
+        self.sharding = ShardingMetrics(r)
         self._loop_lag = series.histogram(
             "event_loop_lag_seconds",
             "How late the event loop woke a task that sleeps a fixed interval (every 0.5 s): "

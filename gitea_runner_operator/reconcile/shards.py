@@ -231,3 +231,33 @@ class Tenure:
         for d in lost:
             del self.held[d]
         return lost
+
+
+@dataclass
+class Arrivals:
+    """Since when each domain this member is to inherit has waited for it: a domain whose
+    owner among the members of one read has left them by a later read (released or lapsed)
+    and that the later members give to ``me``. Times are the caller's clock at the read
+    that first showed the owner gone; :meth:`served` gives the waits of those now served."""
+
+    me: str
+    members: frozenset[str] | None = None  # the previous read's, ``me`` included
+    since: dict[str, float] = field(default_factory=dict)
+
+    def read(self, reading: Reading, layout: Layout, now: float) -> None:
+        before, after = self.members, frozenset({self.me, *reading.fresh})
+        self.members = after
+        gone = before - after if before is not None else frozenset()
+        for d in layout.domains if gone else ():
+            if owner(d, before or ()) in gone and owner(d, after) == self.me:
+                self.since.setdefault(d, now)
+        # A domain that another change gave to someone else waits for this member no more.
+        for d in [d for d in self.since if d not in layout.domains or owner(d, after) != self.me]:
+            del self.since[d]
+
+    def served(self, domains: Iterable[str], now: float) -> list[float]:
+        return [now - self.since.pop(d) for d in domains if d in self.since]
+
+    def forget(self) -> None:
+        """This member stepped down: what waits now waits for its return, not a hand-over."""
+        self.since.clear()

@@ -58,6 +58,22 @@ from gitea_runner_operator.settings import Settings
 log = structlog.get_logger(__name__)
 
 
+async def _until_stopped(stop: asyncio.Event, sharding: asyncio.Task[None]) -> None:
+    """Wait for ``stop``; a sharding loop that ended before it (its Lease thread could not
+    run, or a fault) ends the controller with its error: the replica would otherwise stay
+    up and ready while holding no domain, and nothing would restart it."""
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([stopping, sharding], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if stop.is_set():
+        return
+    error = sharding.exception()
+    log.error("the sharding loop ended while running: stopping", error=repr(error))
+    raise error if error is not None else RuntimeError("the sharding loop ended")
+
+
 class Controller:
     """``watch_api`` carries the long-lived watch streams, ``api`` every read and write, so
     that watches (three per namespace) can never take all connections from the writes."""
@@ -169,6 +185,7 @@ class Controller:
                 release=self._release,
                 prepare=self.cache.serve,
                 keeper=member_keeper,
+                metrics=self.metrics.sharding,
                 retry_period=settings.retry_period,
                 renew_deadline=settings.renew_deadline,
                 settle_reads=SETTLE_READS,
@@ -296,8 +313,11 @@ class Controller:
             if self._member_keeper is not None:
                 self._member_keeper.start()
             if self.sharding is not None:
-                workers.append(asyncio.create_task(self.sharding.run(stop), name="sharding"))
-            await stop.wait()
+                sharding = asyncio.create_task(self.sharding.run(stop), name="sharding")
+                workers.append(sharding)
+                await _until_stopped(stop, sharding)
+            else:
+                await stop.wait()
             log.info("stopping: finishing in-flight reconciles")
             self.queue.shut_down()
             await self.pollers.stop_all()

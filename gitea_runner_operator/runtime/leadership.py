@@ -179,3 +179,17 @@ async def run_with_leadership(
         return 1
     finally:
         await keeper.close()
+
+
+async def run_alone(controller: Controller, stop: asyncio.Event) -> int:
+    """Act without a leader Lease: the only replica, or every replica of ``--sharding``.
+    A membership Lease thread that cannot run ends the process (1), as the leader Lease's
+    does in :func:`run_with_leadership`: the replica could never hold a domain again, and
+    would otherwise sit alive and ready serving nothing while Kubernetes saw no reason to
+    restart it."""
+    try:
+        await controller.run(stop)
+    except LeaseThreadFailed:
+        log.error("cannot renew the membership Lease any more; exiting so that the Pod restarts")
+        return 1
+    return 0

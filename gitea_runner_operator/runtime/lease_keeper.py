@@ -323,7 +323,11 @@ class MemberKeeper(_LeaseThread[MembershipLeases]):
 
     async def _on_thread(self, call: Coroutine[Any, Any, Any]) -> Any:
         assert self._ready is not None, "start() first"
-        await asyncio.shield(self._ready)
+        try:
+            await asyncio.shield(self._ready)
+        except BaseException:
+            call.close()  # never to run: the thread's client did not open
+            raise
         assert self._own_loop is not None
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, self._own_loop))
 

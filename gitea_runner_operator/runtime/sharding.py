@@ -21,9 +21,10 @@ from typing import Any
 import structlog
 
 from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
+from gitea_runner_operator.metrics import ShardingMetrics
 from gitea_runner_operator.reconcile.domains import Shape, shape_of
-from gitea_runner_operator.reconcile.shards import Layout, Tenure
-from gitea_runner_operator.runtime.lease_keeper import MemberKeeper
+from gitea_runner_operator.reconcile.shards import Arrivals, Layout, Tenure
+from gitea_runner_operator.runtime.lease_keeper import LeaseThreadFailed, MemberKeeper
 from gitea_runner_operator.runtime.membership import MembershipLeases
 
 log = structlog.get_logger(__name__)
@@ -59,6 +60,7 @@ class Sharding:
         release: Callable[[frozenset[str]], Awaitable[None]],
         prepare: Callable[[frozenset[str]], Awaitable[None]] | None = None,
         keeper: MemberKeeper | None = None,
+        metrics: ShardingMetrics | None = None,
         retry_period: float = 2.0,
         renew_deadline: float = 10.0,
         settle_reads: int = 0,
@@ -77,10 +79,13 @@ class Sharding:
         self._deadline = renew_deadline
         self._clock = clock
         self.tenure = Tenure(leases.identity, settle_reads=settle_reads)
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.bind(lambda: len(self.tenure.held))
+        self._arrivals = Arrivals(leases.identity)  # for the hand-over seconds
         self._open: frozenset[str] = frozenset()  # groups the workers may reconcile
         self._renewed_at: float | None = None
         self._fenced = False  # acts_on has refused for a passed deadline since the renewal
-        self.handovers = 0  # domains taken or released, for metrics and tests
 
     def acts_on(self, key: str) -> bool:
         """Whether a worker may reconcile ``key`` now. Past the step-down deadline it may
@@ -95,6 +100,12 @@ class Sharding:
             self._fenced = True
             log.warning("renew deadline passed: acting on no group until renewed", held=0)
         return False
+
+    def _moved(self, reason: str, domains: frozenset[str]) -> bool:
+        """Count domains that came or went (metrics/sharding.py); True when there were any."""
+        if self._metrics is not None:
+            self._metrics.moved(reason, len(domains))
+        return bool(domains)
 
     async def _close(self, before: frozenset[str]) -> None:
         gone = before - self.tenure.groups()
@@ -153,22 +164,25 @@ class Sharding:
             if self._keeper is not None:  # its next write carries the record stepped down to
                 self._keeper.active = False
             before = self.tenure.groups()
-            if self.tenure.step_down():
+            self._arrivals.forget()
+            if self._moved("stepped_down", self.tenure.step_down()):
                 log.warning(
                     "membership lease removed by another replica: serving no group"
                     if evicted
                     else "membership lease not renewed in time: serving no group",
                     held=0,
                 )
-                self.handovers += 1
             await self._close(before)
             return False
         reading = await self._within_budget(self._leases.read(self.tenure.publication))
         if reading is None:
             return False
         before = self.tenure.groups()
-        step = self.tenure.plan(reading, self._layout())
-        self.handovers += len(step.release) + len(step.take)
+        layout = self._layout()
+        self._arrivals.read(reading, layout, self._clock())
+        step = self.tenure.plan(reading, layout)
+        self._moved("released", step.release)
+        self._moved("taken", step.take)
         await self._close(before)
         if step.release:
             log.info("gave domains away", released=len(step.release), held=len(self.tenure.held))
@@ -196,6 +210,10 @@ class Sharding:
                 log.warning("groups not fetched; not serving them yet", error=type(exc).__name__)
                 return
         self._open |= new
+        opened = [d for d, keys in self.tenure.held.items() if keys & new]
+        for seconds in self._arrivals.served(opened, self._clock()):
+            if self._metrics is not None:
+                self._metrics.waited(seconds)
         log.debug("groups taken", groups=sorted(new))
         self._take(new)
         log.info("serving domains", taken=taken, held=len(self.tenure.held))
@@ -217,7 +235,10 @@ class Sharding:
                     await asyncio.wait_for(stop.wait(), pause)
         finally:
             before = self.tenure.groups()
-            self.tenure.step_down()
+            self._moved("stopping", self.tenure.step_down())
             with contextlib.suppress(Exception):
                 await self._close(before)
-            await self._writer.release()
+            # Without its thread the Lease cannot be deleted (it lapses): the error that
+            # ended the loop, not this one, is what the caller must see.
+            with contextlib.suppress(LeaseThreadFailed):
+                await self._writer.release()

@@ -390,16 +390,15 @@ class Sandbox:
     def _wait(self, name: str, predicate: Any, timeout: float, what: str) -> Any:
         """wait_for, but fail fast with the log tail when the process died."""
         proc = self.processes.get(name)
+        exited = object()  # truthy: ends the wait at once (an exception would be "not yet")
 
         def check() -> Any:
             if proc is not None and proc.poll() is not None:
-                raise StartupError(f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}")
+                return exited
             return predicate()
 
         try:
-            return wait_for(check, timeout=timeout, what=what)
-        except StartupError:
-            raise
+            value = wait_for(check, timeout=timeout, what=what)
         except TimeoutError as e:
             cause = e.__cause__
             if isinstance(cause, StartupError):
@@ -407,6 +406,10 @@ class Sandbox:
             raise StartupError(
                 f"{e} (last error: {cause!r})\n--- {name} log ---\n{self.log_tail(name)}"
             ) from None
+        if value is exited:
+            assert proc is not None
+            raise StartupError(f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}")
+        return value
 
     def _run(
         self,
@@ -744,8 +747,6 @@ class Sandbox:
 
     # ------------------------------------------------------------------ gitea
     def _start_gitea(self) -> None:
-        port = free_port()
-        self.gitea_url = f"http://127.0.0.1:{port}"
         gdir = self.workdir / "gitea"
         for sub in ("custom/conf", "data", "repos", "log"):
             (gdir / sub).mkdir(parents=True, exist_ok=True)
@@ -762,9 +763,7 @@ class Sandbox:
             "server": {
                 "PROTOCOL": "http",
                 "HTTP_ADDR": "127.0.0.1",
-                "HTTP_PORT": str(port),
                 "DOMAIN": "127.0.0.1",
-                "ROOT_URL": f"{self.gitea_url}/",
                 "DISABLE_SSH": "true",
                 "START_SSH_SERVER": "false",
                 "OFFLINE_MODE": "true",
@@ -813,11 +812,8 @@ class Sandbox:
             settings[""]["I_AM_BEING_UNSAFE_RUNNING_AS_ROOT"] = "true"
         for section, values in self.gitea_settings.items():
             settings.setdefault(section, {}).update(values)
-        lines: list[str] = []
-        for section, values in settings.items():
-            lines += [f"[{section}]"] if section else []
-            lines += [f"{k} = {v}" for k, v in values.items()] + [""]
-        conf.write_text("\n".join(lines))
+        # For the setup commands; the web server's port is chosen again as it starts.
+        self._write_gitea_config(settings, free_port())
         env = dict(
             os.environ, GITEA_WORK_DIR=str(gdir), GITEA_CUSTOM=str(gdir / "custom"), HOME=str(gdir)
         )
@@ -868,13 +864,46 @@ class Sandbox:
             .strip()
         )
         (self.workdir / "gitea-token").write_text(self.gitea_token + "\n")
-        self._spawn("gitea", [gitea, *common, "web", "--port", str(port)], env=env, cwd=gdir)
-        self._wait(
-            "gitea",
-            lambda: http_ok(self.gitea_url + "/api/v1/version"),
-            120,
-            "gitea /api/v1/version",
-        )
+        self._serve_gitea(settings, [gitea, *common, "web"], env, gdir)
+
+    def _write_gitea_config(self, settings: dict[str, dict[str, str]], port: int) -> None:
+        assert self.gitea_config is not None
+        self.gitea_url = f"http://127.0.0.1:{port}"
+        settings["server"].update(HTTP_PORT=str(port), ROOT_URL=f"{self.gitea_url}/")
+        lines: list[str] = []
+        for section, values in settings.items():
+            lines += [f"[{section}]"] if section else []
+            lines += [f"{k} = {v}" for k, v in values.items()] + [""]
+        self.gitea_config.write_text("\n".join(lines))
+
+    def _serve_gitea(
+        self, settings: dict[str, dict[str, str]], web: list[str], env: dict[str, str], gdir: Path
+    ) -> None:
+        """Start the web server on a port chosen just now, and wait until it answers with
+        this sandbox's admin token.
+
+        The setup commands before it take seconds (tens on a loaded machine); a port chosen
+        before them could be chosen by another xdist worker's sandbox in the meantime, and
+        when that one is a Gitea too, an anonymous probe (``/api/v1/version``) is answered
+        by it while this one dies on "address already in use": the tests then spoke to the
+        other instance, which knows none of this sandbox's tokens ("token is required",
+        seen once in a full run). ``/api/v1/user`` with this sandbox's token answers only
+        from its own Gitea; a lost bind is tried again on a new port."""
+        for attempt in range(1, 4):
+            self._write_gitea_config(settings, free_port())
+            port = settings["server"]["HTTP_PORT"]
+            self._spawn("gitea", [*web, "--port", port], env=env, cwd=gdir)
+            try:
+                self._wait("gitea", self._gitea_answers_own_token, 120, "gitea /api/v1/user")
+                return
+            except StartupError:
+                if attempt == 3 or "address already in use" not in self.log_tail("gitea"):
+                    raise
+
+    def _gitea_answers_own_token(self) -> bool:
+        assert self.gitea_url and self.gitea_token
+        user = GiteaAPI(self.gitea_url, self.gitea_token).request("GET", "/user", timeout=5)
+        return isinstance(user, dict) and user.get("login") == self.gitea_admin_username
 
     def gitea_cli(self, *args: str) -> str:
         """Run a ``gitea`` admin subcommand against this instance's config; return stdout."""

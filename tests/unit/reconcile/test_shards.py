@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gitea_runner_operator.reconcile.shards import (
+    Arrivals,
     Layout,
     Published,
     Reading,
@@ -164,3 +165,22 @@ def test_a_member_alone_at_start_waits_its_settle_reads_and_one_with_a_peer_does
     again.step_down()
     again.published(again.plan(Reading({}, again.publication), LAYOUT).publish)  # type: ignore[arg-type]
     assert again.plan(Reading({}, again.publication), LAYOUT).take == set(LAYOUT.domains)
+
+
+def test_the_domains_a_leaving_member_leaves_to_me_wait_from_when_it_was_seen_gone() -> None:
+    ids, layout = list(LAYOUT.domains), LAYOUT
+    arrivals = Arrivals("a")
+    everyone = Reading({"b": None, "c": None}, 0)
+    arrivals.read(everyone, layout, now=100.0)
+    assert arrivals.since == {}  # nobody has left yet
+    arrivals.read(Reading({"c": None}, 0), layout, now=104.0)  # b released or lapsed
+    mine = {d for d in ids if owner(d, {"a", "b", "c"}) == "b" and owner(d, {"a", "c"}) == "a"}
+    bs = {d for d in ids if owner(d, {"a", "b", "c"}) == "b"}
+    assert mine and bs - mine and set(arrivals.since) == mine  # not b's domains that go to c
+    arrivals.read(Reading({"c": None}, 0), layout, now=106.0)  # still gone: the start stays
+    first = sorted(mine)[0]
+    assert arrivals.served([first, "not-waiting"], now=107.5) == [3.5]
+    assert arrivals.served([first], now=108.0) == []  # counted once
+    # b is back before a served the rest: they are b's again and wait for a no more
+    arrivals.read(everyone, layout, now=109.0)
+    assert arrivals.since == {}

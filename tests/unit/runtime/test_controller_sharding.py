@@ -5,12 +5,18 @@ replica publishes the view that gives it away."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+from collections.abc import AsyncIterator
+from typing import Any
 
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.reconcile.reconciler import Result
 from gitea_runner_operator.reconcile.shards import owner
 from gitea_runner_operator.runtime.controller import Controller
+from gitea_runner_operator.runtime.leadership import run_alone
+from gitea_runner_operator.runtime.lease_keeper import LeaseTiming, MemberKeeper
 from gitea_runner_operator.runtime.membership import MembershipLeases, lease_name
 from gitea_runner_operator.settings import Settings
 from tests.support.builders import spec_with
@@ -107,3 +113,39 @@ async def test_a_moving_group_finishes_its_reconcile_before_the_view_is_publishe
         assert b.serves() == set(moving) and not a.serves() & b.serves()
         await a.close()
         await b.close()
+
+
+def listed_without_watching(cache: Any) -> None:
+    """Informers that list nothing and then wait: the controller runs with no API server."""
+
+    async def run(informer: Any) -> None:
+        informer.synced.set()
+        await asyncio.Event().wait()
+
+    for informer in cache.informers:
+        informer.run = functools.partial(run, informer)
+
+
+async def test_a_membership_lease_thread_that_cannot_open_ends_the_process_non_zero() -> None:
+    """Without its Lease thread the replica could never hold a domain: it would sit alive
+    and ready serving nothing. It exits 1, as with the leader Lease, so the Pod restarts."""
+
+    @contextlib.asynccontextmanager
+    async def broken() -> AsyncIterator[MembershipLeases]:
+        raise OSError("no credentials")
+        yield  # pragma: no cover
+
+    timing = LeaseTiming(lease_duration=3, renew_deadline=1.5, retry_period=0.2, heartbeat_limit=1)
+    async with client.ApiClient() as api:
+        membership = MembershipLeases(api, "ops", "gro", "a", leases=FakeLeases())
+        controller = Controller(
+            api,
+            Settings(sharding=True, retry_period=1, renew_deadline=2),
+            membership=membership,
+            member_keeper=MemberKeeper(broken, timing, lambda: 0.0),
+        )
+        listed_without_watching(controller.cache)
+        stop = asyncio.Event()
+        code = await asyncio.wait_for(run_alone(controller, stop), 5)
+        assert code == 1 and not stop.is_set()
+        assert controller.stopped.is_set()  # cleaned up on the way out

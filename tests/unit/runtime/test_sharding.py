@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gitea_runner_operator.metrics import PREFIX, Metrics
 from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.runtime.sharding import Sharding, layout_of
 from tests.support.builders import spec_with
@@ -40,7 +41,9 @@ class Link:
 
 
 class Replica:
-    def __init__(self, api: FakeLeases, clock: Clock, name: str) -> None:
+    def __init__(
+        self, api: FakeLeases, clock: Clock, name: str, metrics: Metrics | None = None
+    ) -> None:
         self.taken: list[frozenset[str]] = []
         self.released: list[frozenset[str]] = []
         self.link = Link(api)
@@ -50,6 +53,7 @@ class Replica:
             lambda: layout_of(GROUPS.items()),
             take=self.taken.append,
             release=self._release,
+            metrics=metrics.sharding if metrics is not None else None,
             clock=clock,
         )
 
@@ -224,5 +228,46 @@ def test_a_replica_whose_lease_another_removed_steps_down_and_joins_again() -> N
         exclusive([a, b])
         await rounds([a, b], 4)
         assert a.serves() == mine  # published again, and took its share back
+
+    asyncio.run(main())
+
+
+def sample(metrics: Metrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(PREFIX + name, labels) or 0.0
+
+
+def test_metrics_give_each_replicas_domains_and_every_hand_over_with_its_wait() -> None:
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        ma, mb = Metrics(), Metrics()
+        a, b = Replica(api, clock, "a", ma), Replica(api, clock, "b", mb)
+        assert sample(ma, "domain_handovers_total", reason="stopping") == 0  # listed at 0
+        await rounds([a], 2)
+        assert sample(ma, "domains_held") == 13
+        await rounds([a, b], 4)
+        theirs = sample(mb, "domains_held")
+        assert theirs and sample(ma, "domains_held") + theirs == 13
+        assert sample(ma, "domain_handovers_total", reason="taken") == 13
+        assert sample(ma, "domain_handovers_total", reason="released") == theirs
+        assert sample(mb, "domain_handovers_total", reason="taken") == theirs
+        stop = asyncio.Event()
+        stop.set()
+        await b.sharding.run(stop)  # b stops: its Lease is deleted
+        assert sample(mb, "domains_held") == 0
+        assert sample(mb, "domain_handovers_total", reason="stopping") == theirs
+        clock.now += 2
+        await rounds([a], 1)  # sees b gone, publishes the view without b
+        clock.now += 2
+        await rounds([a], 1)  # takes b's domains: 2 s after it saw b gone
+        assert sample(ma, "domains_held") == 13
+        assert sample(ma, "domain_handover_seconds_count") == theirs
+        assert sample(ma, "domain_handover_seconds_sum") == 2 * theirs
+        assert sample(ma, "domain_handover_seconds_bucket", le="1.0") == 0
+        assert sample(ma, "domain_handover_seconds_bucket", le="2.0") == theirs
+        a.link.down = True  # a can renew no more: at the deadline it steps down
+        clock.now += 10
+        await rounds([a], 1)
+        assert sample(ma, "domains_held") == 0
+        assert sample(ma, "domain_handovers_total", reason="stepped_down") == 13
 
     asyncio.run(main())
