@@ -83,6 +83,7 @@ class Forwarder:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        self._tasks.clear()  # their done callbacks may not have run yet
         if self._session is not None:
             await self._session.close()
             self._session = None
