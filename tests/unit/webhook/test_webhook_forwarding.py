@@ -147,18 +147,18 @@ async def test_a_forwarded_delivery_is_woken_where_it_arrives_and_never_forwarde
 
 async def test_gitea_gets_its_answer_without_waiting_for_a_silent_peer() -> None:
     outcomes: list[str] = []
-    forwarder = Forwarder("pod-a", timeout=0.5, on_outcome=outcomes.append)
+    forwarder = Forwarder("pod-a", timeout=3.0, on_outcome=outcomes.append)
     async with raw_peer(silent) as address:
         here = Harness(split=to_peer(address, "team-b/acme"), forwarder=forwarder)
         started = time.monotonic()
         status, _ = await here.post(body_for(), OPERATOR)
         answered = time.monotonic() - started
         with structlog.testing.capture_logs() as logs:
-            waited = await settled(forwarder)
+            waited = await settled(forwarder, within=10.0)
         await forwarder.close()
-    assert status == 202 and answered < 0.4
+    assert status == 202 and answered < 2.5  # the forward was still waiting then
     assert outcomes == ["failed"]
-    assert answered + waited < 2.0  # cut at its timeout, not left hanging
+    assert answered + waited < 6.0  # cut at its timeout, not left hanging
     assert [e["event"] for e in logs] == ["webhook forward failed"]
     assert logs[0]["error"] == "TimeoutError" and logs[0]["peer"] == address
 
