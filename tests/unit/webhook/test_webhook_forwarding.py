@@ -173,7 +173,7 @@ async def test_a_refusal_with_a_huge_body_is_failed_without_reading_the_body() -
         waited = await settled(forwarder)
         await forwarder.close()
     assert outcomes == ["failed"]
-    assert waited < 2.0
+    assert waited < 5.0  # well before the 10 s timeout
     assert sent and sent[0] < size // 16  # the connection went away long before the end
 
 
@@ -184,7 +184,7 @@ async def test_an_accepting_peer_with_an_endless_body_counts_as_sent_at_once() -
         forwarder.send(address, PATH, b"{}", HEADERS)
         waited = await settled(forwarder)
         await forwarder.close()
-    assert outcomes == ["sent"] and waited < 2.0
+    assert outcomes == ["sent"] and waited < 5.0  # well before the 10 s timeout
 
 
 async def test_past_the_cap_forwards_are_dropped_counted_and_said_once() -> None:
