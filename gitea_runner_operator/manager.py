@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TypeVar
 
@@ -22,6 +22,7 @@ from gitea_runner_operator.kube.reviews import ApiReviewer, MetricsAccess
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.reconcile.forwards import Split, address
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import (
     Leadership,
@@ -34,6 +35,7 @@ from gitea_runner_operator.runtime.loopwatch import LoopWatch
 from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.settings import SA_NAMESPACE_FILE, Settings
 from gitea_runner_operator.webhook import CachedSecretReader, Descriptors, WebhookServer
+from gitea_runner_operator.webhook.forwarding import Forwarder
 from gitea_runner_operator.webhook.secrets import (
     WebhookSecretError,
     parse_secret_location,
@@ -124,8 +126,18 @@ def member_leases(
             settings.lease_name,
             settings.identity,
             lease_duration=settings.lease_duration,
+            webhook=webhook_address(settings),
         )
     )
+
+
+def webhook_address(settings: Settings) -> str | None:
+    """Where the other replicas reach this one's webhook receiver (``--sharding``): the Pod
+    IP the chart passes in ``POD_IP`` and the webhook port. None without either: peers then
+    leave this replica's groups to its polls (reconcile/forwards.py)."""
+    if not settings.sharding or not settings.webhook_port:
+        return None
+    return address(os.environ.get("POD_IP"), settings.webhook_port)
 
 
 async def operator_webhook_secret(settings: Settings, secrets: SecretStore) -> bytes | None:
@@ -175,6 +187,17 @@ def webhook_server(
         poller = current.pollers.get(key) if current is not None else None
         return poller is not None and poller.asking
 
+    def split(keys: Sequence[str]) -> Split:
+        current = leadership.controller
+        return current.split(keys) if current is not None else Split(tuple(keys))
+
+    # --sharding: a delivery for groups another replica serves is handed to it.
+    forwarder = (
+        Forwarder(settings.identity, on_outcome=metrics.webhook_forward)
+        if settings.sharding
+        else None
+    )
+
     return WebhookServer(
         settings.webhook_host,
         settings.webhook_port,
@@ -186,6 +209,8 @@ def webhook_server(
         group_secret=CachedSecretReader(secrets),
         on_delivery=metrics.webhook_delivery,
         active=lambda: leadership.controller is not None,
+        split=split if forwarder is not None else None,
+        forwarder=forwarder,
     )
 
 
@@ -254,6 +279,7 @@ async def run(settings: Settings) -> int:
                     settings.lease_name,
                     settings.identity,
                     lease_duration=settings.lease_duration,
+                    webhook=webhook_address(settings),
                 )
                 # Our own Lease is renewed from a thread, as the leader Lease is.
                 keeper = MemberKeeper(

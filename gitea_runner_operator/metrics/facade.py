@@ -99,6 +99,12 @@ class Metrics(GroupSeries):
         self._webhook = series.counter(
             "webhook_deliveries", "Gitea webhook deliveries received, by outcome.", ["outcome"]
         )
+        self._forwards = series.counter(
+            "webhook_forwards",
+            "Webhook deliveries handed to the replica serving their groups (--sharding), by"
+            " outcome.",
+            ["outcome"],
+        )
         self.workqueue = WorkQueueMetrics(r)
         self.sharding = ShardingMetrics(r)
         self._loop_lag = series.histogram(
@@ -140,6 +146,9 @@ class Metrics(GroupSeries):
 
     def webhook_delivery(self, outcome: str) -> None:
         self._webhook.labels(outcome).inc()
+
+    def webhook_forward(self, outcome: str) -> None:
+        self._forwards.labels(outcome).inc()
 
     def loop_lag(self, seconds: float) -> None:
         self._loop_lag.observe(max(0.0, seconds))

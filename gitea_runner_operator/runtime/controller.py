@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -42,6 +43,7 @@ from gitea_runner_operator.poll.triggers import owned_changed
 from gitea_runner_operator.poll.trust import GiteaTrust
 from gitea_runner_operator.reconcile.domains import Placement
 from gitea_runner_operator.reconcile.expectations import Expectations
+from gitea_runner_operator.reconcile.forwards import Split, split
 from gitea_runner_operator.reconcile.handed import PendingLosses
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
@@ -191,6 +193,7 @@ class Controller:
                 settle_reads=SETTLE_READS,
             )
         self._member_keeper = member_keeper if membership is not None else None
+        self._membership = membership
         self._layout_cached: Layout | None = None
         self._served: dict[str, str] = {}  # group key -> the held domain it belongs to
 
@@ -258,6 +261,22 @@ class Controller:
             poller.wake(paced=True)  # the receiver's WakeLimiter paces it already
         else:
             self.queue.add(key)
+
+    def split(self, keys: Sequence[str]) -> Split:
+        """Which of ``keys`` (a webhook delivery's groups) to wake here, and which another
+        replica serves (reconcile/forwards.py); all here without ``--sharding``."""
+        if self.sharding is None or self._membership is None:
+            return Split(tuple(keys))
+        sharding = self.sharding
+        if all(sharding.acts_on(key) for key in keys):
+            return Split(tuple(keys))
+        return split(
+            keys,
+            serves=sharding.acts_on,
+            domain_of=self._layout().domain_of(),
+            me=sharding.tenure.me,
+            peers=self._membership.addresses,
+        )
 
     def knows(self, key: str, job_id: int) -> bool:
         """Whether the group's latest Gitea answer lists job ``job_id`` as queued: a webhook

@@ -27,6 +27,7 @@ from gitea_runner_operator.kit.clock import utc_now_micro
 from gitea_runner_operator.kube.http import LEASE_TIMEOUT
 from gitea_runner_operator.kube.leases import LeaseCalls
 from gitea_runner_operator.objects.leases import LeaseRecord, Sightings, lease_body
+from gitea_runner_operator.reconcile.forwards import WEBHOOK_ANNOTATION, parse_address
 from gitea_runner_operator.reconcile.shards import ANNOTATION, Published, Reading
 
 log = structlog.get_logger(__name__)
@@ -57,6 +58,7 @@ class MembershipLeases:
         call_timeout: float = LEASE_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
         leases: Any = None,  # a CoordinationV1Api; tests pass a fake
+        webhook: str | None = None,
     ) -> None:
         self._calls = LeaseCalls.on(api, namespace, call_timeout, leases)
         self.namespace = namespace
@@ -68,6 +70,10 @@ class MembershipLeases:
         self._sightings = Sightings(clock)
         self._version: str | None = None  # our own Lease's resourceVersion, as last written
         self._evicted = False
+        # Where this replica receives webhooks (reconcile/forwards.py), published with every
+        # write; and where each fresh member of the latest read receives them (None: nowhere).
+        self.webhook = webhook
+        self.addresses: dict[str, str | None] = {}
 
     async def renew(self, published: Published | None) -> bool:
         """Write our Lease (creating it if need be) with a fresh renew time and, when given,
@@ -93,6 +99,10 @@ class MembershipLeases:
         annotations = dict(lease.annotations) if lease is not None else {}
         if published is not None:
             annotations[ANNOTATION] = published.encode()
+        if self.webhook is not None:
+            annotations[WEBHOOK_ANNOTATION] = self.webhook
+        else:  # webhooks turned off since: peers must not keep forwarding here
+            annotations.pop(WEBHOOK_ANNOTATION, None)
         spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self._duration,
@@ -123,6 +133,7 @@ class MembershipLeases:
             log.warning("membership leases not listed", error=type(exc).__name__)
             return None
         fresh: dict[str, Published | None] = {}
+        addresses: dict[str, str | None] = {}
         lapsed: list[LeaseRecord] = []
         for lease in found:
             holder = lease.holder
@@ -130,9 +141,11 @@ class MembershipLeases:
                 continue
             if not self._sightings.lapsed(lease, lease.duration or self._duration, asked):
                 fresh[holder] = Published.decode(lease.annotations.get(ANNOTATION))
+                addresses[holder] = parse_address(lease.annotations.get(WEBHOOK_ANNOTATION))
             else:
                 lapsed.append(lease)
         self._sightings.retain(lease.name for lease in found)
+        self.addresses = addresses
         await self._collect(lapsed[:COLLECT_PER_READ])
         return Reading(fresh, publication)
 

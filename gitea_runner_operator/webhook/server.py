@@ -20,13 +20,14 @@ parsing, bounded concurrent work, de-duplication, rate-limited wake-ups): ``guar
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
 import structlog
 from aiohttp import web
 
+from gitea_runner_operator.reconcile.forwards import Split
 from gitea_runner_operator.webhook import signature
 from gitea_runner_operator.webhook.connections import (
     DEFAULT_CONNECTIONS,
@@ -34,6 +35,7 @@ from gitea_runner_operator.webhook.connections import (
     KEEPALIVE,
     Connections,
 )
+from gitea_runner_operator.webhook.forwarding import FORWARDED_HEADER, Forwarder
 from gitea_runner_operator.webhook.guard import (
     DEFAULT_READ_DEADLINE,
     DEFAULT_READS_PER_CLIENT,
@@ -152,7 +154,8 @@ class WebhookServer:
     (its delivery then wakes nobody), ``asking(key)`` whether the group's refresh is in
     flight (a delivery then waits for its answer): see ``WakeLimiter``. ``penalty_delay``:
     how late the 429 of an address with too many failed authentications comes
-    (``Penalties``)."""
+    (``Penalties``). ``split`` says which of the routed groups another replica serves
+    (``--sharding``: reconcile/forwards.py), and ``forwarder`` hands the delivery to it."""
 
     def __init__(
         self,
@@ -176,6 +179,8 @@ class WebhookServer:
         connections: int = DEFAULT_CONNECTIONS,
         header_deadline: float = DEFAULT_HEADER_DEADLINE,
         penalty_delay: float = PENALTY_DELAY,
+        split: Callable[[Sequence[str]], Split] | None = None,
+        forwarder: Forwarder | None = None,
     ) -> None:
         self._active = active
         self.connections = Connections(connections, header_deadline)
@@ -200,6 +205,8 @@ class WebhookServer:
         self._group_secret = group_secret
         self._on_delivery = on_delivery
         self._max_body = max_body
+        self._split = split
+        self._forwarder = forwarder
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
 
@@ -227,6 +234,8 @@ class WebhookServer:
 
     async def stop(self) -> None:
         self._limited_wake.close()
+        if self._forwarder is not None:
+            await self._forwarder.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -298,9 +307,14 @@ class WebhookServer:
             return _Answer("ignored", 204)
 
         keys = route(delivery, authorised)
+        where = self._where(request, keys)
+        for address, served in where.peers.items():
+            assert self._forwarder is not None  # _where forwards nothing without one
+            forwarded = self._forwarder.send(address, request.path_qs, body, _passed_on(request))
+            log.debug("webhook delivery forwarded", peer=address, groups=served, sent=forwarded)
         job = delivery.job_id if delivery.action == "queued" else None
         woken: list[str] = []
-        for key in keys:
+        for key in where.here:
             try:
                 if self._limited_wake(key, job):
                     woken.append(key)
@@ -313,8 +327,23 @@ class WebhookServer:
             repository=delivery.repository.full_name,
             labels=list(delivery.labels),
             woken=woken,
+            elsewhere=len(keys) - len(where.here),
         )
-        return _Answer("accepted", 202, _explain(len(keys), delivery.repository, authorised))
+        text = _explain(len(keys), delivery.repository, authorised)
+        if elsewhere := len(keys) - len(where.here):
+            text = text.rstrip("\n") + f"; {elsewhere} of them served by other replicas\n"
+        return _Answer("accepted", 202, text)
+
+    def _where(self, request: web.Request, keys: list[str]) -> Split:
+        """Which of ``keys`` to wake here and which to forward to whom. A forwarded delivery
+        is woken here whatever this replica knows: it is never forwarded twice."""
+        if self._split is None or self._forwarder is None or FORWARDED_HEADER in request.headers:
+            return Split(tuple(keys))
+        try:
+            return self._split(keys)
+        except Exception:  # the peers' view must never cost the delivery its local wake-ups
+            log.exception("finding which replica serves a delivery's groups failed")
+            return Split(tuple(keys))
 
     def _hint_only(self, request: web.Request) -> bool:
         """Whether only the repository hint could find who signed this delivery: no
@@ -390,6 +419,13 @@ class WebhookServer:
             return _UNAUTHORIZED
         vouched = {g.key for g in signed_by}
         return body, [g for g in groups if g.key in vouched]
+
+
+def _passed_on(request: web.Request) -> dict[str, str]:
+    """The headers a peer's receiver reads, as Gitea sent them."""
+    names = (EVENT_HEADER, DELIVERY_HEADER, signature.SIGNATURE_HEADER)
+    sent = {name: request.headers[name] for name in names if name in request.headers}
+    return {**sent, "Content-Type": JSON}
 
 
 def _explain(woken: int, repository: Repository, authorised: list[GroupDescriptor]) -> str:

@@ -333,6 +333,16 @@ def test_a_network_policy_admits_only_monitoring_to_metrics_and_only_gitea_to_we
          "networkPolicy": {"metricsFrom": [prometheus], "webhookFrom": [gitea]}},
     )  # fmt: skip
     assert _admitted(objects) == {"health": [prometheus], "webhook": [gitea]}
+    # --sharding: the replicas hand one another the deliveries of the groups each serves.
+    sharded = {"webhook": {"enabled": True}, "sharding": {"enabled": True}, "replicaCount": 3}
+    objects = render(helm, tmp_path, "gro", "ops", sharded)
+    pod = one(objects, "Deployment")["spec"]["template"]
+    (peers,) = [p for p in _admitted(objects)["webhook"] if "podSelector" in p]
+    assert _admitted(objects)["webhook"] == [namespace("gitea"), peers]
+    assert peers["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert "namespaceSelector" not in peers  # the release's own namespace, no other
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     objects = render(helm, tmp_path, "gro", "ops", {"networkPolicy": {"enabled": False}})
     assert "NetworkPolicy" not in {o["kind"] for o in objects}
 

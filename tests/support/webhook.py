@@ -58,6 +58,7 @@ class Harness:
         active=None,
         wake_interval=0.0,
         known=None,
+        **more,
     ):
         self.woken = []
         self.outcomes = []
@@ -79,6 +80,7 @@ class Harness:
             active=active,
             wake_interval=wake_interval,
             known=known,
+            **more,
         )
 
     async def post(

@@ -49,3 +49,15 @@ def test_an_open_door_is_said_at_start():
         Settings(allowed_gitea_urls=("https://g/",), template_policy="hostPath")
     )
     assert "--template-policy hostPath" in loose
+
+
+def test_a_sharding_replica_offers_its_pod_ip_and_webhook_port_to_its_peers(monkeypatch):
+    from gitea_runner_operator.manager import webhook_address
+    from gitea_runner_operator.settings import Settings
+
+    monkeypatch.setenv("POD_IP", "10.244.1.7")
+    assert webhook_address(Settings(sharding=True, webhook_port=9000)) == "10.244.1.7:9000"
+    assert webhook_address(Settings(sharding=False)) is None  # nobody forwards: offer nothing
+    assert webhook_address(Settings(sharding=True, webhook_port=0)) is None  # webhooks off
+    monkeypatch.delenv("POD_IP")
+    assert webhook_address(Settings(sharding=True)) is None  # an old chart: no POD_IP

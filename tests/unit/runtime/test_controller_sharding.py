@@ -12,6 +12,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from gitea_runner_operator.reconcile.forwards import Split
 from gitea_runner_operator.reconcile.reconciler import Result
 from gitea_runner_operator.reconcile.shards import owner
 from gitea_runner_operator.runtime.controller import Controller
@@ -26,8 +27,17 @@ KEYS = [f"team/app{i}" for i in range(10)]
 
 
 class Replica:
-    def __init__(self, api: client.ApiClient, leases: FakeLeases, clock: Clock, name: str) -> None:
-        membership = MembershipLeases(api, "ops", "gro", name, clock=clock, leases=leases)
+    def __init__(
+        self,
+        api: client.ApiClient,
+        leases: FakeLeases,
+        clock: Clock,
+        name: str,
+        webhook: str | None = None,
+    ) -> None:
+        membership = MembershipLeases(
+            api, "ops", "gro", name, clock=clock, leases=leases, webhook=webhook
+        )
         self.controller = Controller(api, Settings(sharding=True), membership=membership)
         without_runner_objects(self.controller.cache)
         assert self.controller.sharding is not None  # started one by one, in order
@@ -149,3 +159,30 @@ async def test_a_membership_lease_thread_that_cannot_open_ends_the_process_non_z
         code = await asyncio.wait_for(run_alone(controller, stop), 5)
         assert code == 1 and not stop.is_set()
         assert controller.stopped.is_set()  # cleaned up on the way out
+
+
+async def test_a_webhook_delivery_s_groups_are_split_by_the_replica_serving_them() -> None:
+    async with client.ApiClient() as api:
+        leases, clock = FakeLeases(), Clock()
+        a = Replica(api, leases, clock, "a", webhook="10.0.0.1:8082")
+        b = Replica(api, leases, clock, "b", webhook="10.0.0.2:8082")
+        c = Replica(api, leases, clock, "c")  # webhooks off there: no address published
+        for _ in range(3):
+            for r in (a, b, c):
+                await r.round()
+        assert a.serves() and b.serves() and c.serves()
+        got = a.controller.split(KEYS)
+        assert set(got.here) == a.serves()
+        assert {k: set(v) for k, v in got.peers.items()} == {"10.0.0.2:8082": b.serves()}
+        assert set(got.unreachable) == c.serves()
+        # A delivery for its own groups only asks nobody.
+        mine = sorted(a.serves())
+        assert a.controller.split(mine) == Split(tuple(mine))
+        for r in (a, b, c):
+            await r.close()
+
+
+async def test_without_sharding_every_group_is_woken_here() -> None:
+    async with client.ApiClient() as api:
+        controller = Controller(api, Settings())
+        assert controller.split(KEYS) == Split(tuple(KEYS))

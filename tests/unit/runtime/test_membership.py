@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gitea_runner_operator.reconcile.forwards import WEBHOOK_ANNOTATION
 from gitea_runner_operator.reconcile.shards import ANNOTATION, Published
 from gitea_runner_operator.runtime.membership import MEMBERS_LABEL, MembershipLeases, lease_name
 from tests.support.leases import Clock, FakeLeases
@@ -159,3 +160,39 @@ def test_a_lease_renewed_after_it_was_seen_lapsing_is_not_deleted() -> None:
     run(b._collect(seen))
     assert name in api.objects
     assert "pod-a" in run(b.read(0)).fresh
+
+
+def test_members_see_where_each_other_receives_webhooks() -> None:
+    api, clock = FakeLeases(), Clock()
+    a = MembershipLeases(
+        None,  # type: ignore[arg-type]
+        NS,
+        "gro",
+        "pod-a",
+        clock=clock,
+        leases=api,
+        webhook="10.0.0.1:8082",
+    )
+    b, c = member(api, "pod-b", clock), member(api, "pod-c", clock)
+    assert run(a.renew(None)) and run(b.renew(None)) and run(c.renew(None))
+    assert run(c.read(0)) is not None
+    assert c.addresses == {"pod-a": "10.0.0.1:8082", "pod-b": None}
+    # Webhooks turned off on a later start: the next renewal takes the address back.
+    a.webhook = None
+    assert run(a.renew(None))
+    run(c.read(0))
+    assert c.addresses == {"pod-a": None, "pod-b": None}
+
+
+def test_an_address_that_is_not_an_ip_and_a_port_is_no_address() -> None:
+    api, clock = FakeLeases(), Clock()
+    writer = member(api, "pod-a", clock)
+    writer.webhook = "10.0.0.1:8082"
+    run(writer.renew(None))
+    reader = member(api, "pod-b", clock)
+    run(reader.read(0))
+    assert reader.addresses == {"pod-a": "10.0.0.1:8082"}
+    stored = api.objects[lease_name("gro", "pod-a")]["metadata"]["annotations"]
+    stored[WEBHOOK_ANNOTATION] = "evil.example:80/steal"
+    run(reader.read(0))
+    assert reader.addresses == {"pod-a": None}
