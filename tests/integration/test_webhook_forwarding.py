@@ -96,7 +96,8 @@ def test_a_delivery_to_the_replica_not_serving_the_group_starts_its_runner_at_on
     # Gitea delivers to the replica serving fewer groups; the job is for one of the other's.
     receiver = 0 if len(shares[0]) <= len(shares[1]) else 1
     server = ops[1 - receiver]
-    assert shares[1 - receiver] and shares[receiver], f"one replica serves all: {shares}"
+    # The receiver may serve none of the eight (1 run in 128): it forwards all the same.
+    assert shares[1 - receiver], shares
     target = sorted(shares[1 - receiver])[0]
     label = LABELS[GROUPS.index(target)]
     # Every group's first poll is done: the next is 5 minutes away.
