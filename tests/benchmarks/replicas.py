@@ -256,6 +256,14 @@ def verdict(
     waits = sorted(
         (fake.jobs[i].started_at or time.monotonic()) - fake.jobs[i].queued_at for i in queued
     )
+    # Until the runner Job that ran it existed (first seen by the watcher, every 0.5 s): what
+    # the operator answers for, without the runner's own start (its Pod, its registration).
+    by_name = {s.name: s for s in made}
+    until_job = sorted(
+        max(0.0, seen.at - fake.jobs[i].queued_at)
+        for i in queued
+        if (seen := by_name.get(fake.jobs[i].runner_name.rsplit("-", 1)[0])) is not None
+    )
     touched = sorted(fake.busy_lost - busy_before)
     result: dict[str, Any] = {
         "jobs": len(queued),
@@ -264,6 +272,7 @@ def verdict(
         "ran_an_earlier_job": len(earlier),
         "longest_wait": waits[-1] if waits else 0.0,
         "median_wait": waits[len(waits) // 2] if waits else 0.0,
+        "longest_until_runner_job": until_job[-1] if until_job else None,
         "touched": touched,
         "drained_s": drained,
     }
@@ -271,7 +280,8 @@ def verdict(
         f"{name}: {result['jobs']} jobs, {result['created']} runner Jobs created, "
         f"{len(idle)} of them ran no job {result['ran_no_job'][:10]}, {len(earlier)} ran a job "
         f"queued before this run; longest wait "
-        f"{result['longest_wait']:.1f} s (median {result['median_wait']:.1f} s); busy runners "
+        f"{result['longest_wait']:.1f} s (median {result['median_wait']:.1f} s), until its "
+        f"runner Job existed {_s(result['longest_until_runner_job'])}; busy runners "
         f"touched {len(touched)}; every job running {_s(drained)} after the arrivals stopped",
         flush=True,
     )
