@@ -38,6 +38,7 @@ import hashlib
 import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from gitea_runner_operator.reconcile.domains import (
     Placement,
@@ -82,6 +83,13 @@ class Layout:
     # Domains that span a whole Gitea (a scope: global group joined its families): shown in
     # the groups' status, never part of the fingerprint (the keys already decide it).
     whole_gitea: frozenset[str] = frozenset()
+    # Group key -> domain id, made once: every webhook delivery for a group served elsewhere
+    # asks it (runtime/controller.split), and a layout holds thousands of groups.
+    _by_key: Mapping[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_key = {key: d for d, keys in self.domains.items() for key in keys}
+        object.__setattr__(self, "_by_key", MappingProxyType(by_key))
 
     @classmethod
     def of(cls, shapes: Iterable[Shape], unreadable: Iterable[str] = ()) -> Layout:
@@ -99,9 +107,9 @@ class Layout:
             print_ = hashlib.sha256("\x1e".join([print_, *odd]).encode()).hexdigest()[:16]
         return cls(print_, found, whole)
 
-    def domain_of(self) -> dict[str, str]:
-        """Group key -> domain id."""
-        return {key: d for d, keys in self.domains.items() for key in keys}
+    def domain_of(self) -> Mapping[str, str]:
+        """Group key -> domain id (read-only, shared)."""
+        return self._by_key
 
     def placement(self, domain: str, held: frozenset[str], me: str) -> Placement | None:
         """Where the groups of ``domain`` are served, as member ``me`` holding it with the
