@@ -327,10 +327,10 @@ class WebhookServer:
             repository=delivery.repository.full_name,
             labels=list(delivery.labels),
             woken=woken,
-            elsewhere=len(keys) - len(where.here),
+            elsewhere=(elsewhere := len(keys) - len(where.here)),
         )
         text = _explain(len(keys), delivery.repository, authorised)
-        if elsewhere := len(keys) - len(where.here):
+        if elsewhere:
             text = text.rstrip("\n") + f"; {elsewhere} of them served by other replicas\n"
         return _Answer("accepted", 202, text)
 
