@@ -27,6 +27,11 @@ DEFAULT_IMAGE: Final = f"gitea/runner:{RUNNER_VERSION}-dind-rootless"
 # The plain runner image: no Docker daemon inside (used by the dind and host modes).
 PLAIN_IMAGE: Final = f"gitea/runner:{RUNNER_VERSION}"
 DIND_IMAGE: Final = "docker:29.5.2-dind"
+# dind-userns's daemon sidecar: the same Docker, with rootlesskit and slirp4netns.
+USERNS_DAEMON_IMAGE: Final = "docker:29.5.2-dind-rootless"
+# The RuntimeClass a dind-userns runner Pod names unless its template names another: it must
+# run the Pod with /dev/net/tun (docs/runners.md, dind-userns). The chart can create it.
+USERNS_RUNTIME_CLASS: Final = "gitea-runner-userns"
 DEFAULT_POLL_INTERVAL: Final = "15s"
 DEFAULT_IDLE_TIMEOUT: Final = "10m"
 # Long enough for a node autoscaler to add a node and pull a DinD image.

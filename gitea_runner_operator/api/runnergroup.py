@@ -57,8 +57,14 @@ class RetrySpec(_CamelModel):
 
 
 class RunnerMode(StrEnum):
-    """How a runner Pod gives workflow jobs a place to run (see docs/runners.md)."""
+    """How a runner Pod gives workflow jobs a place to run (see docs/runners.md).
 
+    ``dind-userns``, the default for new groups: a Docker daemon sidecar in the runner Pod's
+    own user namespace (``hostUsers: false``), no privileged container. The other two Docker
+    modes run a privileged container and are an explicit choice
+    (docs/decisions/0006-docker-in-a-user-namespace.md)."""
+
+    DIND_USERNS = "dind-userns"
     DIND_ROOTLESS = "dind-rootless"
     DIND = "dind"
     HOST = "host"
@@ -88,7 +94,9 @@ class RunnerGroupSpec(_CamelModel):
     min_idle_runners: int = Field(default=0, ge=0, le=caps.RUNNERS_MAX)
     warm_runner_max_age: caps.Duration = constants.DEFAULT_WARM_MAX_AGE
     webhook: WebhookSpec | None = None
-    mode: RunnerMode = RunnerMode.DIND_ROOTLESS
+    # The CRD defaults it too, and writes the default into a new object: a group created before
+    # dind-userns was the default keeps the mode stored with it.
+    mode: RunnerMode = RunnerMode.DIND_USERNS
     # Kept as written, so every Pod field reaches the runner Pod unchanged; only the fields
     # the operator owns are checked (api/pod_template.py). Bounded in depth and bytes first.
     template: (
@@ -196,6 +204,17 @@ class RunnerGroupSpec(_CamelModel):
         return value
 
     @model_validator(mode="after")
+    def _own_user_namespace(self) -> Self:
+        pod_spec = (self.template or {}).get("spec") or {}
+        if self.mode is RunnerMode.DIND_USERNS and pod_spec.get("hostUsers") is True:
+            raise ValueError(
+                "spec.template.spec.hostUsers: mode dind-userns runs the runner Pod in its "
+                "own user namespace (hostUsers: false); to run in the host's, choose mode "
+                "dind or dind-rootless (privileged) explicitly"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _one_lifetime(self) -> Self:
         pod_spec = (self.template or {}).get("spec") or {}
         if self.max_runner_lifetime is not None and "activeDeadlineSeconds" in pod_spec:
@@ -252,7 +271,8 @@ class RunnerGroupSpec(_CamelModel):
 
     @property
     def runner_image(self) -> str:
-        """``spec.image``, else the mode's image (the rootless DinD one has its own daemon)."""
+        """``spec.image``, else the mode's image (the rootless DinD one has its own daemon; the
+        other modes run the plain runner, beside a daemon sidecar or none)."""
         if self.image:
             return self.image
         if self.mode is RunnerMode.DIND_ROOTLESS:

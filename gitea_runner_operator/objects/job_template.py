@@ -21,7 +21,7 @@ from gitea_runner_operator.api.naming import owner_reference
 from gitea_runner_operator.api.pod_template import REGISTER_CONTAINER, RUNNER_CONTAINER
 from gitea_runner_operator.api.runner_config import registers_in_init
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
-from gitea_runner_operator.objects import config_handoff
+from gitea_runner_operator.objects import config_handoff, userns
 from gitea_runner_operator.objects.jobcache_server import runner_config_volume
 from gitea_runner_operator.objects.security import restricted_container_security
 
@@ -77,10 +77,12 @@ def runner_env(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
             "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
         },
     ]
-    if spec.mode is RunnerMode.HOST:
+    if spec.mode in (RunnerMode.HOST, RunnerMode.DIND_USERNS):
         # No passwd entry for the non-root user: give the runner a writable home for its cache.
         env.append({"name": "HOME", "value": "/data"})
-    else:
+    if spec.mode is RunnerMode.DIND_USERNS:
+        env += userns.runner_env()  # the sidecar's socket: no port, no certificates
+    elif spec.mode is not RunnerMode.HOST:
         # dind-rootless: the image's own dockerd; dind: the sidecar. Both TLS on localhost.
         env += [
             {"name": "DOCKER_HOST", "value": "tcp://localhost:2376"},
@@ -152,7 +154,10 @@ def _runner_container(spec: RunnerGroupSpec) -> dict[str, Any]:
         security = {}
         mounts.append({"name": "gro-docker-certs", "mountPath": DOCKER_CERTS_DIR, "readOnly": True})
     else:
+        # host, and dind-userns (whose daemon is the sidecar's): what ``restricted`` asks.
         security = restricted_container_security(HOST_UID)
+    if spec.mode is RunnerMode.DIND_USERNS:
+        mounts.append(userns.runner_mount())
     if spec.gitea.ca_bundle is not None:
         mounts.append({"name": "gro-ca-bundle", "mountPath": CA_DIR, "readOnly": True})
     if uses_cache(spec.cache):
@@ -194,6 +199,14 @@ def _dind_sidecar() -> dict[str, Any]:
     }
 
 
+def _daemon_sidecars(spec: RunnerGroupSpec) -> list[dict[str, Any]]:
+    if spec.mode is RunnerMode.DIND:
+        return [_dind_sidecar()]
+    if spec.mode is RunnerMode.DIND_USERNS:
+        return [userns.daemon_sidecar()]
+    return []
+
+
 def _operator_volumes(spec: RunnerGroupSpec, group_name: str) -> list[dict[str, Any]]:
     # Each runner has its own registration file (/data/.runner); a shared volume would make
     # parallel ephemeral runners overwrite each other.
@@ -203,6 +216,8 @@ def _operator_volumes(spec: RunnerGroupSpec, group_name: str) -> list[dict[str, 
             {"name": "gro-docker-certs", "emptyDir": {}},
             {"name": "gro-dind-storage", "emptyDir": {}},
         ]
+    if spec.mode is RunnerMode.DIND_USERNS:
+        volumes += userns.volumes()
     bundle = spec.gitea.ca_bundle
     if bundle is not None:
         ref = bundle.ref
@@ -237,6 +252,8 @@ def _pod_security(spec: RunnerGroupSpec) -> dict[str, Any]:
         }
     if spec.mode is RunnerMode.DIND_ROOTLESS:
         return {"fsGroup": ROOTLESS_UID}
+    if spec.mode is RunnerMode.DIND_USERNS:
+        return {"fsGroup": HOST_UID}  # the runner's, so it opens the daemon's socket
     return {}
 
 
@@ -291,13 +308,18 @@ def render_pod_template(spec: RunnerGroupSpec, labels: dict[str, str]) -> dict[s
 
     pod: dict[str, Any] = dict(user_spec)
     pod["restartPolicy"] = "OnFailure"
+    if spec.mode is RunnerMode.DIND_USERNS:
+        # Owned in this mode (the spec's validation refused a template that says true). The
+        # RuntimeClass gives the daemon /dev/net/tun; a template may name another one.
+        pod["hostUsers"] = False
+        pod.setdefault("runtimeClassName", constants.USERNS_RUNTIME_CLASS)
     # A runner needs no Kubernetes API; do not hand it a credential unless asked to.
     pod.setdefault("automountServiceAccountToken", False)
     security = {**_pod_security(spec), **(user_spec.get("securityContext") or {})}
     if security:
         pod["securityContext"] = security
     pod["containers"] = _merge_containers([_runner_container(spec)], user_spec.get("containers"))
-    init = [_dind_sidecar()] if spec.mode is RunnerMode.DIND else []
+    init = _daemon_sidecars(spec)
     init_containers = _merge_containers(init, user_spec.get("initContainers"))
     runner = next(c for c in pod["containers"] if c["name"] == RUNNER_CONTAINER)
     if registers_in_init(spec):

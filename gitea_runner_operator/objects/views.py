@@ -127,7 +127,10 @@ def pod_problem(pod: Mapping[str, Any]) -> str | None:
         waiting = (status.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason")
         if reason in STUCK_WAITING_REASONS:
-            message = str(waiting.get("message") or "")[:200]
+            # A container that exits at once says why in its termination message (the
+            # dind-userns daemon names what the node lacks); the back-off's own says less.
+            last = (status.get("lastState") or {}).get("terminated") or {}
+            message = str(last.get("message") or waiting.get("message") or "")[:200]
             name = pod["metadata"]["name"]
             return f"Pod {name}: {reason}" + (f": {message}" if message else "")
     return None

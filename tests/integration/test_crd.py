@@ -4,12 +4,13 @@ operator could not serve, with the CRD's own messages."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
 from tests.support import manifests
 from tests.support.builders import group
-from tests.support.testbed import GROUPS, api_message, rejection
+from tests.support.testbed import GROUPS, api_message, rejection, wait_until
 from tests.testbed.kube import KubeError
 
 pytestmark = pytest.mark.integration
@@ -19,7 +20,7 @@ def test_valid_group_is_accepted_with_defaults(kube, team_namespace):
     created = kube.post(GROUPS.format(ns=team_namespace), group("ok"))
     spec = created["spec"]
     assert "image" not in spec  # each mode has its own image
-    assert spec["mode"] == "dind-rootless"
+    assert spec["mode"] == "dind-userns"  # the default for new groups (issue 43)
     assert spec["pollInterval"] == "15s"
     assert spec["idleTimeout"] == "10m"
 
@@ -121,3 +122,55 @@ def test_registration_token_is_required_unless_the_forge_is_forgejo(kube, team_n
     assert defaulted["spec"]["gitea"]["flavor"] == "auto"
     bad = {"url": "https://forgejo.example.com", "flavor": "gogs"}
     assert 'Unsupported value: "gogs"' in rejection(kube, team_namespace, group("gogs", gitea=bad))
+
+
+def _crd_with_mode_default(default: str, enum: list[str]) -> dict[str, Any]:
+    (crd,) = manifests.load("crd.yaml")
+    crd = copy.deepcopy(crd)
+    props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    props["properties"]["mode"] |= {"default": default, "enum": enum}
+    return crd
+
+
+def _wait_default(kube: Any, ns: str, name: str, mode: str) -> None:
+    """Until a new group of that name gets ``mode`` by default (the API server has read the
+    CRD that was just applied)."""
+
+    def defaulted() -> bool:
+        probe = kube.request("POST", f"{GROUPS.format(ns=ns)}?dryRun=All", group(name))
+        return bool(probe["spec"]["mode"] == mode)
+
+    wait_until(defaulted, timeout=30, what=f"new groups default to {mode}")
+
+
+def test_a_group_created_before_dind_userns_was_the_default_keeps_its_mode(kube, team_namespace):
+    """Issue 43: the new default moves no group. The CRD writes its default into each object
+    it creates, so a group created under the previous release's CRD (default dind-rootless)
+    still reads dind-rootless once the new CRD is applied, and after a GitOps tool applies the
+    same manifest again (server-side apply, no mode in it): only its spec changes its mode."""
+    ns = team_namespace
+    previous = _crd_with_mode_default("dind-rootless", ["dind-rootless", "dind", "host"])
+    (current,) = manifests.load("crd.yaml")
+    try:
+        manifests.apply(kube, previous)
+        _wait_default(kube, ns, "probe-old", "dind-rootless")
+        body = group("old-group")
+        applied = kube.patch(
+            f"{GROUPS.format(ns=ns)}/old-group?fieldManager=flux&force=true", body, kind="apply"
+        )
+        assert applied["spec"]["mode"] == "dind-rootless"
+    finally:
+        manifests.apply(kube, current)
+    _wait_default(kube, ns, "probe-new", "dind-userns")
+    path = f"{GROUPS.format(ns=ns)}/old-group"
+    assert kube.get(path)["spec"]["mode"] == "dind-rootless"
+    # the GitOps tool applies the same manifest again: still no mode in it
+    again = kube.patch(f"{path}?fieldManager=flux&force=true", group("old-group"), kind="apply")
+    assert again["spec"]["mode"] == "dind-rootless"
+    # a new group, from the same manifest under another name, gets the new default
+    fresh = kube.patch(
+        f"{GROUPS.format(ns=ns)}/new-group?fieldManager=flux&force=true",
+        group("new-group"),
+        kind="apply",
+    )
+    assert fresh["spec"]["mode"] == "dind-userns"

@@ -124,7 +124,7 @@ def test_new_fields_are_checked_by_the_crd(kube, team_namespace, spec, message):
 
 def test_defaults_of_the_new_fields(kube, team_namespace):
     created = create_strict(kube, team_namespace, group("defaults"))
-    assert created["spec"]["mode"] == "dind-rootless"
+    assert created["spec"]["mode"] == "dind-userns"
     assert created["spec"]["startupTimeout"] == "10m"
     assert "image" not in created["spec"]  # each mode has its own
 

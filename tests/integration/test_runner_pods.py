@@ -137,7 +137,9 @@ def test_host_mode_runners_are_admitted_under_pod_security_restricted(
         assert not {"GITEA_RUNNER_REGISTRATION_TOKEN", "GITEA_RUNNER_REGISTRATION_TOKEN_FILE"} & env
         # Registration, by the init container, is admitted under `restricted` as well.
         assert [c["name"] for c in pod["spec"]["initContainers"]] == ["gro-register"]
-        # The default mode's privileged Pod is refused there (by admission, not the operator).
+        # The default mode's Pod is refused there (by admission, not the operator): its daemon
+        # sidecar is root of the Pod's user namespace with /proc unmasked, which `baseline`
+        # admits and `restricted` does not.
         # A second queued job for it: the first is covered by the host-mode runner.
         gitea.push_workflow(gitea_target.org, gitea_target.repo, "second.yml", ONE_JOB)
         gitea.wait_for_jobs(gitea_target.org, gitea_target.repo, "queued", count=2)

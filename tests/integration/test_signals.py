@@ -64,7 +64,8 @@ def test_a_quota_refusal_is_a_condition_and_an_event_not_a_loop(
 def test_pods_refused_by_pod_security_are_reported_and_not_multiplied(
     kube, gitea, cluster, gitea_target, start_operator
 ):
-    """The runner Pod is privileged; a namespace enforcing `restricted` refuses it, so the Job
+    """The default mode's runner Pod is beyond `restricted` (its daemon sidecar is root of the
+    Pod's user namespace, /proc unmasked); a namespace enforcing it refuses it, so the Job
     never gets a Pod. Measured before: such groups recreated runner Jobs every idleTimeout
     with Ready=True and nothing saying why."""
     org, repo = gitea_target.org, gitea_target.repo

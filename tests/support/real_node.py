@@ -145,6 +145,12 @@ class Real:
 
 
 DIND_SIDECAR = {"name": "dind", "image": LOCAL + images.DIND, "imagePullPolicy": "Never"}
+# dind-userns's daemon sidecar with the testbed's image (the operator's command kept).
+USERNS_DAEMON = {
+    "name": "dockerd",
+    "image": LOCAL + images.USERNS_DAEMON,
+    "imagePullPolicy": "Never",
+}
 
 
 DIND_CONFIG = """\
@@ -221,6 +227,8 @@ PROBE_MODES: dict[str, dict[str, Any]] = {
     "host": {"image": images.RUNNER, "socket": ""},
     "dind": {"image": images.RUNNER, "socket": "/var/run/docker.sock"},
     "dind-rootless": {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"},
+    # the sidecar links /run/docker.sock to its socket in the daemon's own mount namespace
+    "dind-userns": {"image": images.RUNNER, "socket": "/var/run/docker.sock"},
 }
 # A case name's suffix for ``shareProcessNamespace`` in the template.
 SHARED = "-shared-pids"
@@ -250,8 +258,8 @@ def probe_group(
         spec |= {"labels": [label], "template": on_real_node(**pod)}
     else:
         spec["labels"] = [f"{label}:docker://{LOCAL}{images.BUSYBOX_DOCKER}"]
-        text = DIND_CONFIG if mode == "dind" else ROOTLESS_CONFIG
+        text = ROOTLESS_CONFIG if mode == "dind-rootless" else DIND_CONFIG
         spec["runnerConfig"] = runner_config(real, f"{label}-config", text)
-        init = [DIND_SIDECAR] if mode == "dind" else None
+        init = {"dind": [DIND_SIDECAR], "dind-userns": [USERNS_DAEMON]}.get(mode)
         spec["template"] = on_real_node(init=init, **pod)
     real.group("probe", mode=mode, maxActiveRunners=1, **spec)

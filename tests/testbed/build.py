@@ -104,6 +104,28 @@ COMPONENTS: dict[str, Component] = {
         tags=("selinux", "notest"),
         wrapper_dir="kubernetes",
     ),
+    # The real node's container runtime: containerd 2.x and runc >= 1.2, what a Pod with its
+    # own user namespace (hostUsers: false) needs; Debian's containerd 1.6 and runc 1.1 are
+    # too old. containerd without cgo (no btrfs snapshotter: the node uses overlayfs).
+    "containerd": Component(
+        name="containerd",
+        module="github.com/containerd/containerd/v2",
+        binaries={
+            name: f"github.com/containerd/containerd/v2/cmd/{name}"
+            for name in ("containerd", "containerd-shim-runc-v2", "ctr")
+        },
+        tags=("no_btrfs", "no_devmapper", "no_zfs"),
+        version_var="github.com/containerd/containerd/v2/version.Version",
+    ),
+    # runc needs cgo and libseccomp (Debian's libseccomp-dev) for its seccomp filters.
+    "runc": Component(
+        name="runc",
+        module="github.com/opencontainers/runc",
+        binaries={"runc": "github.com/opencontainers/runc"},
+        cgo=True,
+        tags=("seccomp",),
+        version_var="main.version",
+    ),
     "kwok": Component(
         name="kwok",
         module="sigs.k8s.io/kwok",

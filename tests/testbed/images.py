@@ -41,9 +41,14 @@ from . import build, runners
 PAUSE = "local/pause:3.10"
 BUSYBOX = "local/busybox:1.35"
 BUSYBOX_DOCKER = "local/busybox-docker:1.35"
+# A service container for jobs (``services:``): busybox's httpd serving /www on port 8080.
+BUSYBOX_WEB = "local/busybox-web:1.35"
 RUNNER = "local/gro-testbed-runner:0.2"
 DIND = "local/docker:dind"
 ROOTLESS = "local/gro-testbed-runner:0.2-dind-rootless"
+# dind-userns's daemon sidecar (docker:dind-rootless's part the operator uses: dockerd,
+# rootlesskit, slirp4netns, newuidmap), with the job images preloaded.
+USERNS_DAEMON = "local/docker:dind-rootless"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RUNNER_PACKAGES = ("bash", "git", "ca-certificates", "tini", "tzdata")
 DIND_PACKAGES = ("docker.io", "iptables", "openssl", "ca-certificates", "procps")
@@ -56,6 +61,16 @@ ROOTLESS_PACKAGES = (
     "passwd",
     "iproute2",
     "mount",
+)
+
+
+# One Debian root file system for both Docker daemon images (the DinD sidecar and the
+# dind-userns sidecar): mmdebstrap is most of an image's cold build, so it runs once.
+DOCKER_BASE_PACKAGES = (*DIND_PACKAGES, "rootlesskit", "slirp4netns", "uidmap")
+# legacy iptables: the nested daemon's rules go into its own network namespace
+DOCKER_BASE_HOOKS = (
+    'chroot "$1" update-alternatives --set iptables /usr/sbin/iptables-legacy',
+    'chroot "$1" update-alternatives --set ip6tables /usr/sbin/ip6tables-legacy',
 )
 
 
@@ -394,17 +409,30 @@ def build_runner(work: Path, out: Path) -> None:
     )
 
 
-def build_dind(work: Path, out: Path) -> None:
-    base = work / "debian.tar"
-    # legacy iptables: the nested daemon's rules go into the Pod's network namespace
-    mmdebstrap(
-        base,
-        DIND_PACKAGES,
-        (
-            'chroot "$1" update-alternatives --set iptables /usr/sbin/iptables-legacy',
-            'chroot "$1" update-alternatives --set ip6tables /usr/sbin/ip6tables-legacy',
-        ),
+def docker_base() -> Path:
+    """The Debian root file system of the Docker daemon images, built once and cached by its
+    packages, hooks and suite (under the cache's lock, like an image)."""
+    h = hashlib.sha256(
+        repr((DOCKER_BASE_PACKAGES, DOCKER_BASE_HOOKS, debian_suite())).encode()
+        + inspect.getsource(mmdebstrap).encode()
     )
+    out = images_dir() / f".base-docker-{h.hexdigest()[:12]}.tar"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with build.cache_lock(out.stem), tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        if not out.is_file():
+            partial = Path(tmp) / "base.tar"
+            mmdebstrap(partial, DOCKER_BASE_PACKAGES, DOCKER_BASE_HOOKS)
+            partial.rename(out)
+    for old in out.parent.glob(".base-docker-*.tar"):
+        if old != out:
+            old.unlink()
+    return out
+
+
+def build_dind(work: Path, out: Path) -> None:
+    base = docker_base()
     root = work / "root"
     root.mkdir()
     _run("tar", "-C", str(root), "-xf", str(base), "./usr/bin/docker")
@@ -434,6 +462,47 @@ def build_dind(work: Path, out: Path) -> None:
             "volume": "/var/lib/docker",
         },
     )
+
+
+# No registry: the operator's daemon script execs `dockerd` from PATH; this one loads the job
+# images into the daemon's storage first (on a private socket, so nothing sees the daemon
+# before they are there), then execs the real dockerd with the operator's arguments.
+USERNS_DOCKERD_WRAPPER = r"""#!/bin/sh
+set -eu
+if ls /images/*.tar >/dev/null 2>&1; then
+  /usr/sbin/dockerd --data-root=/var/lib/docker --host=unix:///run/gro-preload.sock \
+    --pidfile=/run/gro-preload.pid >/tmp/preload.log 2>&1 &
+  i=0
+  until docker -H unix:///run/gro-preload.sock info >/dev/null 2>&1; do
+    i=$((i + 1)); [ $i -lt 120 ] || { cat /tmp/preload.log >&2; exit 1; }; sleep 0.5
+  done
+  for t in /images/*.tar; do docker -H unix:///run/gro-preload.sock load -i "$t" >&2; done
+  kill "$(cat /run/gro-preload.pid)"; wait
+fi
+exec /usr/sbin/dockerd "$@"
+"""
+
+
+def build_userns_daemon(work: Path, out: Path) -> None:
+    """The Docker daemon sidecar of mode ``dind-userns``: Debian's Docker with rootlesskit,
+    slirp4netns and newuidmap, and the job images (the operator supplies the command)."""
+    base = docker_base()
+    archives = _job_image_archives(work, base)
+    page = work / "index.html"
+    page.write_text("served by a job's service container\n")
+    web = work / "busybox-web.tar"
+    busybox_rootfs(web, {"www/index.html": page})
+    archives["busybox-web"] = work / "busybox-web.docker.tar"
+    docker_archive(
+        archives["busybox-web"], BUSYBOX_WEB, web, ["httpd", "-f", "-p", "8080", "-h", "/www"]
+    )
+    top = work / "top.tar"
+    with tarfile.open(top, "w") as tar:
+        _add_file(tar, "usr/local/bin/dockerd", USERNS_DOCKERD_WRAPPER.encode(), 0o755)
+        _add_dir(tar, "images")
+        for name, archive in archives.items():
+            tar.add(archive, f"images/{name}.tar")
+    oci_image(out, USERNS_DAEMON, [base, top], {"env": [PATH_ENV], "cmd": ["dockerd"]})
 
 
 def build_rootless(work: Path, out: Path) -> None:
@@ -518,6 +587,10 @@ RECIPES: dict[str, tuple[Callable[[Path, Path], None], Callable[[], bytes]]] = {
         ),
     ),
     DIND: (build_dind, lambda: Path("/bin/busybox").read_bytes() + debian_suite().encode()),
+    USERNS_DAEMON: (
+        build_userns_daemon,
+        lambda: Path("/bin/busybox").read_bytes() + debian_suite().encode(),
+    ),
     ROOTLESS: (
         build_rootless,
         lambda: (
@@ -544,6 +617,12 @@ def image_path(ref: str) -> Path:
     h.update(repr((ref, PATH_ENV, RUNNER_PACKAGES, DIND_PACKAGES, DIND_ENTRYPOINT)).encode())
     if ref == ROOTLESS:
         h.update(repr((ROOTLESS_PACKAGES, ROOTLESS_ENTRYPOINT)).encode())
+        h.update(inspect.getsource(_job_image_archives).encode())
+    if ref in (DIND, USERNS_DAEMON):
+        h.update(repr((DOCKER_BASE_PACKAGES, DOCKER_BASE_HOOKS)).encode())
+        h.update(inspect.getsource(docker_base).encode())
+    if ref == USERNS_DAEMON:
+        h.update(USERNS_DOCKERD_WRAPPER.encode())
         h.update(inspect.getsource(_job_image_archives).encode())
     h.update(inputs())
     slug = ref.replace("/", "_").replace(":", "_")

@@ -86,11 +86,13 @@ class KubeClient:
         return self.request("PUT", path, body)
 
     def patch(self, path: str, body: Any, kind: str = "merge") -> Any:
-        """PATCH with a merge (default), strategic ('strategic') or JSON ('json') patch."""
+        """PATCH with a merge (default), strategic ('strategic'), JSON ('json') patch, or a
+        server-side apply ('apply': name the field manager in the path's query)."""
         ctype = {
             "merge": "application/merge-patch+json",
             "strategic": "application/strategic-merge-patch+json",
             "json": "application/json-patch+json",
+            "apply": "application/apply-patch+yaml",
         }[kind]
         return self.request("PATCH", path, body, content_type=ctype)
 

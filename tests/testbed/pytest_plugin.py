@@ -322,7 +322,8 @@ def _real_node_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def real_node(testbed: Sandbox, request: pytest.FixtureRequest) -> Iterator[RealNode]:
     """The testbed's one real node (see realnode.py), with the local images imported.
 
-    Built on first use: the kubelet (about 6 min cold) and the images (1-3 min), each part's
+    Built on first use: the kubelet (about 6 min cold), containerd and runc, and the images
+    (1-3 min), each part's
     time printed. Stopped, and the machine cleaned, at the end of the session.
     """
     import time
@@ -339,12 +340,14 @@ def real_node(testbed: Sandbox, request: pytest.FixtureRequest) -> Iterator[Real
     with _uncaptured(request):
         t0 = time.monotonic()
         try:
-            build.ensure_built(["kubelet"])
+            build.ensure_built(["kubelet", "containerd", "runc"])
             runners.resolve()  # the images carry the session's runner
             built = images.ensure_images()
         except Exception as e:
             pytest.fail(f"real node: build failed ({type(e).__name__}): {e}", pytrace=False)
-        print(f"real node: kubelet and images ready in {time.monotonic() - t0:.0f}s")
+        print(
+            f"real node: kubelet, containerd, runc and images ready in {time.monotonic() - t0:.0f}s"
+        )
         assert testbed.kubeconfig is not None and testbed.kube is not None
         node = RealNode(
             testbed.kube,

@@ -5,6 +5,9 @@ image's entrypoint, native sidecar ordering, Docker-in-Docker, security contexts
 OOM kills, pull failures). This module joins a real kubelet (built by the testbed from
 ``k8s.io/kubernetes``) to the sandbox's control plane, with Debian's containerd, runc and CNI
 plugins and images imported from local tarballs (:mod:`tests.testbed.images`); no registry.
+containerd 2.x and runc are built by the testbed from their Go modules (components
+``containerd`` and ``runc``): a Pod with its own user namespace (``hostUsers: false``) needs
+containerd >= 2.0 and runc >= 1.2, newer than Debian's.
 
 Every setting comes from ``shared/reference/real-pods.md``; the ones a reader would not guess:
 containerd's CRI ``restrict_oom_score_adj`` (root here lacks CAP_SYS_RESOURCE, so a -998
@@ -40,6 +43,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from gitea_runner_operator.api.constants import USERNS_RUNTIME_CLASS
+
 from . import build
 from .kube import KubeClient, wait_for
 
@@ -63,12 +68,19 @@ CNI_BIN = Path("/usr/lib/cni")
 # the device is root-only (0600). Opened up while the node runs, put back afterwards.
 TUN = Path("/dev/net/tun")
 CGROUP_NAMES = ("kubepods", "k8s.io")
+# The containerd runtime handler of the RuntimeClass that mode dind-userns names (the sandbox
+# makes the RuntimeClass, tests/testbed/sandbox.py): runc, with
+# /dev/net/tun in its base spec, which the daemon's slirp4netns needs and an unprivileged
+# Pod has no other way to get. What a platform configures on its nodes (docs/runners.md).
+USERNS_HANDLER = USERNS_RUNTIME_CLASS
+TUN_SPEC = STATE_DIR / "tun-base-spec.json"
 # Host paths the kubelet and CNI hard-code (device plugins, CNI cache, container log links).
 HOST_PATHS = (Path("/var/lib/kubelet"), Path("/var/lib/cni"), Path("/var/log/containers"))
 SHIM_DIR = Path("/run/containerd")
 PACKAGES = (
-    "containerd",
-    "runc",
+    # runc's build needs cgo and libseccomp (containerd and runc come from Go modules)
+    "libseccomp-dev",
+    "pkg-config",
     "containernetworking-plugins",
     "umoci",
     "iptables",
@@ -77,7 +89,9 @@ PACKAGES = (
     "mmdebstrap",
     "busybox-static",
 )
-REQUIRED_COMMANDS = ("containerd", "ctr", "runc", "umoci", "socat", "mmdebstrap", "ip", "gcc")
+REQUIRED_COMMANDS = ("umoci", "socat", "mmdebstrap", "ip", "gcc")
+# The node's runtime, built by the testbed (tests/testbed/build.py): binary -> component.
+RUNTIME_BINARIES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc"}
 
 
 def log(msg: str) -> None:
@@ -268,7 +282,8 @@ def cleanup_unless_running() -> list[str]:
 
 
 def _containerd_config(pause_image: str) -> str:
-    """containerd config version 2, everything under our own paths."""
+    """containerd config version 2 (containerd 2.x converts it to its version 3 on load),
+    everything under our own paths; runc is the testbed's."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""\
 version = 2
@@ -297,11 +312,35 @@ state = "{STATE_DIR}/containerd"
 
 [{cri}.containerd.runtimes.runc.options]
   SystemdCgroup = false
+  BinaryName = "{build.binary("runc")}"
+
+[{cri}.containerd.runtimes.{USERNS_HANDLER}]
+  runtime_type = "io.containerd.runc.v2"
+  base_runtime_spec = "{TUN_SPEC}"
+
+[{cri}.containerd.runtimes.{USERNS_HANDLER}.options]
+  SystemdCgroup = false
+  BinaryName = "{build.binary("runc")}"
 
 [{cri}.cni]
   bin_dir = "{CNI_BIN}"
   conf_dir = "{STATE_DIR}/cni"
 """
+
+
+def _tun_base_spec() -> str:
+    """containerd's default OCI spec plus /dev/net/tun (a character device 10:200, allowed
+    in the device cgroup). In a Pod with its own user namespace runc bind-mounts the node's
+    device, so its mode is the node's: 0666, as udev sets it (see TUN)."""
+    spec = json.loads(_run(str(build.binary("ctr")), "oci", "spec", check=True).stdout)
+    linux = spec.setdefault("linux", {})
+    tun = {"type": "c", "major": 10, "minor": 200}
+    linux.setdefault("devices", []).append(
+        {"path": "/dev/net/tun", **tun, "fileMode": 0o666, "uid": 0, "gid": 0}
+    )
+    rules = linux.setdefault("resources", {}).setdefault("devices", [])
+    rules.append({"allow": True, **tun, "access": "rwm"})
+    return json.dumps(spec, indent=1)
 
 
 def _cni_conflist() -> dict[str, Any]:
@@ -499,7 +538,9 @@ class RealNode:
         if TUN.exists():
             TUN.chmod(0o666)
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         path = self.workdir / f"{name}.log"
         f = path.open("ab")
         self._log_files.append(f)
@@ -511,6 +552,7 @@ class RealNode:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_die_with_parent,
+            env=env,
         )
         self.logs[name] = path
         self._procs[name] = p
@@ -540,9 +582,16 @@ class RealNode:
         for d in (STATE_DIR / "cni", ROOT_DIR):
             d.mkdir(parents=True, exist_ok=True)
         (STATE_DIR / "cni" / "10-gro-realnode.conflist").write_text(json.dumps(_cni_conflist()))
+        TUN_SPEC.write_text(_tun_base_spec())
         config = STATE_DIR / "containerd.toml"
         config.write_text(_containerd_config(self.pause_image))
-        self._spawn("containerd", ["containerd", "--config", str(config), "--log-level", "warn"])
+        containerd = build.binary("containerd")
+        # the shim (containerd-shim-runc-v2) is found on PATH, beside containerd
+        self._spawn(
+            "containerd",
+            [str(containerd), "--config", str(config), "--log-level", "warn"],
+            env={**os.environ, "PATH": f"{containerd.parent}:{os.environ.get('PATH', '')}"},
+        )
         sock = STATE_DIR / "containerd.sock"
         self._wait(
             "containerd",
@@ -556,8 +605,9 @@ class RealNode:
         self, *args: str, check: bool = True, timeout: float = 300
     ) -> subprocess.CompletedProcess[str]:
         """``ctr`` against this node's containerd, namespace k8s.io (the CRI's)."""
+        ctr = str(build.binary("ctr"))
         return _run(
-            "ctr", "--address", str(STATE_DIR / "containerd.sock"), "-n", "k8s.io", *args,
+            ctr, "--address", str(STATE_DIR / "containerd.sock"), "-n", "k8s.io", *args,
             check=check, timeout=timeout,
         )  # fmt: skip
 

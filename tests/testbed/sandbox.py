@@ -41,6 +41,8 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
+from gitea_runner_operator.api.constants import USERNS_RUNTIME_CLASS
+
 from . import build
 from .gitea_api import GiteaAPI
 from .kube import KubeClient, load_kubeconfig_client, wait_for, write_kubeconfig
@@ -689,6 +691,20 @@ class Sandbox:
         )
         for proc, node in nodes:
             self._wait(proc, lambda n=node: self.node_ready(n), 60, f"node {node} Ready")
+        # What a platform makes for mode dind-userns (the default mode): the RuntimeClass its
+        # runner Pods name. kwok runs no container; on the real node its handler is a runc
+        # with /dev/net/tun (tests/testbed/realnode.py).
+        classes = "/apis/node.k8s.io/v1/runtimeclasses"
+        if not self.kube.exists(f"{classes}/{USERNS_RUNTIME_CLASS}"):
+            self.kube.post(
+                classes,
+                {
+                    "apiVersion": "node.k8s.io/v1",
+                    "kind": "RuntimeClass",
+                    "metadata": {"name": USERNS_RUNTIME_CLASS},
+                    "handler": USERNS_RUNTIME_CLASS,
+                },
+            )
 
     def node_ready(self, name: str) -> bool:
         """Whether a node's Ready condition is True."""

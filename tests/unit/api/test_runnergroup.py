@@ -2,7 +2,7 @@ import pytest
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.duration import parse_duration
-from gitea_runner_operator.api.runnergroup import InvalidSpec, Scope, parse_spec
+from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerMode, Scope, parse_spec
 from tests.support.builders import spec_with
 
 
@@ -11,7 +11,8 @@ def test_valid_spec_gets_defaults_and_normalised_url():
     assert spec.scope is Scope.REPO
     assert spec.gitea.url == "https://gitea.example.com"
     assert spec.image is None
-    assert spec.runner_image == constants.DEFAULT_IMAGE
+    assert spec.mode is RunnerMode.DIND_USERNS  # the default for new groups (issue 43)
+    assert spec.runner_image == constants.PLAIN_IMAGE  # beside the daemon sidecar
     assert spec.startup_timeout_seconds == 600
     assert spec.max_runner_lifetime_seconds is None
     assert spec.poll_interval_seconds == 15

@@ -52,8 +52,8 @@ def test_job_runs_one_ephemeral_runner_named_after_its_pod():
     assert pod["automountServiceAccountToken"] is False
     (container,) = pod["containers"]
     assert container["name"] == "runner"
-    assert container["image"] == constants.DEFAULT_IMAGE
-    assert container["securityContext"]["privileged"] is True
+    assert container["image"] == constants.PLAIN_IMAGE  # dind-userns: the daemon is a sidecar
+    assert container["securityContext"]["runAsNonRoot"] is True
     env = env_of(job)
     assert env["GITEA_INSTANCE_URL"]["value"] == "https://gitea.example.com"
     assert env["GITEA_RUNNER_EPHEMERAL"]["value"] == "true"
@@ -61,7 +61,7 @@ def test_job_runs_one_ephemeral_runner_named_after_its_pod():
         env["GITEA_RUNNER_LABELS"]["value"] == "ubuntu-latest:docker://node:20-bookworm,app-infra"
     )
     assert env["GITEA_RUNNER_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert env["DOCKER_HOST"]["value"] == "tcp://localhost:2376"
+    assert env["DOCKER_HOST"]["value"] == "unix:///run/gro-docker/docker.sock"
     assert {"name": "data", "emptyDir": {}} in pod["volumes"]
     assert {"name": "data", "mountPath": "/data"} in container["volumeMounts"]
 

@@ -40,3 +40,12 @@ def test_a_stuck_init_container_is_the_pods_problem_while_the_runner_only_waits(
 def test_a_pod_that_is_still_initialising_has_no_problem():
     assert pod_problem(pod(main=[waiting("runner", "PodInitializing")])) is None
     assert pod_problem(pod(init=[waiting("dind", "ContainerCreating")])) is None
+
+
+def test_a_container_that_exits_at_once_says_why_in_its_termination_message():
+    # dind-userns's daemon on a node without /dev/net/tun: what the group's condition shows
+    # is the daemon's own words, not the kubelet's back-off
+    said = "dind-userns: no /dev/net/tun in the runner Pod: its RuntimeClass must provide it"
+    status = waiting("dockerd", "CrashLoopBackOff", "back-off 20s restarting failed container")
+    status["lastState"] = {"terminated": {"exitCode": 1, "message": said}}
+    assert pod_problem(pod(init=[status])) == f"Pod ci-abc-x1: CrashLoopBackOff: {said}"

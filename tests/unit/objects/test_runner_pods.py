@@ -14,8 +14,71 @@ def env(c):
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
 
 
-def test_dind_rootless_is_the_default_privileged_image_with_its_own_daemon():
+def test_dind_userns_is_the_default_and_no_container_of_its_pod_is_privileged():
     pod = pod_of(job_for())
+    assert pod["hostUsers"] is False  # the Pod's own user namespace
+    assert pod["runtimeClassName"] == "gitea-runner-userns"  # gives the daemon /dev/net/tun
+    every = [*pod["initContainers"], *pod["containers"]]
+    assert not [c["name"] for c in every if (c.get("securityContext") or {}).get("privileged")]
+    runner = container(pod)
+    assert runner["image"] == "gitea/runner:1.0.8"
+    # the container that runs host steps is what Pod Security `restricted` asks
+    sc = runner["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 1000
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert env(runner)["DOCKER_HOST"] == "unix:///run/gro-docker/docker.sock"
+    assert not {"DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"} & set(env(runner))  # no TCP, no TLS
+    assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env(runner)
+    daemon = container(pod, "dockerd", "initContainers")
+    assert daemon["image"] == "docker:29.5.2-dind-rootless"
+    assert daemon["restartPolicy"] == "Always"  # a native sidecar: started before the runner
+    # root of the Pod's namespace, default capabilities, /proc unmasked: what `baseline`
+    # admits for a Pod with hostUsers: false, nothing more
+    assert daemon["securityContext"] == {
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        "runAsNonRoot": False,
+        "procMount": "Unmasked",
+    }
+    assert "rootlesskit" in daemon["command"][-1] and "startupProbe" in daemon
+    socket = {"name": "gro-docker-socket", "mountPath": "/run/gro-docker"}
+    assert socket in daemon["volumeMounts"] and socket in runner["volumeMounts"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["gro-docker-socket"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["gro-dind-storage"] == {"name": "gro-dind-storage", "emptyDir": {}}
+    # the registration runs first, with the runner container's restricted context
+    names = [c["name"] for c in pod["initContainers"]]
+    assert names == ["dockerd", "gro-register"]
+    assert (
+        env(container(pod, "gro-register", "initContainers"))["GITEA_RUNNER_REGISTRATION_TOKEN"]
+        == TOKEN_REF
+    )
+    assert pod["securityContext"] == {"fsGroup": 1000}
+
+
+def test_dind_userns_keeps_a_templates_runtime_class_and_refuses_host_users():
+    pod = pod_of(job_for(template={"spec": {"runtimeClassName": "kata-userns"}}))
+    assert pod["runtimeClassName"] == "kata-userns"
+    with pytest.raises(InvalidSpec, match=r"spec\.template\.spec\.hostUsers"):
+        parse_spec(spec_with(template={"spec": {"hostUsers": True}}))
+    # in the other modes the Pod stays in the node's user namespace unless the template asks
+    assert "hostUsers" not in pod_of(job_for(mode="dind"))
+    parse_spec(spec_with(mode="dind", template={"spec": {"hostUsers": True}}))
+
+
+def test_dind_userns_daemon_refuses_to_start_where_the_cluster_lacks_what_it_needs():
+    """Its script checks, before anything, that the Pod has a user namespace of its own and
+    /dev/net/tun, and says which is missing where the group's condition shows it."""
+    from gitea_runner_operator.objects.userns import DAEMON_SCRIPT
+
+    assert DAEMON_SCRIPT.index("/proc/self/uid_map") < DAEMON_SCRIPT.index("rootlesskit")
+    assert DAEMON_SCRIPT.index("/dev/net/tun") < DAEMON_SCRIPT.index("rootlesskit")
+    assert "/dev/termination-log" in DAEMON_SCRIPT
+    assert "choose mode dind or dind-rootless explicitly" in DAEMON_SCRIPT
+
+
+def test_dind_rootless_is_a_privileged_image_with_its_own_daemon():
+    pod = pod_of(job_for(mode="dind-rootless"))
     runner = container(pod)
     assert runner["image"] == "gitea/runner:1.0.8-dind-rootless"
     assert runner["securityContext"] == {"privileged": True}
@@ -156,7 +219,13 @@ def test_template_fields_pass_through_to_the_runner_pod():
     assert [c["name"] for c in pod["containers"]] == ["runner", "cache-proxy"]
     assert container(pod, "cache-proxy") == {"name": "cache-proxy", "image": "example/cache:1"}
     assert container(pod, "warm", "initContainers")["command"] == ["true"]
-    assert {v["name"] for v in pod["volumes"]} == {"data", "cache"}
+    # the operator's own (data; the default mode's daemon socket and storage) and the template's
+    assert {v["name"] for v in pod["volumes"]} == {
+        "data",
+        "cache",
+        "gro-docker-socket",
+        "gro-dind-storage",
+    }
 
 
 def test_owned_fields_win_and_the_users_template_is_not_modified():

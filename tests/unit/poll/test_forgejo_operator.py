@@ -139,8 +139,12 @@ def test_runner_job_starts_suspended_and_takes_credentials_only_by_reference():
 
 
 def test_rootless_without_an_image_runs_the_dind_sidecar_and_host_mode_has_no_register_step():
-    pod = render()["spec"]["template"]["spec"]
+    pod = render(mode="dind-rootless")["spec"]["template"]["spec"]
     assert [c["name"] for c in pod.get("initContainers", [])] == ["dind"]
+    # the default mode runs its own daemon sidecar, unprivileged, beside the Forgejo runner
+    userns = render()["spec"]["template"]["spec"]
+    assert [c["name"] for c in userns.get("initContainers", [])] == ["dockerd"]
+    assert userns["hostUsers"] is False
     host = render(mode="host")["spec"]["template"]["spec"]
     assert "gro-register" not in [c["name"] for c in host.get("initContainers", [])]
     token = {"secretRef": {"name": "legacy", "key": "registration"}}

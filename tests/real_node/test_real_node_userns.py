@@ -1,0 +1,295 @@
+"""Mode ``dind-userns`` for real: Docker builds on the real node with no privileged container,
+the runner Pod in its own user namespace, in a namespace that enforces Pod Security
+``baseline`` (docs/decisions/0006-docker-in-a-user-namespace.md).
+
+The node runs containerd 2.4 and runc 1.5 built from their Go modules, with the RuntimeClass
+``gitea-runner-userns`` whose base spec gives Pods ``/dev/net/tun`` (tests/testbed/realnode.py).
+The daemon sidecar's image is Debian's Docker with rootlesskit and slirp4netns, and preloads
+the job images (no registry here); the script that starts it is the operator's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.real_node import LOCAL, USERNS_DAEMON, Real, on_real_node
+from tests.support.testbed import condition, group_status, wait_until
+from tests.testbed import images
+from tests.testbed.realnode import NODE_NAME
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
+
+USERNS_WORKFLOW = """\
+name: real-userns
+on: [push]
+defaults:
+  run:
+    shell: sh
+jobs:
+  in-container:
+    runs-on: gro-real-userns
+    container:
+      image: docker.io/local/busybox:1.35
+    steps:
+      - run: |
+          set -eu
+          grep -q '^user:x:1000:' /etc/passwd
+          echo "uid_map in a job container: $(cat /proc/self/uid_map | tr -s ' ')"
+          echo "in a container: $(busybox | head -n 1)"
+  docker-build:
+    runs-on: gro-real-userns
+    container:
+      image: docker.io/local/busybox-docker:1.35
+      volumes:
+        - /var/run/docker.sock:/var/run/docker.sock
+    steps:
+      - run: |
+          set -eu
+          mkdir ctx
+          printf 'FROM docker.io/local/busybox:1.35\\nRUN echo built-in-userns > /built\\n' \\
+            > ctx/Dockerfile
+          docker build -t gro-built:1 ctx
+          test "$(docker run --rm gro-built:1 cat /built)" = built-in-userns
+          echo "docker build and run in the Pod's user namespace: ok"
+  with-service:
+    runs-on: gro-real-userns
+    container:
+      image: docker.io/local/busybox:1.35
+    services:
+      web:
+        image: docker.io/local/busybox-web:1.35
+    steps:
+      - run: |
+          set -eu
+          i=0
+          until page=$(wget -qO- http://web:8080/index.html); do
+            i=$((i + 1)); [ $i -lt 30 ] || exit 1; sleep 1
+          done
+          echo "the service answered: $page"
+          test "$page" = "served by a job's service container"
+"""
+
+JOBS = {"in-container", "docker-build", "with-service"}
+
+
+def baseline_namespace(real: Real) -> None:
+    """What the team's namespace enforces from here on: Pod Security ``baseline``."""
+    labels = {f"pod-security.kubernetes.io/{m}": "baseline" for m in ("enforce", "warn")}
+    real.kube.patch(f"/api/v1/namespaces/{real.ns}", {"metadata": {"labels": labels}})
+
+
+def userns_group(real: Real, name: str, label: str, **spec: Any) -> None:
+    real.group(
+        name,
+        # mode left out on purpose: dind-userns is the default for a new group
+        labels=[f"{label}:docker://{LOCAL}{images.BUSYBOX}"],
+        image=LOCAL + images.RUNNER,
+        maxActiveRunners=3,
+        template=on_real_node(init=[USERNS_DAEMON]),
+        **spec,
+    )
+
+
+def test_dind_userns_builds_runs_a_container_job_and_a_service_under_baseline(real):
+    baseline_namespace(real)
+    userns_group(real, "userns", "gro-real-userns")
+    stored = real.kube.get(f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{real.ns}/runnergroups/userns")
+    assert stored["spec"]["mode"] == "dind-userns"  # the CRD's default, written into the group
+    real.push("userns.yml", USERNS_WORKFLOW)
+    done = real.wait_done(JOBS, timeout=480)
+    assert done == dict.fromkeys(JOBS, "success"), (
+        {n: real.job_log(n) for n in JOBS},
+        real.pods_report(),
+    )
+    assert "docker build and run in the Pod's user namespace: ok" in real.job_log("docker-build")
+    assert "the service answered" in real.job_log("with-service")
+    pods = real.pods("userns")
+    assert pods and {p["spec"]["nodeName"] for p in pods} == {NODE_NAME}
+    for pod in pods:
+        spec = pod["spec"]
+        assert spec["hostUsers"] is False
+        assert spec["runtimeClassName"] == "gitea-runner-userns"
+        containers = [*spec.get("initContainers", []), *spec["containers"]]
+        assert not [
+            c["name"] for c in containers if (c.get("securityContext") or {}).get("privileged")
+        ]
+        daemon = next(c for c in spec["initContainers"] if c["name"] == "dockerd")
+        assert daemon["restartPolicy"] == "Always"
+        runner = next(c for c in spec["containers"] if c["name"] == "runner")
+        assert runner["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert runner["securityContext"]["runAsNonRoot"] is True
+
+
+def test_a_pod_without_the_tun_device_names_what_the_node_lacks(real):
+    """A RuntimeClass that gives no /dev/net/tun (the node's default runc handler): the
+    daemon refuses to start, and the group's condition says why, not a back-off."""
+    userns_group(
+        real,
+        "no-tun",
+        "gro-real-notun",
+        template=on_real_node(init=[USERNS_DAEMON], runtimeClassName="runc-default"),
+    )
+    classes = "/apis/node.k8s.io/v1/runtimeclasses"
+    if not real.kube.exists(f"{classes}/runc-default"):
+        real.kube.post(
+            classes,
+            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+             "metadata": {"name": "runc-default"}, "handler": "runc"},
+        )  # fmt: skip
+    real.push("notun.yml", USERNS_WORKFLOW.replace("gro-real-userns", "gro-real-notun"))
+
+    def says_why() -> str | None:
+        cond = condition(group_status(real.kube, real.ns, "no-tun"), "RunnersHealthy")
+        message = str(cond.get("message") or "")
+        return message if "no /dev/net/tun" in message else None
+
+    try:
+        message = wait_until(says_why, timeout=240, what="RunnersHealthy names /dev/net/tun")
+    except TimeoutError:
+        raise AssertionError(real.pods_report()) from None
+    assert "RuntimeClass" in message
+
+
+# ------------------------------------------------------------- what a job can reach: the node
+
+# Run by a job in a container that holds the daemon's socket, as the container's root. Every
+# attempt is bounded; each says what it got. @DEV@ is the node's root device (major minor),
+# @REL@ the marker directory's path on it, @PID@ a process on the node outside every Pod.
+ESCAPE_PROBE = r"""
+set -u
+B=docker.io/local/busybox:1.35
+T="timeout 60"
+one() { tr '\n' ' ' | cut -c1-300; echo; }
+echo "PROBE uid_map: $(tr -s ' ' </proc/self/uid_map | one)"
+# control: what this job owns, it can write through the daemon and signal
+mkdir -p /tmp/own && $T docker run --rm -v /tmp/own:/own $B sh -c 'echo mine >/own/f' \
+  && echo "PROBE control write: $(cat /tmp/own/f 2>&1)"
+sleep 300 & own=$!
+kill -TERM $own && wait $own; echo "PROBE control signal: own child ended ($?)"
+# the node's files through the daemon: its root bound in, then the node's disk itself
+echo "PROBE bind write: $($T docker run --rm -v /:/host $B sh -c \
+  'mkdir -p /host@REL@ && echo escaped >/host@REL@/bind && echo wrote' 2>&1 | one)"
+echo "PROBE disk write: $($T docker run --rm --privileged $B sh -c \
+  'mknod /tmp/disk b @DEV@ && mkdir -p /mnt/n && mount /tmp/disk /mnt/n \
+   && echo escaped >/mnt/n@REL@/disk && echo wrote' 2>&1 | one)"
+echo "PROBE kubelet: $($T docker run --rm --privileged $B sh -c \
+  'mknod /tmp/disk b @DEV@ && mkdir -p /mnt/n && mount -o ro /tmp/disk /mnt/n \
+   && ls /mnt/n/var/lib/kubelet /mnt/n/var/lib/gro-realnode/kubelet/pods' 2>&1 | one)"
+echo "PROBE kubelet bind: $($T docker run --rm -v /var/lib/kubelet:/k $B ls -la /k 2>&1 | one)"
+# a process outside the Pod: by its number, from the job and from the daemon's PID namespace
+echo "PROBE signal: $(kill -TERM @PID@ 2>&1 | one)"
+echo "PROBE signal pid=host: $($T docker run --rm --pid=host $B kill -TERM @PID@ 2>&1 | one)"
+echo "PROBE signal privileged: $($T docker run --rm --privileged --pid=host $B \
+  kill -TERM @PID@ 2>&1 | one)"
+"""
+
+
+def _escape_workflow(label: str, script: str) -> str:
+    body = "\n".join("          " + line for line in script.strip().splitlines())
+    return f"""\
+name: escape-{label}
+on: [push]
+jobs:
+  probe:
+    runs-on: {label}
+    container:
+      image: docker.io/local/busybox-docker:1.35
+      volumes:
+        - /var/run/docker.sock:/var/run/docker.sock
+    steps:
+      - shell: sh
+        run: |
+{body}
+"""
+
+
+@pytest.mark.parametrize("mode", ["dind-userns", "dind"])
+def test_a_job_cannot_reach_the_node_in_dind_userns_as_it_can_in_dind(real, mode, tmp_path):
+    """The escape probes (docs/security.md, "What job code can reach, by mode"). ``dind`` is
+    the control: the same probe, through a privileged daemon, writes to the node's disk and
+    reads the kubelet's files, so a probe that reaches nothing cannot pass for a defence."""
+    from tests.support.real_node import DIND_CONFIG, DIND_SIDECAR, runner_config
+    from tests.testbed.realnode import ROOT_DIR
+
+    marker = ROOT_DIR / f"escape-{mode}"
+    marker.mkdir(parents=True, exist_ok=True)
+    st = os.stat(marker)
+    mount = subprocess.run(
+        ["findmnt", "-n", "-o", "TARGET", "-T", str(marker)], capture_output=True, text=True
+    ).stdout.strip()
+    rel = "/" + str(marker.relative_to(mount))
+    outside = subprocess.Popen(["sleep", "600"])  # a process on the node, in no Pod
+    label = f"gro-escape-{mode}"
+    sidecar = DIND_SIDECAR if mode == "dind" else USERNS_DAEMON
+    try:
+        real.group(
+            f"escape-{mode}",
+            mode=mode,
+            labels=[f"{label}:docker://{LOCAL}{images.BUSYBOX_DOCKER}"],
+            image=LOCAL + images.RUNNER,
+            maxActiveRunners=1,
+            runnerConfig=runner_config(real, f"escape-{mode}", DIND_CONFIG),
+            template=on_real_node(init=[sidecar]),
+        )
+        script = (
+            ESCAPE_PROBE.replace("@DEV@", f"{os.major(st.st_dev)} {os.minor(st.st_dev)}")
+            .replace("@REL@", rel)
+            .replace("@PID@", str(outside.pid))
+        )
+        real.push("escape.yml", _escape_workflow(label, script))
+        done = real.wait_done({"probe"}, timeout=420)
+        log = real.job_log("probe")
+        probes = "\n".join(ln for ln in log.splitlines() if "PROBE " in ln and "echo" not in ln)
+        print(f"\n--- {mode}: what the job reached\n{probes}")
+        assert done == {"probe": "success"}, f"{log}\n{real.pods_report()}"
+        # the controls: the probe writes and signals where it may
+        assert "PROBE control write: mine" in log, probes
+        assert "PROBE control signal: own child ended" in log, probes
+        # a process outside every Pod, by its number: alive, whatever the mode
+        assert outside.poll() is None, probes
+        written = sorted(p.name for p in marker.iterdir())
+        if mode == "dind":
+            # the privileged daemon's container mounts the node's disk and writes there
+            assert written == ["disk"], probes
+            assert re.search(r"PROBE kubelet: .*device-plugins", log), probes
+            return
+        # dind-userns: nothing reached the node's disk, by the daemon's root or by the device
+        assert written == [], probes
+        assert re.search(r"PROBE disk write: .*(not permitted|denied)", log), probes
+        assert "device-plugins" not in log, probes
+        uid_map = re.search(r"PROBE uid_map: (\d+) (\d+) (\d+)", log)
+        assert uid_map, probes
+        # the job's root is root of a namespace nested in the Pod's, whose range on the node
+        # the runner's own processes show (below): never the node's uid 0
+        pods = real.pods(f"escape-{mode}")
+        assert pods[0]["spec"]["hostUsers"] is False
+        assert _pod_host_uids(pods[0]) and min(_pod_host_uids(pods[0])) >= 65536, probes
+    finally:
+        outside.kill()
+        outside.wait()
+        shutil.rmtree(marker, ignore_errors=True)
+
+
+def _pod_host_uids(pod: dict[str, Any]) -> set[int]:
+    """The node's uids of the Pod's processes, read from the node's /proc: the Pod's cgroup
+    names its uid."""
+    uid = pod["metadata"]["uid"]
+    uids: set[int] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if (
+                uid.replace("-", "_") in (proc / "cgroup").read_text()
+                or uid in (proc / "cgroup").read_text()
+            ):
+                uids.add(proc.stat().st_uid)
+    return uids
