@@ -66,7 +66,7 @@ ROOTLESS_PACKAGES = (
 
 # One Debian root file system for both Docker daemon images (the DinD sidecar and the
 # dind-userns sidecar): mmdebstrap is most of an image's cold build, so it runs once.
-DOCKER_BASE_PACKAGES = (*DIND_PACKAGES, "rootlesskit", "slirp4netns", "uidmap")
+DOCKER_BASE_PACKAGES = (*DIND_PACKAGES, "rootlesskit", "slirp4netns", "uidmap", "iproute2")
 # legacy iptables: the nested daemon's rules go into its own network namespace
 DOCKER_BASE_HOOKS = (
     'chroot "$1" update-alternatives --set iptables /usr/sbin/iptables-legacy',

@@ -333,6 +333,10 @@ def _tun_base_spec() -> str:
     in the device cgroup). In a Pod with its own user namespace runc bind-mounts the node's
     device, so its mode is the node's: 0666, as udev sets it (see TUN)."""
     spec = json.loads(_run(str(build.binary("ctr")), "oci", "spec", check=True).stdout)
+    # ctr's RLIMIT_NOFILE of 1024 would be set for every container, and root here lacks
+    # CAP_SYS_RESOURCE ("error setting rlimits ... operation not permitted"); the CRI's own
+    # spec sets none.
+    spec.get("process", {}).pop("rlimits", None)
     linux = spec.setdefault("linux", {})
     tun = {"type": "c", "major": 10, "minor": 200}
     linux.setdefault("devices", []).append(
