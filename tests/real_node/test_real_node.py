@@ -28,6 +28,7 @@ from tests.support import manifests
 from tests.support.real_node import (
     DIND_CONFIG,
     DIND_SIDECAR,
+    DIND_WORKFLOW,
     LOCAL,
     ROOTLESS_CONFIG,
     Real,
@@ -107,39 +108,6 @@ def test_host_mode_runs_a_real_workflow_and_steps_never_see_the_registration_tok
 
 
 # ---------------------------------------------------------------------------------- dind
-
-DIND_WORKFLOW = """\
-name: real-dind
-on: [push]
-defaults:
-  run:
-    shell: sh
-jobs:
-  in-container:
-    runs-on: gro-real-dind
-    container:
-      image: docker.io/local/busybox:1.35
-    steps:
-      - run: |
-          set -eu
-          grep -q '^user:x:1000:' /etc/passwd
-          echo "in a container: $(busybox | head -n 1)"
-  docker-build:
-    runs-on: gro-real-dind
-    container:
-      image: docker.io/local/busybox-docker:1.35
-      volumes:
-        - /var/run/docker.sock:/var/run/docker.sock
-    steps:
-      - run: |
-          set -eu
-          mkdir ctx
-          printf 'FROM docker.io/local/busybox:1.35\\nRUN echo built-in-dind > /built\\n' \\
-            > ctx/Dockerfile
-          docker build -t gro-built:1 ctx
-          test "$(docker run --rm gro-built:1 cat /built)" = built-in-dind
-          echo "docker build and run in DinD: ok"
-"""
 
 
 def test_dind_mode_runs_a_container_job_and_a_docker_build(real):

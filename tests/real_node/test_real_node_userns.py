@@ -20,45 +20,17 @@ from typing import Any
 
 import pytest
 
-from tests.support.real_node import LOCAL, USERNS_DAEMON, Real, on_real_node
+from tests.support.real_node import DIND_WORKFLOW, LOCAL, USERNS_DAEMON, Real, on_real_node
 from tests.support.testbed import condition, group_status, wait_until
 from tests.testbed import images
 from tests.testbed.realnode import NODE_NAME
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
 
-USERNS_WORKFLOW = """\
-name: real-userns
-on: [push]
-defaults:
-  run:
-    shell: sh
-jobs:
-  in-container:
-    runs-on: gro-real-userns
-    container:
-      image: docker.io/local/busybox:1.35
-    steps:
-      - run: |
-          set -eu
-          grep -q '^user:x:1000:' /etc/passwd
-          echo "uid_map in a job container: $(cat /proc/self/uid_map | tr -s ' ')"
-          echo "in a container: $(busybox | head -n 1)"
-  docker-build:
-    runs-on: gro-real-userns
-    container:
-      image: docker.io/local/busybox-docker:1.35
-      volumes:
-        - /var/run/docker.sock:/var/run/docker.sock
-    steps:
-      - run: |
-          set -eu
-          mkdir ctx
-          printf 'FROM docker.io/local/busybox:1.35\\nRUN echo built-in-userns > /built\\n' \\
-            > ctx/Dockerfile
-          docker build -t gro-built:1 ctx
-          test "$(docker run --rm gro-built:1 cat /built)" = built-in-userns
-          echo "docker build and run in the Pod's user namespace: ok"
+# The DinD suite's two jobs, and one with a service container it reaches by name.
+USERNS_WORKFLOW = (
+    DIND_WORKFLOW.replace("gro-real-dind", "gro-real-userns")
+    + """\
   with-service:
     runs-on: gro-real-userns
     container:
@@ -76,6 +48,7 @@ jobs:
           echo "the service answered: $page"
           test "$page" = "served by a job's service container"
 """
+)
 
 JOBS = {"in-container", "docker-build", "with-service"}
 
@@ -109,7 +82,7 @@ def test_dind_userns_builds_runs_a_container_job_and_a_service_under_baseline(re
         {n: real.job_log(n) for n in JOBS},
         real.pods_report(),
     )
-    assert "docker build and run in the Pod's user namespace: ok" in real.job_log("docker-build")
+    assert "docker build and run in DinD: ok" in real.job_log("docker-build")
     assert "the service answered" in real.job_log("with-service")
     pods = real.pods("userns")
     assert pods and {p["spec"]["nodeName"] for p in pods} == {NODE_NAME}

@@ -153,6 +153,41 @@ USERNS_DAEMON = {
 }
 
 
+# A container: job, and a job that builds and runs an image through the daemon.
+DIND_WORKFLOW = """\
+name: real-dind
+on: [push]
+defaults:
+  run:
+    shell: sh
+jobs:
+  in-container:
+    runs-on: gro-real-dind
+    container:
+      image: docker.io/local/busybox:1.35
+    steps:
+      - run: |
+          set -eu
+          grep -q '^user:x:1000:' /etc/passwd
+          echo "in a container: $(busybox | head -n 1)"
+  docker-build:
+    runs-on: gro-real-dind
+    container:
+      image: docker.io/local/busybox-docker:1.35
+      volumes:
+        - /var/run/docker.sock:/var/run/docker.sock
+    steps:
+      - run: |
+          set -eu
+          mkdir ctx
+          printf 'FROM docker.io/local/busybox:1.35\\nRUN echo built-in-dind > /built\\n' \\
+            > ctx/Dockerfile
+          docker build -t gro-built:1 ctx
+          test "$(docker run --rm gro-built:1 cat /built)" = built-in-dind
+          echo "docker build and run in DinD: ok"
+"""
+
+
 DIND_CONFIG = """\
 runner:
   capacity: 1
