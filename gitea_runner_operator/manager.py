@@ -18,11 +18,11 @@ from kubernetes_asyncio import client, config
 from gitea_runner_operator import __version__, webhook
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.health import HealthServer
+from gitea_runner_operator.kube.lease_thread import LeaseTiming
 from gitea_runner_operator.kube.reviews import ApiReviewer, MetricsAccess
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
-from gitea_runner_operator.reconcile.forwards import Split, address
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import (
     Leadership,
@@ -30,10 +30,12 @@ from gitea_runner_operator.runtime.leadership import (
     run_alone,
     run_with_leadership,
 )
-from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper, LeaseTiming, MemberKeeper
+from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper
 from gitea_runner_operator.runtime.loopwatch import LoopWatch
-from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.settings import SA_NAMESPACE_FILE, Settings
+from gitea_runner_operator.sharding.forwards import Split, address
+from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases
 from gitea_runner_operator.webhook import CachedSecretReader, Descriptors, WebhookServer
 from gitea_runner_operator.webhook.forwarding import Forwarder
 from gitea_runner_operator.webhook.secrets import (
@@ -117,7 +119,7 @@ def lease_elector(settings: Settings) -> Callable[[], AbstractAsyncContextManage
 def member_leases(
     settings: Settings,
 ) -> Callable[[], AbstractAsyncContextManager[MembershipLeases]]:
-    """This replica's membership Lease, for its thread (runtime/lease_keeper.MemberKeeper);
+    """This replica's membership Lease, for its thread (sharding/leases/keeper.MemberKeeper);
     the main loop's reads of everyone's go through a MembershipLeases of its own."""
     return on_own_client(
         lambda api: MembershipLeases(
@@ -134,7 +136,7 @@ def member_leases(
 def webhook_address(settings: Settings) -> str | None:
     """Where the other replicas reach this one's webhook receiver (``--sharding``): the Pod
     IP the chart passes in ``POD_IP`` and the webhook port. None without either: peers then
-    leave this replica's groups to its polls (reconcile/forwards.py)."""
+    leave this replica's groups to its polls (sharding/forwards.py)."""
     if not settings.sharding or not settings.webhook_port:
         return None
     return address(os.environ.get("POD_IP"), settings.webhook_port)
@@ -272,7 +274,7 @@ async def run(settings: Settings) -> int:
 
         def make_controller() -> Controller:
             membership = keeper = None
-            if settings.sharding:  # every replica acts, on its own share (runtime/sharding.py)
+            if settings.sharding:  # every replica acts, on its own share (sharding/leases/round.py)
                 membership = MembershipLeases(
                     lease_api,
                     lease_namespace(settings),

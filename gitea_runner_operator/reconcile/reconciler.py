@@ -19,11 +19,11 @@ from gitea_runner_operator.api.detach import detaching
 from gitea_runner_operator.api.loss import LOSSES
 from gitea_runner_operator.api.naming import GroupKey, runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind
+from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
-from gitea_runner_operator.reconcile.domains import Placement
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.handed import Part, PendingLosses
 from gitea_runner_operator.reconcile.inputs import GroupPass, read_pass, with_answer

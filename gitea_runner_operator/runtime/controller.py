@@ -18,6 +18,7 @@ import structlog
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.api.naming import GroupKey
+from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.sessions import SessionPool
 from gitea_runner_operator.kit import fence
@@ -41,21 +42,20 @@ from gitea_runner_operator.poll.rerun import LossFollowUp
 from gitea_runner_operator.poll.steps import gitea_steps
 from gitea_runner_operator.poll.triggers import owned_changed
 from gitea_runner_operator.poll.trust import GiteaTrust
-from gitea_runner_operator.reconcile.domains import Placement
 from gitea_runner_operator.reconcile.expectations import Expectations
-from gitea_runner_operator.reconcile.forwards import Split, split
 from gitea_runner_operator.reconcile.handed import PendingLosses
 from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
-from gitea_runner_operator.reconcile.shards import Layout
 from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
-from gitea_runner_operator.runtime.lease_keeper import MemberKeeper
-from gitea_runner_operator.runtime.membership import MembershipLeases
-from gitea_runner_operator.runtime.sharding import SETTLE_READS, Sharding, layout_of
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
+from gitea_runner_operator.sharding.forwards import Split, split
+from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases
+from gitea_runner_operator.sharding.leases.round import SETTLE_READS, Sharding, layout_of
+from gitea_runner_operator.sharding.tenure import Layout
 
 log = structlog.get_logger(__name__)
 
@@ -264,7 +264,7 @@ class Controller:
 
     def split(self, keys: Sequence[str]) -> Split:
         """Which of ``keys`` (a webhook delivery's groups) to wake here, and which another
-        replica serves (reconcile/forwards.py); all here without ``--sharding``."""
+        replica serves (sharding/forwards.py); all here without ``--sharding``."""
         if self.sharding is None or self._membership is None:
             return Split(tuple(keys))
         sharding = self.sharding

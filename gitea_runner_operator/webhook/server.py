@@ -27,7 +27,7 @@ from typing import Final, Literal
 import structlog
 from aiohttp import web
 
-from gitea_runner_operator.reconcile.forwards import Split
+from gitea_runner_operator.sharding.forwards import Split
 from gitea_runner_operator.webhook import signature
 from gitea_runner_operator.webhook.connections import (
     DEFAULT_CONNECTIONS,
@@ -155,7 +155,7 @@ class WebhookServer:
     flight (a delivery then waits for its answer): see ``WakeLimiter``. ``penalty_delay``:
     how late the 429 of an address with too many failed authentications comes
     (``Penalties``). ``split`` says which of the routed groups another replica serves
-    (``--sharding``: reconcile/forwards.py), and ``forwarder`` hands the delivery to it."""
+    (``--sharding``: sharding/forwards.py), and ``forwarder`` hands the delivery to it."""
 
     def __init__(
         self,

@@ -14,13 +14,13 @@ from typing import Any
 import structlog
 
 from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
+from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.clock import iso_timestamp, utc_now_iso
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import status as st
 from gitea_runner_operator.reconcile.compose import Composed, Found, compose
-from gitea_runner_operator.reconcile.domains import Placement
 from gitea_runner_operator.reconcile.handed import NOTHING, Part
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ledger import Ledger

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.reconcile.domains import Placement, Shape
-from gitea_runner_operator.reconcile.shards import Layout
+from gitea_runner_operator.sharding.domains import Shape
+from gitea_runner_operator.sharding.tenure import Layout
 from tests.support import fake_cluster as fake
 from tests.support.gitops import World, quiet
 

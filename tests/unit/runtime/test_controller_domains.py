@@ -7,8 +7,8 @@ from __future__ import annotations
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.runtime.controller import Controller
-from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.settings import Settings
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases
 from tests.support.builders import spec_with
 from tests.support.leases import Clock, FakeLeases, without_runner_objects
 

@@ -12,14 +12,15 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from gitea_runner_operator.reconcile.forwards import Split
+from gitea_runner_operator.kube.lease_thread import LeaseTiming
 from gitea_runner_operator.reconcile.reconciler import Result
-from gitea_runner_operator.reconcile.shards import owner
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import run_alone
-from gitea_runner_operator.runtime.lease_keeper import LeaseTiming, MemberKeeper
-from gitea_runner_operator.runtime.membership import MembershipLeases, lease_name
 from gitea_runner_operator.settings import Settings
+from gitea_runner_operator.sharding.forwards import Split
+from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases, lease_name
+from gitea_runner_operator.sharding.tenure import owner
 from tests.support.builders import spec_with
 from tests.support.leases import Clock, FakeLeases, without_runner_objects
 
