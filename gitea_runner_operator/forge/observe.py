@@ -203,7 +203,7 @@ class ScopeFetcher:
         """One page of running jobs and one of the most recently finished, at most once a
         minute per scope and token, and only once a runner was listed in the scope since the
         last sample (the first is always taken: an org token learns from it which repositories
-        it reads, reconcile/ledger.py): Gitea's own created/started/completed times for the
+        it reads, reconcile/capacity/ledger.py): Gitea's own created/started/completed times for the
         latency and duration metrics, at a bounded cost (a sample: at most a page of
         finished jobs a minute). A failure here costs the metrics a sample, never the
         observation."""

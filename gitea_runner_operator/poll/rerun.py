@@ -3,7 +3,7 @@ that group's Gitea): which job the lost runner held, removing what is left of th
 and re-running the job once Gitea has failed it.
 
 Each step reads the loss record (the RunnerGroup's ``status.losses``, see api/loss.py, with
-the records noted and not yet written: reconcile/handed.py) and notes the next state for the
+the records noted and not yet written: reconcile/status/parts.py) and notes the next state for the
 group's next pass to write, which it queues; it writes no status itself. So a restart, a
 second replica taking over, or a Gitea that fails half-way resumes the same record and never
 re-runs one loss twice. The one window left: Gitea accepted the re-run and the operator died

@@ -24,10 +24,9 @@ from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
+from gitea_runner_operator.reconcile.capacity.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.expectations import Expectations
-from gitea_runner_operator.reconcile.handed import Part, PendingLosses
 from gitea_runner_operator.reconcile.inputs import GroupPass, read_pass, with_answer
-from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.ports import (
     ClusterReads,
     ClusterWrites,
@@ -37,6 +36,7 @@ from gitea_runner_operator.reconcile.ports import (
 )
 from gitea_runner_operator.reconcile.scaling import START_BOUND, queued_matching
 from gitea_runner_operator.reconcile.state import GroupState
+from gitea_runner_operator.reconcile.status.parts import Part, PendingLosses
 from gitea_runner_operator.reconcile.steps import claims
 from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.reconcile.steps.create import CREATE_BACKOFF_MAX, Creator
@@ -44,8 +44,8 @@ from gitea_runner_operator.reconcile.steps.jobcache import STATUS_EVERY, CacheSe
 from gitea_runner_operator.reconcile.steps.losses import record_losses
 from gitea_runner_operator.reconcile.steps.marks import MARKS_REQUEUE, mark
 from gitea_runner_operator.reconcile.steps.planning import decide
-from gitea_runner_operator.reconcile.steps.report import StatusWriter
-from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
+from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
+from gitea_runner_operator.reconcile.steps.status_write import StatusWriter
 from gitea_runner_operator.reconcile.steps.stuck import STUCK_BACKOFF_MAX, note_stuck
 from gitea_runner_operator.reconcile.steps.teardown import FINALIZER, Teardown
 from gitea_runner_operator.reconcile.timers import next_due

@@ -42,13 +42,13 @@ from gitea_runner_operator.poll.rerun import LossFollowUp
 from gitea_runner_operator.poll.steps import gitea_steps
 from gitea_runner_operator.poll.triggers import owned_changed
 from gitea_runner_operator.poll.trust import GiteaTrust
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.expectations import Expectations
-from gitea_runner_operator.reconcile.handed import PendingLosses
-from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
+from gitea_runner_operator.reconcile.status.parts import PendingLosses
 from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
-from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
+from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
 from gitea_runner_operator.sharding.forwards import Split, split
@@ -124,7 +124,7 @@ class Controller:
             template_policy=self.template_policy,
         )
         self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
-        # Loss records the pass writes with the group's status (reconcile/handed.py).
+        # Loss records the pass writes with the group's status (reconcile/status/parts.py).
         self.loss_notes = PendingLosses()
         self.losses = LossFollowUp(
             self.cluster, self.cache, self.loss_notes, self.queue.add, self.metrics

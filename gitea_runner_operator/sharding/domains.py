@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, Scope
 from gitea_runner_operator.api.scope import fold
-from gitea_runner_operator.reconcile.accounting import Claimant
-from gitea_runner_operator.reconcile.ledger import families
-from gitea_runner_operator.reconcile.members import Member
+from gitea_runner_operator.reconcile.capacity.accounting import Claimant
+from gitea_runner_operator.reconcile.capacity.ledger import families
+from gitea_runner_operator.reconcile.capacity.members import Member
 
 _ID_BYTES = 6  # 12 hex digits: collisions among a few thousand domains are negligible
 

@@ -10,9 +10,10 @@ import gc
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.reconcile import family_changes, scaling
-from gitea_runner_operator.reconcile.accounting import Answer
-from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile import scaling
+from gitea_runner_operator.reconcile.capacity import family_changes
+from gitea_runner_operator.reconcile.capacity.accounting import Answer
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.scaling import queued_matching
 from tests.support.claims import group, job
 

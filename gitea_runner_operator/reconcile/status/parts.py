@@ -1,5 +1,5 @@
 """What the steps of a pass and the group's poll task hand to the pass, which writes the
-group's whole status once (reconcile/steps/report.py). Each part of the status has one
+group's whole status once (reconcile/steps/status_write.py). Each part of the status has one
 author, but one writer: two writers of one object's status raced each other's merge patches
 and each spent its own write token and watch event.
 
