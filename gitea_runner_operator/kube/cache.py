@@ -234,6 +234,12 @@ class ClusterCache:
         self._exited.pop(key, None)
         self._deleted_pods.pop(key, None)
 
+    def knows(self, key: GroupKey) -> bool:
+        """Whether a clock or a record of ``key``'s Jobs and Pods is kept (not the objects
+        themselves: those go with their watch events, or with :meth:`unserve`)."""
+        kept = (self._changed, self._released, self._exited, self._deleted_pods)
+        return any(key in table for table in kept)
+
     # -- the share of a replica (--sharding) ----------------------------------------------------
 
     def _admits(self, obj: Obj) -> bool:

@@ -88,6 +88,9 @@ class LossFollowUp:
     def forget(self, key: str) -> None:
         self.retiring.pop(key, None)
 
+    def knows(self, key: str) -> bool:
+        return key in self.retiring
+
     async def run(
         self, key: str, spec: RunnerGroupSpec, handle: GiteaHandle, snapshot: Snapshot
     ) -> None:

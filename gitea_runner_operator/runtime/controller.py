@@ -22,6 +22,7 @@ from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.sessions import SessionPool
 from gitea_runner_operator.kit import fence
+from gitea_runner_operator.kit.group_memory import GroupMemory
 from gitea_runner_operator.kit.tasks import finish_or_cancel
 from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
 from gitea_runner_operator.kube.cache_objects import CacheObjects
@@ -58,6 +59,21 @@ from gitea_runner_operator.sharding.leases.round import SETTLE_READS, Sharding, 
 from gitea_runner_operator.sharding.tenure import Layout
 
 log = structlog.get_logger(__name__)
+
+
+class _Unused:
+    """What groups share (cached Secrets by namespace, HTTP sessions by Gitea URL), as a
+    holder: a gone group's share is dropped once no group left uses it. Kept by namespace
+    and URL, never by group, so it knows no group key."""
+
+    def __init__(self, controller: Controller) -> None:
+        self._controller = controller
+
+    def forget(self, key: str) -> None:
+        self._controller._retain_used()
+
+    def knows(self, key: str) -> bool:
+        return False
 
 
 async def _until_stopped(stop: asyncio.Event, sharding: asyncio.Task[None]) -> None:
@@ -151,13 +167,16 @@ class Controller:
         )
         # A pass's status is patched by its group's writer, so no worker waits for a token.
         self.status_writes = LaterWrites(retry=self.queue.add_rate_limited)
+        # One register of what the process keeps per group (kit/group_memory.py): the
+        # reconciler registers what a pass keeps, the poll task first; the rest follows.
+        self.memory = GroupMemory()
         self.reconciler = Reconciler(
             self.cache,
             self.cluster,
             self.pollers,
             self.expectations,
             job_ttl_seconds=settings.job_ttl_seconds,
-            on_group_gone=self._on_group_gone,
+            memory=self.memory,
             metrics=self.metrics,
             ledger=self.ledger,
             template_policy=self.template_policy,
@@ -170,6 +189,11 @@ class Controller:
             losses=self.loss_notes,
             placement=self._placement if membership is not None else None,
         )
+        # Kept until the group is deleted: a hand-over leaves these to the watch events
+        # and to the poll task that stops with it.
+        for holder in (self.cache, self.hooks, self.enroller, self.losses):
+            self.memory.keep(holder, handed_over=False)
+        self.memory.keep(_Unused(self), handed_over=False)
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
         self.synced = asyncio.Event()
@@ -235,9 +259,7 @@ class Controller:
             self._finished.clear()
             await self._finished.wait()
         for key in keys:
-            await self.pollers.stop(key)
-            self.status_writes.forget(key)
-            self.reconciler.hand_over(key)
+            await self.memory.handed_over(key)
             self._served.pop(key, None)
         self.cache.unserve(keys)  # their Jobs and Pods leave this replica's memory
 
@@ -287,13 +309,9 @@ class Controller:
             return False
         return any(job.id == job_id for job in latest.observation.queued)
 
-    def _on_group_gone(self, key: str) -> None:
-        """Per-group bookkeeping goes with the group: cache clocks, resolved scopes, cached
-        Secrets of namespaces without groups, and HTTP sessions no group uses any more."""
-        self.cache.forget(key)
-        self.hooks.forget(key)
-        self.enroller.forget(key)
-        self.losses.forget(key)
+    def _retain_used(self) -> None:
+        """Cached Secrets of namespaces without groups, and HTTP sessions no group uses any
+        more, go once a group is gone."""
         urls = {spec.gitea.url for spec in self.pollers.specs()}
         namespaces = {GroupKey.parse(k).namespace for k in self.pollers.keys()}  # noqa: SIM118
         self.secrets.retain(namespaces)

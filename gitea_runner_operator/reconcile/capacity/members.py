@@ -58,6 +58,9 @@ class Members(Mapping[str, Member]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_key)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key
+
     def __len__(self) -> int:
         return len(self._by_key)
 

@@ -90,6 +90,9 @@ class PendingLosses:
     def forget(self, key: str) -> None:
         self._pending.pop(key, None)
 
+    def knows(self, key: str) -> bool:
+        return key in self._pending
+
 
 def _stored(group: dict[str, Any]) -> dict[str, Any]:
     stored = (group.get("status") or {}).get(LOSSES)

@@ -70,10 +70,12 @@ class StatusWriter:
     placement: Callable[[str], Placement | None] | None = None
 
     def forget(self, key: str) -> None:
+        # Its pending write (``later``) is a holder of its own (kit/group_memory.py).
         self.written.pop(key, None)
         self.announced.pop(key, None)
-        if self.later is not None:
-            self.later.forget(key)
+
+    def knows(self, key: str) -> bool:
+        return key in self.written or key in self.announced
 
     def _hold_back(self, key: str, digest: int) -> tuple[bool, float | None]:
         """Whether to skip this write, and if so when to come back (None: never, it was
