@@ -59,6 +59,7 @@ def test_a_new_answer_or_a_new_label_set_is_worked_out_again(monkeypatch):
 
 
 def test_what_is_kept_goes_with_the_answer():
+    gc.collect()  # what earlier tests left in reference cycles is not this test's
     before = len(queued_matching)
     for _ in range(20):
         queued_matching(answer(10), LINUX)
