@@ -18,7 +18,6 @@ import structlog
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.api.naming import GroupKey
-from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.sessions import SessionPool
 from gitea_runner_operator.kit import fence
@@ -52,11 +51,10 @@ from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
-from gitea_runner_operator.sharding.forwards import Split, split
+from gitea_runner_operator.sharding.forwards import Split
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
 from gitea_runner_operator.sharding.leases.membership import MembershipLeases
-from gitea_runner_operator.sharding.leases.round import SETTLE_READS, Sharding, layout_of
-from gitea_runner_operator.sharding.tenure import Layout
+from gitea_runner_operator.sharding.leases.share import Share
 
 log = structlog.get_logger(__name__)
 
@@ -124,6 +122,18 @@ class Controller:
         self.secrets = Secrets(store)
         self.sessions = SessionPool()
         self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
+        # --sharding: this replica's share of the groups, and who serves the others.
+        self.share: Share | None = None
+        if membership is not None:
+            self.share = Share(
+                membership,
+                self.cache,
+                settings,
+                take=self._take,
+                release=self._release,
+                keeper=member_keeper,
+                metrics=self.metrics.sharding,
+            )
         self.expectations = Expectations(settings.expectation_timeout)
         configs = ConfigReader(api, store, ttl=settings.secret_cache_ttl)
         self.template_policy = TemplatePolicy.parse(
@@ -163,7 +173,7 @@ class Controller:
             every_answer=self.ledger.must_weigh,
             observe_with=self.observer.observe_with,
             # --sharding: a poll task writes only while its group's domain is held.
-            right=self._holds if membership is not None else None,
+            right=self.share.serves if self.share is not None else None,
         )
         # A pass's status is patched by its group's writer, so no worker waits for a token.
         self.status_writes = LaterWrites(retry=self.queue.add_rate_limited)
@@ -187,7 +197,7 @@ class Controller:
             ),
             status_writes=self.status_writes,
             losses=self.loss_notes,
-            placement=self._placement if membership is not None else None,
+            placement=self.share.placement if self.share is not None else None,
         )
         # Kept until the group is deleted: a hand-over leaves these to the watch events
         # and to the poll task that stops with it.
@@ -201,67 +211,25 @@ class Controller:
         self._housekeeping: set[asyncio.Task[None]] = set()
         self._running: set[str] = set()  # groups a worker reconciles now
         self._finished = asyncio.Event()  # set whenever a worker finishes a reconcile
-        # --sharding: act only on the groups of the domains this replica holds.
-        self.sharding: Sharding | None = None
-        if membership is not None:
-            self.sharding = Sharding(
-                membership,
-                self._layout,
-                take=self._take,
-                release=self._release,
-                prepare=self.cache.serve,
-                keeper=member_keeper,
-                metrics=self.metrics.sharding,
-                retry_period=settings.retry_period,
-                renew_deadline=settings.renew_deadline,
-                settle_reads=SETTLE_READS,
-            )
-        self._member_keeper = member_keeper if membership is not None else None
-        self._membership = membership
-        self._layout_cached: Layout | None = None
-        self._served: dict[str, str] = {}  # group key -> the held domain it belongs to
-
-    def _holds(self, key: str) -> bool:
-        """Whether this replica may write for ``key`` now (kit/fence.py asks it per write)."""
-        return self.sharding is None or self.sharding.acts_on(key)
 
     def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         if spec_changed(kind, obj, before):
-            self._layout_cached = None
+            if self.share is not None:
+                self.share.spec_changed()
             self.queue.add(key)
 
-    def _layout(self) -> Layout:
-        """The domains of the groups in the cache, recomputed after a spec changed."""
-        if self._layout_cached is None:
-            groups = self.cache.group_keys()
-            self._layout_cached = layout_of((k, self.cache.group(k)) for k in groups)
-        return self._layout_cached
-
     def _take(self, keys: frozenset[str]) -> None:
-        assert self.sharding is not None
-        for domain, members in self.sharding.tenure.held.items():
-            self._served.update(dict.fromkeys(members & keys, domain))
         for key in keys:
             self.queue.add(key)
 
-    def _placement(self, key: str) -> Placement | None:
-        """Where a group this replica serves is served (status.domain)."""
-        domain = self._served.get(key)
-        if domain is None or self.sharding is None:
-            return None
-        held = self.sharding.tenure.held.get(domain, frozenset())
-        return self._layout().placement(domain, held, self.sharding.tenure.me)
-
     async def _release(self, keys: frozenset[str]) -> None:
         """Another replica will serve these groups: finish their reconciles under way, then
-        stop their Gitea tasks and drop them from the ledger and the pending statuses."""
+        forget what this replica kept to act on them (kit/group_memory.py)."""
         while self._running & keys:
             self._finished.clear()
             await self._finished.wait()
         for key in keys:
             await self.memory.handed_over(key)
-            self._served.pop(key, None)
-        self.cache.unserve(keys)  # their Jobs and Pods leave this replica's memory
 
     def _on_owned(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         # A Job created and deleted before any reconcile saw it must not stay expected.
@@ -286,19 +254,8 @@ class Controller:
 
     def split(self, keys: Sequence[str]) -> Split:
         """Which of ``keys`` (a webhook delivery's groups) to wake here, and which another
-        replica serves (sharding/forwards.py); all here without ``--sharding``."""
-        if self.sharding is None or self._membership is None:
-            return Split(tuple(keys))
-        sharding = self.sharding
-        if all(sharding.acts_on(key) for key in keys):
-            return Split(tuple(keys))
-        return split(
-            keys,
-            serves=sharding.acts_on,
-            domain_of=self._layout().domain_of(),
-            me=sharding.tenure.me,
-            peers=self._membership.addresses,
-        )
+        replica serves (sharding/leases/share.py); all here without ``--sharding``."""
+        return Split(tuple(keys)) if self.share is None else self.share.split(keys)
 
     def knows(self, key: str, job_id: int) -> bool:
         """Whether the group's latest Gitea answer lists job ``job_id`` as queued: a webhook
@@ -347,10 +304,9 @@ class Controller:
                 asyncio.create_task(self._worker(), name=f"worker:{i}")
                 for i in range(self.settings.workers)
             ]
-            if self._member_keeper is not None:
-                self._member_keeper.start()
-            if self.sharding is not None:
-                sharding = asyncio.create_task(self.sharding.run(stop), name="sharding")
+            if self.share is not None:
+                self.share.start()
+                sharding = asyncio.create_task(self.share.run(stop), name="sharding")
                 workers.append(sharding)
                 await _until_stopped(stop, sharding)
             else:
@@ -369,8 +325,8 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.pollers.stop_all()
-            if self._member_keeper is not None:  # after the sharding loop released the Lease
-                await self._member_keeper.close()
+            if self.share is not None:  # after the sharding loop released the Lease
+                await self.share.close()
             await self.status_writes.close()  # statuses handed over: written, or cancelled
             await self.reaper.close()
             with contextlib.suppress(Exception):  # best effort, like every Event
@@ -387,13 +343,13 @@ class Controller:
                 key = await self.queue.get()
             except ShutDown:
                 return
-            if self.sharding is not None and not self.sharding.acts_on(key):
+            if self.share is not None and not self.share.serves(key):
                 self.queue.forget(key)  # another replica's group
                 self.queue.done(key)
                 continue
             started = time.monotonic()
             self._running.add(key)
-            right = None if self.sharding is None else functools.partial(self._holds, key)
+            right = None if self.share is None else functools.partial(self.share.serves, key)
             try:
                 with fence.fenced_by(right):  # each write of the pass asks again
                     result = await self.reconciler.reconcile(key)

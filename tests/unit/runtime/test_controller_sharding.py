@@ -41,8 +41,8 @@ class Replica:
         )
         self.controller = Controller(api, Settings(sharding=True), membership=membership)
         without_runner_objects(self.controller.cache)
-        assert self.controller.sharding is not None  # started one by one, in order
-        self.controller.sharding.tenure.settle_reads = 0
+        assert self.controller.share is not None  # started one by one, in order
+        self.controller.share.round.tenure.settle_reads = 0
         for i, key in enumerate(KEYS):
             obj = {"metadata": {"namespace": "team", "name": key.split("/")[1]},
                    "spec": spec_with(org=f"org{i}", repo="app")}  # fmt: skip
@@ -59,13 +59,13 @@ class Replica:
         return Result()
 
     async def round(self) -> None:
-        assert self.controller.sharding is not None
-        await self.controller.sharding.round()
+        assert self.controller.share is not None
+        await self.controller.share.round.round()
         await asyncio.sleep(0.01)  # the workers take what was queued
 
     def serves(self) -> set[str]:
-        assert self.controller.sharding is not None
-        return {k for k in KEYS if self.controller.sharding.acts_on(k)}
+        assert self.controller.share is not None
+        return {k for k in KEYS if self.controller.share.round.acts_on(k)}
 
     async def close(self) -> None:
         self.controller.queue.shut_down()
@@ -104,7 +104,7 @@ async def test_a_moving_group_finishes_its_reconcile_before_the_view_is_publishe
         await b.round()
         assert not b.serves()
         # Which groups move is rendezvous hashing's choice; hold one of them mid-reconcile.
-        layout = a.controller._layout()
+        layout = a.controller.share.layout()
         both = {"a", "b"}
         moving = sorted(k for d, ks in layout.domains.items() if owner(d, both) == "b" for k in ks)
         assert moving
