@@ -8,14 +8,14 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TypeVar
 
 import structlog
 from kubernetes_asyncio import client, config
 
-from gitea_runner_operator import __version__, webhook
+from gitea_runner_operator import __version__
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.health import HealthServer
 from gitea_runner_operator.kube.lease_thread import LeaseTiming
@@ -32,11 +32,12 @@ from gitea_runner_operator.runtime.leadership import (
 )
 from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper
 from gitea_runner_operator.runtime.loopwatch import LoopWatch
+from gitea_runner_operator.runtime.webhook_port import OperatorPort
 from gitea_runner_operator.settings import SA_NAMESPACE_FILE, Settings
-from gitea_runner_operator.sharding.forwards import Split, address
+from gitea_runner_operator.sharding.forwards import address
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
 from gitea_runner_operator.sharding.leases.membership import MembershipLeases
-from gitea_runner_operator.webhook import CachedSecretReader, Descriptors, WebhookServer
+from gitea_runner_operator.webhook import CachedSecretReader, WebhookServer
 from gitea_runner_operator.webhook.forwarding import Forwarder
 from gitea_runner_operator.webhook.secrets import (
     WebhookSecretError,
@@ -159,59 +160,19 @@ def webhook_server(
     secret: bytes | None,
     metrics: Metrics,
 ) -> WebhookServer:
-    """The webhook receiver, wired to whichever controller currently leads: a delivery wakes
-    the matching groups' Gitea tasks for an immediate, coalesced refresh. A standby replica
-    has no controller and answers 503 without acting; polling still finds the job."""
-    descriptors = Descriptors()
-
-    def groups() -> list[webhook.GroupDescriptor]:
-        current = leadership.controller
-        if current is None:
-            return []
-        cache = current.cache
-        return descriptors.since(
-            cache,
-            cache.group_changes,
-            lambda: (obj for key in cache.group_keys() if (obj := cache.group(key))),
-        )
-
-    def wake(key: str) -> None:
-        current = leadership.controller
-        if current is not None:
-            current.wake(key)
-
-    def known(key: str, job_id: int) -> bool:
-        current = leadership.controller
-        return current is not None and current.knows(key, job_id)
-
-    def asking(key: str) -> bool:
-        current = leadership.controller
-        poller = current.pollers.get(key) if current is not None else None
-        return poller is not None and poller.asking
-
-    def split(keys: Sequence[str]) -> Split:
-        current = leadership.controller
-        return current.split(keys) if current is not None else Split(tuple(keys))
-
+    """The webhook receiver, wired through its one port to whichever controller acts now:
+    a delivery wakes the matching groups' Gitea tasks for an immediate, coalesced refresh."""
     # --sharding: a delivery for groups another replica serves is handed to it.
     forwarder = (
         Forwarder(settings.identity, on_outcome=metrics.webhook_forward)
         if settings.sharding
         else None
     )
-
     return WebhookServer(
         settings.webhook_host,
         settings.webhook_port,
-        groups=groups,
-        wake=wake,
-        known=known,
-        asking=asking,
+        OperatorPort(leadership, CachedSecretReader(secrets), metrics),
         operator_secret=secret,
-        group_secret=CachedSecretReader(secrets),
-        on_delivery=metrics.webhook_delivery,
-        active=lambda: leadership.controller is not None,
-        split=split if forwarder is not None else None,
         forwarder=forwarder,
     )
 

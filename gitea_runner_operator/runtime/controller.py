@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -51,7 +50,6 @@ from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
-from gitea_runner_operator.sharding.forwards import Split
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
 from gitea_runner_operator.sharding.leases.membership import MembershipLeases
 from gitea_runner_operator.sharding.leases.share import Share
@@ -251,11 +249,6 @@ class Controller:
             poller.wake(paced=True)  # the receiver's WakeLimiter paces it already
         else:
             self.queue.add(key)
-
-    def split(self, keys: Sequence[str]) -> Split:
-        """Which of ``keys`` (a webhook delivery's groups) to wake here, and which another
-        replica serves (sharding/leases/share.py); all here without ``--sharding``."""
-        return Split(tuple(keys)) if self.share is None else self.share.split(keys)
 
     def knows(self, key: str, job_id: int) -> bool:
         """Whether the group's latest Gitea answer lists job ``job_id`` as queued: a webhook

@@ -40,6 +40,7 @@ from tests.support.testbed import (
     runner_jobs,
     wait_until,
 )
+from tests.support.webhook import FakeOperator
 from tests.testbed.gitea_api import GiteaAPI
 from tests.testbed.kube import KubeClient
 
@@ -127,11 +128,13 @@ async def test_real_deliveries_wake_exactly_the_groups_their_secret_speaks_for(
         server = WebhookServer(
             "127.0.0.1",
             0,
-            groups=lambda: descriptors.of(objects),
-            wake=woken.append,
+            FakeOperator(
+                lambda: descriptors.of(objects),
+                wake=woken.append,
+                secret=CachedSecretReader(SecretStore(api)),
+                delivered=on_delivery,
+            ),
             operator_secret=operator_secret.encode(),
-            group_secret=CachedSecretReader(SecretStore(api)),
-            on_delivery=on_delivery,
         )
         await server.start()
         try:
@@ -244,10 +247,8 @@ async def test_hook_registration_is_idempotent_rotates_the_secret_and_removes(
     server = WebhookServer(
         "127.0.0.1",
         0,
-        groups=lambda: [group],
-        wake=woken.append,
+        FakeOperator([group], wake=woken.append, delivered=on_delivery),
         operator_secret=rotated.encode(),
-        on_delivery=on_delivery,
     )
     await server.start()
     try:

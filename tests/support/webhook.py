@@ -8,8 +8,9 @@ import json
 from aiohttp.test_utils import TestClient, TestServer
 
 from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.sharding.forwards import Split
 from gitea_runner_operator.webhook.routing import GroupDescriptor, SecretLocation
-from gitea_runner_operator.webhook.server import PATH, WebhookServer
+from gitea_runner_operator.webhook.server import PATH, Limits, WebhookServer
 from gitea_runner_operator.webhook.signature import sign
 
 URL = "https://git.example.com"
@@ -48,6 +49,59 @@ def body_for(full_name="acme/widgets", action="queued", labels=("linux",), marke
     ).encode()
 
 
+class FakeOperator:
+    """The receiver's one port (webhook/ports.Operator) over plain values and callables:
+    ``groups`` (a callable or a list), ``wake`` and ``delivered`` (each told of every call),
+    ``secret`` (a provider), and ``active``, ``known``, ``asking`` and ``split`` as the
+    operator would answer them."""
+
+    def __init__(
+        self,
+        groups=(),
+        wake=None,
+        secret=None,
+        delivered=None,
+        active=None,
+        known=None,
+        asking=None,
+        split=None,
+    ):
+        self._groups = groups
+        self._wake = wake
+        self.secret_provider = secret
+        self._delivered = delivered
+        self._active = active
+        self._known = known
+        self._asking = asking
+        self._split = split
+
+    def active(self):
+        return self._active is None or self._active()
+
+    def groups(self):
+        return self._groups() if callable(self._groups) else self._groups
+
+    async def secret(self, where):
+        return None if self.secret_provider is None else await self.secret_provider(where)
+
+    def split(self, keys):
+        return Split(tuple(keys)) if self._split is None else self._split(keys)
+
+    def wake(self, key):
+        if self._wake is not None:
+            self._wake(key)
+
+    def knows(self, key, job_id):
+        return self._known is not None and self._known(key, job_id)
+
+    def asking(self, key):
+        return self._asking is not None and self._asking(key)
+
+    def delivered(self, outcome):
+        if self._delivered is not None:
+            self._delivered(outcome)
+
+
 class Harness:
     def __init__(
         self,
@@ -58,7 +112,9 @@ class Harness:
         active=None,
         wake_interval=0.0,
         known=None,
-        **more,
+        split=None,
+        forwarder=None,
+        **limits,
     ):
         self.woken = []
         self.outcomes = []
@@ -68,19 +124,22 @@ class Harness:
             self.lookups.append(where)
             return secrets.get(where)
 
+        self.operator = FakeOperator(
+            groups=lambda: groups,
+            wake=self.woken.append,
+            secret=provider,
+            delivered=self.outcomes.append,
+            active=active,
+            known=known,
+            split=split,
+        )
         self.server = WebhookServer(
             "127.0.0.1",
             0,
-            groups=lambda: groups,
-            wake=self.woken.append,
+            self.operator,
             operator_secret=operator_secret,
-            group_secret=provider,
-            on_delivery=self.outcomes.append,
-            max_body=max_body,
-            active=active,
-            wake_interval=wake_interval,
-            known=known,
-            **more,
+            limits=Limits(max_body=max_body, wake_interval=wake_interval, **limits),
+            forwarder=forwarder,
         )
 
     async def post(

@@ -24,6 +24,8 @@ MODULES = [
     "gitea_runner_operator.kube.configmaps",
     "gitea_runner_operator.webhook.server",
     "gitea_runner_operator.webhook.guard",
+    "gitea_runner_operator.webhook.verify",
+    "gitea_runner_operator.webhook.routing",
 ]
 ALSO_REQUIRED = {
     "gitea_runner_operator.forge.limits": (

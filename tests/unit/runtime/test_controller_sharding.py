@@ -15,7 +15,8 @@ from kubernetes_asyncio import client
 from gitea_runner_operator.kube.lease_thread import LeaseTiming
 from gitea_runner_operator.reconcile.reconciler import Result
 from gitea_runner_operator.runtime.controller import Controller
-from gitea_runner_operator.runtime.leadership import run_alone
+from gitea_runner_operator.runtime.leadership import Leadership, run_alone
+from gitea_runner_operator.runtime.webhook_port import OperatorPort
 from gitea_runner_operator.settings import Settings
 from gitea_runner_operator.sharding.forwards import Split
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
@@ -162,6 +163,17 @@ async def test_a_membership_lease_thread_that_cannot_open_ends_the_process_non_z
         assert controller.stopped.is_set()  # cleaned up on the way out
 
 
+def port_of(controller: Controller) -> OperatorPort:
+    """The webhook receiver's port over this controller, as the process wires it."""
+    leadership = Leadership()
+    leadership.controller = controller
+
+    async def no_secret(where: object) -> None:
+        return None
+
+    return OperatorPort(leadership, no_secret, controller.metrics)
+
+
 async def test_a_webhook_delivery_s_groups_are_split_by_the_replica_serving_them() -> None:
     async with client.ApiClient() as api:
         leases, clock = FakeLeases(), Clock()
@@ -172,13 +184,13 @@ async def test_a_webhook_delivery_s_groups_are_split_by_the_replica_serving_them
             for r in (a, b, c):
                 await r.round()
         assert a.serves() and b.serves() and c.serves()
-        got = a.controller.split(KEYS)
+        got = port_of(a.controller).split(KEYS)
         assert set(got.here) == a.serves()
         assert {k: set(v) for k, v in got.peers.items()} == {"10.0.0.2:8082": b.serves()}
         assert set(got.unreachable) == c.serves()
         # A delivery for its own groups only asks nobody.
         mine = sorted(a.serves())
-        assert a.controller.split(mine) == Split(tuple(mine))
+        assert port_of(a.controller).split(mine) == Split(tuple(mine))
         for r in (a, b, c):
             await r.close()
 
@@ -186,4 +198,4 @@ async def test_a_webhook_delivery_s_groups_are_split_by_the_replica_serving_them
 async def test_without_sharding_every_group_is_woken_here() -> None:
     async with client.ApiClient() as api:
         controller = Controller(api, Settings())
-        assert controller.split(KEYS) == Split(tuple(KEYS))
+        assert port_of(controller).split(KEYS) == Split(tuple(KEYS))
