@@ -22,7 +22,7 @@ from gitea_runner_operator.forge.sessions import SessionPool
 from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.group_memory import GroupMemory
 from gitea_runner_operator.kit.tasks import finish_or_cancel
-from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
+from gitea_runner_operator.kube.cache import ClusterCache, group_key_of_owned, spec_changed
 from gitea_runner_operator.kube.cache_objects import CacheObjects
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.configmaps import ConfigReader
@@ -31,6 +31,7 @@ from gitea_runner_operator.kube.runner_credentials import RunnerCredentials
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.objects.views import job_finished
 from gitea_runner_operator.poll.enroll import Enroller
 from gitea_runner_operator.poll.hooks import HookKeeper
 from gitea_runner_operator.poll.observer import Observer
@@ -204,6 +205,8 @@ class Controller:
         self.memory.keep(_Unused(self), handed_over=False)
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
+        for informer in self.cache.jobs:
+            informer.add_handler(self._on_job)
         self.synced = asyncio.Event()
         self.stopped = asyncio.Event()
         self._housekeeping: set[asyncio.Task[None]] = set()
@@ -235,6 +238,18 @@ class Controller:
             self.expectations.observed(key, obj["metadata"]["name"])
         if owned_changed(kind, obj, before):  # not for a resourceVersion or heartbeat alone
             self.queue.add(key)
+
+    def _on_job(self, kind: str, obj: dict[str, Any], before: dict[str, Any] | None) -> None:
+        """``runner_jobs_failed_total``: a runner Job seen Failed for the first time (the
+        Job controller gave up on its Pod: the runner never took its job, or crashed)."""
+        if kind == "DELETED" or not job_finished(obj, ("Failed",)):
+            return
+        if before is not None and job_finished(before, ("Failed",)):
+            return
+        key = group_key_of_owned(obj)
+        if key is not None:
+            namespace, name = GroupKey.parse(key)
+            self.metrics.runner_job_failed(namespace, name)
 
     def _on_reaped(self, key: str, job_name: str, reason: ReapReason) -> None:
         namespace, name = GroupKey.parse(key)
