@@ -85,12 +85,6 @@ class LossFollowUp:
     # job it held (retiring destroys the evidence of the loss)
     retiring: dict[str, set[str]] = field(default_factory=dict)
 
-    def forget(self, key: str) -> None:
-        self.retiring.pop(key, None)
-
-    def knows(self, key: str) -> bool:
-        return key in self.retiring
-
     async def run(
         self, key: str, spec: RunnerGroupSpec, handle: GiteaHandle, snapshot: Snapshot
     ) -> None:

@@ -20,7 +20,7 @@ from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.sessions import SessionPool
 from gitea_runner_operator.kit import fence
-from gitea_runner_operator.kit.group_memory import GroupMemory
+from gitea_runner_operator.kit.group_memory import GroupMemory, Table
 from gitea_runner_operator.kit.tasks import finish_or_cancel
 from gitea_runner_operator.kube.cache import ClusterCache, group_key_of_owned, spec_changed
 from gitea_runner_operator.kube.cache_objects import CacheObjects
@@ -125,13 +125,7 @@ class Controller:
         self.share: Share | None = None
         if membership is not None:
             self.share = Share(
-                membership,
-                self.cache,
-                settings,
-                take=self._take,
-                release=self._release,
-                keeper=member_keeper,
-                metrics=self.metrics.sharding,
+                membership, self.cache, self, settings, member_keeper, self.metrics.sharding
             )
         self.expectations = Expectations(settings.expectation_timeout)
         configs = ConfigReader(api, store, ttl=settings.secret_cache_ttl)
@@ -200,7 +194,7 @@ class Controller:
         )
         # Kept until the group is deleted: a hand-over leaves these to the watch events
         # and to the poll task that stops with it.
-        for holder in (self.cache, self.hooks, self.enroller, self.losses):
+        for holder in (self.cache, self.hooks, self.enroller, Table(self.losses.retiring)):
             self.memory.keep(holder, handed_over=False)
         self.memory.keep(_Unused(self), handed_over=False)
         self.cache.on_group_event(self._on_group)
@@ -219,11 +213,12 @@ class Controller:
                 self.share.spec_changed()
             self.queue.add(key)
 
-    def _take(self, keys: frozenset[str]) -> None:
+    def take(self, keys: frozenset[str]) -> None:
+        """The share took ``keys``: they are this replica's to reconcile now."""
         for key in keys:
             self.queue.add(key)
 
-    async def _release(self, keys: frozenset[str]) -> None:
+    async def release(self, keys: frozenset[str]) -> None:
         """Another replica will serve these groups: finish their reconciles under way, then
         forget what this replica kept to act on them (kit/group_memory.py)."""
         while self._running & keys:

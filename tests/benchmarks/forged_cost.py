@@ -116,7 +116,7 @@ async def measure(n: int, kinds: list[str]) -> None:
     server = WebhookServer(
         "127.0.0.1",
         0,
-        FakeOperator(groups, secret=provider),
+        FakeOperator(groups, secret_provider=provider),
         # The CPU per delivery, not how late a penalised 429 comes (which throttles a forger
         # that waits for its answers: one at a time would take a second each here).
         limits=Limits(wake_interval=0.0, penalty_delay=0.0),

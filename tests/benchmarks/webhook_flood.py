@@ -144,7 +144,7 @@ async def receiver_only(args: argparse.Namespace) -> None:
         return f"secret-{where.name}".encode()
 
     server = WebhookServer(
-        "127.0.0.1", 0, FakeOperator(groups, secret=provider), operator_secret=b"operator",
+        "127.0.0.1", 0, FakeOperator(groups, secret_provider=provider), operator_secret=b"operator",
     )  # fmt: skip
     await server.start()
     lags: list[float] = []

@@ -137,9 +137,9 @@ async def test_real_deliveries_wake_exactly_the_groups_their_secret_speaks_for(
             0,
             FakeOperator(
                 lambda: descriptors.of(objects),
-                wake=woken.append,
-                secret=CachedSecretReader(SecretStore(api)),
-                delivered=on_delivery,
+                on_wake=woken.append,
+                secret_provider=CachedSecretReader(SecretStore(api)),
+                on_delivered=on_delivery,
             ),
             operator_secret=operator_secret.encode(),
         )
@@ -258,7 +258,7 @@ async def test_hook_registration_is_idempotent_rotates_the_secret_and_removes(
     server = WebhookServer(
         "127.0.0.1",
         0,
-        FakeOperator([group], wake=woken.append, delivered=on_delivery),
+        FakeOperator([group], on_wake=woken.append, on_delivered=on_delivery),
         operator_secret=rotated.encode(),
     )
     await server.start()

@@ -4,6 +4,7 @@ by, and signed delivery bodies."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -51,55 +52,43 @@ def body_for(full_name="acme/widgets", action="queued", labels=("linux",), marke
 
 class FakeOperator:
     """The receiver's one port (webhook/ports.Operator) over plain values and callables:
-    ``groups`` (a callable or a list), ``wake`` and ``delivered`` (each told of every call),
-    ``secret`` (a provider), and ``active``, ``known``, ``asking`` and ``split`` as the
-    operator would answer them."""
+    ``listed`` (the groups: a callable or a list), and by name ``on_wake`` and
+    ``on_delivered`` (each told of every call), ``secret_provider``, and ``is_active``,
+    ``known``, ``in_flight`` and ``splits`` as the operator would answer them."""
 
-    def __init__(
-        self,
-        groups=(),
-        wake=None,
-        secret=None,
-        delivered=None,
-        active=None,
-        known=None,
-        asking=None,
-        split=None,
-    ):
-        self._groups = groups
-        self._wake = wake
-        self.secret_provider = secret
-        self._delivered = delivered
-        self._active = active
-        self._known = known
-        self._asking = asking
-        self._split = split
+    ANSWERS = ("on_wake", "secret_provider", "on_delivered", "is_active", "known", "in_flight")
+
+    def __init__(self, listed: Any = (), splits: Any = None, **answers: Any) -> None:
+        self.listed, self.splits = listed, splits
+        for name in self.ANSWERS:
+            setattr(self, name, answers.pop(name, None))
+        assert not answers, f"unknown answers: {sorted(answers)}"
 
     def active(self):
-        return self._active is None or self._active()
+        return self.is_active is None or self.is_active()
 
     def groups(self):
-        return self._groups() if callable(self._groups) else self._groups
+        return self.listed() if callable(self.listed) else self.listed
 
     async def secret(self, where):
         return None if self.secret_provider is None else await self.secret_provider(where)
 
     def split(self, keys):
-        return Split(tuple(keys)) if self._split is None else self._split(keys)
+        return Split(tuple(keys)) if self.splits is None else self.splits(keys)
 
     def wake(self, key):
-        if self._wake is not None:
-            self._wake(key)
+        if self.on_wake is not None:
+            self.on_wake(key)
 
     def knows(self, key, job_id):
-        return self._known is not None and self._known(key, job_id)
+        return self.known is not None and self.known(key, job_id)
 
     def asking(self, key):
-        return self._asking is not None and self._asking(key)
+        return self.in_flight is not None and self.in_flight(key)
 
     def delivered(self, outcome):
-        if self._delivered is not None:
-            self._delivered(outcome)
+        if self.on_delivered is not None:
+            self.on_delivered(outcome)
 
 
 class Harness:
@@ -125,13 +114,13 @@ class Harness:
             return secrets.get(where)
 
         self.operator = FakeOperator(
-            groups=lambda: groups,
-            wake=self.woken.append,
-            secret=provider,
-            delivered=self.outcomes.append,
-            active=active,
+            lambda: groups,
+            on_wake=self.woken.append,
+            secret_provider=provider,
+            on_delivered=self.outcomes.append,
+            is_active=active,
             known=known,
-            split=split,
+            splits=split,
         )
         self.server = WebhookServer(
             "127.0.0.1",

@@ -11,7 +11,7 @@ groups make, and the groups taken since the domains they belong to were taken.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from gitea_runner_operator.api.placement import Placement
@@ -37,37 +37,40 @@ class Groups(Protocol):
     def unserve(self, keys: Iterable[str]) -> None: ...
 
 
+class Workers(Protocol):
+    """What acts on the groups this replica serves (the controller's work queue and
+    workers): told of the groups taken, and of those released, which it answers once their
+    work here is done."""
+
+    def take(self, keys: frozenset[str]) -> None: ...
+
+    async def release(self, keys: frozenset[str]) -> None: ...
+
+
 class Share:
-    """``take`` is told of the groups this replica serves from now on (the work queue
-    takes them); ``release`` of those it stops serving, once their work here is done. The
-    cache's share of Jobs and Pods follows both."""
+    """The cache's share of Jobs and Pods follows what is taken and released."""
 
     def __init__(
         self,
         membership: MembershipLeases,
         groups: Groups,
+        workers: Workers,
         settings: Settings,
-        *,
-        take: Callable[[frozenset[str]], None],
-        release: Callable[[frozenset[str]], Awaitable[None]],
         keeper: MemberKeeper | None = None,
         metrics: ShardingMetrics | None = None,
     ) -> None:
-        self._membership = membership
-        self._groups = groups
-        self._take_keys = take
-        self._release_keys = release
+        self._membership, self._groups, self._workers = membership, groups, workers
         self._keeper = keeper
         self._layout: Layout | None = None
         self._served: dict[str, str] = {}  # group key -> the held domain it belongs to
         self.round = Sharding(
             membership,
             self.layout,
+            keeper=keeper,
             take=self._take,
             release=self._release,
-            prepare=groups.serve,
-            keeper=keeper,
             metrics=metrics,
+            prepare=groups.serve,
             retry_period=settings.retry_period,
             renew_deadline=settings.renew_deadline,
             settle_reads=SETTLE_READS,
@@ -116,10 +119,10 @@ class Share:
     def _take(self, keys: frozenset[str]) -> None:
         for domain, members in self.round.tenure.held.items():
             self._served.update(dict.fromkeys(members & keys, domain))
-        self._take_keys(keys)
+        self._workers.take(keys)
 
     async def _release(self, keys: frozenset[str]) -> None:
-        await self._release_keys(keys)
+        await self._workers.release(keys)
         for key in keys:
             self._served.pop(key, None)
         self._groups.unserve(keys)  # their Jobs and Pods leave this replica's memory

@@ -203,7 +203,9 @@ async def test_every_holder_of_the_controller_is_registered():
     reached = {id(h) for h in registered} | {id(getattr(h, "sources", None)) for h in registered}
     missing = [type(h).__name__ for h in holders_within(controller) if id(h) not in reached]
     assert missing == []
+    tables = [h for h in registered if isinstance(h, Table)]
+    assert any(t._table is controller.losses.retiring for t in tables)  # LossFollowUp's
     assert {type(h).__name__ for h in holders_within(controller)} >= {
-        "ClusterCache", "HookKeeper", "Enroller", "LossFollowUp", "PendingLosses",
+        "ClusterCache", "HookKeeper", "Enroller", "PendingLosses",
         "LaterWrites", "Expectations", "Pollers", "Metrics",
     }  # fmt: skip

@@ -67,14 +67,14 @@ class Live:
         self.writers: list[asyncio.StreamWriter] = []
         self.sent = 0
         self._outcome = asyncio.Event()
-        counted = self.h.operator._delivered
+        counted = self.h.operator.on_delivered
         assert counted is not None
 
         def on_delivery(outcome: str) -> None:
             counted(outcome)
             self._outcome.set()
 
-        self.h.operator._delivered = on_delivery
+        self.h.operator.on_delivered = on_delivery
 
     async def __aenter__(self) -> Live:
         await self.h.server.start()

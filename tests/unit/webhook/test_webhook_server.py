@@ -209,7 +209,7 @@ async def test_a_failing_wake_does_not_fail_the_delivery():
         raise RuntimeError("boom")
 
     server = WebhookServer(
-        "127.0.0.1", 0, FakeOperator(GROUPS, wake=wake), operator_secret=OPERATOR
+        "127.0.0.1", 0, FakeOperator(GROUPS, on_wake=wake), operator_secret=OPERATOR
     )
     body = body_for()
     async with TestClient(TestServer(server.app())) as client:
