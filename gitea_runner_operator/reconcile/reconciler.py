@@ -1,5 +1,6 @@
 """Reconcile one RunnerGroup: read the pass once (:mod:`.inputs`), then dispatch to one module
-per step: admission, claims, planning, losses, create, marks, report (the status), teardown.
+per step: admission, claims, planning, losses, create, marks, status_write, teardown. What
+it keeps per group is registered in one place (kit/group_memory.py) and forgotten there.
 
 Like controller-runtime's Reconcile, it takes a key, trusts no event payload, and is safe to
 run any number of times: every decision is recomputed from what the cluster and Gitea say now.
@@ -285,7 +286,7 @@ class Reconciler:
             # The poll task follows the losses up in Gitea, and retires a lost runner once
             # the status written now shows the job it held (poll/rerun.py).
             source.wake()
-        if held is not None:  # the status write waits for its turn (report.py)
+        if held is not None:  # the status write waits for its turn (steps/status_write.py)
             requeue = min(requeue or held, held)
         # A stale share matters only to a group with jobs to serve: a quiet family, whose
         # members' answers change it on every poll, would otherwise bring every member back

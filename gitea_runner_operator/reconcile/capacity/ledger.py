@@ -20,7 +20,7 @@ by a peer whose scope overlaps the member's (reconcile/capacity/family_changes.p
 keeps creating from its share while other repositories' groups report. Each member also reads
 its headroom (:meth:`Ledger.room`, accounting.headroom): Gitea hands a job to whichever
 runner asks first, not to the one the assignment had in mind, so a group never adds more
-runners than can surely find a job (tests/unit/test_family_property.py).
+runners than can surely find a job (tests/unit/reconcile/test_family_property.py).
 """
 
 from __future__ import annotations
