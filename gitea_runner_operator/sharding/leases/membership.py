@@ -125,7 +125,7 @@ class MembershipLeases:
     async def read(self, publication: int) -> Reading | None:
         """Every other member whose Lease is held and fresh, with what it publishes; None
         when the list failed (nothing can be concluded from no answer). ``publication``:
-        our own publication count as this read begins (shards.Reading)."""
+        our own publication count as this read begins (sharding/tenure.Reading)."""
         asked = self._clock()  # the list shows the Leases as they were at this time, or later
         try:
             found = await self._calls.list(f"{MEMBERS_LABEL}={self.ring}")
