@@ -58,19 +58,37 @@ from gitea_runner_operator.sharding.leases.share import Share
 log = structlog.get_logger(__name__)
 
 
-class _Unused:
-    """What groups share (cached Secrets by namespace, HTTP sessions by Gitea URL), as a
-    holder: a gone group's share is dropped once no group left uses it. Kept by namespace
-    and URL, never by group, so it knows no group key."""
+class _Shared:
+    """What groups share, kept by namespace (cached Secrets) and by Gitea URL (fetches and
+    HTTP sessions), never by group, so it knows no group key. As a holder of per-group
+    memory, it drops what no group left uses once a group is gone."""
 
-    def __init__(self, controller: Controller) -> None:
-        self._controller = controller
+    def __init__(
+        self, pollers: Pollers, secrets: Secrets, observer: Observer, sessions: SessionPool
+    ) -> None:
+        self._pollers, self._secrets = pollers, secrets
+        self._observer, self._sessions = observer, sessions
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def forget(self, key: str) -> None:
-        self._controller._retain_used()
+        urls = {spec.gitea.url for spec in self._pollers.specs()}
+        namespaces = {GroupKey.parse(k).namespace for k in self._pollers.keys()}  # noqa: SIM118
+        self._secrets.retain(namespaces)
+        task = asyncio.create_task(self._drop_urls(urls))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def knows(self, key: str) -> bool:
         return False
+
+    async def _drop_urls(self, urls: set[str]) -> None:
+        """Fetches of URLs no group uses are cancelled and awaited before their sessions
+        close: a request left running would fail later on a closed session, unobserved."""
+        await self._observer.drop(urls)
+        await self._sessions.retain(urls)
+
+    async def close(self) -> None:
+        await finish_or_cancel(list(self._tasks))
 
 
 async def _until_stopped(stop: asyncio.Event, sharding: asyncio.Task[None]) -> None:
@@ -196,14 +214,15 @@ class Controller:
         # and to the poll task that stops with it.
         for holder in (self.cache, self.hooks, self.enroller, Table(self.losses.retiring)):
             self.memory.keep(holder, handed_over=False)
-        self.memory.keep(_Unused(self), handed_over=False)
+        self.shared = self.memory.keep(
+            _Shared(self.pollers, self.secrets, self.observer, self.sessions), handed_over=False
+        )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
         for informer in self.cache.jobs:
             informer.add_handler(self._on_job)
         self.synced = asyncio.Event()
         self.stopped = asyncio.Event()
-        self._housekeeping: set[asyncio.Task[None]] = set()
         self._running: set[str] = set()  # groups a worker reconciles now
         self._finished = asyncio.Event()  # set whenever a worker finishes a reconcile
 
@@ -269,22 +288,6 @@ class Controller:
             return False
         return any(job.id == job_id for job in latest.observation.queued)
 
-    def _retain_used(self) -> None:
-        """Cached Secrets of namespaces without groups, and HTTP sessions no group uses any
-        more, go once a group is gone."""
-        urls = {spec.gitea.url for spec in self.pollers.specs()}
-        namespaces = {GroupKey.parse(k).namespace for k in self.pollers.keys()}  # noqa: SIM118
-        self.secrets.retain(namespaces)
-        task = asyncio.create_task(self._drop_urls(urls))
-        self._housekeeping.add(task)
-        task.add_done_callback(self._housekeeping.discard)
-
-    async def _drop_urls(self, urls: set[str]) -> None:
-        """Fetches of URLs no group uses are cancelled and awaited before their sessions
-        close: a request left running would fail later on a closed session, unobserved."""
-        await self.observer.drop(urls)
-        await self.sessions.retain(urls)
-
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set (graceful) or the task is cancelled (leadership lost)."""
         informers = [
@@ -334,7 +337,7 @@ class Controller:
             await self.reaper.close()
             with contextlib.suppress(Exception):  # best effort, like every Event
                 await self.cluster.events.close()  # aggregated Events still pending
-            await finish_or_cancel(list(self._housekeeping))  # closes below do the rest
+            await self.shared.close()  # the closes below do the rest
             await self.observer.close()
             await self.sessions.close()
             self.metrics.set_leader(False)

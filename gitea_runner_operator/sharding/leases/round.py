@@ -50,7 +50,8 @@ def layout_of(groups: Iterable[tuple[str, Any]]) -> Layout:
 
 
 class Sharding:
-    """The replica's share of the groups, for the controller's workers to ask."""
+    """The rounds over the membership Leases: the domains this replica holds and whether it
+    may still act on them. Asked through this replica's share (sharding/leases/share.py)."""
 
     def __init__(
         self,
