@@ -8,21 +8,21 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TypeVar
 
 import structlog
 from kubernetes_asyncio import client, config
 
-from gitea_runner_operator import __version__, webhook
+from gitea_runner_operator import __version__
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.health import HealthServer
+from gitea_runner_operator.kube.lease_thread import LeaseTiming
 from gitea_runner_operator.kube.reviews import ApiReviewer, MetricsAccess
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
-from gitea_runner_operator.reconcile.forwards import Split, address
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import (
     Leadership,
@@ -30,11 +30,14 @@ from gitea_runner_operator.runtime.leadership import (
     run_alone,
     run_with_leadership,
 )
-from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper, LeaseTiming, MemberKeeper
+from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper
 from gitea_runner_operator.runtime.loopwatch import LoopWatch
-from gitea_runner_operator.runtime.membership import MembershipLeases
+from gitea_runner_operator.runtime.webhook_port import OperatorPort
 from gitea_runner_operator.settings import SA_NAMESPACE_FILE, Settings
-from gitea_runner_operator.webhook import CachedSecretReader, Descriptors, WebhookServer
+from gitea_runner_operator.sharding.forwards import address
+from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases
+from gitea_runner_operator.webhook import CachedSecretReader, WebhookServer
 from gitea_runner_operator.webhook.forwarding import Forwarder
 from gitea_runner_operator.webhook.secrets import (
     WebhookSecretError,
@@ -117,7 +120,7 @@ def lease_elector(settings: Settings) -> Callable[[], AbstractAsyncContextManage
 def member_leases(
     settings: Settings,
 ) -> Callable[[], AbstractAsyncContextManager[MembershipLeases]]:
-    """This replica's membership Lease, for its thread (runtime/lease_keeper.MemberKeeper);
+    """This replica's membership Lease, for its thread (sharding/leases/keeper.MemberKeeper);
     the main loop's reads of everyone's go through a MembershipLeases of its own."""
     return on_own_client(
         lambda api: MembershipLeases(
@@ -134,7 +137,7 @@ def member_leases(
 def webhook_address(settings: Settings) -> str | None:
     """Where the other replicas reach this one's webhook receiver (``--sharding``): the Pod
     IP the chart passes in ``POD_IP`` and the webhook port. None without either: peers then
-    leave this replica's groups to its polls (reconcile/forwards.py)."""
+    leave this replica's groups to its polls (sharding/forwards.py)."""
     if not settings.sharding or not settings.webhook_port:
         return None
     return address(os.environ.get("POD_IP"), settings.webhook_port)
@@ -157,59 +160,19 @@ def webhook_server(
     secret: bytes | None,
     metrics: Metrics,
 ) -> WebhookServer:
-    """The webhook receiver, wired to whichever controller currently leads: a delivery wakes
-    the matching groups' Gitea tasks for an immediate, coalesced refresh. A standby replica
-    has no controller and answers 503 without acting; polling still finds the job."""
-    descriptors = Descriptors()
-
-    def groups() -> list[webhook.GroupDescriptor]:
-        current = leadership.controller
-        if current is None:
-            return []
-        cache = current.cache
-        return descriptors.since(
-            cache,
-            cache.group_changes,
-            lambda: (obj for key in cache.group_keys() if (obj := cache.group(key))),
-        )
-
-    def wake(key: str) -> None:
-        current = leadership.controller
-        if current is not None:
-            current.wake(key)
-
-    def known(key: str, job_id: int) -> bool:
-        current = leadership.controller
-        return current is not None and current.knows(key, job_id)
-
-    def asking(key: str) -> bool:
-        current = leadership.controller
-        poller = current.pollers.get(key) if current is not None else None
-        return poller is not None and poller.asking
-
-    def split(keys: Sequence[str]) -> Split:
-        current = leadership.controller
-        return current.split(keys) if current is not None else Split(tuple(keys))
-
+    """The webhook receiver, wired through its one port to whichever controller acts now:
+    a delivery wakes the matching groups' Gitea tasks for an immediate, coalesced refresh."""
     # --sharding: a delivery for groups another replica serves is handed to it.
     forwarder = (
         Forwarder(settings.identity, on_outcome=metrics.webhook_forward)
         if settings.sharding
         else None
     )
-
     return WebhookServer(
         settings.webhook_host,
         settings.webhook_port,
-        groups=groups,
-        wake=wake,
-        known=known,
-        asking=asking,
+        OperatorPort(leadership, CachedSecretReader(secrets), metrics),
         operator_secret=secret,
-        group_secret=CachedSecretReader(secrets),
-        on_delivery=metrics.webhook_delivery,
-        active=lambda: leadership.controller is not None,
-        split=split if forwarder is not None else None,
         forwarder=forwarder,
     )
 
@@ -272,7 +235,7 @@ async def run(settings: Settings) -> int:
 
         def make_controller() -> Controller:
             membership = keeper = None
-            if settings.sharding:  # every replica acts, on its own share (runtime/sharding.py)
+            if settings.sharding:  # every replica acts, on its own share (sharding/leases/round.py)
                 membership = MembershipLeases(
                     lease_api,
                     lease_namespace(settings),

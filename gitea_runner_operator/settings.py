@@ -21,7 +21,7 @@ class Settings:
     health_host: str = "0.0.0.0"  # noqa: S104 - probes come from the kubelet, off-host
     health_port: int = 8081
     leader_elect: bool = True
-    # Every replica acts, each on its capacity domains (runtime/sharding.py); off: one leader.
+    # Every replica acts, each on its capacity domains (sharding/leases/round.py); off: one leader.
     sharding: bool = False
     lease_name: str = "gitea-runner-operator"
     lease_namespace: str | None = None  # default: our own namespace, else "default"

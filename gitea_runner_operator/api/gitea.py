@@ -64,7 +64,7 @@ class ActionJob(Payload):
     status: Status
     runner_id: Id = 0
     runner_name: Name = ""
-    # Capped before the accounting memoises repositories by it (reconcile/accounting.py).
+    # Capped before the accounting memoises repositories by it (reconcile/capacity/accounting.py).
     url: str = Field(default="", max_length=caps.JOB_URL_MAX_CHARS)
     # Gitea's own timestamps; an unclaimed job carries the zero time 1970-01-01T00:00:00Z.
     created_at: datetime | None = None

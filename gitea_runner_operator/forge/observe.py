@@ -1,11 +1,11 @@
 """The Gitea requests of one observation, and the types observations share them by.
 
-Split from observer.py, which decides *whether* to ask (allow-list, Secrets, trust, shared
-answers); this module *asks*: resolve the scope (cached), list the runners, then the queued
-jobs (runners first: see observer.py), and at most once a minute, alongside the jobs, a
-sample of running and finished jobs for the latency metrics (only while the scope lists
-runners). Every answer is metered (``forge/limits.py``) and bounded by the observation's
-deadline.
+The poll task's observer (poll/observer.py) decides *whether* to ask (allow-list, Secrets,
+trust, shared answers); this module *asks*, beside the client it calls: resolve the scope
+(cached), list the runners, then the queued jobs (runners first: see poll/observer.py),
+and at most once a minute, alongside the jobs, a sample of running and finished jobs for
+the latency metrics (only while the scope lists runners). Every answer is metered
+(``forge/limits.py``) and bounded by the observation's deadline.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ class ScopeFetcher:
         """One page of running jobs and one of the most recently finished, at most once a
         minute per scope and token, and only once a runner was listed in the scope since the
         last sample (the first is always taken: an org token learns from it which repositories
-        it reads, reconcile/ledger.py): Gitea's own created/started/completed times for the
+        it reads, reconcile/capacity/ledger.py): Gitea's own created/started/completed times for the
         latency and duration metrics, at a bounded cost (a sample: at most a page of
         finished jobs a minute). A failure here costs the metrics a sample, never the
         observation."""

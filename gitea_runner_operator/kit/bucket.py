@@ -1,7 +1,7 @@
 """The one token bucket's arithmetic: ``rate`` tokens a second, at most ``burst`` saved up
 (client-go's QPS and burst). Written once for the write limit (kube/ratelimit.py, which adds
 its fair queue of waiters), the scrape reviews of unknown tokens (kube/reviews.py) and the
-wake-ups per group (webhook/guard.py) and the first polls of new poll tasks
+wake-ups per group (webhook/wakes.py) and the first polls of new poll tasks
 (poll/pollers.py), so none of them can refill or cap on its own terms.
 """
 

@@ -1,5 +1,7 @@
 """The operator's view of the cluster: informers for RunnerGroups and for the Jobs and Pods
-it owns, in the namespaces it watches, plus a per-group "last changed" clock.
+it owns, in the namespaces it watches (the table of watches: kube/watches.py), indexed by
+group, plus a per-group "last changed" clock and, under ``--sharding``, the share of Jobs
+and Pods this replica keeps.
 
 Reconcile reads only this cache, never lists the API, so a pass costs no API calls unless it
 acts.
@@ -17,9 +19,10 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.api import constants
+from gitea_runner_operator.kube import watches
 from gitea_runner_operator.kube.http import LIST_TIMEOUT, send
 from gitea_runner_operator.kube.informer import Informer, object_key
-from gitea_runner_operator.objects.slim import Obj, slim_group, slim_job, slim_pod
+from gitea_runner_operator.objects.slim import Obj
 from gitea_runner_operator.objects.views import job_finished, runner_exited
 
 GroupKey = str  # "namespace/name"
@@ -83,80 +86,13 @@ class ClusterCache:
         self._index_pods: dict[GroupKey, dict[str, Obj]] = {}
         self._deleted_pods: dict[GroupKey, dict[str, tuple[float, Obj]]] = {}
         self._deleted_swept = clock()
-        custom = client.CustomObjectsApi(api)
-        batch = client.BatchV1Api(api)
-        core = client.CoreV1Api(api)
-        self._batch, self._core = batch, core
-        sel = constants.MANAGED_SELECTOR
-        g, v, p = constants.GROUP, constants.VERSION, constants.PLURAL
-        self.groups: list[Informer] = []
-        self.jobs: list[Informer] = []
-        self.pods: list[Informer] = []
-        scopes: list[str | None] = [*namespaces] if namespaces else [None]
-        self._namespaced = scopes != [None]  # an informer per namespace, not one for all
-        for ns in scopes:
-            where = ns or "*"
-            if ns is None:
-                self.groups.append(
-                    Informer(
-                        f"runnergroups/{where}",
-                        custom.list_cluster_custom_object,
-                        g,
-                        v,
-                        p,
-                        transform=slim_group,
-                    )
-                )
-                self.jobs.append(
-                    Informer(
-                        f"jobs/{where}",
-                        batch.list_job_for_all_namespaces,
-                        label_selector=sel,
-                        transform=slim_job,
-                        admit=admit,
-                    )
-                )
-                self.pods.append(
-                    Informer(
-                        f"pods/{where}",
-                        core.list_pod_for_all_namespaces,
-                        label_selector=sel,
-                        transform=slim_pod,
-                        admit=admit,
-                    )
-                )
-            else:
-                self.groups.append(
-                    Informer(
-                        f"runnergroups/{where}",
-                        custom.list_namespaced_custom_object,
-                        g,
-                        v,
-                        ns,
-                        p,
-                        transform=slim_group,
-                    )
-                )
-                self.jobs.append(
-                    Informer(
-                        f"jobs/{where}",
-                        batch.list_namespaced_job,
-                        ns,
-                        label_selector=sel,
-                        transform=slim_job,
-                        admit=admit,
-                    )
-                )
-                self.pods.append(
-                    Informer(
-                        f"pods/{where}",
-                        core.list_namespaced_pod,
-                        ns,
-                        label_selector=sel,
-                        transform=slim_pod,
-                        admit=admit,
-                    )
-                )
+        apis = watches.Apis.of(api)
+        self._batch, self._core = apis.batch, apis.core  # the share's fetches (serve)
+        self._namespaced = bool(namespaces)  # an informer per namespace, not one for all
+        made = watches.informers(apis, namespaces, admit)
+        self.groups: list[Informer] = made["runnergroups"]
+        self.jobs: list[Informer] = made["jobs"]
+        self.pods: list[Informer] = made["pods"]
         for inf in self.groups:
             inf.add_handler(self._on_group)
         for inf in self.jobs:
@@ -233,6 +169,12 @@ class ClusterCache:
         self._released.pop(key, None)
         self._exited.pop(key, None)
         self._deleted_pods.pop(key, None)
+
+    def knows(self, key: GroupKey) -> bool:
+        """Whether a clock or a record of ``key``'s Jobs and Pods is kept (not the objects
+        themselves: those go with their watch events, or with :meth:`unserve`)."""
+        kept = (self._changed, self._released, self._exited, self._deleted_pods)
+        return any(key in table for table in kept)
 
     # -- the share of a replica (--sharding) ----------------------------------------------------
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.timings import execution_time, startup_latency
 from gitea_runner_operator.kit.lru import LRU
 from gitea_runner_operator.metrics.names import (
@@ -218,6 +219,18 @@ class GroupSeries:
         now = self._clock()
         while seen and (oldest := seen.oldest()) is not None and now - oldest > SEEN_JOBS_TTL:
             seen.drop_oldest()
+
+    def forget(self, key: str) -> None:
+        """As a holder of per-group memory (kit/group_memory.py)."""
+        namespace, name = GroupKey.parse(key)
+        self.forget_group(namespace, name)
+
+    def knows(self, key: str) -> bool:
+        group = tuple(GroupKey.parse(key))
+        if any(k[:2] == group for k in self._seen) or group in self._domain_of:
+            return True
+        series = (*self._group_series, self._runners, self._reaped, self._reruns)
+        return any(labels[:2] == group for m in series for labels in label_sets(m))
 
     def forget_group(self, namespace: str, name: str) -> None:
         """Drop every series of a deleted group, so dashboards do not show it forever; and

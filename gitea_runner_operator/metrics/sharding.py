@@ -23,7 +23,7 @@ HANDOVER_BUCKETS: Final = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120)
 
 
 class ShardingMetrics:
-    """The hook runtime/sharding.Sharding calls."""
+    """The hook sharding/leases/round.Sharding calls."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         series = Series(registry)

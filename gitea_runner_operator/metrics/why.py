@@ -19,7 +19,8 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
-from gitea_runner_operator.metrics.names import GROUP_LABELS, WAITING_REASONS, Series
+from gitea_runner_operator.api.naming import GroupKey
+from gitea_runner_operator.metrics.names import GROUP_LABELS, WAITING_REASONS, Series, label_sets
 
 
 class Counted(Protocol):
@@ -101,6 +102,17 @@ class WhyMetrics:
                 self._oldest.remove(namespace, name)
         else:
             self._oldest.labels(namespace, name).set(oldest)
+
+    def forget(self, key: str) -> None:
+        """As a holder of per-group memory (kit/group_memory.py)."""
+        namespace, name = GroupKey.parse(key)
+        self.forget_group(namespace, name)
+
+    def knows(self, key: str) -> bool:
+        group = tuple(GroupKey.parse(key))
+        return any(
+            labels[:2] == group for m in (self._waiting, self._oldest) for labels in label_sets(m)
+        )
 
     def forget_group(self, namespace: str, name: str) -> None:
         for reason in WAITING_REASONS:

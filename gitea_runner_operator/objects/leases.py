@@ -1,7 +1,7 @@
 """``coordination.k8s.io/v1`` Leases as the operator reads and writes them: a typed record
 of what was read, the body of a write, and client-go's rule for when another holder's Lease
 has lapsed. Shared by the leader Lease (runtime/leadership.py) and the membership Leases
-(runtime/membership.py), so that both follow one reading of the same rules.
+(sharding/leases/membership.py), so that both follow one reading of the same rules.
 """
 
 from __future__ import annotations

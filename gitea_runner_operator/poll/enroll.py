@@ -118,6 +118,9 @@ class Enroller:
     def forget(self, key: str) -> None:
         self._enrolled.pop(key, None)
 
+    def knows(self, key: str) -> bool:
+        return key in self._enrolled
+
     async def run(
         self, key: str, handle: GiteaHandle, snapshot: Snapshot, spec: RunnerGroupSpec
     ) -> EnrollOutcome:

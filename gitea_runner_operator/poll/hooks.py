@@ -148,6 +148,9 @@ class HookKeeper:
     def forget(self, key: str) -> None:
         self._kept.pop(key, None)
 
+    def knows(self, key: str) -> bool:
+        return key in self._kept
+
 
 def _where(scope: ScopeRef) -> str:
     if scope.repo:

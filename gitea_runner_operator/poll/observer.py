@@ -2,7 +2,7 @@
 
 One observation = check the Gitea URL against the admin's allow-list, read the auth token
 Secret, check the registration token Secret, list the scope's runners, then its queued jobs
-(the requests themselves are in ``fetch.py``). Runners are read *before* jobs on purpose: a
+(the requests themselves are in ``forge/observe.py``). Runners are read *before* jobs on purpose: a
 job that a runner takes between the two reads then drops out of demand instead of being
 counted twice (as queued and as covered by an idle runner), so the error is always on the
 side of not starting a runner.

@@ -88,5 +88,12 @@ class Pollers:
         if poller is not None:
             await poller.stop()
 
+    async def forget(self, key: str) -> None:
+        """As a holder of per-group memory (kit/group_memory.py): the task stops."""
+        await self.stop(key)
+
+    def knows(self, key: str) -> bool:
+        return key in self._pollers
+
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop(key) for key in list(self._pollers)))

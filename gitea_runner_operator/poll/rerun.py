@@ -3,7 +3,7 @@ that group's Gitea): which job the lost runner held, removing what is left of th
 and re-running the job once Gitea has failed it.
 
 Each step reads the loss record (the RunnerGroup's ``status.losses``, see api/loss.py, with
-the records noted and not yet written: reconcile/handed.py) and notes the next state for the
+the records noted and not yet written: reconcile/status/parts.py) and notes the next state for the
 group's next pass to write, which it queues; it writes no status itself. So a restart, a
 second replica taking over, or a Gitea that fails half-way resumes the same record and never
 re-runs one loss twice. The one window left: Gitea accepted the re-run and the operator died
@@ -84,9 +84,6 @@ class LossFollowUp:
     # group -> runner Jobs whose lost runner is to be retired once the cluster shows the
     # job it held (retiring destroys the evidence of the loss)
     retiring: dict[str, set[str]] = field(default_factory=dict)
-
-    def forget(self, key: str) -> None:
-        self.retiring.pop(key, None)
 
     async def run(
         self, key: str, spec: RunnerGroupSpec, handle: GiteaHandle, snapshot: Snapshot

@@ -13,7 +13,7 @@ What the reconcile reads, and what queues it:
   at the resync (poll/poller.py);
 - its runner Jobs and Pods: queued on every event except one that changes only what no
   reconcile reads (:func:`owned_changed`);
-- its spec (kube/cache.py ``spec_changed``), its family's shares (reconcile/ledger.py), and
+- its spec (kube/cache.py ``spec_changed``), its family's shares (reconcile/capacity/ledger.py), and
   its timers (the reconcile's ``requeue_after``, reconcile/timers.py).
 """
 

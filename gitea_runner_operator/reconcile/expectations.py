@@ -61,5 +61,8 @@ class Expectations:
     def forget(self, key: str) -> None:
         self._pending.pop(key, None)
 
+    def knows(self, key: str) -> bool:
+        return key in self._pending
+
     def keys(self) -> list[str]:
         return list(self._pending)

@@ -91,7 +91,7 @@ class ClusterWrites(Protocol):
 
 
 class LossNotes(Protocol):
-    """Loss records noted for the group's next status write (reconcile/handed.py): the poll
+    """Loss records noted for the group's next status write (reconcile/status/parts.py): the poll
     task's follow-up reads the group through it and notes what it changed there, never
     writing the status itself."""
 

@@ -1,5 +1,6 @@
 """Reconcile one RunnerGroup: read the pass once (:mod:`.inputs`), then dispatch to one module
-per step: admission, claims, planning, losses, create, marks, report (the status), teardown.
+per step: admission, claims, planning, losses, create, marks, status_write, teardown. What
+it keeps per group is registered in one place (kit/group_memory.py) and forgotten there.
 
 Like controller-runtime's Reconcile, it takes a key, trusts no event payload, and is safe to
 run any number of times: every decision is recomputed from what the cluster and Gitea say now.
@@ -17,17 +18,17 @@ import structlog
 
 from gitea_runner_operator.api.detach import detaching
 from gitea_runner_operator.api.loss import LOSSES
-from gitea_runner_operator.api.naming import GroupKey, runner_pattern
+from gitea_runner_operator.api.naming import runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind
+from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
+from gitea_runner_operator.kit.group_memory import GroupMemory, Table
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
-from gitea_runner_operator.reconcile.domains import Placement
+from gitea_runner_operator.reconcile.capacity.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.expectations import Expectations
-from gitea_runner_operator.reconcile.handed import Part, PendingLosses
 from gitea_runner_operator.reconcile.inputs import GroupPass, read_pass, with_answer
-from gitea_runner_operator.reconcile.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.ports import (
     ClusterReads,
     ClusterWrites,
@@ -37,6 +38,7 @@ from gitea_runner_operator.reconcile.ports import (
 )
 from gitea_runner_operator.reconcile.scaling import START_BOUND, queued_matching
 from gitea_runner_operator.reconcile.state import GroupState
+from gitea_runner_operator.reconcile.status.parts import Part, PendingLosses
 from gitea_runner_operator.reconcile.steps import claims
 from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.reconcile.steps.create import CREATE_BACKOFF_MAX, Creator
@@ -44,8 +46,8 @@ from gitea_runner_operator.reconcile.steps.jobcache import STATUS_EVERY, CacheSe
 from gitea_runner_operator.reconcile.steps.losses import record_losses
 from gitea_runner_operator.reconcile.steps.marks import MARKS_REQUEUE, mark
 from gitea_runner_operator.reconcile.steps.planning import decide
-from gitea_runner_operator.reconcile.steps.report import StatusWriter
-from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
+from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
+from gitea_runner_operator.reconcile.steps.status_write import StatusWriter
 from gitea_runner_operator.reconcile.steps.stuck import STUCK_BACKOFF_MAX, note_stuck
 from gitea_runner_operator.reconcile.steps.teardown import FINALIZER, Teardown
 from gitea_runner_operator.reconcile.timers import next_due
@@ -71,7 +73,7 @@ class Reconciler:
         job_ttl_seconds: int = 600,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        on_group_gone: Callable[[str], None] | None = None,
+        memory: GroupMemory | None = None,
         metrics: Metrics | None = None,
         ledger: Ledger | None = None,
         template_policy: TemplatePolicy = RESTRICTED,
@@ -99,7 +101,6 @@ class Reconciler:
         self._expectations = expectations
         self._clock = clock
         self._wall = wall_clock
-        self._on_gone = on_group_gone
         self._states: dict[str, GroupState] = {}
         # Why jobs wait (reconcile/why/unmatched*.py, reconcile/why/waiting.py): same registry.
         self._unmatched = UnmatchedBook(self._ledger.members, clock=clock)
@@ -126,6 +127,25 @@ class Reconciler:
             later=status_writes,
             placement=placement,
         )
+        self._claims_held = _Claims(self._ledger, self._unmatched)
+        # What a pass keeps per group, forgotten in this order (kit/group_memory.py): the
+        # poll task first, so that it notes nothing more once the rest is forgotten.
+        self.memory = memory if memory is not None else GroupMemory()
+        keep = self.memory.keep
+        keep(_PollTask(sources))
+        keep(self._losses, handed_over=False)  # written with the next status, wherever
+        keep(self._admissions, handed_over=False)  # a verdict on the spec, not on the replica
+        # What it expected of the group's Jobs and its backoffs: this replica no longer
+        # sees the group's events, so should the group come back, a Job it was waiting
+        # for may be long gone (GroupState: losing it costs a retry at most).
+        keep(expectations)
+        keep(Table(self._states))
+        keep(self._claims_held)  # it leaves this replica's book of members
+        keep(self._status)
+        if status_writes is not None:
+            keep(status_writes)
+        keep(self._metrics)  # each group's series are exported by one replica
+        keep(self._why_metrics)
 
     def state(self, key: str) -> GroupState:
         return self._states.setdefault(key, GroupState())
@@ -143,7 +163,7 @@ class Reconciler:
     async def _reconcile(self, key: str) -> Result:
         p = read_pass(self._cache, self._expectations, key)
         if p is None:
-            await self._forget(key)
+            await self.memory.gone(key)  # everything this process kept for it
             return Result()
         state = self.state(key)
         if p.meta.get("deletionTimestamp"):
@@ -266,7 +286,7 @@ class Reconciler:
             # The poll task follows the losses up in Gitea, and retires a lost runner once
             # the status written now shows the job it held (poll/rerun.py).
             source.wake()
-        if held is not None:  # the status write waits for its turn (report.py)
+        if held is not None:  # the status write waits for its turn (steps/status_write.py)
             requeue = min(requeue or held, held)
         # A stale share matters only to a group with jobs to serve: a quiet family, whose
         # members' answers change it on every poll, would otherwise bring every member back
@@ -312,30 +332,34 @@ class Reconciler:
                     self._unmatched.log_rate,
                 )
 
-    def hand_over(self, key: str) -> None:
-        """Another replica serves the group now (--sharding): this one's series of it go,
-        so that each group is exported by one replica, and so does what it last wrote; it
-        leaves this one's book of members, for the ledger and the unmatched-jobs evaluation
-        alike. What it expected of the group's Jobs and its backoffs go too: this replica
-        no longer sees the group's events, so should the group come back, a Job it was
-        waiting for may be long gone (GroupState: losing it costs a retry at most)."""
-        self._expectations.forget(key)
-        self._states.pop(key, None)
-        self._drop_claims(key)
-        self._status.forget(key)
-        namespace, name = GroupKey.parse(key)
-        self._metrics.forget_group(namespace, name)
-        self._why_metrics.forget_group(namespace, name)
-
     def _drop_claims(self, key: str) -> None:
         """The group creates nothing any more: its peers take its jobs."""
-        self._unmatched.changed(self._ledger.remove(key), None)
+        self._claims_held.forget(key)
 
-    async def _forget(self, key: str) -> None:
-        """The group is gone: drop everything this process kept for it."""
-        await self._sources.stop(key)
-        self._losses.forget(key)
-        self._admissions.forget(key)
-        self.hand_over(key)  # its claims, its last status and its series go too
-        if self._on_gone is not None:
-            self._on_gone(key)
+
+@dataclass(frozen=True, slots=True)
+class _Claims:
+    """A group's place in the book of members, for the ledger and the unmatched-jobs
+    evaluation alike: once it goes, its peers take its jobs."""
+
+    ledger: Ledger
+    unmatched: UnmatchedBook
+
+    def forget(self, key: str) -> None:
+        self.unmatched.changed(self.ledger.remove(key), None)
+
+    def knows(self, key: str) -> bool:
+        return key in self.ledger.members
+
+
+@dataclass(frozen=True, slots=True)
+class _PollTask:
+    """The group's poll task, as a holder: forgetting the group stops it."""
+
+    sources: Sources
+
+    async def forget(self, key: str) -> None:
+        await self.sources.stop(key)
+
+    def knows(self, key: str) -> bool:
+        return self.sources.get(key) is not None

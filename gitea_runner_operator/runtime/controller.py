@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -21,8 +20,9 @@ from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.sessions import SessionPool
 from gitea_runner_operator.kit import fence
+from gitea_runner_operator.kit.group_memory import GroupMemory, Table
 from gitea_runner_operator.kit.tasks import finish_or_cancel
-from gitea_runner_operator.kube.cache import ClusterCache, spec_changed
+from gitea_runner_operator.kube.cache import ClusterCache, group_key_of_owned, spec_changed
 from gitea_runner_operator.kube.cache_objects import CacheObjects
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.configmaps import ConfigReader
@@ -31,6 +31,7 @@ from gitea_runner_operator.kube.runner_credentials import RunnerCredentials
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.secrets import Secrets
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.objects.views import job_finished
 from gitea_runner_operator.poll.enroll import Enroller
 from gitea_runner_operator.poll.hooks import HookKeeper
 from gitea_runner_operator.poll.observer import Observer
@@ -41,23 +42,53 @@ from gitea_runner_operator.poll.rerun import LossFollowUp
 from gitea_runner_operator.poll.steps import gitea_steps
 from gitea_runner_operator.poll.triggers import owned_changed
 from gitea_runner_operator.poll.trust import GiteaTrust
-from gitea_runner_operator.reconcile.domains import Placement
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.expectations import Expectations
-from gitea_runner_operator.reconcile.forwards import Split, split
-from gitea_runner_operator.reconcile.handed import PendingLosses
-from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
-from gitea_runner_operator.reconcile.shards import Layout
+from gitea_runner_operator.reconcile.status.parts import PendingLosses
 from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
-from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
-from gitea_runner_operator.runtime.lease_keeper import MemberKeeper
-from gitea_runner_operator.runtime.membership import MembershipLeases
-from gitea_runner_operator.runtime.sharding import SETTLE_READS, Sharding, layout_of
+from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
+from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases
+from gitea_runner_operator.sharding.leases.share import Share
 
 log = structlog.get_logger(__name__)
+
+
+class _Shared:
+    """What groups share, kept by namespace (cached Secrets) and by Gitea URL (fetches and
+    HTTP sessions), never by group, so it knows no group key. As a holder of per-group
+    memory, it drops what no group left uses once a group is gone."""
+
+    def __init__(
+        self, pollers: Pollers, secrets: Secrets, observer: Observer, sessions: SessionPool
+    ) -> None:
+        self._pollers, self._secrets = pollers, secrets
+        self._observer, self._sessions = observer, sessions
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def forget(self, key: str) -> None:
+        urls = {spec.gitea.url for spec in self._pollers.specs()}
+        namespaces = {GroupKey.parse(k).namespace for k in self._pollers.keys()}  # noqa: SIM118
+        self._secrets.retain(namespaces)
+        task = asyncio.create_task(self._drop_urls(urls))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def knows(self, key: str) -> bool:
+        return False
+
+    async def _drop_urls(self, urls: set[str]) -> None:
+        """Fetches of URLs no group uses are cancelled and awaited before their sessions
+        close: a request left running would fail later on a closed session, unobserved."""
+        await self._observer.drop(urls)
+        await self._sessions.retain(urls)
+
+    async def close(self) -> None:
+        await finish_or_cancel(list(self._tasks))
 
 
 async def _until_stopped(stop: asyncio.Event, sharding: asyncio.Task[None]) -> None:
@@ -108,6 +139,12 @@ class Controller:
         self.secrets = Secrets(store)
         self.sessions = SessionPool()
         self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
+        # --sharding: this replica's share of the groups, and who serves the others.
+        self.share: Share | None = None
+        if membership is not None:
+            self.share = Share(
+                membership, self.cache, self, settings, member_keeper, self.metrics.sharding
+            )
         self.expectations = Expectations(settings.expectation_timeout)
         configs = ConfigReader(api, store, ttl=settings.secret_cache_ttl)
         self.template_policy = TemplatePolicy.parse(
@@ -124,7 +161,7 @@ class Controller:
             template_policy=self.template_policy,
         )
         self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
-        # Loss records the pass writes with the group's status (reconcile/handed.py).
+        # Loss records the pass writes with the group's status (reconcile/status/parts.py).
         self.loss_notes = PendingLosses()
         self.losses = LossFollowUp(
             self.cluster, self.cache, self.loss_notes, self.queue.add, self.metrics
@@ -147,17 +184,20 @@ class Controller:
             every_answer=self.ledger.must_weigh,
             observe_with=self.observer.observe_with,
             # --sharding: a poll task writes only while its group's domain is held.
-            right=self._holds if membership is not None else None,
+            right=self.share.serves if self.share is not None else None,
         )
         # A pass's status is patched by its group's writer, so no worker waits for a token.
         self.status_writes = LaterWrites(retry=self.queue.add_rate_limited)
+        # One register of what the process keeps per group (kit/group_memory.py): the
+        # reconciler registers what a pass keeps, the poll task first; the rest follows.
+        self.memory = GroupMemory()
         self.reconciler = Reconciler(
             self.cache,
             self.cluster,
             self.pollers,
             self.expectations,
             job_ttl_seconds=settings.job_ttl_seconds,
-            on_group_gone=self._on_group_gone,
+            memory=self.memory,
             metrics=self.metrics,
             ledger=self.ledger,
             template_policy=self.template_policy,
@@ -168,78 +208,43 @@ class Controller:
             ),
             status_writes=self.status_writes,
             losses=self.loss_notes,
-            placement=self._placement if membership is not None else None,
+            placement=self.share.placement if self.share is not None else None,
+        )
+        # Kept until the group is deleted: a hand-over leaves these to the watch events
+        # and to the poll task that stops with it.
+        for holder in (self.cache, self.hooks, self.enroller, Table(self.losses.retiring)):
+            self.memory.keep(holder, handed_over=False)
+        self.shared = self.memory.keep(
+            _Shared(self.pollers, self.secrets, self.observer, self.sessions), handed_over=False
         )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
+        for informer in self.cache.jobs:
+            informer.add_handler(self._on_job)
         self.synced = asyncio.Event()
         self.stopped = asyncio.Event()
-        self._housekeeping: set[asyncio.Task[None]] = set()
         self._running: set[str] = set()  # groups a worker reconciles now
         self._finished = asyncio.Event()  # set whenever a worker finishes a reconcile
-        # --sharding: act only on the groups of the domains this replica holds.
-        self.sharding: Sharding | None = None
-        if membership is not None:
-            self.sharding = Sharding(
-                membership,
-                self._layout,
-                take=self._take,
-                release=self._release,
-                prepare=self.cache.serve,
-                keeper=member_keeper,
-                metrics=self.metrics.sharding,
-                retry_period=settings.retry_period,
-                renew_deadline=settings.renew_deadline,
-                settle_reads=SETTLE_READS,
-            )
-        self._member_keeper = member_keeper if membership is not None else None
-        self._membership = membership
-        self._layout_cached: Layout | None = None
-        self._served: dict[str, str] = {}  # group key -> the held domain it belongs to
-
-    def _holds(self, key: str) -> bool:
-        """Whether this replica may write for ``key`` now (kit/fence.py asks it per write)."""
-        return self.sharding is None or self.sharding.acts_on(key)
 
     def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         if spec_changed(kind, obj, before):
-            self._layout_cached = None
+            if self.share is not None:
+                self.share.spec_changed()
             self.queue.add(key)
 
-    def _layout(self) -> Layout:
-        """The domains of the groups in the cache, recomputed after a spec changed."""
-        if self._layout_cached is None:
-            groups = self.cache.group_keys()
-            self._layout_cached = layout_of((k, self.cache.group(k)) for k in groups)
-        return self._layout_cached
-
-    def _take(self, keys: frozenset[str]) -> None:
-        assert self.sharding is not None
-        for domain, members in self.sharding.tenure.held.items():
-            self._served.update(dict.fromkeys(members & keys, domain))
+    def take(self, keys: frozenset[str]) -> None:
+        """The share took ``keys``: they are this replica's to reconcile now."""
         for key in keys:
             self.queue.add(key)
 
-    def _placement(self, key: str) -> Placement | None:
-        """Where a group this replica serves is served (status.domain)."""
-        domain = self._served.get(key)
-        if domain is None or self.sharding is None:
-            return None
-        held = self.sharding.tenure.held.get(domain, frozenset())
-        return self._layout().placement(domain, held, self.sharding.tenure.me)
-
-    async def _release(self, keys: frozenset[str]) -> None:
+    async def release(self, keys: frozenset[str]) -> None:
         """Another replica will serve these groups: finish their reconciles under way, then
-        stop their Gitea tasks and drop them from the ledger and the pending statuses."""
+        forget what this replica kept to act on them (kit/group_memory.py)."""
         while self._running & keys:
             self._finished.clear()
             await self._finished.wait()
         for key in keys:
-            await self.pollers.stop(key)
-            self.status_writes.forget(key)
-            self.reconciler.hand_over(key)
-            self._served.pop(key, None)
-        self.cache.unserve(keys)  # their Jobs and Pods leave this replica's memory
+            await self.memory.handed_over(key)
 
     def _on_owned(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         # A Job created and deleted before any reconcile saw it must not stay expected.
@@ -247,6 +252,18 @@ class Controller:
             self.expectations.observed(key, obj["metadata"]["name"])
         if owned_changed(kind, obj, before):  # not for a resourceVersion or heartbeat alone
             self.queue.add(key)
+
+    def _on_job(self, kind: str, obj: dict[str, Any], before: dict[str, Any] | None) -> None:
+        """``runner_jobs_failed_total``: a runner Job seen Failed for the first time (the
+        Job controller gave up on its Pod: the runner never took its job, or crashed)."""
+        if kind == "DELETED" or not job_finished(obj, ("Failed",)):
+            return
+        if before is not None and job_finished(before, ("Failed",)):
+            return
+        key = group_key_of_owned(obj)
+        if key is not None:
+            namespace, name = GroupKey.parse(key)
+            self.metrics.runner_job_failed(namespace, name)
 
     def _on_reaped(self, key: str, job_name: str, reason: ReapReason) -> None:
         namespace, name = GroupKey.parse(key)
@@ -262,22 +279,6 @@ class Controller:
         else:
             self.queue.add(key)
 
-    def split(self, keys: Sequence[str]) -> Split:
-        """Which of ``keys`` (a webhook delivery's groups) to wake here, and which another
-        replica serves (reconcile/forwards.py); all here without ``--sharding``."""
-        if self.sharding is None or self._membership is None:
-            return Split(tuple(keys))
-        sharding = self.sharding
-        if all(sharding.acts_on(key) for key in keys):
-            return Split(tuple(keys))
-        return split(
-            keys,
-            serves=sharding.acts_on,
-            domain_of=self._layout().domain_of(),
-            me=sharding.tenure.me,
-            peers=self._membership.addresses,
-        )
-
     def knows(self, key: str, job_id: int) -> bool:
         """Whether the group's latest Gitea answer lists job ``job_id`` as queued: a webhook
         delivery about it then brings nothing the group's reconcile has not seen."""
@@ -286,26 +287,6 @@ class Controller:
         if latest is None or latest.observation is None:
             return False
         return any(job.id == job_id for job in latest.observation.queued)
-
-    def _on_group_gone(self, key: str) -> None:
-        """Per-group bookkeeping goes with the group: cache clocks, resolved scopes, cached
-        Secrets of namespaces without groups, and HTTP sessions no group uses any more."""
-        self.cache.forget(key)
-        self.hooks.forget(key)
-        self.enroller.forget(key)
-        self.losses.forget(key)
-        urls = {spec.gitea.url for spec in self.pollers.specs()}
-        namespaces = {GroupKey.parse(k).namespace for k in self.pollers.keys()}  # noqa: SIM118
-        self.secrets.retain(namespaces)
-        task = asyncio.create_task(self._drop_urls(urls))
-        self._housekeeping.add(task)
-        task.add_done_callback(self._housekeeping.discard)
-
-    async def _drop_urls(self, urls: set[str]) -> None:
-        """Fetches of URLs no group uses are cancelled and awaited before their sessions
-        close: a request left running would fail later on a closed session, unobserved."""
-        await self.observer.drop(urls)
-        await self.sessions.retain(urls)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set (graceful) or the task is cancelled (leadership lost)."""
@@ -329,10 +310,9 @@ class Controller:
                 asyncio.create_task(self._worker(), name=f"worker:{i}")
                 for i in range(self.settings.workers)
             ]
-            if self._member_keeper is not None:
-                self._member_keeper.start()
-            if self.sharding is not None:
-                sharding = asyncio.create_task(self.sharding.run(stop), name="sharding")
+            if self.share is not None:
+                self.share.start()
+                sharding = asyncio.create_task(self.share.run(stop), name="sharding")
                 workers.append(sharding)
                 await _until_stopped(stop, sharding)
             else:
@@ -351,13 +331,13 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.pollers.stop_all()
-            if self._member_keeper is not None:  # after the sharding loop released the Lease
-                await self._member_keeper.close()
+            if self.share is not None:  # after the sharding loop released the Lease
+                await self.share.close()
             await self.status_writes.close()  # statuses handed over: written, or cancelled
             await self.reaper.close()
             with contextlib.suppress(Exception):  # best effort, like every Event
                 await self.cluster.events.close()  # aggregated Events still pending
-            await finish_or_cancel(list(self._housekeeping))  # closes below do the rest
+            await self.shared.close()  # the closes below do the rest
             await self.observer.close()
             await self.sessions.close()
             self.metrics.set_leader(False)
@@ -369,13 +349,13 @@ class Controller:
                 key = await self.queue.get()
             except ShutDown:
                 return
-            if self.sharding is not None and not self.sharding.acts_on(key):
+            if self.share is not None and not self.share.serves(key):
                 self.queue.forget(key)  # another replica's group
                 self.queue.done(key)
                 continue
             started = time.monotonic()
             self._running.add(key)
-            right = None if self.sharding is None else functools.partial(self._holds, key)
+            right = None if self.share is None else functools.partial(self.share.serves, key)
             try:
                 with fence.fenced_by(right):  # each write of the pass asks again
                     result = await self.reconciler.reconcile(key)

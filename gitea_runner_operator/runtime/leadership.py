@@ -31,10 +31,11 @@ from kubernetes_asyncio import client
 
 from gitea_runner_operator.kit.clock import utc_now_micro
 from gitea_runner_operator.kube.http import LEASE_TIMEOUT
+from gitea_runner_operator.kube.lease_thread import LeaseThreadFailed
 from gitea_runner_operator.kube.leases import LeaseCalls
 from gitea_runner_operator.objects.leases import Sightings, lease_body
 from gitea_runner_operator.runtime.controller import Controller
-from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper, LeaseThreadFailed
+from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper
 from gitea_runner_operator.settings import Settings
 
 log = structlog.get_logger(__name__)

@@ -1,5 +1,5 @@
 """``--sharding``: hand a verified delivery to the replica that serves its groups
-(reconcile/forwards.py decides which; this is the HTTP).
+(sharding/forwards.py decides which; this is the HTTP).
 
 The peer gets the delivery as Gitea sent it (the original body, event, delivery id and
 signature) and verifies it itself, so forwarding adds no trust: a replica cannot make a peer

@@ -1,4 +1,5 @@
-"""Which RunnerGroups a ``workflow_job`` delivery should wake: pure functions of plain data.
+"""The route stage: which RunnerGroups a verified ``workflow_job`` delivery should wake, by
+functions of plain data (the body is read whole only here, after verification).
 
 A delivery is a *trigger*, never a count: it only makes the groups that could serve the job
 refresh from Gitea at once. So routing may err on the side of waking a group that turns out to
@@ -22,16 +23,24 @@ A group is woken when all of these hold:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import structlog
+
 from gitea_runner_operator.api import scope as scope_rule
 from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.kit.jsonlimits import too_deep
+from gitea_runner_operator.webhook.answers import Answer
+
+log = structlog.get_logger(__name__)
 
 WAKE_ACTIONS: Final = frozenset({"queued", "in_progress", "completed"})
 KNOWN_ACTIONS: Final = WAKE_ACTIONS | {"waiting"}
+MAX_DEPTH: Final = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,3 +209,44 @@ def route(delivery: JobDelivery, groups: Iterable[GroupDescriptor]) -> list[str]
         ):
             keys[group.key] = None
     return list(keys)
+
+
+class Malformed(ValueError):
+    """The body is not a JSON object we can read (or nests absurdly deep)."""
+
+
+def parse_body(body: bytes) -> Any:
+    """The whole body, after verification; a malformed or deeply nested body is
+    :class:`Malformed` (answered 400), never a RecursionError."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        raise Malformed("body: not JSON") from None
+    if too_deep(payload, MAX_DEPTH):
+        raise Malformed("body: nested too deeply")
+    return payload
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    delivery: JobDelivery
+    keys: list[str]
+
+
+def routed(event: str, body: bytes, authorised: list[GroupDescriptor]) -> Routed | Answer:
+    """The verified body read whole, and the groups among ``authorised`` it concerns; or
+    why it concerns none."""
+    try:
+        payload = parse_body(body)
+    except Malformed as exc:
+        return Answer("bad_request", 400, f"{exc}\n")
+    if event != "workflow_job":
+        return Answer("ignored", 204)
+    try:
+        delivery = parse_job_delivery(payload)
+    except BadDelivery as exc:
+        log.info("webhook delivery malformed", gitea_event=event, problem=str(exc))
+        return Answer("bad_request", 400, f"{exc}\n")
+    if delivery.action not in WAKE_ACTIONS:
+        return Answer("ignored", 204)
+    return Routed(delivery, route(delivery, authorised))

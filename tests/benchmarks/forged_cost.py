@@ -30,9 +30,10 @@ import uuid
 from gitea_runner_operator import logsetup
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.webhook.routing import GroupDescriptor, SecretLocation
-from gitea_runner_operator.webhook.server import PATH, WebhookServer
+from gitea_runner_operator.webhook.server import PATH, Limits, WebhookServer
 from gitea_runner_operator.webhook.signature import sign
 from tests.benchmarks.hostile_servers import FORGED_BODIES
+from tests.support.webhook import FakeOperator
 
 URL = "https://git.example.com"
 GROUPS = 20
@@ -115,13 +116,10 @@ async def measure(n: int, kinds: list[str]) -> None:
     server = WebhookServer(
         "127.0.0.1",
         0,
-        groups=lambda: groups,
-        wake=lambda _key: None,
-        group_secret=provider,
-        wake_interval=0.0,
+        FakeOperator(groups, secret_provider=provider),
         # The CPU per delivery, not how late a penalised 429 comes (which throttles a forger
         # that waits for its answers: one at a time would take a second each here).
-        penalty_delay=0.0,
+        limits=Limits(wake_interval=0.0, penalty_delay=0.0),
     )
     await server.start()
     try:

@@ -17,7 +17,7 @@ import datetime as dt
 import time
 
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.reconcile.accounting import Claimant
+from gitea_runner_operator.reconcile.capacity.accounting import Claimant
 from gitea_runner_operator.reconcile.why import unmatched_book
 from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook
 from gitea_runner_operator.runtime.loopwatch import LoopWatch

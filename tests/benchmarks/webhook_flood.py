@@ -36,6 +36,7 @@ import aiohttp
 from tests.benchmarks import common
 from tests.support import manifests
 from tests.support.testbed import make_secret
+from tests.support.webhook import FakeOperator
 from tests.testbed.gitea_api import GiteaAPI
 from tests.testbed.sandbox import Sandbox
 
@@ -143,8 +144,7 @@ async def receiver_only(args: argparse.Namespace) -> None:
         return f"secret-{where.name}".encode()
 
     server = WebhookServer(
-        "127.0.0.1", 0, groups=lambda: groups, wake=lambda key: None,
-        operator_secret=b"operator", group_secret=provider,
+        "127.0.0.1", 0, FakeOperator(groups, secret_provider=provider), operator_secret=b"operator",
     )  # fmt: skip
     await server.start()
     lags: list[float] = []

@@ -1,7 +1,7 @@
 """Membership Leases (``--sharding``) on the real API server, with the operator's own
 ServiceAccount: members see one another, a released member is gone on the next read, a
 member that stops renewing lapses after its duration, and the fencing rule of
-reconcile/shards.py never lets two members act on one domain while they join, leave and
+sharding/tenure.py never lets two members act on one domain while they join, leave and
 lose the API server, with every domain served again once the lapse bound has passed.
 
 Timings are client-go's defaults scaled down five times (15/10/2 s -> 3/2/0.4 s), so that a
@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client, config
 
-from gitea_runner_operator.reconcile.shards import Layout, Reading
-from gitea_runner_operator.runtime.membership import MembershipLeases
-from gitea_runner_operator.runtime.sharding import Sharding
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases
+from gitea_runner_operator.sharding.leases.round import Sharding
+from gitea_runner_operator.sharding.tenure import Layout, Reading
 from tests.support.launcher import OPERATOR_NS, OPERATOR_SA
 from tests.support.testbed import MEMBERSHIP_ROLE, allow_leases, unique
 from tests.testbed.kube import KubeClient

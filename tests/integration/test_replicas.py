@@ -6,7 +6,7 @@ one job and none deleted, and the jobs queued meanwhile wait at most the Lease d
 a poll or two.
 
 Who served which group, and when, is read from each replica's log ("groups taken" and
-"groups released", debug lines of runtime/sharding.py, with UTC timestamps)."""
+"groups released", debug lines of sharding/leases/round.py, with UTC timestamps)."""
 
 from __future__ import annotations
 

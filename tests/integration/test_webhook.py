@@ -40,6 +40,7 @@ from tests.support.testbed import (
     runner_jobs,
     wait_until,
 )
+from tests.support.webhook import FakeOperator
 from tests.testbed.gitea_api import GiteaAPI
 from tests.testbed.kube import KubeClient
 
@@ -66,9 +67,16 @@ def labelled_secret(kube: KubeClient, ns: str, name: str, value: str, labelled: 
 
 @pytest.fixture
 def webhook_target(gitea: GiteaAPI) -> Any:
-    target = GiteaTarget(org=f"hooks-{secrets.token_hex(3)}", repo="app", registration_token="")
-    gitea.create_org(target.org)
-    gitea.create_repo(target.org, target.repo)
+    """An organisation and repository of their own, with the organisation's real runner
+    registration token: a group given an empty one reads SecretKeyMissing and serves
+    nothing, which a test would only see as a delivery that never came."""
+    org, repo = f"hooks-{secrets.token_hex(3)}", "app"
+    gitea.create_org(org)
+    gitea.create_repo(org, repo)
+    token = gitea.registration_token("org", owner=org)
+    if not token:
+        raise RuntimeError(f"Gitea gave an empty runner registration token for org {org}")
+    target = GiteaTarget(org=org, repo=repo, registration_token=token)
     yield target
     with contextlib.suppress(Exception):
         gitea.delete(f"/repos/{target.org}/{target.repo}")
@@ -127,11 +135,13 @@ async def test_real_deliveries_wake_exactly_the_groups_their_secret_speaks_for(
         server = WebhookServer(
             "127.0.0.1",
             0,
-            groups=lambda: descriptors.of(objects),
-            wake=woken.append,
+            FakeOperator(
+                lambda: descriptors.of(objects),
+                on_wake=woken.append,
+                secret_provider=CachedSecretReader(SecretStore(api)),
+                on_delivered=on_delivery,
+            ),
             operator_secret=operator_secret.encode(),
-            group_secret=CachedSecretReader(SecretStore(api)),
-            on_delivery=on_delivery,
         )
         await server.start()
         try:
@@ -204,18 +214,22 @@ def test_the_operator_serves_webhooks_and_routes_from_its_cache(
     )
     op = start_operator(ns, extra=("--webhook-secret-file", str(secret_file)))
     port = int(op.args[op.args.index("--webhook-port") + 1])
+
+    def logged(event: str) -> list[dict[str, Any]]:
+        return [e for e in op.log_events() if e.get("event") == event]
+
+    # The events a delivery needs, before it is sent: the receiver listens, the caches hold
+    # the group. Then the wait is for the delivery itself, with room for a loaded machine.
+    wait_until(lambda: logged("serving Gitea webhooks"), timeout=120, what="the receiver")
+    wait_until(lambda: logged("caches synced, starting workers"), timeout=120, what="the caches")
     made = gitea.create_webhook(
         f"http://127.0.0.1:{port}/hooks/gitea", owner=org, secret=secret_file.read_text().strip()
     )
     try:
         gitea.push_workflow(org, repo, "ci", WORKFLOW)
         accepted = wait_until(
-            lambda: [
-                e
-                for e in op.log_events()
-                if e.get("event") == "webhook delivery accepted" and e.get("action") == "queued"
-            ],
-            timeout=60,
+            lambda: [e for e in logged("webhook delivery accepted") if e["action"] == "queued"],
+            timeout=180,
             what="the operator accepting the queued delivery",
         )
         assert accepted[0]["woken"] == [f"{ns}/ci"]
@@ -244,10 +258,8 @@ async def test_hook_registration_is_idempotent_rotates_the_secret_and_removes(
     server = WebhookServer(
         "127.0.0.1",
         0,
-        groups=lambda: [group],
-        wake=woken.append,
+        FakeOperator([group], on_wake=woken.append, on_delivered=on_delivery),
         operator_secret=rotated.encode(),
-        on_delivery=on_delivery,
     )
     await server.start()
     try:

@@ -1,7 +1,7 @@
 """Two ``--sharding`` operator processes on the testbed's API server, with Gitea delivering
 ``workflow_job`` to one of them only: a job for a group the *other* replica serves gets its
 runner Job within seconds, though the groups poll every 5 minutes, because the replica Gitea
-reached hands the delivery to the one serving the group (reconcile/forwards.py,
+reached hands the delivery to the one serving the group (sharding/forwards.py,
 webhook/forwarding.py). Each process publishes ``POD_IP`` (here 127.0.0.1) and its webhook
 port in its membership Lease, as the chart's Pods do."""
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.reconcile.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.capacity.accounting import Answer, Claimant
 
 LINUX = frozenset({"linux"})
 

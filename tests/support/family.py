@@ -1,5 +1,5 @@
 """Several RunnerGroups reconciled by one real Reconciler and Ledger over an in-memory
-cluster, the way groups that share jobs (a family, reconcile/ledger.py) meet in production.
+cluster, the way groups that share jobs (a family, reconcile/capacity/ledger.py) meet in production.
 
 Created Jobs reach the cache at once; each group's Gitea answer is whatever the test sets."""
 
@@ -13,7 +13,7 @@ from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Problem, Snapshot
 from gitea_runner_operator.kube.cache import Release
 from gitea_runner_operator.kube.cluster import CreateRefused
-from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.reconciler import FINALIZER, Reconciler
 from tests.support import merge_patch
 from tests.support.fake_cluster import CREATED, T0, Clock, FakeSource, fresh_reconciler

@@ -4,12 +4,14 @@ by, and signed delivery bodies."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
 from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.sharding.forwards import Split
 from gitea_runner_operator.webhook.routing import GroupDescriptor, SecretLocation
-from gitea_runner_operator.webhook.server import PATH, WebhookServer
+from gitea_runner_operator.webhook.server import PATH, Limits, WebhookServer
 from gitea_runner_operator.webhook.signature import sign
 
 URL = "https://git.example.com"
@@ -48,6 +50,47 @@ def body_for(full_name="acme/widgets", action="queued", labels=("linux",), marke
     ).encode()
 
 
+class FakeOperator:
+    """The receiver's one port (webhook/ports.Operator) over plain values and callables:
+    ``listed`` (the groups: a callable or a list), and by name ``on_wake`` and
+    ``on_delivered`` (each told of every call), ``secret_provider``, and ``is_active``,
+    ``known``, ``in_flight`` and ``splits`` as the operator would answer them."""
+
+    ANSWERS = ("on_wake", "secret_provider", "on_delivered", "is_active", "known", "in_flight")
+
+    def __init__(self, listed: Any = (), splits: Any = None, **answers: Any) -> None:
+        self.listed, self.splits = listed, splits
+        for name in self.ANSWERS:
+            setattr(self, name, answers.pop(name, None))
+        assert not answers, f"unknown answers: {sorted(answers)}"
+
+    def active(self):
+        return self.is_active is None or self.is_active()
+
+    def groups(self):
+        return self.listed() if callable(self.listed) else self.listed
+
+    async def secret(self, where):
+        return None if self.secret_provider is None else await self.secret_provider(where)
+
+    def split(self, keys):
+        return Split(tuple(keys)) if self.splits is None else self.splits(keys)
+
+    def wake(self, key):
+        if self.on_wake is not None:
+            self.on_wake(key)
+
+    def knows(self, key, job_id):
+        return self.known is not None and self.known(key, job_id)
+
+    def asking(self, key):
+        return self.in_flight is not None and self.in_flight(key)
+
+    def delivered(self, outcome):
+        if self.on_delivered is not None:
+            self.on_delivered(outcome)
+
+
 class Harness:
     def __init__(
         self,
@@ -58,7 +101,9 @@ class Harness:
         active=None,
         wake_interval=0.0,
         known=None,
-        **more,
+        split=None,
+        forwarder=None,
+        **limits,
     ):
         self.woken = []
         self.outcomes = []
@@ -68,19 +113,22 @@ class Harness:
             self.lookups.append(where)
             return secrets.get(where)
 
+        self.operator = FakeOperator(
+            lambda: groups,
+            on_wake=self.woken.append,
+            secret_provider=provider,
+            on_delivered=self.outcomes.append,
+            is_active=active,
+            known=known,
+            splits=split,
+        )
         self.server = WebhookServer(
             "127.0.0.1",
             0,
-            groups=lambda: groups,
-            wake=self.woken.append,
+            self.operator,
             operator_secret=operator_secret,
-            group_secret=provider,
-            on_delivery=self.outcomes.append,
-            max_body=max_body,
-            active=active,
-            wake_interval=wake_interval,
-            known=known,
-            **more,
+            limits=Limits(max_body=max_body, wake_interval=wake_interval, **limits),
+            forwarder=forwarder,
         )
 
     async def post(

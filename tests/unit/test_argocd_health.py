@@ -12,7 +12,7 @@ from typing import Any
 from lupa import lua51  # the test extra (pyproject.toml)
 
 from gitea_runner_operator.api.observation import Problem
-from gitea_runner_operator.reconcile.status import STALL_GRACE
+from gitea_runner_operator.reconcile.status.conditions import STALL_GRACE
 from tests.support.builders import VALID
 from tests.support.fake_cluster import snapshot
 from tests.support.gitops import HOST_PATH, MISSING, World, group, kstatus

@@ -78,6 +78,9 @@ class Admissions:
     def forget(self, key: str) -> None:
         self._memo.pop(key, None)
 
+    def knows(self, key: str) -> bool:
+        return key in self._memo
+
     def _verdict(
         self, uid: str, generation: Any, meta: Mapping[str, Any], raw_spec: Any
     ) -> Admitted:

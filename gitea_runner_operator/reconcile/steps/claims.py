@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.objects.views import RunnerJobView
-from gitea_runner_operator.reconcile.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.capacity.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.inputs import GroupPass
-from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.scaling import START_BOUND, RunnerState
 from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook

@@ -33,8 +33,8 @@ from gitea_runner_operator.api.observation import ProblemError
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kit.lru import LRU
-from gitea_runner_operator.reconcile.handed import NOTHING, Part, cache_part
 from gitea_runner_operator.reconcile.jobcache_plan import cache_status, fingerprint
+from gitea_runner_operator.reconcile.status.parts import NOTHING, Part, cache_part
 from gitea_runner_operator.reconcile.steps.jobcache_writes import CacheRefusal, Objects, OwnedWrites
 
 log = structlog.get_logger(__name__)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import structlog
 
 from gitea_runner_operator.api.loss import LossRecord, loss_records
-from gitea_runner_operator.reconcile.handed import PendingLosses
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.loss import find_losses, make_room
+from gitea_runner_operator.reconcile.status.parts import PendingLosses
 
 log = structlog.get_logger(__name__)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from gitea_runner_operator.reconcile import forgejo
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.inputs import GroupPass
-from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.scaling import Plan, plan
 
 

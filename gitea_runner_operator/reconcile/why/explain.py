@@ -19,13 +19,13 @@ from typing import Any
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, Scope
-from gitea_runner_operator.reconcile.accounting import (
+from gitea_runner_operator.reconcile.capacity.accounting import (
     _SPECIFICITY,  # the family rule's order of scopes: read, not restated
     Claimant,
     assign,
     job_repository,
 )
-from gitea_runner_operator.reconcile.status import find_condition
+from gitea_runner_operator.reconcile.status.conditions import find_condition
 from gitea_runner_operator.reconcile.why.unmatched import (
     Cause,
     Offer,

@@ -25,7 +25,7 @@ from enum import StrEnum
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.scope import ScopeIndex
-from gitea_runner_operator.reconcile.accounting import Claimant, Repository, job_repository
+from gitea_runner_operator.reconcile.capacity.accounting import Claimant, Repository, job_repository
 
 # Label sets per Gitea shown in metrics on their own; the rest add up in OTHER. Only these
 # are described (nearest label, groups offering it) and warned about: a Gitea listing 25,000

@@ -1,7 +1,7 @@
 """What the operator remembers to report unmatched jobs: which Gitea's groups changed their
 offer or latest queue, and when it last warned about each label set. The groups themselves
 (offer, latest answer) are read from the one book of members the ledger keeps
-(reconcile/members.py).
+(reconcile/capacity/members.py).
 
 Each reconcile's claims step tells it what changed of its group; the unmatched jobs of a
 Gitea are then recomputed, after the pass, with :func:`unmatched.find_unmatched`, at most once per
@@ -33,7 +33,7 @@ from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.lru import LRU
 from gitea_runner_operator.kit.offload import Offload
 from gitea_runner_operator.metrics.why import WhyMetrics
-from gitea_runner_operator.reconcile.members import Member, Members
+from gitea_runner_operator.reconcile.capacity.members import Member, Members
 from gitea_runner_operator.reconcile.why.unmatched import (
     Bucket,
     Offer,

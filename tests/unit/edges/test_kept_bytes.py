@@ -7,7 +7,7 @@ import tracemalloc
 
 from gitea_runner_operator.api import caps
 from gitea_runner_operator.api.gitea import ActionJob
-from gitea_runner_operator.reconcile import accounting
+from gitea_runner_operator.reconcile.capacity import accounting
 from tests.support.deepsize import deep_size
 
 

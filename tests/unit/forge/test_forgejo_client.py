@@ -280,7 +280,7 @@ async def test_narrower_scopes_cannot_delete_wider_runners(forgejo, session):
 
 
 async def test_mapped_jobs_name_their_repository_for_exact_accounting(forgejo, session):
-    from gitea_runner_operator.reconcile.accounting import Claimant, assign, job_repository
+    from gitea_runner_operator.reconcile.capacity.accounting import Claimant, assign, job_repository
 
     app = forgejo.add_job("acme", "app", ["docker"])
     lib = forgejo.add_job("acme", "lib", ["docker"])

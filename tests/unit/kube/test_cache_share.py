@@ -12,8 +12,8 @@ from kubernetes_asyncio import client
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.cache import ClusterCache
-from gitea_runner_operator.runtime.membership import MembershipLeases
-from gitea_runner_operator.runtime.sharding import Sharding, layout_of
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases
+from gitea_runner_operator.sharding.leases.round import Sharding, layout_of
 from tests.support.api_response import FakeResponse
 from tests.support.builders import spec_with
 from tests.support.leases import Clock, FakeLeases

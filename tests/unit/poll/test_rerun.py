@@ -14,7 +14,7 @@ from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.poll.observer import GiteaHandle
 from gitea_runner_operator.poll.rerun import LossFollowUp
-from gitea_runner_operator.reconcile.handed import PendingLosses
+from gitea_runner_operator.reconcile.status.parts import PendingLosses
 from tests.support import merge_patch
 from tests.support.builders import VALID
 from tests.support.fake_cluster import FakeCache, FakeCluster

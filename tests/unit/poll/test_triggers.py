@@ -17,7 +17,7 @@ from gitea_runner_operator.poll.pacing import Pacing
 from gitea_runner_operator.poll.poller import GroupPoller
 from gitea_runner_operator.poll.pollers import Pollers
 from gitea_runner_operator.poll.triggers import owned_changed
-from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.scaling import RunnerState
 from gitea_runner_operator.reconcile.timers import SLACK, next_due
 from tests.support.builders import VALID
@@ -149,7 +149,7 @@ async def test_a_quiet_family_skips_unchanged_answers_until_a_peer_lists_a_job()
     """Peers weigh answers by age only while their family lists a queued job: before, five
     unchanged answers cost one reconcile; once a peer lists a job, every answer counts."""
     from gitea_runner_operator.api.runnergroup import Scope
-    from gitea_runner_operator.reconcile.accounting import Answer
+    from gitea_runner_operator.reconcile.capacity.accounting import Answer
     from tests.support.claims import group, job
 
     ledger = Ledger(min_interval=0)

@@ -19,11 +19,13 @@ MODULES = [
     "gitea_runner_operator.api.caps",
     "gitea_runner_operator.forge.limits",
     "gitea_runner_operator.forge.refusals",
-    "gitea_runner_operator.reconcile.accounting",
+    "gitea_runner_operator.reconcile.capacity.accounting",
     "gitea_runner_operator.kube.secret_store",
     "gitea_runner_operator.kube.configmaps",
     "gitea_runner_operator.webhook.server",
     "gitea_runner_operator.webhook.guard",
+    "gitea_runner_operator.webhook.verify",
+    "gitea_runner_operator.webhook.routing",
 ]
 ALSO_REQUIRED = {
     "gitea_runner_operator.forge.limits": (
@@ -31,7 +33,7 @@ ALSO_REQUIRED = {
         "OBSERVATION_MAX_BYTES", "OBSERVATION_MAX_ITEMS",
     ),
     "gitea_runner_operator.forge.refusals": ("INTERVAL", "MAX_KEYS"),
-    "gitea_runner_operator.reconcile.accounting": ("MEMO_ENTRIES", "MEMO_KEY_MAX_CHARS"),
+    "gitea_runner_operator.reconcile.capacity.accounting": ("MEMO_ENTRIES", "MEMO_KEY_MAX_CHARS"),
 }  # fmt: skip
 _ASSIGNED = re.compile(r"`([A-Z][A-Z0-9_]+) = ([0-9_. *+<]+)`")
 _TEST = re.compile(r"`((?:unit|integration|faults|e2e|real_node)/[\w/]+\.py)(?:::(\w+))?`")

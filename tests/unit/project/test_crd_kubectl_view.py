@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from gitea_runner_operator.reconcile.domains import Placement
+from gitea_runner_operator.api.placement import Placement
 from tests.support import REPO_ROOT
 
 REPO = REPO_ROOT

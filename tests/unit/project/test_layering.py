@@ -3,8 +3,11 @@
 ground floor: api (plain values), kit (generic helpers), settings, metrics, logsetup
 objects:      Kubernetes objects built and read without I/O (runner Job, cache server, views)
 I/O edges:    forge (Gitea), kube (Kubernetes): never each other
-decisions:    reconcile: its rules (reconcile/*.py), the why code (reconcile/why/), the steps
-              of a pass (reconcile/steps/), and reconciler.py that runs a pass
+decisions:    reconcile: its rules (reconcile/*.py, capacity/, status/), the why code
+              (reconcile/why/), the steps of a pass (reconcile/steps/), and reconciler.py
+              that runs a pass
+sharding:     its pure rules (sharding/*.py: domains, tenure, forwards) over reconcile's
+              rules, and its Lease I/O (sharding/leases/); reconcile never imports it
 the tasks:    poll (one task per group, Gitea steps), webhook (the receiver)
 runtime:      runtime (work queue, the controller's wiring, leadership)
 top:          health, commands (why, uninstall); manager (the process); cli (flags)
@@ -28,14 +31,15 @@ LEVEL = {
     "forge": 2,
     "kube": 2,
     "reconcile": 3,
-    "poll": 4,
-    "webhook": 4,
-    "runtime": 5,
-    "health": 6,
-    "commands": 6,
-    "manager": 7,
-    "cli": 8,
-    "__main__": 9,
+    "sharding": 4,
+    "poll": 5,
+    "webhook": 5,
+    "runtime": 6,
+    "health": 7,
+    "commands": 7,
+    "manager": 8,
+    "cli": 9,
+    "__main__": 10,
 }
 
 
@@ -73,14 +77,16 @@ def test_imports_point_down_only(path):
         )
 
 
-# Purity is said by folder. api/, objects/ and the rules of reconcile/ (its own files, not
-# its subfolders) read and return data only: no I/O library however indirectly, no
-# ``async def``. The Protocols of reconcile/ports.py declare async methods without a body:
-# a declaration awaits nothing, so only an async function with code counts. kit/ is
+# Purity is said by folder. api/, objects/, the rules of reconcile/ (its own files and its
+# capacity/ and status/ rooms) and of sharding/ (its own files, not leases/) read and return
+# data only: no I/O library however indirectly, no ``async def``. The Protocols of
+# reconcile/ports.py declare async methods without a body: a declaration awaits nothing, so
+# only an async function with code counts. kit/ is
 # generic: no I/O library, but it may be async by nature (kit/tasks.py awaits the tasks it
 # stops). reconcile/steps/ and reconcile/why/ may await the Kubernetes ports, and the one
 # module that runs a pass, reconcile/reconciler.py, awaits its steps.
-PURE_FOLDERS = ("api", "objects", "reconcile")
+RULES = ("reconcile", "reconcile/capacity", "reconcile/status")
+PURE_FOLDERS = ("api", "objects", *RULES, "sharding")
 NO_IO_FOLDERS = ("kit", *PURE_FOLDERS)
 RUNS_A_PASS = "reconcile/reconciler.py"
 IO_LIBRARIES = {"aiohttp", "kubernetes_asyncio"}
@@ -176,7 +182,7 @@ def test_the_purity_rule_tells_a_declaration_from_code():
 # Inside reconcile/: rules < why < steps < reconciler.py. A rule imports no step and no why
 # code (a decision never waits on how a pass acts), and the why code imports no step (it
 # reads the pass after the fact).
-RECONCILE_ROOMS = {"reconcile": 0, "reconcile/why": 1, "reconcile/steps": 2}
+RECONCILE_ROOMS = {**dict.fromkeys(RULES, 0), "reconcile/why": 1, "reconcile/steps": 2}
 
 
 def _reconcile_room(module: str) -> str | None:

@@ -68,7 +68,7 @@ def _own_timeouts(path: Path) -> list[str]:
     [
         *sorted((PACKAGE / "kube").glob("*.py")),
         PACKAGE / "runtime" / "leadership.py",
-        PACKAGE / "runtime" / "membership.py",
+        PACKAGE / "sharding" / "leases" / "membership.py",
     ],
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )

@@ -3,7 +3,7 @@ exactly one group, by a fixed rule (most specific scope, then spare capacity, th
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.reconcile.accounting import (
+from gitea_runner_operator.reconcile.capacity.accounting import (
     Answer,
     assign,
     current_jobs,
@@ -12,7 +12,7 @@ from gitea_runner_operator.reconcile.accounting import (
     overlaps,
     seen_key,
 )
-from gitea_runner_operator.reconcile.ledger import Ledger, families
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger, families
 from tests.support.claims import group, job, report
 
 ORG = group("team-a/org", Scope.ORG, "acme")
@@ -139,7 +139,7 @@ def test_a_group_that_cannot_create_claims_nothing_a_healthy_peer_can_run():
 
 
 def test_families_join_only_groups_whose_scopes_nest_and_labels_meet():
-    from gitea_runner_operator.reconcile.members import Member
+    from gitea_runner_operator.reconcile.capacity.members import Member
 
     lib = group("x/lib", Scope.REPO, "acme", "lib")
     other = group("x/o", Scope.ORG, "other")
@@ -166,7 +166,7 @@ def test_a_group_that_cannot_answer_couples_no_family():
     """A global group whose token does not work (no answer, no runner that could take a
     job) joins nobody: before, every group of its Gitea sharing a label became one family
     (creation median 0.10 -> 0.61 s and 67 quiet passes a second at 1,000 groups)."""
-    from gitea_runner_operator.reconcile.members import Member
+    from gitea_runner_operator.reconcile.capacity.members import Member
 
     other = group("x/o", Scope.ORG, "other")
     dead = group("x/g", Scope.GLOBAL, not_busy=0)
@@ -283,7 +283,7 @@ def test_learned_repository_names_are_bounded_in_length_and_count(monkeypatch):
     """An org group learns repository names from its own Gitea's answers, which its tenant
     controls: names no Gitea allows are not learned, and the count is bounded per group and
     for all groups together."""
-    import gitea_runner_operator.reconcile.ledger as ledger_module
+    import gitea_runner_operator.reconcile.capacity.ledger as ledger_module
 
     ledger = Ledger(min_interval=0)
     org = group("team-a/org", Scope.ORG, "acme")
@@ -313,8 +313,8 @@ def test_the_learned_repositories_stay_within_their_documented_bytes():
     import gc
     import tracemalloc
 
-    from gitea_runner_operator.reconcile import accounting
-    from gitea_runner_operator.reconcile import ledger as ledger_module
+    from gitea_runner_operator.reconcile.capacity import accounting
+    from gitea_runner_operator.reconcile.capacity import ledger as ledger_module
 
     groups = 10
     per_group = ledger_module.MAX_SEEN_TOTAL // groups

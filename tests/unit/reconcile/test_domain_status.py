@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.reconcile.domains import Placement, Shape
-from gitea_runner_operator.reconcile.shards import Layout
+from gitea_runner_operator.sharding.domains import Shape
+from gitea_runner_operator.sharding.tenure import Layout
 from tests.support import fake_cluster as fake
 from tests.support.gitops import World, quiet
 
@@ -55,7 +56,7 @@ async def test_the_serving_replica_writes_the_domain_once_and_again_only_when_it
 
     # Another replica took the domain over: it writes its own name, and the old replica's
     # series of the group went with the hand-over.
-    world.reconciler.hand_over(fake.KEY)
+    await world.reconciler.memory.handed_over(fake.KEY)
     assert info(world, "d-0123456789ab", "gro-a_1") is None
     where[fake.KEY] = Placement("d-0123456789ab", "gro-b_2", True)
     await world.pass_after(1)
@@ -138,7 +139,7 @@ async def test_a_group_that_comes_back_remembers_nothing_of_its_earlier_tenure()
     reconciler, sources, _ = fake.make(cluster, fake.snapshot(queued=1))
     await reconciler.reconcile(fake.KEY)
     assert cluster.creates == 1
-    reconciler.hand_over(fake.KEY)  # released; another replica serves it for a while
+    await reconciler.memory.handed_over(fake.KEY)  # released; another replica serves it for a while
     cluster.unsynced.clear()  # ... long enough for that runner to run its job and go
     sources.source.latest = fake.snapshot(queued=1)  # back here, with a new queued job
     await reconciler.reconcile(fake.KEY)

@@ -10,8 +10,8 @@ from typing import Any
 
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
-from gitea_runner_operator.reconcile.handed import NOTHING, Part
-from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
+from gitea_runner_operator.reconcile.status.parts import NOTHING, Part
 from tests.support.builders import queued_job
 from tests.support.family import T0, Clock, World, answer, group_spec, reconciler
 

@@ -20,7 +20,7 @@ import pytest
 
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Snapshot
-from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from tests.support.family import CREATED, LABEL, URL, Clock, World, group_spec, reconciler
 
 REPOS = ("acme/app", "acme/lib")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gitea_runner_operator.reconcile.forwards import Split, address, parse_address, split
-from gitea_runner_operator.reconcile.shards import owner
+from gitea_runner_operator.sharding.forwards import Split, address, parse_address, split
+from gitea_runner_operator.sharding.tenure import owner
 
 ME, B, C = "pod-a", "pod-b", "pod-c"
 MEMBERS = frozenset({ME, B, C})

@@ -7,7 +7,7 @@ reads the status it wrote, as kstatus, ``kubectl wait`` and Argo CD would."""
 from __future__ import annotations
 
 from gitea_runner_operator.api.observation import Problem, Snapshot
-from gitea_runner_operator.reconcile.status import STALL_GRACE
+from gitea_runner_operator.reconcile.status.conditions import STALL_GRACE
 from tests.support.builders import VALID
 from tests.support.fake_cluster import T0, snapshot
 from tests.support.gitops import HOST_PATH, MISSING, World, group, kstatus, quiet, waits_done

@@ -10,9 +10,10 @@ import gc
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.reconcile import family_changes, scaling
-from gitea_runner_operator.reconcile.accounting import Answer
-from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile import scaling
+from gitea_runner_operator.reconcile.capacity import family_changes
+from gitea_runner_operator.reconcile.capacity.accounting import Answer
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.scaling import queued_matching
 from tests.support.claims import group, job
 
@@ -58,6 +59,7 @@ def test_a_new_answer_or_a_new_label_set_is_worked_out_again(monkeypatch):
 
 
 def test_what_is_kept_goes_with_the_answer():
+    gc.collect()  # what earlier tests left in reference cycles is not this test's
     before = len(queued_matching)
     for _ in range(20):
         queued_matching(answer(10), LINUX)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.reconcile.accounting import Answer, Claimant
-from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile.capacity.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from tests.support.claims import group, job
 
 URL = "https://g.test"
@@ -122,7 +122,7 @@ def test_a_group_alone_or_unknown_or_without_an_answer_is_never_weighed_by_age()
 def test_a_quiet_family_is_assigned_what_the_accounting_gives_for_no_job():
     """The ledger's shortcut for a family without queued jobs (no assignment is computed)
     gives what the accounting itself gives: empty shares, no headroom, whatever the runners."""
-    from gitea_runner_operator.reconcile.accounting import assign, headroom
+    from gitea_runner_operator.reconcile.capacity.accounting import assign, headroom
 
     ledger = Ledger(min_interval=0)
     org = group("team-a/org", Scope.ORG, "acme", spare=5, not_busy=2)

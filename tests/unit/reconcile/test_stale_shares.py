@@ -1,5 +1,5 @@
 """A share goes stale only through a peer whose scope overlaps its group's
-(reconcile/family_changes.py): in a family of one org group and many repo groups that fill
+(reconcile/capacity/family_changes.py): in a family of one org group and many repo groups that fill
 at once, a repo group keeps creating from its share while other repositories' groups report,
 and its headroom (which bounds what it creates) is what a fresh assignment would give."""
 
@@ -9,8 +9,8 @@ import random
 
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.reconcile.accounting import Answer, Claimant
-from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile.capacity.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from tests.support.claims import group, job
 
 URL = "https://g.test"

@@ -1,4 +1,4 @@
-from gitea_runner_operator.reconcile.status import (
+from gitea_runner_operator.reconcile.status.conditions import (
     Problem,
     desired_status,
     merge_conditions,
@@ -101,7 +101,7 @@ def test_reconciling_and_stalled_are_never_both_true():
     """kstatus takes the first True one it meets in the list: both at once would read as
     in progress or failed by their order, not by the group's state."""
     from gitea_runner_operator.api.observation import ProblemKind
-    from gitea_runner_operator.reconcile.status import progress_conditions, stalls
+    from gitea_runner_operator.reconcile.status.conditions import progress_conditions, stalls
 
     problems = [
         None,

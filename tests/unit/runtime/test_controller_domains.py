@@ -7,8 +7,8 @@ from __future__ import annotations
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.runtime.controller import Controller
-from gitea_runner_operator.runtime.membership import MembershipLeases
 from gitea_runner_operator.settings import Settings
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases
 from tests.support.builders import spec_with
 from tests.support.leases import Clock, FakeLeases, without_runner_objects
 
@@ -26,8 +26,8 @@ def replica(api: client.ApiClient, leases: FakeLeases, clock: Clock, name: str) 
     membership = MembershipLeases(api, "ops", "gro", name, clock=clock, leases=leases)
     controller = Controller(api, Settings(sharding=True), membership=membership)
     without_runner_objects(controller.cache)
-    assert controller.sharding is not None  # these replicas start one by one, in order
-    controller.sharding.tenure.settle_reads = 0
+    assert controller.share is not None  # these replicas start one by one, in order
+    controller.share.round.tenure.settle_reads = 0
     for key, spec in GROUPS.items():
         namespace, group = key.split("/")
         obj = {"metadata": {"namespace": namespace, "name": group}, "spec": spec}
@@ -38,14 +38,14 @@ def replica(api: client.ApiClient, leases: FakeLeases, clock: Clock, name: str) 
 async def rounds(*replicas: Controller, n: int = 3) -> None:
     for _ in range(n):
         for r in replicas:
-            assert r.sharding is not None
-            await r.sharding.round()
+            assert r.share is not None
+            await r.share.round.round()
 
 
 def placed(r: Controller) -> dict[str, dict[str, str]]:
     out = {}
     for key in GROUPS:
-        where = r._placement(key)
+        where = r.share.placement(key)
         if where is not None:
             out[key] = where.status()
     return out
@@ -60,12 +60,12 @@ async def test_each_replica_shows_its_own_name_on_the_groups_it_serves() -> None
         assert by_a and by_b and not set(by_a) & set(by_b)
         assert set(by_a) | set(by_b) == set(GROUPS)
         for r, shown in ((a, by_a), (b, by_b)):
-            assert r.sharding is not None
-            assert set(shown) == {k for k in GROUPS if r.sharding.acts_on(k)}
-            domain_of = r._layout().domain_of()
+            assert r.share is not None
+            assert set(shown) == {k for k in GROUPS if r.share.round.acts_on(k)}
+            domain_of = r.share.layout().domain_of()
             for key, status in shown.items():
                 assert status["id"] == domain_of[key]
-                assert status["servedBy"] == r.sharding.tenure.me
+                assert status["servedBy"] == r.share.round.tenure.me
         every = {**by_a, **by_b}
         assert every["team/top"] == every["team/lib"]
         assert every["team/lib"]["spans"] == "gitea"

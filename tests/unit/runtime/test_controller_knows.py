@@ -1,5 +1,5 @@
 """What the webhook receiver asks the leading controller before it spends a group's wake-up
-on a delivery (webhook/guard.py ``WakeLimiter``): whether the group's latest answer lists
+on a delivery (webhook/wakes.py ``WakeLimiter``): whether the group's latest answer lists
 the delivery's job already."""
 
 from __future__ import annotations

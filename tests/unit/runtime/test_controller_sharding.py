@@ -12,14 +12,16 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from gitea_runner_operator.reconcile.forwards import Split
+from gitea_runner_operator.kube.lease_thread import LeaseTiming
 from gitea_runner_operator.reconcile.reconciler import Result
-from gitea_runner_operator.reconcile.shards import owner
 from gitea_runner_operator.runtime.controller import Controller
-from gitea_runner_operator.runtime.leadership import run_alone
-from gitea_runner_operator.runtime.lease_keeper import LeaseTiming, MemberKeeper
-from gitea_runner_operator.runtime.membership import MembershipLeases, lease_name
+from gitea_runner_operator.runtime.leadership import Leadership, run_alone
+from gitea_runner_operator.runtime.webhook_port import OperatorPort
 from gitea_runner_operator.settings import Settings
+from gitea_runner_operator.sharding.forwards import Split
+from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases, lease_name
+from gitea_runner_operator.sharding.tenure import owner
 from tests.support.builders import spec_with
 from tests.support.leases import Clock, FakeLeases, without_runner_objects
 
@@ -40,8 +42,8 @@ class Replica:
         )
         self.controller = Controller(api, Settings(sharding=True), membership=membership)
         without_runner_objects(self.controller.cache)
-        assert self.controller.sharding is not None  # started one by one, in order
-        self.controller.sharding.tenure.settle_reads = 0
+        assert self.controller.share is not None  # started one by one, in order
+        self.controller.share.round.tenure.settle_reads = 0
         for i, key in enumerate(KEYS):
             obj = {"metadata": {"namespace": "team", "name": key.split("/")[1]},
                    "spec": spec_with(org=f"org{i}", repo="app")}  # fmt: skip
@@ -58,13 +60,13 @@ class Replica:
         return Result()
 
     async def round(self) -> None:
-        assert self.controller.sharding is not None
-        await self.controller.sharding.round()
+        assert self.controller.share is not None
+        await self.controller.share.round.round()
         await asyncio.sleep(0.01)  # the workers take what was queued
 
     def serves(self) -> set[str]:
-        assert self.controller.sharding is not None
-        return {k for k in KEYS if self.controller.sharding.acts_on(k)}
+        assert self.controller.share is not None
+        return {k for k in KEYS if self.controller.share.round.acts_on(k)}
 
     async def close(self) -> None:
         self.controller.queue.shut_down()
@@ -103,7 +105,7 @@ async def test_a_moving_group_finishes_its_reconcile_before_the_view_is_publishe
         await b.round()
         assert not b.serves()
         # Which groups move is rendezvous hashing's choice; hold one of them mid-reconcile.
-        layout = a.controller._layout()
+        layout = a.controller.share.layout()
         both = {"a", "b"}
         moving = sorted(k for d, ks in layout.domains.items() if owner(d, both) == "b" for k in ks)
         assert moving
@@ -161,6 +163,17 @@ async def test_a_membership_lease_thread_that_cannot_open_ends_the_process_non_z
         assert controller.stopped.is_set()  # cleaned up on the way out
 
 
+def port_of(controller: Controller) -> OperatorPort:
+    """The webhook receiver's port over this controller, as the process wires it."""
+    leadership = Leadership()
+    leadership.controller = controller
+
+    async def no_secret(where: object) -> None:
+        return None
+
+    return OperatorPort(leadership, no_secret, controller.metrics)
+
+
 async def test_a_webhook_delivery_s_groups_are_split_by_the_replica_serving_them() -> None:
     async with client.ApiClient() as api:
         leases, clock = FakeLeases(), Clock()
@@ -171,13 +184,13 @@ async def test_a_webhook_delivery_s_groups_are_split_by_the_replica_serving_them
             for r in (a, b, c):
                 await r.round()
         assert a.serves() and b.serves() and c.serves()
-        got = a.controller.split(KEYS)
+        got = port_of(a.controller).split(KEYS)
         assert set(got.here) == a.serves()
         assert {k: set(v) for k, v in got.peers.items()} == {"10.0.0.2:8082": b.serves()}
         assert set(got.unreachable) == c.serves()
         # A delivery for its own groups only asks nobody.
         mine = sorted(a.serves())
-        assert a.controller.split(mine) == Split(tuple(mine))
+        assert port_of(a.controller).split(mine) == Split(tuple(mine))
         for r in (a, b, c):
             await r.close()
 
@@ -185,4 +198,4 @@ async def test_a_webhook_delivery_s_groups_are_split_by_the_replica_serving_them
 async def test_without_sharding_every_group_is_woken_here() -> None:
     async with client.ApiClient() as api:
         controller = Controller(api, Settings())
-        assert controller.split(KEYS) == Split(tuple(KEYS))
+        assert port_of(controller).split(KEYS) == Split(tuple(KEYS))

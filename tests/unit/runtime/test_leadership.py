@@ -10,12 +10,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from gitea_runner_operator.kube.lease_thread import LeaseTiming
 from gitea_runner_operator.runtime.leadership import (
     Leadership,
     LeaseElector,
     run_with_leadership,
 )
-from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper, LeaseTiming
+from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper
 from gitea_runner_operator.runtime.loopwatch import LoopWatch
 from gitea_runner_operator.settings import Settings
 from tests.support.leases import FakeLeases

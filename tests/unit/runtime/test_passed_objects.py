@@ -7,7 +7,7 @@ from __future__ import annotations
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.kube.secret_store import SecretStore
-from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.settings import Settings
 from tests.support.builders import queued_job

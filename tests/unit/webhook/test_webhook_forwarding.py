@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager, suppress
 
 import structlog
 
-from gitea_runner_operator.reconcile.forwards import Split
+from gitea_runner_operator.sharding.forwards import Split
 from gitea_runner_operator.webhook.forwarding import FORWARDED_HEADER, Forwarder
 from gitea_runner_operator.webhook.server import PATH
 from gitea_runner_operator.webhook.signature import sign

@@ -10,9 +10,11 @@ import json
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from gitea_runner_operator.webhook.guard import QuietLog, WakeLimiter, repository_hint, signers
+from gitea_runner_operator.webhook.guard import QuietLog
 from gitea_runner_operator.webhook.server import PATH
 from gitea_runner_operator.webhook.signature import sign
+from gitea_runner_operator.webhook.verify import repository_hint, signers
+from gitea_runner_operator.webhook.wakes import WakeLimiter
 from tests.support.webhook import OPERATOR, SECRETS, A, Harness, body_for
 
 
@@ -78,7 +80,7 @@ async def test_concurrent_unauthenticated_work_is_bounded_with_429_not_5xx():
         await release.wait()
         return SECRETS.get(where)
 
-    h.server._group_secret = slow
+    h.operator.secret_provider = slow
     h.server._slots = asyncio.Semaphore(2)
     h.server._slot_wait = 0.2
     hdrs = {

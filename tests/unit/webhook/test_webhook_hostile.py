@@ -19,9 +19,10 @@ import structlog
 from aiohttp import ClientSession
 
 from gitea_runner_operator.webhook import guard
-from gitea_runner_operator.webhook.guard import MAX_HINT_TRIES, PREFIX_BYTES, repository_hint
+from gitea_runner_operator.webhook.routing import Repository
 from gitea_runner_operator.webhook.server import PATH
 from gitea_runner_operator.webhook.signature import sign
+from gitea_runner_operator.webhook.verify import MAX_HINT_TRIES, PREFIX_BYTES, repository_hint
 from tests.support.webhook import SECRETS, A, Harness, body_for
 
 # Forged bodies that made the old hint rescan and re-parse the prefix per occurrence.
@@ -53,7 +54,7 @@ def test_the_hint_still_reads_a_genuine_payload():
     hint = repository_hint(body_for("acme/widgets"))
     assert hint is not None and hint.full_name == "acme/widgets"
     spaced = b'{"action": "queued", "repository"  :\n {"full_name": "acme/w"}}'
-    assert repository_hint(spaced) == guard.Repository("acme", "w")
+    assert repository_hint(spaced) == Repository("acme", "w")
 
 
 class Live:
@@ -66,14 +67,14 @@ class Live:
         self.writers: list[asyncio.StreamWriter] = []
         self.sent = 0
         self._outcome = asyncio.Event()
-        counted = self.h.server._on_delivery
+        counted = self.h.operator.on_delivered
         assert counted is not None
 
         def on_delivery(outcome: str) -> None:
             counted(outcome)
             self._outcome.set()
 
-        self.h.server._on_delivery = on_delivery
+        self.h.operator.on_delivered = on_delivery
 
     async def __aenter__(self) -> Live:
         await self.h.server.start()

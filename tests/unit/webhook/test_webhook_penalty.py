@@ -8,7 +8,7 @@ import asyncio
 
 from aiohttp import ClientSession, TCPConnector
 
-from gitea_runner_operator.webhook import guard, server
+from gitea_runner_operator.webhook import verify
 from gitea_runner_operator.webhook.guard import PENALTY_BURST, PENALTY_HELD, Penalties
 from gitea_runner_operator.webhook.server import PATH
 from gitea_runner_operator.webhook.signature import sign
@@ -57,13 +57,13 @@ async def _post(
 
 def _counting_hints(monkeypatch) -> list[bytes]:
     hinted: list[bytes] = []
-    real = guard.repository_hint
+    real = verify.repository_hint
 
     def counting(body: bytes):
         hinted.append(body)
         return real(body)
 
-    monkeypatch.setattr(server, "repository_hint", counting)
+    monkeypatch.setattr(verify, "repository_hint", counting)
     return hinted
 
 

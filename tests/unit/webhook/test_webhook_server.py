@@ -6,7 +6,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gitea_runner_operator.webhook.server import PATH, WebhookServer
 from gitea_runner_operator.webhook.signature import sign
-from tests.support.webhook import GROUPS, OPERATOR, SECRETS, A, B, Harness, body_for
+from tests.support.webhook import GROUPS, OPERATOR, SECRETS, A, B, FakeOperator, Harness, body_for
 
 
 async def test_operator_secret_wakes_every_group_routing_picks():
@@ -209,7 +209,7 @@ async def test_a_failing_wake_does_not_fail_the_delivery():
         raise RuntimeError("boom")
 
     server = WebhookServer(
-        "127.0.0.1", 0, groups=lambda: GROUPS, wake=wake, operator_secret=OPERATOR
+        "127.0.0.1", 0, FakeOperator(GROUPS, on_wake=wake), operator_secret=OPERATOR
     )
     body = body_for()
     async with TestClient(TestServer(server.app())) as client:

@@ -35,9 +35,9 @@ from gitea_runner_operator.objects.jobcache_server import (
     render_secret,
     render_service,
 )
-from gitea_runner_operator.reconcile.handed import Part
 from gitea_runner_operator.reconcile.jobcache_plan import PVC_PENDING_WARNING
-from gitea_runner_operator.reconcile.status import status_differs
+from gitea_runner_operator.reconcile.status.conditions import status_differs
+from gitea_runner_operator.reconcile.status.parts import Part
 from gitea_runner_operator.reconcile.steps.jobcache import (
     DRIFT_RESYNC,
     RESYNC,

@@ -1,5 +1,5 @@
 """A pass hands its status to its group's writer and returns: no reconcile worker waits for a
-write token to report what it did (reconcile/steps/status_writes.py). With the real Reconciler over
+write token to report what it did (reconcile/steps/status_later.py). With the real Reconciler over
 a cluster whose status patches wait until the test lets them through."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites
+from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
 from tests.support.builders import VALID
 from tests.support.fake_cluster import (
     KEY,

@@ -15,8 +15,8 @@ from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
-from gitea_runner_operator.reconcile.accounting import Answer, Claimant
-from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile.capacity.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.why.unmatched import (
     OTHER,
     Cause,

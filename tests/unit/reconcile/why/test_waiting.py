@@ -9,8 +9,8 @@ import pytest
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.reconcile.accounting import Answer, Claimant
-from gitea_runner_operator.reconcile.ledger import Ledger
+from gitea_runner_operator.reconcile.capacity.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.why.waiting import HeldBack, explain_waiting, peers_serving
 from tests.support.builders import queued_job
 from tests.support.fake_cluster import KEY, FakeCluster, make

@@ -16,11 +16,11 @@ While a family fills (every member creating runners, so every reconcile changes 
 its assignment is recomputed at most once per ``min_interval``; in between, members read
 the last one. A stale share may still hold jobs that runners took since, so a member served
 one creates nothing and is told (:meth:`Ledger.stale`) to look again. Stale means changed
-by a peer whose scope overlaps the member's (reconcile/family_changes.py): a repo group
+by a peer whose scope overlaps the member's (reconcile/capacity/family_changes.py): a repo group
 keeps creating from its share while other repositories' groups report. Each member also reads
 its headroom (:meth:`Ledger.room`, accounting.headroom): Gitea hands a job to whichever
 runner asks first, not to the one the assignment had in mind, so a group never adds more
-runners than can surely find a job (tests/unit/test_family_property.py).
+runners than can surely find a job (tests/unit/reconcile/test_family_property.py).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import replace
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.api.scope import fold
-from gitea_runner_operator.reconcile.accounting import (
+from gitea_runner_operator.reconcile.capacity.accounting import (
     Answer,
     Claimant,
     assign,
@@ -42,8 +42,11 @@ from gitea_runner_operator.reconcile.accounting import (
     job_repository,
     seen_key,
 )
-from gitea_runner_operator.reconcile.family_changes import Changes, lists_unknown_repository
-from gitea_runner_operator.reconcile.members import Member, Members
+from gitea_runner_operator.reconcile.capacity.family_changes import (
+    Changes,
+    lists_unknown_repository,
+)
+from gitea_runner_operator.reconcile.capacity.members import Member, Members
 
 # An org-scope token's known-readable repositories, learned from the group's own Gitea
 # answers (which its tenant controls), so bounded: per group by the org's repositories and
@@ -267,7 +270,8 @@ class Ledger:
     def stale(self, key: str) -> bool:
         """Whether the share last read for ``key`` predates a change of its family's inputs
         that may have moved it: a change of a peer whose scope overlaps its own
-        (reconcile/family_changes.py). A pass again after ``min_interval`` reads a fresh one."""
+        (reconcile/capacity/family_changes.py). A pass again after ``min_interval`` reads a
+        fresh one."""
         family = (self._family_of or {}).get(key)
         if family is None or len(family) == 1:
             return False

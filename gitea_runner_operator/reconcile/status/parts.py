@@ -1,5 +1,5 @@
 """What the steps of a pass and the group's poll task hand to the pass, which writes the
-group's whole status once (reconcile/steps/report.py). Each part of the status has one
+group's whole status once (reconcile/steps/status_write.py). Each part of the status has one
 author, but one writer: two writers of one object's status raced each other's merge patches
 and each spent its own write token and watch event.
 
@@ -89,6 +89,9 @@ class PendingLosses:
 
     def forget(self, key: str) -> None:
         self._pending.pop(key, None)
+
+    def knows(self, key: str) -> bool:
+        return key in self._pending
 
 
 def _stored(group: dict[str, Any]) -> dict[str, Any]:

@@ -8,8 +8,8 @@ import asyncio
 from typing import Any
 
 from gitea_runner_operator.metrics import PREFIX, Metrics
-from gitea_runner_operator.runtime.membership import MembershipLeases
-from gitea_runner_operator.runtime.sharding import Sharding, layout_of
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases
+from gitea_runner_operator.sharding.leases.round import Sharding, layout_of
 from tests.support.builders import spec_with
 from tests.support.leases import Clock, FakeLeases
 

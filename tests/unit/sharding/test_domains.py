@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.reconcile.accounting import Claimant, overlaps
-from gitea_runner_operator.reconcile.domains import Shape, domain_id, domains, fingerprint
+from gitea_runner_operator.reconcile.capacity.accounting import Claimant, overlaps
+from gitea_runner_operator.sharding.domains import Shape, domain_id, domains, fingerprint
 
 URLS = ("https://a.example", "https://b.example")
 

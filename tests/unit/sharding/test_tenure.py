@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitea_runner_operator.reconcile.shards import (
+from gitea_runner_operator.sharding.tenure import (
     Arrivals,
     Layout,
     Published,

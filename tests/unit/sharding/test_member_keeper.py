@@ -10,9 +10,10 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gitea_runner_operator.runtime.lease_keeper import LeaseTiming, MemberKeeper
-from gitea_runner_operator.runtime.membership import MembershipLeases, lease_name
-from gitea_runner_operator.runtime.sharding import Sharding, layout_of
+from gitea_runner_operator.kube.lease_thread import LeaseTiming
+from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases, lease_name
+from gitea_runner_operator.sharding.leases.round import Sharding, layout_of
 from tests.support.builders import spec_with
 from tests.support.leases import FakeLeases
 

@@ -2,7 +2,7 @@
 Gitea happened to reach can hand the delivery to the one that acts on it.
 
 The chart's Service spreads Gitea's deliveries over every replica, and a replica acts only on
-the capacity domains it holds (reconcile/shards.py). Without a hand-over, a delivery that lands
+the capacity domains it holds (sharding/tenure.py). Without a hand-over, a delivery that lands
 on the wrong replica wakes nothing and the job waits for the next poll. So each member
 publishes in its membership Lease where it receives webhooks (:data:`WEBHOOK_ANNOTATION`), and
 the receiver asks :func:`split` where each group it routed to is served.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from gitea_runner_operator.reconcile.shards import owner
+from gitea_runner_operator.sharding.tenure import owner
 
 # On each member's Lease: ``<ip>:<port>`` (``[<ipv6>]:<port>``) where it receives webhooks;
 # absent when the member receives none (webhooks off, or no Pod IP to offer).

@@ -1,12 +1,13 @@
 """What changed in a family of groups since its last assignment, by the scopes it touched:
 which members' shares may have moved, so the others keep creating from theirs.
 
-A member's share and headroom are read from the family's last assignment (reconcile/ledger.py);
-once an input changed, a share may be out of date ("stale") and its group creates nothing
-until the assignment is recomputed, at most every ``ledger.MIN_INTERVAL``. In a family of
-one org group and 1,000 repo groups that fill at once, every member's report made every
-other member's share stale, so only the group that triggered the computation (and those told
-their share grew) created in each half second: 10 runner Jobs a second.
+A member's share and headroom are read from the family's last assignment
+(reconcile/capacity/ledger.py); once an input changed, a share may be out of date ("stale")
+and its group creates nothing until the assignment is recomputed, at most every
+``ledger.MIN_INTERVAL``. In a family of one org group and 1,000 repo groups that fill at
+once, every member's report made every other member's share stale, so only the group that
+triggered the computation (and those told their share grew) created in each half second: 10
+runner Jobs a second.
 
 A share moves only through a peer whose scope overlaps its own: a job of repository R is
 counted among the groups that cover R (R's repo groups, its org's org groups and the global
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.api.scope import ScopeIndex
-from gitea_runner_operator.reconcile.accounting import Claimant, job_repository
+from gitea_runner_operator.reconcile.capacity.accounting import Claimant, job_repository
 
 
 def lists_unknown_repository(jobs: Sequence[ActionJob]) -> bool:

@@ -11,7 +11,7 @@ replicas (docs/decisions/0005-sharding-by-capacity-domain.md).
 
 Domains are a pure function of every group's Gitea URL, scope and labels, so every replica
 that sees the same groups computes the same domains; :func:`fingerprint` names that input,
-so replicas can tell whether they agree on it (reconcile/shards.py).
+so replicas can tell whether they agree on it (sharding/tenure.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, Scope
 from gitea_runner_operator.api.scope import fold
-from gitea_runner_operator.reconcile.accounting import Claimant
-from gitea_runner_operator.reconcile.ledger import families
-from gitea_runner_operator.reconcile.members import Member
+from gitea_runner_operator.reconcile.capacity.accounting import Claimant
+from gitea_runner_operator.reconcile.capacity.ledger import families
+from gitea_runner_operator.reconcile.capacity.members import Member
 
 _ID_BYTES = 6  # 12 hex digits: collisions among a few thousand domains are negligible
 
@@ -114,22 +114,3 @@ def fingerprint(shapes: Mapping[str, Shape] | Iterable[Shape]) -> str:
         h.update("\x1f".join(fields).encode())
         h.update(b"\x1e")
     return h.hexdigest()[:16]
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where one group is served (``--sharding``): its domain, the replica that holds it,
-    and whether the domain spans its whole Gitea."""
-
-    domain: str
-    served_by: str  # the replica's identity, its membership Lease's holderIdentity
-    whole_gitea: bool
-
-    def status(self) -> dict[str, str]:
-        """``status.domain``. Each field changes only with the domain or its owner, so a
-        quiet group writes nothing for it (docs/gitops.md, "quiet status")."""
-        return {
-            "id": self.domain,
-            "servedBy": self.served_by,
-            "spans": "gitea" if self.whole_gitea else "family",
-        }

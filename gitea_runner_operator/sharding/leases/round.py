@@ -1,5 +1,5 @@
 """``--sharding``: every replica acts, each on the capacity domains it holds
-(reconcile/shards.py) by its membership Lease (runtime/membership.py).
+(sharding/tenure.py) by its membership Lease (sharding/leases/membership.py).
 
 One round, every ``retry_period``: renew the Lease; read everyone's; plan. The plan's order
 is the fencing rule's: groups it releases are closed to the workers first and their
@@ -21,16 +21,17 @@ from typing import Any
 import structlog
 
 from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
+from gitea_runner_operator.kube.lease_thread import LeaseThreadFailed
 from gitea_runner_operator.metrics import ShardingMetrics
-from gitea_runner_operator.reconcile.domains import Shape, shape_of
-from gitea_runner_operator.reconcile.shards import Arrivals, Layout, Tenure
-from gitea_runner_operator.runtime.lease_keeper import LeaseThreadFailed, MemberKeeper
-from gitea_runner_operator.runtime.membership import MembershipLeases
+from gitea_runner_operator.sharding.domains import Shape, shape_of
+from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases
+from gitea_runner_operator.sharding.tenure import Arrivals, Layout, Tenure
 
 log = structlog.get_logger(__name__)
 
 # Reads a replica that has never held a domain, and sees no other member, waits before it
-# takes any (reconcile/shards.Tenure.settle_reads): about 6 s at the default 2 s period,
+# takes any (sharding/tenure.Tenure.settle_reads): about 6 s at the default 2 s period,
 # time for replicas started with it to write their Leases.
 SETTLE_READS = 3
 
@@ -49,7 +50,8 @@ def layout_of(groups: Iterable[tuple[str, Any]]) -> Layout:
 
 
 class Sharding:
-    """The replica's share of the groups, for the controller's workers to ask."""
+    """The rounds over the membership Leases: the domains this replica holds and whether it
+    may still act on them. Asked through this replica's share (sharding/leases/share.py)."""
 
     def __init__(
         self,
@@ -71,7 +73,7 @@ class Sharding:
         self._take = take
         self._release = release
         self._prepare = prepare
-        # The thread that renews our Lease (runtime/lease_keeper.MemberKeeper); without it,
+        # The thread that renews our Lease (sharding/leases/keeper.MemberKeeper); without it,
         # each round renews on this loop.
         self._keeper = keeper
         self._writer: MembershipLeases | MemberKeeper = keeper if keeper is not None else leases

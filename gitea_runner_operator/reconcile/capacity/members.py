@@ -1,6 +1,6 @@
 """One book of every group's latest report, by group and by Gitea URL: who is in each family,
-with its claimant and latest answer. The ledger (reconcile/ledger.py) computes the families'
-assignments from it, and the unmatched-jobs evaluation (reconcile/why/unmatched_book.py)
+with its claimant and latest answer. The ledger (reconcile/capacity/ledger.py) computes the
+families' assignments from it, and the unmatched-jobs evaluation (reconcile/why/unmatched_book.py)
 reads each Gitea's members from it: kept once, each reader keeps only what it decided."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from gitea_runner_operator.api.scope import fold
-from gitea_runner_operator.reconcile.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.capacity.accounting import Answer, Claimant
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,9 @@ class Members(Mapping[str, Member]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key
 
     def __len__(self) -> int:
         return len(self._by_key)

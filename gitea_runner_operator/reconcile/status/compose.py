@@ -1,7 +1,7 @@
 """A group's whole status after one pass, and the Events that mark its transitions, composed
 from plain data: what the pass found (:class:`Found`) and the parts its steps and the poll
-task handed to it (reconcile/handed.py). The writer (reconcile/steps/report.py) only holds
-back, sends and records what this returns."""
+task handed to it (reconcile/status/parts.py). The writer (reconcile/steps/status_write.py)
+only holds back, sends and records what this returns."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Problem, Snapshot
 from gitea_runner_operator.reconcile import forgejo
-from gitea_runner_operator.reconcile import status as st
-from gitea_runner_operator.reconcile.handed import Part
+from gitea_runner_operator.reconcile.status import conditions as st
+from gitea_runner_operator.reconcile.status.parts import Part
 
 
 @dataclass(frozen=True, slots=True)

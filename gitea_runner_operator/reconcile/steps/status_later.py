@@ -83,6 +83,9 @@ class LaterWrites:
         if task is not None:
             task.cancel()
 
+    def knows(self, key: str) -> bool:
+        return key in self._pending or key in self._tasks
+
     async def close(self, grace: float = STOP_GRACE) -> None:
         """Let the writes under way finish (at most ``grace`` seconds), then cancel the rest:
         no writer outlives the controller."""

@@ -29,7 +29,7 @@ Replicas of a Deployment start within seconds of one another; without the wait, 
 one up takes every domain, starts every group's work and hands most of it away a few
 seconds later, and a Python process keeps the memory of that peak for good.
 
-Pure: :class:`Tenure` is one member's state; the Lease I/O is runtime/membership.py.
+Pure: :class:`Tenure` is one member's state; the Lease I/O is sharding/leases/membership.py.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from gitea_runner_operator.reconcile.domains import (
-    Placement,
+from gitea_runner_operator.api.placement import Placement
+from gitea_runner_operator.sharding.domains import (
     Shape,
     domains,
     fingerprint,

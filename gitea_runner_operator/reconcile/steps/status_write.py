@@ -1,7 +1,7 @@
 """A group's status, conditions, Events, gauges and log lines after one reconcile pass: the
 one writer of a group's ``status``. The steps and the poll task hand their parts to the pass
-(reconcile/handed.py: ``cache``, ``losses``); the whole status is composed by a pure function
-(reconcile/compose.py), and this writer only holds back, sends and records it."""
+(reconcile/status/parts.py: ``cache``, ``losses``); the whole status is composed by a pure function
+(reconcile/status/compose.py), and this writer only holds back, sends and records it."""
 
 from __future__ import annotations
 
@@ -14,20 +14,20 @@ from typing import Any
 import structlog
 
 from gitea_runner_operator.api.observation import Problem, ProblemKind, Snapshot
+from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.clock import iso_timestamp, utc_now_iso
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
-from gitea_runner_operator.reconcile import status as st
-from gitea_runner_operator.reconcile.compose import Composed, Found, compose
-from gitea_runner_operator.reconcile.domains import Placement
-from gitea_runner_operator.reconcile.handed import NOTHING, Part
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.inputs import GroupPass
-from gitea_runner_operator.reconcile.ledger import Ledger
 from gitea_runner_operator.reconcile.ports import ClusterWrites, Sources
 from gitea_runner_operator.reconcile.scaling import Plan, RunnerState, queued_matching
 from gitea_runner_operator.reconcile.state import GroupState
-from gitea_runner_operator.reconcile.steps.status_writes import LaterWrites, Patch
+from gitea_runner_operator.reconcile.status import conditions as st
+from gitea_runner_operator.reconcile.status.compose import Composed, Found, compose
+from gitea_runner_operator.reconcile.status.parts import NOTHING, Part
+from gitea_runner_operator.reconcile.steps.status_later import LaterWrites, Patch
 from gitea_runner_operator.reconcile.why.waiting import (
     HeldBack,
     explain_waiting,
@@ -63,17 +63,19 @@ class StatusWriter:
     # key -> the generation this process last said was being applied (``applying``)
     announced: dict[str, int] = field(default_factory=dict)
     # Set: a pass's status (not a problem's) is written by the group's writer after the
-    # pass (reconcile/steps/status_writes.py), so no worker waits for a write token.
+    # pass (reconcile/steps/status_later.py), so no worker waits for a write token.
     later: LaterWrites | None = None
     # --sharding: where a group is served (status.domain); None without sharding, when a
     # domain left by an earlier sharded run is removed.
     placement: Callable[[str], Placement | None] | None = None
 
     def forget(self, key: str) -> None:
+        # Its pending write (``later``) is a holder of its own (kit/group_memory.py).
         self.written.pop(key, None)
         self.announced.pop(key, None)
-        if self.later is not None:
-            self.later.forget(key)
+
+    def knows(self, key: str) -> bool:
+        return key in self.written or key in self.announced
 
     def _hold_back(self, key: str, digest: int) -> tuple[bool, float | None]:
         """Whether to skip this write, and if so when to come back (None: never, it was
@@ -104,7 +106,7 @@ class StatusWriter:
     ) -> float | None:
         """``seen``: the matching jobs a blocked group sees, reported as its demand although
         its family's accounting gave them to its peers. ``part``: what the steps and the poll
-        task handed to the pass (reconcile/handed.py). Returns when to come back (seconds)
+        task handed to the pass (reconcile/status/parts.py). Returns when to come back (seconds)
         if the write was held back (STATUS_MIN_INTERVAL), else None."""
         key, meta = p.key, p.meta
         previous = p.group.get("status") or {}

@@ -10,9 +10,13 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gitea_runner_operator.reconcile.forwards import WEBHOOK_ANNOTATION
-from gitea_runner_operator.reconcile.shards import ANNOTATION, Published
-from gitea_runner_operator.runtime.membership import MEMBERS_LABEL, MembershipLeases, lease_name
+from gitea_runner_operator.sharding.forwards import WEBHOOK_ANNOTATION
+from gitea_runner_operator.sharding.leases.membership import (
+    MEMBERS_LABEL,
+    MembershipLeases,
+    lease_name,
+)
+from gitea_runner_operator.sharding.tenure import ANNOTATION, Published
 from tests.support.leases import Clock, FakeLeases
 
 NS = "ops"

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.api.scope import labels_fit, scope_covers
-from gitea_runner_operator.reconcile.accounting import Answer, Claimant
-from gitea_runner_operator.reconcile.domains import Shape
-from gitea_runner_operator.reconcile.ledger import Ledger
-from gitea_runner_operator.reconcile.shards import Layout, Published, Reading, Tenure, owner
+from gitea_runner_operator.reconcile.capacity.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
+from gitea_runner_operator.sharding.domains import Shape
+from gitea_runner_operator.sharding.tenure import Layout, Published, Reading, Tenure, owner
 
 DURATION = 15.0
 RENEW_DEADLINE = 10.0

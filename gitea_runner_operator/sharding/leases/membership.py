@@ -1,6 +1,6 @@
 """Membership Leases: each replica holds a ``coordination.k8s.io/v1`` Lease of its own,
 ``<release>-member-<pod>``, renews it, lists the others' to learn who is alive and what
-each publishes, and gives it up when it stops (reconcile/shards.py decides what to do
+each publishes, and gives it up when it stops (sharding/tenure.py decides what to do
 with a read; this module only talks to the API server).
 
 The liveness rules are client-go's, as in runtime/leadership.py, and so are the calls
@@ -27,8 +27,8 @@ from gitea_runner_operator.kit.clock import utc_now_micro
 from gitea_runner_operator.kube.http import LEASE_TIMEOUT
 from gitea_runner_operator.kube.leases import LeaseCalls
 from gitea_runner_operator.objects.leases import LeaseRecord, Sightings, lease_body
-from gitea_runner_operator.reconcile.forwards import WEBHOOK_ANNOTATION, parse_address
-from gitea_runner_operator.reconcile.shards import ANNOTATION, Published, Reading
+from gitea_runner_operator.sharding.forwards import WEBHOOK_ANNOTATION, parse_address
+from gitea_runner_operator.sharding.tenure import ANNOTATION, Published, Reading
 
 log = structlog.get_logger(__name__)
 
@@ -70,7 +70,7 @@ class MembershipLeases:
         self._sightings = Sightings(clock)
         self._version: str | None = None  # our own Lease's resourceVersion, as last written
         self._evicted = False
-        # Where this replica receives webhooks (reconcile/forwards.py), published with every
+        # Where this replica receives webhooks (sharding/forwards.py), published with every
         # write; and where each fresh member of the latest read receives them (None: nowhere).
         self.webhook = webhook
         self.addresses: dict[str, str | None] = {}
@@ -125,7 +125,7 @@ class MembershipLeases:
     async def read(self, publication: int) -> Reading | None:
         """Every other member whose Lease is held and fresh, with what it publishes; None
         when the list failed (nothing can be concluded from no answer). ``publication``:
-        our own publication count as this read begins (shards.Reading)."""
+        our own publication count as this read begins (sharding/tenure.Reading)."""
         asked = self._clock()  # the list shows the Leases as they were at this time, or later
         try:
             found = await self._calls.list(f"{MEMBERS_LABEL}={self.ring}")

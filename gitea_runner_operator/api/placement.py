@@ -1,0 +1,25 @@
+"""``status.domain``: where one group is served under ``--sharding``. A value of the API,
+so the status writer names it without reaching the sharding rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one group is served (``--sharding``): its domain, the replica that holds it,
+    and whether the domain spans its whole Gitea."""
+
+    domain: str
+    served_by: str  # the replica's identity, its membership Lease's holderIdentity
+    whole_gitea: bool
+
+    def status(self) -> dict[str, str]:
+        """``status.domain``. Each field changes only with the domain or its owner, so a
+        quiet group writes nothing for it (docs/gitops.md, "quiet status")."""
+        return {
+            "id": self.domain,
+            "servedBy": self.served_by,
+            "spans": "gitea" if self.whole_gitea else "family",
+        }

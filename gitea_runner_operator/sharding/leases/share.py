@@ -1,0 +1,142 @@
+"""This replica's share of the groups (``--sharding``), and the one answer to "who serves
+group X, and where".
+
+The workers ask whether to reconcile a group, the poll task's fence whether it may still
+write, the status writer where the group is served (``status.domain``), the webhook which
+replica a delivery's groups are served by. All ask this object, which holds the rounds
+over the membership Leases (sharding/leases/round.py), the layout of domains the cache's
+groups make, and the groups taken since the domains they belong to were taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from gitea_runner_operator.api.placement import Placement
+from gitea_runner_operator.metrics import ShardingMetrics
+from gitea_runner_operator.settings import Settings
+from gitea_runner_operator.sharding.forwards import Split, split
+from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
+from gitea_runner_operator.sharding.leases.membership import MembershipLeases
+from gitea_runner_operator.sharding.leases.round import SETTLE_READS, Sharding, layout_of
+from gitea_runner_operator.sharding.tenure import Layout
+
+
+class Groups(Protocol):
+    """The informer cache, as the share reads it: the groups (for the layout), and the
+    Jobs and Pods it keeps only for the groups served here."""
+
+    def group_keys(self) -> list[str]: ...
+
+    def group(self, key: str) -> dict[str, Any] | None: ...
+
+    async def serve(self, keys: Iterable[str]) -> None: ...
+
+    def unserve(self, keys: Iterable[str]) -> None: ...
+
+
+class Workers(Protocol):
+    """What acts on the groups this replica serves (the controller's work queue and
+    workers): told of the groups taken, and of those released, which it answers once their
+    work here is done."""
+
+    def take(self, keys: frozenset[str]) -> None: ...
+
+    async def release(self, keys: frozenset[str]) -> None: ...
+
+
+class Share:
+    """The cache's share of Jobs and Pods follows what is taken and released."""
+
+    def __init__(
+        self,
+        membership: MembershipLeases,
+        groups: Groups,
+        workers: Workers,
+        settings: Settings,
+        keeper: MemberKeeper | None = None,
+        metrics: ShardingMetrics | None = None,
+    ) -> None:
+        self._membership, self._groups, self._workers = membership, groups, workers
+        self._keeper = keeper
+        self._layout: Layout | None = None
+        self._served: dict[str, str] = {}  # group key -> the held domain it belongs to
+        self.round = Sharding(
+            membership,
+            self.layout,
+            keeper=keeper,
+            take=self._take,
+            release=self._release,
+            metrics=metrics,
+            prepare=groups.serve,
+            retry_period=settings.retry_period,
+            renew_deadline=settings.renew_deadline,
+            settle_reads=SETTLE_READS,
+        )
+
+    # -- who serves group X, and where --------------------------------------------------------
+
+    def serves(self, key: str) -> bool:
+        """Whether this replica may act for ``key`` now: a worker's pass, and each write of
+        it (kit/fence.py asks per write)."""
+        return self.round.acts_on(key)
+
+    def placement(self, key: str) -> Placement | None:
+        """Where a group this replica serves is served (status.domain)."""
+        domain = self._served.get(key)
+        if domain is None:
+            return None
+        held = self.round.tenure.held.get(domain, frozenset())
+        return self.layout().placement(domain, held, self.round.tenure.me)
+
+    def split(self, keys: Sequence[str]) -> Split:
+        """Which of ``keys`` (a webhook delivery's groups) to wake here, and which another
+        replica serves (sharding/forwards.py)."""
+        if all(self.serves(key) for key in keys):
+            return Split(tuple(keys))
+        return split(
+            keys,
+            serves=self.serves,
+            domain_of=self.layout().domain_of(),
+            me=self.round.tenure.me,
+            peers=self._membership.addresses,
+        )
+
+    # -- the layout, and taking and releasing -------------------------------------------------
+
+    def layout(self) -> Layout:
+        """The domains of the groups in the cache, recomputed after a spec changed."""
+        if self._layout is None:
+            keys = self._groups.group_keys()
+            self._layout = layout_of((k, self._groups.group(k)) for k in keys)
+        return self._layout
+
+    def spec_changed(self) -> None:
+        self._layout = None
+
+    def _take(self, keys: frozenset[str]) -> None:
+        for domain, members in self.round.tenure.held.items():
+            self._served.update(dict.fromkeys(members & keys, domain))
+        self._workers.take(keys)
+
+    async def _release(self, keys: frozenset[str]) -> None:
+        await self._workers.release(keys)
+        for key in keys:
+            self._served.pop(key, None)
+        self._groups.unserve(keys)  # their Jobs and Pods leave this replica's memory
+
+    # -- running ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._keeper is not None:
+            self._keeper.start()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.round.run(stop)
+
+    async def close(self) -> None:
+        """After the round released the Lease: the thread that renewed it ends."""
+        if self._keeper is not None:
+            await self._keeper.close()
