@@ -19,6 +19,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from gitea_runner_operator.api.constants import USERNS_RUNTIME_CLASS
 from tests.support import manifests
 from tests.support.builders import workflow
 from tests.support.testbed import (
@@ -145,6 +146,25 @@ def test_the_default_render_is_the_cluster_install(helm, tmp_path):
         "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
         "Role", "RoleBinding", "Service", "Deployment", "Job", "NetworkPolicy", "FlowSchema",
     }  # fmt: skip
+
+
+def test_the_dind_userns_runtime_class_is_made_only_when_asked_with_the_nodes_handler(
+    helm, tmp_path
+):
+    """Mode dind-userns's Pods name the RuntimeClass gitea-runner-userns; the chart makes it
+    with the handler a platform configured on its nodes, and by default leaves it to them."""
+    assert not [o for o in render(helm, tmp_path, "gro", "ops", {}) if o["kind"] == "RuntimeClass"]
+    values = {
+        "usernsRuntimeClass": {
+            "create": True,
+            "handler": "runc-tun",
+            "nodeSelector": {"example.com/userns": "true"},
+        }
+    }
+    runtime_class = one(render(helm, tmp_path, "gro", "ops", values), "RuntimeClass")
+    assert runtime_class["metadata"]["name"] == USERNS_RUNTIME_CLASS
+    assert runtime_class["handler"] == "runc-tun"
+    assert runtime_class["scheduling"] == {"nodeSelector": {"example.com/userns": "true"}}
 
 
 def test_the_operators_lease_requests_get_the_leader_election_priority_level(helm, tmp_path):
