@@ -60,13 +60,13 @@ def baseline_namespace(real: Real) -> None:
 
 
 def userns_group(real: Real, name: str, label: str, **spec: Any) -> None:
+    spec.setdefault("template", on_real_node(init=[USERNS_DAEMON]))
     real.group(
         name,
         # mode left out on purpose: dind-userns is the default for a new group
         labels=[f"{label}:docker://{LOCAL}{images.BUSYBOX}"],
         image=LOCAL + images.RUNNER,
         maxActiveRunners=3,
-        template=on_real_node(init=[USERNS_DAEMON]),
         **spec,
     )
 
@@ -134,27 +134,36 @@ def test_a_pod_without_the_tun_device_names_what_the_node_lacks(real):
 # ------------------------------------------------------------- what a job can reach: the node
 
 # Run by a job in a container that holds the daemon's socket, as the container's root. Every
-# attempt is bounded; each says what it got. @DEV@ is the node's root device (major minor),
-# @REL@ the marker directory's path on it, @PID@ a process on the node outside every Pod.
+# attempt is bounded; each says what it got. @DISK@ is the node's disk (a path on the node),
+# @DEV@ its device numbers (major minor), @REL@ the marker directory's path on it, @PID@ a
+# process on the node outside every Pod. Two ways to the disk: a device the daemon hands in
+# (--device, with CAP_SYS_ADMIN to mount it), and --privileged with a device node made
+# inside (this machine's DinD refuses --privileged: its root lacks some capabilities).
 ESCAPE_PROBE = r"""
 set -u
 B=docker.io/local/busybox:1.35
 T="timeout 60"
 one() { tr '\n' ' ' | cut -c1-300; echo; }
 echo "PROBE uid_map: $(tr -s ' ' </proc/self/uid_map | one)"
-# control: what this job owns, it can write through the daemon and signal
-mkdir -p /tmp/own && $T docker run --rm -v /tmp/own:/own $B sh -c 'echo mine >/own/f' \
-  && echo "PROBE control write: $(cat /tmp/own/f 2>&1)"
+# control: where the daemon may write (its own files), the probe's write lands and reads
+# back; and a process of the job's own ends by its signal
+$T docker run --rm -v /tmp/gro-own:/own $B sh -c 'echo mine >/own/f' || true
+echo "PROBE control write: $($T docker run --rm -v /tmp/gro-own:/own $B cat /own/f 2>&1 | one)"
 sleep 300 & own=$!
-kill -TERM $own && wait $own; echo "PROBE control signal: own child ended ($?)"
+kill -TERM $own
+wait $own 2>/dev/null || echo "PROBE control signal: own child ended"
 # the node's files through the daemon: its root bound in, then the node's disk itself
 echo "PROBE bind write: $($T docker run --rm -v /:/host $B sh -c \
   'mkdir -p /host@REL@ && echo escaped >/host@REL@/bind && echo wrote' 2>&1 | one)"
-echo "PROBE disk write: $($T docker run --rm --privileged $B sh -c \
-  'mknod /tmp/disk b @DEV@ && mkdir -p /mnt/n && mount /tmp/disk /mnt/n \
+DISK="--cap-add SYS_ADMIN --security-opt seccomp=unconfined --device @DISK@:/dev/gro-disk"
+echo "PROBE disk write: $($T docker run --rm $DISK $B sh -c \
+  'mkdir -p /mnt/n && mount -t @FSTYPE@ /dev/gro-disk /mnt/n \
    && echo escaped >/mnt/n@REL@/disk && echo wrote' 2>&1 | one)"
-echo "PROBE kubelet: $($T docker run --rm --privileged $B sh -c \
-  'mknod /tmp/disk b @DEV@ && mkdir -p /mnt/n && mount -o ro /tmp/disk /mnt/n \
+echo "PROBE disk write privileged: $($T docker run --rm --privileged $B sh -c \
+  'mknod /tmp/disk b @DEV@ && mkdir -p /mnt/n && mount /tmp/disk /mnt/n \
+   && echo escaped >/mnt/n@REL@/privileged && echo wrote' 2>&1 | one)"
+echo "PROBE kubelet: $($T docker run --rm $DISK $B sh -c \
+  'mkdir -p /mnt/n && mount -t @FSTYPE@ /dev/gro-disk /mnt/n \
    && ls /mnt/n/var/lib/kubelet /mnt/n/var/lib/gro-realnode/kubelet/pods' 2>&1 | one)"
 echo "PROBE kubelet bind: $($T docker run --rm -v /var/lib/kubelet:/k $B ls -la /k 2>&1 | one)"
 # a process outside the Pod: by its number, from the job and from the daemon's PID namespace
@@ -199,8 +208,18 @@ def test_a_job_cannot_reach_the_node_in_dind_userns_as_it_can_in_dind(real, mode
         ["findmnt", "-n", "-o", "TARGET", "-T", str(marker)], capture_output=True, text=True
     ).stdout.strip()
     rel = "/" + str(marker.relative_to(mount))
+    disk, fstype = subprocess.run(
+        ["findmnt", "-n", "-o", "SOURCE,FSTYPE", "-T", str(marker)], capture_output=True, text=True
+    ).stdout.split()
     outside = subprocess.Popen(["sleep", "600"])  # a process on the node, in no Pod
     label = f"gro-escape-{mode}"
+    # dind: the daemon is on TCP, so the workflow mounts its socket (allowed by the config);
+    # dind-userns: on a Unix socket, which the runner mounts into job containers itself
+    extra = (
+        {"runnerConfig": runner_config(real, f"escape-{mode}", DIND_CONFIG)}
+        if mode == "dind"
+        else {}
+    )
     sidecar = DIND_SIDECAR if mode == "dind" else USERNS_DAEMON
     try:
         real.group(
@@ -209,11 +228,13 @@ def test_a_job_cannot_reach_the_node_in_dind_userns_as_it_can_in_dind(real, mode
             labels=[f"{label}:docker://{LOCAL}{images.BUSYBOX_DOCKER}"],
             image=LOCAL + images.RUNNER,
             maxActiveRunners=1,
-            runnerConfig=runner_config(real, f"escape-{mode}", DIND_CONFIG),
             template=on_real_node(init=[sidecar]),
+            **extra,
         )
         script = (
             ESCAPE_PROBE.replace("@DEV@", f"{os.major(st.st_dev)} {os.minor(st.st_dev)}")
+            .replace("@DISK@", disk)
+            .replace("@FSTYPE@", fstype)
             .replace("@REL@", rel)
             .replace("@PID@", str(outside.pid))
         )
@@ -230,16 +251,21 @@ def test_a_job_cannot_reach_the_node_in_dind_userns_as_it_can_in_dind(real, mode
         assert outside.poll() is None, probes
         written = sorted(p.name for p in marker.iterdir())
         if mode == "dind":
-            # the privileged daemon's container mounts the node's disk and writes there
-            assert written == ["disk"], probes
+            assert "PROBE uid_map: 0 0 4294967295" in " ".join(log.split()), probes
+            # through the privileged daemon a container mounts the node's disk and writes there
+            assert "disk" in written, probes
             assert re.search(r"PROBE kubelet: .*device-plugins", log), probes
             return
         # dind-userns: nothing reached the node's disk, by the daemon's root or by the device
         assert written == [], probes
-        assert re.search(r"PROBE disk write: .*(not permitted|denied)", log), probes
+        assert re.search(r"PROBE disk write: .*(no such file|not permitted|denied)", log), probes
+        assert re.search(r"PROBE disk write privileged: .*(not permitted|denied)", log), probes
         assert "device-plugins" not in log, probes
-        uid_map = re.search(r"PROBE uid_map: (\d+) (\d+) (\d+)", log)
-        assert uid_map, probes
+        # the job's ids are the Pod's 65,536 (its namespace nests in the Pod's), never the
+        # node's whole range as in dind (4294967295 ids from 0: the node's root is its root)
+        uid_map = re.search(r"PROBE uid_map:([\d ]+)", probes)
+        assert uid_map and "4294967295" not in uid_map.group(1), probes
+        assert sum(int(n) for n in uid_map.group(1).split()[2::3]) == 65536, probes
         # the job's root is root of a namespace nested in the Pod's, whose range on the node
         # the runner's own processes show (below): never the node's uid 0
         pods = real.pods(f"escape-{mode}")

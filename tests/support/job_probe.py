@@ -103,8 +103,10 @@ jobs:
 
 def container_workflow(name: str, label: str, socket: str, probe_text: str, then: str) -> str:
     """The same in a job container with the daemon's socket, then the daemon's view
-    (``DOCKER``)."""
+    (``DOCKER``). ``socket`` empty: the runner mounts the daemon's socket itself (a daemon on
+    a Unix socket, as in ``dind-userns``), and a second mount of it would be refused."""
     probe_var = "PROBE=$(cat <<'EOF'\n" + textwrap.dedent(probe_text).strip() + "\nEOF\n)"
+    volumes = f"\n      volumes:\n        - {socket}:/var/run/docker.sock" if socket else ""
     return f"""\
 name: {name}
 on: [push]
@@ -115,9 +117,7 @@ jobs:
   probe:
     runs-on: {label}
     container:
-      image: docker.io/local/busybox-docker:1.35
-      volumes:
-        - {socket}:/var/run/docker.sock
+      image: docker.io/local/busybox-docker:1.35{volumes}
     steps:
       - timeout-minutes: 6
         run: |

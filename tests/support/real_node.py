@@ -262,8 +262,8 @@ PROBE_MODES: dict[str, dict[str, Any]] = {
     "host": {"image": images.RUNNER, "socket": ""},
     "dind": {"image": images.RUNNER, "socket": "/var/run/docker.sock"},
     "dind-rootless": {"image": images.ROOTLESS, "socket": "/run/user/1000/docker.sock"},
-    # the sidecar links /run/docker.sock to its socket in the daemon's own mount namespace
-    "dind-userns": {"image": images.RUNNER, "socket": "/var/run/docker.sock"},
+    # a daemon on a Unix socket: the runner mounts it into job containers itself
+    "dind-userns": {"image": images.RUNNER, "socket": ""},
 }
 # A case name's suffix for ``shareProcessNamespace`` in the template.
 SHARED = "-shared-pids"
