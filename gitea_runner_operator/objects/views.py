@@ -54,6 +54,8 @@ class RunnerJobView:
     unguarded_pods: tuple[str, ...] = ()
     # Suspended (a Forgejo runner Job waiting for its credentials): no Pod on purpose.
     suspended: bool = False
+    # Since when a Pod of it has been on its node without a sandbox (wall clock), if one is.
+    sandbox_missing_since: float | None = None
 
     @property
     def alive(self) -> bool:
@@ -147,6 +149,19 @@ def unschedulable_since(pod: Mapping[str, Any]) -> float | None:
     return None
 
 
+def sandbox_missing_since(pod: Mapping[str, Any]) -> float | None:
+    """When a scheduled Pod's node began to make its sandbox, while it has not made it: the
+    kubelet keeps ``PodReadyToStartContainers`` False until the sandbox and its network
+    exist. Image pulls come after, so only a sandbox the runtime refuses stays here (a node
+    whose runtime lacks user namespaces refuses a ``dind-userns`` Pod so)."""
+    conditions = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
+    ready = conditions.get("PodReadyToStartContainers") or {}
+    scheduled = conditions.get("PodScheduled") or {}
+    if ready.get("status") == "False" and scheduled.get("status") == "True":
+        return parse_time(ready.get("lastTransitionTime"))
+    return None
+
+
 def job_view(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> RunnerJobView:
     meta = job.get("metadata") or {}
     annotations = meta.get("annotations") or {}
@@ -155,6 +170,7 @@ def job_view(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Runne
     starts = [t for t in (pod_started_at(p) for p in live) if t is not None]
     problems = [m for m in (pod_problem(p) for p in live) if m]
     unschedulable = [t for t in (unschedulable_since(p) for p in live) if t is not None]
+    no_sandbox = [t for t in (sandbox_missing_since(p) for p in live) if t is not None]
     return RunnerJobView(
         name=meta["name"],
         created_at=parse_time(meta.get("creationTimestamp")) or 0.0,
@@ -175,6 +191,7 @@ def job_view(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Runne
             )
         ),
         suspended=job_suspended(job),
+        sandbox_missing_since=min(no_sandbox) if no_sandbox else None,
     )
 
 

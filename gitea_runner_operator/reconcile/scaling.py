@@ -35,6 +35,8 @@ from gitea_runner_operator.objects.views import RunnerJobView, slots_held
 # something (quota, admission); an unschedulable Pod is worth reporting after this long.
 NO_POD_GRACE = 60.0
 UNSCHEDULABLE_GRACE = 120.0
+# A node makes a Pod's sandbox in seconds; one that has not in a minute will not.
+SANDBOX_GRACE = 60.0
 # How long a runner may take to start (Pod scheduled, image pulled, registered) before it
 # stops covering a job in its family's accounting (claims.py).
 START_BOUND = 120.0
@@ -173,6 +175,13 @@ def start_failure(view: RunnerJobView, now: float) -> str | None:
         and now - view.unschedulable_since > UNSCHEDULABLE_GRACE
     ):
         return f"Job {view.name}: its Pod is unschedulable"
+    if view.sandbox_missing_since is not None and now - view.sandbox_missing_since > SANDBOX_GRACE:
+        return (
+            f"Job {view.name}: its node has not made its Pod's sandbox in {SANDBOX_GRACE:.0f} s "
+            "(the Pod's FailedCreatePodSandBox Events say why; a runtime without user "
+            "namespaces refuses dind-userns Pods so: use nodes with containerd >= 2.0 and "
+            "runc >= 1.2, or choose mode dind or dind-rootless explicitly)"
+        )
     if not view.all_pod_names and now - view.created_at > NO_POD_GRACE:
         return (
             f"Job {view.name}: no Pod was created (refused by quota or admission? "

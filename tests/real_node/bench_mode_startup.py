@@ -83,7 +83,8 @@ jobs:
 def _one_job(real: Real, label: str, mode: str) -> float:
     """Push one job; seconds from its first sighting as queued to its first step."""
     job = f"s{uuid.uuid4().hex[:8]}"
-    real.push(f"{job}.yml", _workflow(job, label, mode))
+    # one workflow file, rewritten: a push runs every workflow of the repository
+    real.push("startup.yml", _workflow(job, label, mode))
     seen = wait_for(lambda: job in real.jobs() and time.time(), timeout=120, interval=0.1,
                     what="the job listed")  # fmt: skip
     done = real.wait_done({job}, timeout=420)
@@ -104,6 +105,8 @@ def test_startup_by_mode(real, real_node, request):
         name = f"start-{mode}"
         spec = _spec(real, mode, label)
         results[mode] = {"cold": [], "warm": []}
+        # a runner made for a job another took idles out in a minute, not ten
+        spec["idleTimeout"] = "1m"
         real.group(name, mode=mode, maxActiveRunners=2, **spec)
         for _ in range(rounds):
             # each job on a fresh workflow run; the previous runner has gone

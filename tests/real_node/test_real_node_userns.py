@@ -23,7 +23,7 @@ import pytest
 from tests.support.real_node import DIND_WORKFLOW, LOCAL, USERNS_DAEMON, Real, on_real_node
 from tests.support.testbed import condition, group_status, wait_until
 from tests.testbed import images
-from tests.testbed.realnode import NODE_NAME
+from tests.testbed.realnode import NO_USERNS_HANDLER, NODE_NAME
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.real_node]
 
@@ -292,3 +292,37 @@ def _pod_host_uids(pod: dict[str, Any]) -> set[int]:
             ):
                 uids.add(proc.stat().st_uid)
     return uids
+
+
+def test_a_node_whose_runtime_lacks_user_namespaces_is_named_not_worked_around(real):
+    """The RuntimeClass's handler is a runc 1.1 (Debian's), which has no user namespaces:
+    the kubelet refuses the Pod's sandbox, and the group says so with the remedy. No Pod of
+    the group ever runs in the node's user namespace instead."""
+    classes = "/apis/node.k8s.io/v1/runtimeclasses"
+    if not real.kube.exists(f"{classes}/{NO_USERNS_HANDLER}"):
+        real.kube.post(
+            classes,
+            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+             "metadata": {"name": NO_USERNS_HANDLER}, "handler": NO_USERNS_HANDLER},
+        )  # fmt: skip
+    userns_group(
+        real,
+        "old-runtime",
+        "gro-real-old",
+        template=on_real_node(init=[USERNS_DAEMON], runtimeClassName=NO_USERNS_HANDLER),
+    )
+    real.push("old.yml", USERNS_WORKFLOW.replace("gro-real-userns", "gro-real-old"))
+
+    def says_why() -> str | None:
+        cond = condition(group_status(real.kube, real.ns, "old-runtime"), "RunnersHealthy")
+        message = str(cond.get("message") or "")
+        return message if "sandbox" in message else None
+
+    try:
+        message = wait_until(says_why, timeout=240, what="RunnersHealthy names the sandbox")
+    except TimeoutError:
+        raise AssertionError(real.pods_report()) from None
+    assert "user namespaces" in message and "dind or dind-rootless explicitly" in message
+    pods = real.pods("old-runtime")
+    assert pods and all(p["spec"]["hostUsers"] is False for p in pods)
+    assert not [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]

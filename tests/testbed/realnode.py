@@ -74,6 +74,10 @@ CGROUP_NAMES = ("kubepods", "k8s.io")
 # Pod has no other way to get. What a platform configures on its nodes (docs/runners.md).
 USERNS_HANDLER = USERNS_RUNTIME_CLASS
 TUN_SPEC = STATE_DIR / "tun-base-spec.json"
+# A runtime handler on Debian's runc 1.1.5, too old for user namespaces: containerd reports
+# it without them, and the kubelet refuses a Pod with hostUsers: false there.
+NO_USERNS_HANDLER = "runc-1-1"
+DEBIAN_RUNC = Path("/usr/sbin/runc")
 # Host paths the kubelet and CNI hard-code (device plugins, CNI cache, container log links).
 HOST_PATHS = (Path("/var/lib/kubelet"), Path("/var/lib/cni"), Path("/var/log/containers"))
 SHIM_DIR = Path("/run/containerd")
@@ -81,6 +85,9 @@ PACKAGES = (
     # runc's build needs cgo and libseccomp (containerd and runc come from Go modules)
     "libseccomp-dev",
     "pkg-config",
+    # Debian's runc 1.1: the runtime handler NO_USERNS_HANDLER, a runtime without user
+    # namespaces, as a node of an older cluster has
+    "runc",
     "containernetworking-plugins",
     "umoci",
     "iptables",
@@ -111,6 +118,8 @@ def missing_prerequisites() -> list[str]:
         missing.append(f"{CNI_BIN}/bridge (containernetworking-plugins)")
     if not Path("/bin/busybox").is_file():
         missing.append("/bin/busybox (busybox-static)")
+    if not DEBIAN_RUNC.is_file():
+        missing.append(f"{DEBIAN_RUNC} (Debian's runc)")
     return missing
 
 
@@ -321,6 +330,13 @@ state = "{STATE_DIR}/containerd"
 [{cri}.containerd.runtimes.{USERNS_HANDLER}.options]
   SystemdCgroup = false
   BinaryName = "{build.binary("runc")}"
+
+[{cri}.containerd.runtimes.{NO_USERNS_HANDLER}]
+  runtime_type = "io.containerd.runc.v2"
+
+[{cri}.containerd.runtimes.{NO_USERNS_HANDLER}.options]
+  SystemdCgroup = false
+  BinaryName = "{DEBIAN_RUNC}"
 
 [{cri}.cni]
   bin_dir = "{CNI_BIN}"

@@ -49,3 +49,23 @@ def test_a_container_that_exits_at_once_says_why_in_its_termination_message():
     status = waiting("dockerd", "CrashLoopBackOff", "back-off 20s restarting failed container")
     status["lastState"] = {"terminated": {"exitCode": 1, "message": said}}
     assert pod_problem(pod(init=[status])) == f"Pod ci-abc-x1: CrashLoopBackOff: {said}"
+
+
+def test_a_sandbox_the_node_does_not_make_is_timed_from_when_it_began():
+    from gitea_runner_operator.objects.views import sandbox_missing_since
+
+    def with_conditions(*conditions: dict[str, str]) -> dict[str, Any]:
+        return {"metadata": {"name": "p"}, "status": {"conditions": list(conditions)}}
+
+    scheduled = {"type": "PodScheduled", "status": "True"}
+    waiting_sandbox = {
+        "type": "PodReadyToStartContainers",
+        "status": "False",
+        "lastTransitionTime": "2026-11-29T00:00:00Z",
+    }
+    since = sandbox_missing_since(with_conditions(scheduled, waiting_sandbox))
+    assert since == 1795910400.0
+    # not scheduled yet, or the sandbox made (image pulls come after): nothing to say
+    assert sandbox_missing_since(with_conditions(waiting_sandbox)) is None
+    made = {**waiting_sandbox, "status": "True"}
+    assert sandbox_missing_since(with_conditions(scheduled, made)) is None

@@ -339,3 +339,16 @@ def test_a_warm_runner_is_not_reaped_for_idling_only_recycled_when_old():
     two = [idle, job("ci-x", age=4000, pods=["ci-x-p"], started_ago=3500)]
     reaped = decide(jobs=two, runners=[*runners, runner("ci-x-p")], min_idle=1).reap
     assert [c.job_name for c in reaped] == ["ci-x"]
+
+
+def test_a_pod_whose_node_never_makes_its_sandbox_is_reported_with_the_likely_cause():
+    import dataclasses
+
+    refused = dataclasses.replace(
+        job("ci-a", pods=["ci-a-p"]), sandbox_missing_since=NOW - 90
+    )  # a runtime without user namespaces refuses a dind-userns Pod's sandbox, forever
+    starting = dataclasses.replace(job("ci-b", pods=["ci-b-p"]), sandbox_missing_since=NOW - 5)
+    message = start_failure(refused, NOW)
+    assert message is not None and "sandbox" in message and "user namespaces" in message
+    assert "dind or dind-rootless explicitly" in message
+    assert start_failure(starting, NOW) is None  # a sandbox takes seconds to make
