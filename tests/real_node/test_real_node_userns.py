@@ -101,34 +101,40 @@ def test_dind_userns_builds_runs_a_container_job_and_a_service_under_baseline(re
         assert runner["securityContext"]["runAsNonRoot"] is True
 
 
-def test_a_pod_without_the_tun_device_names_what_the_node_lacks(real):
-    """A RuntimeClass that gives no /dev/net/tun (the node's default runc handler): the
-    daemon refuses to start, and the group's condition says why, not a back-off."""
-    userns_group(
-        real,
-        "no-tun",
-        "gro-real-notun",
-        template=on_real_node(init=[USERNS_DAEMON], runtimeClassName="runc-default"),
-    )
+def on_runtime(real: Real, group: str, label: str, runtime_class: str, handler: str) -> None:
+    """A dind-userns group whose Pods name ``runtime_class`` (made here, with ``handler``),
+    with the userns workflow queued for it."""
     classes = "/apis/node.k8s.io/v1/runtimeclasses"
-    if not real.kube.exists(f"{classes}/runc-default"):
+    if not real.kube.exists(f"{classes}/{runtime_class}"):
         real.kube.post(
             classes,
             {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-             "metadata": {"name": "runc-default"}, "handler": "runc"},
+             "metadata": {"name": runtime_class}, "handler": handler},
         )  # fmt: skip
-    real.push("notun.yml", USERNS_WORKFLOW.replace("gro-real-userns", "gro-real-notun"))
+    template = on_real_node(init=[USERNS_DAEMON], runtimeClassName=runtime_class)
+    userns_group(real, group, label, template=template)
+    real.push(f"{group}.yml", USERNS_WORKFLOW.replace("gro-real-userns", label))
 
-    def says_why() -> str | None:
-        cond = condition(group_status(real.kube, real.ns, "no-tun"), "RunnersHealthy")
+
+def runners_healthy_saying(real: Real, group: str, needle: str) -> str:
+    """The group's RunnersHealthy message once it contains ``needle`` (4 minutes at most)."""
+
+    def says() -> str | None:
+        cond = condition(group_status(real.kube, real.ns, group), "RunnersHealthy")
         message = str(cond.get("message") or "")
-        return message if "no /dev/net/tun" in message else None
+        return message if needle in message else None
 
     try:
-        message = wait_until(says_why, timeout=240, what="RunnersHealthy names /dev/net/tun")
+        return str(wait_until(says, timeout=240, what=f"RunnersHealthy names {needle!r}"))
     except TimeoutError:
         raise AssertionError(real.pods_report()) from None
-    assert "RuntimeClass" in message
+
+
+def test_a_pod_without_the_tun_device_names_what_the_node_lacks(real):
+    """A RuntimeClass that gives no /dev/net/tun (the node's default runc handler): the
+    daemon refuses to start, and the group's condition says why, not a back-off."""
+    on_runtime(real, "no-tun", "gro-real-notun", "runc-default", "runc")
+    assert "RuntimeClass" in runners_healthy_saying(real, "no-tun", "no /dev/net/tun")
 
 
 # ------------------------------------------------------------- what a job can reach: the node
@@ -298,30 +304,8 @@ def test_a_node_whose_runtime_lacks_user_namespaces_is_named_not_worked_around(r
     """The RuntimeClass's handler is a runc 1.1 (Debian's), which has no user namespaces:
     the kubelet refuses the Pod's sandbox, and the group says so with the remedy. No Pod of
     the group ever runs in the node's user namespace instead."""
-    classes = "/apis/node.k8s.io/v1/runtimeclasses"
-    if not real.kube.exists(f"{classes}/{NO_USERNS_HANDLER}"):
-        real.kube.post(
-            classes,
-            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-             "metadata": {"name": NO_USERNS_HANDLER}, "handler": NO_USERNS_HANDLER},
-        )  # fmt: skip
-    userns_group(
-        real,
-        "old-runtime",
-        "gro-real-old",
-        template=on_real_node(init=[USERNS_DAEMON], runtimeClassName=NO_USERNS_HANDLER),
-    )
-    real.push("old.yml", USERNS_WORKFLOW.replace("gro-real-userns", "gro-real-old"))
-
-    def says_why() -> str | None:
-        cond = condition(group_status(real.kube, real.ns, "old-runtime"), "RunnersHealthy")
-        message = str(cond.get("message") or "")
-        return message if "sandbox" in message else None
-
-    try:
-        message = wait_until(says_why, timeout=240, what="RunnersHealthy names the sandbox")
-    except TimeoutError:
-        raise AssertionError(real.pods_report()) from None
+    on_runtime(real, "old-runtime", "gro-real-old", NO_USERNS_HANDLER, NO_USERNS_HANDLER)
+    message = runners_healthy_saying(real, "old-runtime", "sandbox")
     assert "user namespaces" in message and "dind or dind-rootless explicitly" in message
     pods = real.pods("old-runtime")
     assert pods and all(p["spec"]["hostUsers"] is False for p in pods)
