@@ -183,10 +183,20 @@ def test_a_quota_that_requires_limits_admits_templated_runner_pods(
             what="quota status",
         )
         start_operator(ns)
-        template = {"spec": {"containers": [{"name": "runner", "resources": LIMITS}]}}
+        # the default mode's Docker daemon is a sidecar of its own: it needs limits too, set by
+        # naming it in the template (merged into the operator's), as for dind's sidecar
+        template = {
+            "spec": {
+                "containers": [{"name": "runner", "resources": LIMITS}],
+                "initContainers": [{"name": "dockerd", "resources": LIMITS}],
+            }
+        }
         start_group(kube, gitea, cluster, ns, gitea_target, image=kwok_image(60), template=template)
         (pod, *_) = wait_until(lambda: group_pods(kube, ns, "pods"), what="an admitted Pod")
         assert pod["spec"]["containers"][0]["resources"]["limits"] == LIMITS["limits"]
+        daemon = next(c for c in pod["spec"]["initContainers"] if c["name"] == "dockerd")
+        assert daemon["resources"]["limits"] == LIMITS["limits"]
+        assert daemon["securityContext"]["procMount"] == "Unmasked"  # the operator's, kept
         quota = wait_until(
             lambda: (
                 (q := kube.get(f"/api/v1/namespaces/{ns}/resourcequotas/ci")["status"])
