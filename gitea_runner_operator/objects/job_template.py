@@ -253,7 +253,8 @@ def _pod_security(spec: RunnerGroupSpec) -> dict[str, Any]:
     if spec.mode is RunnerMode.DIND_ROOTLESS:
         return {"fsGroup": ROOTLESS_UID}
     if spec.mode is RunnerMode.DIND_USERNS:
-        return {"fsGroup": HOST_UID}  # the runner's, so it opens the daemon's socket
+        # every container of the Pod, the runner's included, is in the socket's group
+        return {"fsGroup": userns.SOCKET_GID}
     return {}
 
 

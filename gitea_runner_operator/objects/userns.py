@@ -38,7 +38,7 @@ SOCKET_VOLUME: Final = "gro-docker-socket"
 STORAGE_VOLUME: Final = "gro-dind-storage"
 SOCKET_DIR: Final = "/run/gro-docker"
 SOCKET: Final = f"{SOCKET_DIR}/docker.sock"
-# The group the socket belongs to: the runner container's (objects/job_template.py HOST_UID).
+# The group the socket belongs to, which the Pod's fsGroup gives every container of it.
 SOCKET_GID: Final = 1000
 DATA_ROOT: Final = "/var/lib/docker"
 
