@@ -97,8 +97,6 @@ PACKAGES = (
     "busybox-static",
 )
 REQUIRED_COMMANDS = ("umoci", "socat", "mmdebstrap", "ip", "gcc")
-# The node's runtime, built by the testbed (tests/testbed/build.py): binary -> component.
-RUNTIME_BINARIES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc"}
 
 
 def log(msg: str) -> None:
