@@ -51,8 +51,9 @@ from gitea_runner_operator.reconcile.steps.status_write import StatusWriter
 from gitea_runner_operator.reconcile.steps.stuck import STUCK_BACKOFF_MAX, note_stuck
 from gitea_runner_operator.reconcile.steps.teardown import FINALIZER, Teardown
 from gitea_runner_operator.reconcile.timers import next_due
-from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook
+from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook, Verdict
 from gitea_runner_operator.reconcile.why.unmatched_book import publish as publish_unmatched
+from gitea_runner_operator.reconcile.why.unmatched_flight import Evaluations
 
 log = structlog.get_logger(__name__)
 
@@ -105,6 +106,10 @@ class Reconciler:
         # Why jobs wait (reconcile/why/unmatched*.py, reconcile/why/waiting.py): same registry.
         self._unmatched = UnmatchedBook(self._ledger.members, clock=clock)
         self._why_metrics = WhyMetrics.of(self._metrics.registry)
+        # Run in the background, never awaited by a pass (reconcile/why/unmatched_flight.py).
+        self.unmatched = Evaluations(
+            self._unmatched, self._ledger.members.of_url, self._publish_unmatched
+        )
         self._claims = claims.Claims(
             self._ledger,
             self._unmatched,
@@ -152,13 +157,14 @@ class Reconciler:
 
     async def reconcile(self, key: str) -> Result:
         result = await self._reconcile(key)
-        await self._publish_unmatched()
-        again = self._unmatched.come_back(key)
-        if again is None:
-            return result
-        # An unmatched-jobs evaluation was skipped (unmatched_book.MIN_INTERVAL): look again.
-        later = result.requeue_after
-        return Result(requeue_after=again if later is None else min(later, again))
+        # The unmatched jobs of each Gitea with news are evaluated after the pass, from this
+        # one place, in the background: the pass does not wait for them.
+        self.unmatched.poke()
+        return result
+
+    async def close(self) -> None:
+        """Stop the background evaluations (the controller, when it stops)."""
+        await self.unmatched.close()
 
     async def _reconcile(self, key: str) -> Result:
         p = read_pass(self._cache, self._expectations, key)
@@ -316,21 +322,16 @@ class Reconciler:
             requeue = min(requeue or CREATE_BACKOFF_MAX, state.create_retry_at - now)
         return requeue
 
-    async def _publish_unmatched(self) -> None:
-        """After the pass, from this one place: the unmatched jobs of each Gitea whose groups
-        reported something new (reconcile/why/unmatched.py), as a metric and Events. Each
-        evaluation runs in the book's own thread: its cost grows with what a tenant's Gitea
-        lists."""
-        for url, force in self._unmatched.due():
-            verdict = await self._unmatched.evaluate_elsewhere(url, force=force)
-            if verdict is not None:
-                await publish_unmatched(
-                    verdict,
-                    self._why_metrics,
-                    self._cache.group,
-                    self._cluster.emit_event,
-                    self._unmatched.log_rate,
-                )
+    async def _publish_unmatched(self, verdict: Verdict) -> None:
+        """The unmatched jobs of one Gitea (reconcile/why/unmatched.py), as a metric and
+        Events; called by the background evaluations when one is done."""
+        await publish_unmatched(
+            verdict,
+            self._why_metrics,
+            self._cache.group,
+            self._cluster.emit_event,
+            self._unmatched.log_rate,
+        )
 
     def _drop_claims(self, key: str) -> None:
         """The group creates nothing any more: its peers take its jobs."""

@@ -334,6 +334,7 @@ class Controller:
             if self.share is not None:  # after the sharding loop released the Lease
                 await self.share.close()
             await self.status_writes.close()  # statuses handed over: written, or cancelled
+            await self.reconciler.close()  # the background unmatched-jobs evaluations
             await self.reaper.close()
             with contextlib.suppress(Exception):  # best effort, like every Event
                 await self.cluster.events.close()  # aggregated Events still pending

@@ -3,8 +3,9 @@
 A Gitea lists ``--jobs`` queued jobs, each with a label of its own, to ``--groups`` groups of
 64 labels. A loop watch (runtime/loopwatch.py, waking every 10 ms) runs while the book
 evaluates, once on the loop (``evaluate``, as before) and once in the book's thread
-(``evaluate_elsewhere``, as the operator now does), each with and without the bound on label
-sets weighed. It prints the CPU of each evaluation and the loop's worst lag meanwhile.
+(``unmatched_flight.Evaluations``, in the background, as the operator now does), each with
+and without the bound on label sets weighed. It prints the CPU of each evaluation and the
+loop's worst lag meanwhile.
 
     python -m tests.benchmarks.unmatched_lag [--jobs 25000] [--groups 10]
 """
@@ -17,9 +18,11 @@ import datetime as dt
 import time
 
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.reconcile.capacity.accounting import Claimant
+from gitea_runner_operator.reconcile.capacity.accounting import Answer, Claimant
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.why import unmatched_book
-from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook
+from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook, Verdict
+from gitea_runner_operator.reconcile.why.unmatched_flight import Evaluations
 from gitea_runner_operator.runtime.loopwatch import LoopWatch
 from tests.support.builders import queued_job
 
@@ -29,20 +32,31 @@ QUEUED = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 async def one(jobs: int, groups: int, elsewhere: bool, bound: int) -> tuple[float, float, int]:
     """(CPU seconds of the process, worst loop lag in seconds, label sets counted)."""
-    book = UnmatchedBook(min_interval=0, max_sets=bound)
+    ledger = Ledger()
+    book = UnmatchedBook(ledger.members, min_interval=0, max_sets=bound)
+    published: list[Verdict] = []
+
+    async def keep(verdict: Verdict) -> None:
+        published.append(verdict)
+
     listed = [
         queued_job(i, "evil/app", (f"lbl-{i:06d}",), url=URL, created_at=QUEUED)
         for i in range(1, jobs + 1)
     ]
     for g in range(groups):
         offered = frozenset(f"ubuntu-{g}-{k}" for k in range(64))
-        book.report(URL, Claimant(f"evil/g{g}", Scope.ORG, "evil", None, offered, 0, 0), listed)
+        claimant = Claimant(f"evil/g{g}", Scope.ORG, "evil", None, offered, 0, 0)
+        ledger.report(URL, claimant, Answer(claimant.key, 1.0, tuple(listed)))
+        book.changed(None, ledger.members.get(claimant.key))
     lags: list[float] = []
     async with LoopWatch(interval=0.01, observe=lags.append):
         await asyncio.sleep(0.05)
         started = time.process_time()
         if elsewhere:
-            verdict = await book.evaluate_elsewhere(URL)
+            evaluations = Evaluations(book, ledger.members.of_url, keep)
+            evaluations.poke()
+            await evaluations.idle()
+            verdict = evaluations.latest(URL)
         else:
             verdict = book.evaluate(URL)
         spent = time.process_time() - started

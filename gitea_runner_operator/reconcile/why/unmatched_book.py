@@ -14,9 +14,9 @@ one ``unmatched jobs`` line per Gitea per ``LOG_EVERY``: a Gitea whose jobs each
 label set would otherwise write a line per job.
 
 The evaluation's cost grows with what a tenant's Gitea lists (25,000 queued jobs with a label
-each cost 1-2 s), so the operator runs it in a thread of its own (:meth:`evaluate_elsewhere`,
-kit/offload.py), one evaluation per Gitea at a time: the probes and every other group's
-reconciles go on meanwhile.
+each cost 1-2 s), so no pass runs it or waits for it: the book only says which Gitea is due,
+and for which namespaces; :mod:`.unmatched_flight` runs the evaluations in the background, one
+at a time in a thread of its own, within a CPU budget shared round-robin by namespace.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import Any
 import structlog
 
 from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.lru import LRU
-from gitea_runner_operator.kit.offload import Offload
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile.capacity.members import Member, Members
 from gitea_runner_operator.reconcile.why.unmatched import (
@@ -152,88 +152,81 @@ class UnmatchedBook:
     # Gitea URLs whose inputs changed since evaluated -> whether a group left (then the
     # evaluation is not held back for min_interval)
     _dirty: dict[str, bool] = field(default_factory=dict, init=False)
+    # Gitea URL -> the namespaces whose groups changed it since evaluated (first first): the
+    # background evaluations take turns by namespace (unmatched_flight.py).
+    _asked_by: dict[str, dict[str, None]] = field(default_factory=dict, init=False)
     _evaluated_at: dict[str, float] = field(default_factory=dict, init=False)
-    # Gitea URL -> the one group asked to come back for an evaluation skipped for
-    # min_interval: one pass per URL, not one per group (1,000 groups share a Gitea).
-    _retry: dict[str, str] = field(default_factory=dict, init=False)
     _warned: LRU[tuple[str, tuple[str, ...]], float] = field(init=False)
     log_rate: LogRate = field(init=False)  # per Gitea URL
-    _work: Offload[str, Found] = field(init=False)
 
     def __post_init__(self) -> None:
         self._warned = LRU(self.memo_size)
         self.log_rate = LogRate(LOG_EVERY, clock=self.clock)
-        self._work = Offload("why-unmatched")
 
     def changed(self, old: Member | None, new: Member | None) -> None:
         """A group's member in the book went from ``old`` to ``new`` (None: it left; its
-        Gitea is then evaluated after the pass at once, not held back for min_interval)."""
+        Gitea is then evaluated at once, not held back for min_interval)."""
         if _sighting(old) == _sighting(new):
             return
         for member in (old, new):
             if member is not None:
-                self._dirty[member.url] = self._dirty.get(member.url, False) or new is None
+                url = member.url
+                self._dirty[url] = self._dirty.get(url, False) or new is None
+                namespace = GroupKey.parse(member.claimant.key)[0]
+                self._asked_by.setdefault(url, {})[namespace] = None
 
     def due(self) -> list[tuple[str, bool]]:
-        """The Gitea URLs to evaluate after a pass, and whether a group left each (then
-        the evaluation is not held back for ``min_interval``)."""
+        """The Gitea URLs whose inputs changed since evaluated, and whether a group left each
+        (then the evaluation is not held back for ``min_interval``)."""
         return sorted(self._dirty.items())
+
+    def asked_by(self, url: str) -> tuple[str, ...]:
+        """The namespaces whose groups changed the inputs of ``url`` since it was evaluated."""
+        return tuple(self._asked_by.get(url, ()))
+
+    def ready_in(self, url: str) -> float | None:
+        """Seconds until ``url`` may be evaluated (0: now), None when nothing changed."""
+        force = self._dirty.get(url)
+        if force is None:
+            return None
+        if force:
+            return 0.0
+        since = self.clock() - self._evaluated_at.get(url, float("-inf"))
+        return max(0.0, self.min_interval - since)
 
     def evaluate(self, url: str, *, force: bool = False) -> Verdict | None:
         """The unmatched jobs of one Gitea, when its inputs changed and the last evaluation is
         ``min_interval`` old (or ``force``); None when nothing is to be published. Computed
-        here, on the caller's thread."""
-        work = self._start(url, force)
-        return None if work is None else self._finish(url, work())
+        here, on the caller's thread, from the book's members."""
+        work = self.start(url, self.members.of_url(url), force=force)
+        return None if work is None else self.finish(url, work())
 
-    async def evaluate_elsewhere(self, url: str, *, force: bool = False) -> Verdict | None:
-        """:meth:`evaluate`, computed in the book's thread. While one evaluation of that
-        Gitea is under way another is not started: the URL stays pending and a group comes
-        back for it (:meth:`come_back`); a ``force`` (a group gone) waits for it instead."""
-        while url in self._work:
-            if not force:
-                return None
-            await self._work.join(url)
-        work = self._start(url, force)
-        return None if work is None else self._finish(url, await self._work.run(url, work))
-
-    def _start(self, url: str, force: bool) -> Callable[[], Found] | None:
-        now = self.clock()
-        if url not in self._dirty:
-            return None
-        if not force and now - self._evaluated_at.get(url, float("-inf")) < self.min_interval:
+    def start(
+        self, url: str, members: Sequence[Member], *, force: bool = False
+    ) -> Callable[[], Found] | None:
+        """The evaluation of ``url`` over ``members`` (the groups of that Gitea whose offers
+        and answers count: an explicit input, so groups served elsewhere may be added), ready
+        to run in any thread; None when it is not due. From now on the URL counts as
+        evaluated: a change meanwhile makes it due again."""
+        ready = self.ready_in(url)
+        if ready is None or (ready > 0 and not force):
             return None
         del self._dirty[url]
-        self._retry.pop(url, None)
-        self._evaluated_at[url] = now
-        members = self.members.of_url(url)
+        self._asked_by.pop(url, None)
+        self._evaluated_at[url] = self.clock()
         if not members:
             self._evaluated_at.pop(url, None)
         return evaluation(url, members, self.max_sets)
 
-    def _finish(self, url: str, found: Found) -> Verdict:
+    def finish(self, url: str, found: Found) -> Verdict:
+        """What to publish of an evaluation of ``url``: its sets, and those to warn about."""
         now = self.clock()
         warn = tuple(s for s in found.sets if s.detailed and self._due(s, now))
         return Verdict(url, found.sets, warn, found.series, found.unweighed)
 
     def pending(self, url: str) -> bool:
-        """Whether an evaluation was skipped for ``min_interval``."""
+        """Whether an evaluation of ``url`` is due, now or after ``min_interval``."""
         return url in self._dirty
-
-    def come_back(self, key: str) -> float | None:
-        """When group ``key`` should pass again so that a skipped evaluation of its Gitea
-        happens: a reconcile is queued only when something changed, so without this a typo
-        label could wait for the next resync. One group per Gitea is asked; None for the
-        rest, and when nothing is pending."""
-        member = self.members.get(key)
-        if member is None or member.url not in self._dirty:
-            return None
-        owner = self._retry.setdefault(member.url, key)
-        if owner != key and owner in self.members:
-            return None
-        self._retry[member.url] = key
-        since = self.clock() - self._evaluated_at.get(member.url, float("-inf"))
-        return max(0.0, self.min_interval - since)
 
     def _due(self, s: UnmatchedSet, now: float) -> bool:
         key = (s.url, s.labels)

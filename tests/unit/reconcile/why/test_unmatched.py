@@ -169,25 +169,25 @@ def test_nothing_is_recomputed_while_no_group_of_that_gitea_reported_anything_ne
     assert book.evaluate(URL) is None
 
 
-def test_a_skipped_evaluation_brings_one_group_back_not_every_group():
+def test_a_skipped_evaluation_is_due_again_at_the_end_of_the_interval():
     """Reconciles are queued only when something changed: an evaluation skipped for
-    min_interval must bring a pass back, or a typo label waits for the resync. One group per
-    Gitea comes back (1,000 groups may share it), at the end of the interval."""
+    min_interval says when it is due, so the background evaluations come back for it
+    (unmatched_flight.py) instead of a typo label waiting for the resync."""
     now = [100.0]
     book = Book(min_interval=5.0, clock=lambda: now[0])
     other = claimant("team-b/app", Scope.REPO, "acme", "app")
     book.report(URL, ORG, [])
     assert book.evaluate(URL) is not None  # the first evaluation, at 100
-    assert book.come_back(ORG.key) is None  # nothing pending
+    assert book.ready_in(URL) is None  # nothing pending
     now[0] = 102.0
     book.report(URL, ORG, [job(1, ("typo",))])
     book.report(URL, other, [job(1, ("typo",))])
     assert book.evaluate(URL) is None  # skipped: 2 s after the last one
-    assert book.come_back(ORG.key) == pytest.approx(3.0)
-    assert book.come_back(other.key) is None  # one group is enough
+    assert book.ready_in(URL) == pytest.approx(3.0)
+    assert book.asked_by(URL) == ("team-a", "team-b")
     now[0] = 105.0
     assert book.evaluate(URL) is not None
-    assert book.come_back(ORG.key) is None
+    assert book.ready_in(URL) is None and book.asked_by(URL) == ()
 
 
 def test_a_group_that_leaves_has_its_gitea_evaluated_after_the_pass_without_waiting():
@@ -235,6 +235,7 @@ async def test_the_operator_warns_the_observing_group_and_exports_the_metric():
     reconciler, _, _ = make(cluster, snap)
     await reconciler.reconcile(KEY)
     await reconciler.reconcile(KEY)
+    await reconciler.unmatched.idle()  # evaluated in the background, after the pass
     (event,) = [m for m in cluster.said if m[1] == "UnmatchedJobs"]
     assert event[0] == "ci"
     assert "did you mean 'ubuntu-latest'?" in event[2]
@@ -247,9 +248,10 @@ async def test_the_operator_warns_the_observing_group_and_exports_the_metric():
     assert cluster.unsynced == []  # no runner for a job it cannot run
 
 
-async def test_a_pass_whose_unmatched_evaluation_was_skipped_comes_back_for_it():
+async def test_an_unmatched_evaluation_skipped_for_its_interval_comes_back_by_itself():
     """The second typo job arrives within the book's min_interval of the first evaluation:
-    the pass asks to come back then, so the Event does not wait for the resync."""
+    the background evaluations come back for it then, so the Event does not wait for the
+    resync, and no pass is queued for it."""
     first = ActionJob(id=4, labels=("ubuntu-lastest",), status="queued",
                       url="https://gitea.example.com/api/v1/repos/acme/widgets/actions/jobs/4",
                       created_at=QUEUED)  # fmt: skip
@@ -261,12 +263,20 @@ async def test_a_pass_whose_unmatched_evaluation_was_skipped_comes_back_for_it()
         cluster, Snapshot(1.0, "2026-01-01T00:00:10Z", Observation(queued=(first,), runners=()))
     )
     await reconciler.reconcile(KEY)
-    await reconciler.reconcile(KEY)  # evaluated: the first Event
+    await reconciler.reconcile(KEY)
+    await reconciler.unmatched.idle()  # evaluated: the first Event
     sources.source.latest = Snapshot(
         2.0, "2026-01-01T00:00:12Z", Observation(queued=(first, second), runners=())
     )
-    result = await reconciler.reconcile(KEY)  # within min_interval: skipped
-    assert result.requeue_after is not None and 0 < result.requeue_after <= 5.0
+    await reconciler.reconcile(KEY)  # within min_interval: skipped
+    await reconciler.unmatched.idle()
+    assert reconciler.unmatched.wake_in == pytest.approx(5.0)
+    said = len([m for m in cluster.said if m[1] == "UnmatchedJobs"])
+    reconciler._clock.now += 5.0  # what the timer waits for; then it pokes
+    reconciler.unmatched.poke()
+    await reconciler.unmatched.idle()
+    assert len([m for m in cluster.said if m[1] == "UnmatchedJobs"]) == said + 1
+    await reconciler.close()
 
 
 def test_the_shipped_rules_alert_on_unmatched_jobs_queued_for_ten_minutes():
@@ -392,13 +402,14 @@ async def test_a_gitea_with_thousands_of_invented_label_sets_costs_one_log_line_
 
 async def test_the_evaluation_runs_beside_the_event_loop_one_per_gitea_at_a_time(monkeypatch):
     """A tenant's Gitea lists thousands of jobs, each with a label of its own: the evaluation
-    (1-2 s of CPU) runs in the book's thread, so the event loop (the probes, the Lease's
-    heartbeat, every other group) goes on meanwhile, as the loop watch sees; a second pass
-    while it runs starts no second one and comes back for it. The evaluation here waits
-    for the loop watch to wake twice: on the loop it could not, and would fail."""
+    (1-2 s of CPU) runs in the background, in the book's thread, so the event loop (the
+    probes, the Lease's heartbeat, every other group) goes on meanwhile, as the loop watch
+    sees; a change while it runs starts no second one, and is evaluated after it. The
+    evaluation here waits for the loop watch to wake twice: on the loop it could not."""
     import threading
 
     from gitea_runner_operator.reconcile.why import unmatched_book as module
+    from gitea_runner_operator.reconcile.why.unmatched_flight import Evaluations
     from gitea_runner_operator.runtime.loopwatch import LoopWatch
 
     loop_thread = threading.get_ident()
@@ -421,32 +432,48 @@ async def test_the_evaluation_runs_beside_the_event_loop_one_per_gitea_at_a_time
             second_wake.set()
 
     book = Book(min_interval=0)
+    published: list[Verdict] = []
+
+    async def keep(verdict: Verdict) -> None:
+        published.append(verdict)
+
+    evaluations = Evaluations(book.book, book.ledger.members.of_url, keep)
     book.report(URL, ORG, [job(i, (f"invented-{i}",)) for i in range(1, 2001)])
     async with LoopWatch(interval=0.01, observe=woke):
-        running = asyncio.ensure_future(book.evaluate_elsewhere(URL))
+        evaluations.poke()
         await second_wake.wait()
         book.report(URL, GPU, [job(1, ("invented-1",))])
-        assert await book.evaluate_elsewhere(URL) is None  # one at a time: still pending
-        assert book.pending(URL)
+        evaluations.poke()  # one at a time: the second waits for the first
+        assert len(ran_in) == 1 and book.pending(URL)
         woke_twice.set()
-        verdict = await running
-    assert verdict is not None and len(verdict.sets) == MAX_SETS_WEIGHED
-    assert verdict.series is not None
-    assert sum(b.count for b in verdict.series.values()) == MAX_SETS_WEIGHED
-    assert ran_in and loop_thread not in ran_in
-    again = await book.evaluate_elsewhere(URL)
-    assert again is not None and len(ran_in) == 2
+        await evaluations.idle()
+    first, again = published
+    assert len(first.sets) == MAX_SETS_WEIGHED
+    assert first.series is not None
+    assert sum(b.count for b in first.series.values()) == MAX_SETS_WEIGHED
+    assert ran_in and loop_thread not in ran_in and len(ran_in) == 2
+    assert evaluations.latest(URL) is again and again.sets[0].observers == {ORG.key, GPU.key}
+    await evaluations.close()
 
 
-async def test_a_forced_evaluation_waits_for_the_one_under_way_then_runs():
+async def test_a_group_that_leaves_has_its_gitea_evaluated_in_the_background_at_once():
     book = Book(min_interval=3600)
+    published: list[Verdict] = []
+
+    async def keep(verdict: Verdict) -> None:
+        published.append(verdict)
+
+    from gitea_runner_operator.reconcile.why.unmatched_flight import Evaluations
+
+    evaluations = Evaluations(book.book, book.ledger.members.of_url, keep)
     book.report(URL, ORG, [job(1, ("ubuntu-lastest",))])
     book.report(URL, GPU, [job(1, ("ubuntu-lastest",))])
-    first = asyncio.ensure_future(book.evaluate_elsewhere(URL))
-    await asyncio.sleep(0)
+    evaluations.poke()
+    await evaluations.idle()
     book.remove(GPU.key)
-    forced = await book.evaluate_elsewhere(URL, force=True)
-    assert (await first) is not None
-    assert forced is not None
-    (s,) = forced.sets
+    evaluations.poke()
+    await evaluations.idle()  # not held back for the hour of min_interval
+    _, after = published
+    (s,) = after.sets
     assert s.observers == {ORG.key}
+    await evaluations.close()
