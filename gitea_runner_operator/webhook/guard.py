@@ -20,15 +20,19 @@ deliveries stall the event loop (and with it the Lease and every group's polling
   one thread of their own (verify.py).
 - Rejections are logged once, then summarised at most every ``QUIET_EVERY`` seconds with a
   count (:class:`QuietLog`): a flood must not become a flood of log lines.
-- Failed authentication costs the address it came from (:class:`Penalties`): past a burst
-  of failures, an address has one a second. While it has none left, its deliveries are no
-  longer read for the repository hint (the expensive way to find a secret): those only
-  that way are answered 429 before their body is read; the operator-wide secret and a
-  managed hook's ``?group=`` (one HMAC each) are still tried. So a forger's flood costs
-  the HTTP exchange and little else (and its 429 comes a second late, so a forger that
-  waits for answers sends fewer), a genuine delivery from another address is never
-  delayed, and behind a proxy (one address for everyone) Gitea's managed and system hooks
-  still get through; only hand-made hooks without ``?group=`` wait for the next poll.
+- Failed authentication costs the sender's own lookups (:class:`Penalties`): each failure is
+  charged to its address *and target* (the repository a delivery names, or a managed hook's
+  ``?group=``), which has a burst of failures and then one a second; while a target has none
+  left, deliveries from that address naming it are answered 429 before their secret is
+  looked up. Gitea's deliveries all come from one address, so a tenant's hook with a wrong
+  secret must cost only that tenant's own target: a delivery for another target from the
+  same address is looked up as always. The address as a whole has a larger bucket, which
+  bounds what a forger inventing targets can buy: past it, only targets that verified from
+  that address before are looked up, and an address that never verified anything is
+  answered 429 before its body is read. The operator-wide secret and a managed hook's
+  ``?group=`` (one HMAC each) are always tried. So a forger's flood costs the HTTP exchange
+  and little else (and its 429 comes a second late, so a forger that waits for answers
+  sends fewer), and a genuine delivery is never refused for others' failures.
 - Wake-ups per group are rate-limited (wakes.py): a tenant's own secret cannot make its
   groups poll Gitea more often than once a second on average.
 """
@@ -59,10 +63,14 @@ DEFAULT_SLOTS: Final = 8
 DEFAULT_SLOT_WAIT: Final = 2.0
 DELIVERY_MEMORY: Final = 4096
 QUIET_EVERY: Final = 10.0
-# Failed authentications an address may have at once, and how many a second after that
-# (Penalties): Gitea with a wrong secret fails a delivery per job event, a forger hundreds.
+# Failed authentications an address may have at once for one target, and how many a second
+# after that (Penalties): Gitea with a wrong secret fails a delivery per job event, a forger
+# hundreds.
 PENALTY_BURST: Final = 20
 PENALTY_RATE: Final = 1.0
+# The same for an address over all its targets: what bounds a forger inventing targets.
+PENALTY_ADDRESS_BURST: Final = 200
+PENALTY_ADDRESS_RATE: Final = 5.0
 PENALTY_ADDRESSES: Final = 4096
 # A penalised delivery's 429 comes this late (a forger that waits for each answer sends
 # fewer), for at most ``PENALTY_HELD`` requests per address at once (the rest at once), so
@@ -134,9 +142,11 @@ class ReadGate:
 
 
 class Penalties:
-    """Failed authentications per peer address, a token bucket each (``burst`` at once, then
-    ``rate`` a second): :meth:`exhausted` says an address has none left. Bounded in count: the
-    least recently failed addresses are forgotten first (they would be full again by then)."""
+    """Failed authentications per (peer address, target) and per address, a token bucket
+    each (``burst`` then ``rate`` a second; ``address_burst`` then ``address_rate``), and the
+    targets that verified from each address. :meth:`exhausted` says whether a lookup is
+    refused (module docstring). Bounded in count: the least recently failed (or verified)
+    are forgotten first (their buckets would be full again by then)."""
 
     def __init__(
         self,
@@ -145,11 +155,18 @@ class Penalties:
         *,
         clock: Callable[[], float] = time.monotonic,
         max_addresses: int = PENALTY_ADDRESSES,
+        address_rate: float = PENALTY_ADDRESS_RATE,
+        address_burst: int = PENALTY_ADDRESS_BURST,
     ) -> None:
         self._rate = rate
         self._burst = max(1, burst)
+        self._address_rate = address_rate
+        self._address_burst = max(self._burst, address_burst)
         self._clock = clock
-        self._buckets: LRU[str, Bucket] = LRU(max_addresses)
+        self._buckets: LRU[tuple[str, str], Bucket] = LRU(max_addresses)
+        self._addresses: LRU[str, Bucket] = LRU(max_addresses)
+        self._verified: LRU[tuple[str, str], bool] = LRU(max_addresses)
+        self._vouched: LRU[str, bool] = LRU(max_addresses)  # addresses that verified once
         self._held: dict[str, int] = {}
 
     async def refuse(self, peer: str, delay: float = PENALTY_DELAY) -> None:
@@ -166,18 +183,39 @@ class Penalties:
             if left:
                 self._held[peer] = left
 
-    def exhausted(self, peer: str) -> bool:
-        bucket = self._buckets.peek(peer)
-        return bucket is not None and bucket.level(self._clock()) < 1.0
-
-    def failed(self, peer: str) -> None:
+    def exhausted(self, peer: str, target: str | None = None) -> bool:
+        """Whether a lookup for ``target`` from ``peer`` is refused; ``target`` None: before
+        the body is read, when only an address that never verified anything is refused."""
         now = self._clock()
-        bucket = self._buckets.get(peer)
-        if bucket is None:
-            bucket = Bucket(self._rate, self._burst, now)
-            self._buckets.put(peer, bucket)
-        bucket.refill(now)
-        bucket.tokens = max(0.0, bucket.tokens - 1.0)
+        address = self._addresses.peek(peer)
+        spent = address is not None and address.level(now) < 1.0
+        if target is None:
+            return spent and self._vouched.peek(peer) is None
+        bucket = self._buckets.peek((peer, target))
+        if bucket is not None and bucket.level(now) < 1.0:
+            return True
+        return spent and self._verified.peek((peer, target)) is None
+
+    def failed(self, peer: str, target: str = "") -> None:
+        """A delivery from ``peer`` naming ``target`` failed authentication."""
+        now = self._clock()
+        _spend(self._buckets, (peer, target), self._rate, self._burst, now)
+        _spend(self._addresses, peer, self._address_rate, self._address_burst, now)
+
+    def verified(self, peer: str, target: str = "") -> None:
+        """A delivery from ``peer`` naming ``target`` verified: its target is looked up even
+        while the address's failures are spent."""
+        self._verified.put((peer, target), True)
+        self._vouched.put(peer, True)
+
+
+def _spend(buckets: LRU[Any, Bucket], key: object, rate: float, burst: int, now: float) -> None:
+    bucket = buckets.get(key)
+    if bucket is None:
+        bucket = Bucket(rate, burst, now)
+        buckets.put(key, bucket)
+    bucket.refill(now)
+    bucket.tokens = max(0.0, bucket.tokens - 1.0)
 
 
 class Deliveries:

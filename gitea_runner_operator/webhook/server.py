@@ -170,9 +170,7 @@ class WebhookServer:
         finally:
             self._slots.release()
         if isinstance(verified, Answer):
-            if verified.status in (400, 401):
-                self.penalties.failed(request.remote or "")
-            elif verified is PENALISED:  # late, but holding no slot
+            if verified is PENALISED:  # late, but holding no slot
                 await self.penalties.refuse(request.remote or "", self._penalty_delay)
             return verified
         if not self._deliveries.first_time(request.headers.get(DELIVERY_HEADER)):

@@ -157,14 +157,29 @@ class Verifier:
     async def verify(
         self, request: web.Request, body: bytes, digest: bytes, event: str
     ) -> Answer | Verified:
-        """Find who signed the body, cheapest first (see the module)."""
+        """Find who signed the body, cheapest first (see the module). A failure (400, 401) is
+        charged to the sender's address and the target the delivery names (guard.Penalties),
+        a success remembered for them: one tenant's wrong secret costs its own target only."""
+        peer = request.remote or ""
+        found, target = await self._verify(request, body, digest, event)
+        if isinstance(found, Verified):
+            self._penalties.verified(peer, target)
+        elif found.status in (400, 401):
+            self._penalties.failed(peer, target)
+        return found
+
+    async def _verify(
+        self, request: web.Request, body: bytes, digest: bytes, event: str
+    ) -> tuple[Answer | Verified, str]:
+        """What :meth:`verify` finds, and the target it is charged to or remembered for."""
         groups = list(self._operator.groups())
         if self._operator_secret is not None and await signers(
             [(True, self._operator_secret)], body, digest
         ):
-            return Verified(body, groups)
+            return Verified(body, groups), ""
         named = request.query.get("group")
         if named is not None:
+            target = f"group:{named[:256]}"
             group = next((g for g in groups if g.key == named), None)
             secret = (
                 await self._operator.secret(group.webhook_secret)
@@ -172,19 +187,19 @@ class Verifier:
                 else None
             )
             if group is not None and secret and await signers([(True, secret)], body, digest):
-                return Verified(
-                    body, [g for g in groups if g.webhook_secret == group.webhook_secret]
-                )
+                alike = [g for g in groups if g.webhook_secret == group.webhook_secret]
+                return Verified(body, alike), target
             self._quiet("webhook delivery rejected", remote=request.remote, gitea_event=event)
-            return UNAUTHORIZED
+            return UNAUTHORIZED, target
         if not any(g.webhook_secret is not None for g in groups):
             self._quiet("webhook delivery rejected", remote=request.remote, gitea_event=event)
-            return UNAUTHORIZED
-        if self._penalties.exhausted(request.remote or ""):
-            return PENALISED  # one HMAC was tried; the hint is what a flood must not buy
+            return UNAUTHORIZED, ""
         repository = repository_hint(body)
         if repository is None:
-            return NOT_A_REPOSITORY
+            return NOT_A_REPOSITORY, ""
+        target = f"repo:{repository.full_name.casefold()}"
+        if self._penalties.exhausted(request.remote or "", target):
+            return PENALISED, target  # the secrets' lookup is what a flood must not buy
         candidates = await candidate_secrets(repository, groups, self._operator.secret)
         signed_by = await signers(candidates, body, digest)
         if not signed_by:
@@ -194,6 +209,6 @@ class Verifier:
                 gitea_event=event,
                 repository=repository.full_name,
             )
-            return UNAUTHORIZED
+            return UNAUTHORIZED, target
         vouched = {g.key for g in signed_by}
-        return Verified(body, [g for g in groups if g.key in vouched])
+        return Verified(body, [g for g in groups if g.key in vouched]), target
