@@ -32,7 +32,11 @@ from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.tasks import cancelled_itself, how_ended
-from gitea_runner_operator.poll.last_good import LastGoodHandle, ObserveWithFn
+from gitea_runner_operator.poll.last_good import (
+    LastGoodHandle,
+    NamespaceDeletingFn,
+    ObserveWithFn,
+)
 from gitea_runner_operator.poll.pacing import Pacing, next_delay
 from gitea_runner_operator.poll.steps import GiteaStep, HookState, HookStep, Turn
 from gitea_runner_operator.poll.triggers import answer_key, lists_queued, new_queued
@@ -65,6 +69,7 @@ class PollerOptions(TypedDict, total=False):
     every_answer: Callable[[str, float, bool], bool] | None
     failures: LogRate
     observe_with: ObserveWithFn | None
+    namespace_deleting: NamespaceDeletingFn | None
     right: Callable[[str], bool] | None
 
 
@@ -82,13 +87,14 @@ class GroupPoller:
         every_answer: Callable[[str, float, bool], bool] | None = None,
         failures: LogRate | None = None,
         observe_with: ObserveWithFn | None = None,
+        namespace_deleting: NamespaceDeletingFn | None = None,
         right: Callable[[str], bool] | None = None,
     ) -> None:
         self.key, self.spec = key, spec
         self._namespace = GroupKey.parse(key).namespace
         self._observe, self._notify, self._steps = observe, notify, tuple(steps)
         self._pacing, self._clock = pacing, clock
-        self.last_good = LastGoodHandle(key, observe_with)
+        self.last_good = LastGoodHandle(key, observe_with, namespace_deleting, clock=clock)
         # --sharding: whether this replica still holds the group's domain, asked by every
         # write of the task just before it leaves (kit/fence.py).
         self._right = right

@@ -77,8 +77,8 @@ class Pollers:
         )
         if current is not None:  # what the old task knew still holds
             poller.hooks, poller._order = current.hooks, current._order
-            if current.spec.gitea.url == spec.gitea.url:
-                poller.last_good.handle = current.last_good.handle
+            # Kept, and served only for the spec it came from (poll/last_good.py).
+            poller.last_good.take(current.last_good)
         self._pollers[key] = poller
         poller.start(after=self._first_polls.reserve(self._clock()))
         return poller

@@ -26,6 +26,7 @@ from gitea_runner_operator.kube.cache import ClusterCache, group_key_of_owned, s
 from gitea_runner_operator.kube.cache_objects import CacheObjects
 from gitea_runner_operator.kube.cluster import Cluster
 from gitea_runner_operator.kube.configmaps import ConfigReader
+from gitea_runner_operator.kube.namespaces import NamespaceReader
 from gitea_runner_operator.kube.ratelimit import TokenBucket
 from gitea_runner_operator.kube.runner_credentials import RunnerCredentials
 from gitea_runner_operator.kube.secret_store import SecretStore
@@ -183,6 +184,9 @@ class Controller:
             ),
             every_answer=self.ledger.must_weigh,
             observe_with=self.observer.observe_with,
+            # A deleting group reuses a token it can no longer read only while its whole
+            # namespace is being deleted (poll/last_good.py).
+            namespace_deleting=NamespaceReader(api).deleting,
             # --sharding: a poll task writes only while its group's domain is held.
             right=self.share.serves if self.share is not None else None,
         )

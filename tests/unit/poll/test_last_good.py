@@ -1,6 +1,8 @@
 """A namespace deleted whole takes the group's tokens Secret and RoleBinding along with the
 group: its poll task still removes the runners' registrations, asking Gitea with the handle of
-its last good answer. A group that is not being deleted never does (a revoked Secret stops it).
+its last good answer. A group that is not being deleted never does (a revoked Secret stops it),
+and neither does a deleting group whose namespace stays (its owner revoked the token), one
+whose scope was edited after, or one past LAST_GOOD_GRACE (issue 45).
 
 Before: the deleting group's observations failed with ``SecretForbidden`` once the token left
 the Secret store's cache, no reap ran, and the teardown gave up after drainTimeout + 30 s
@@ -14,12 +16,13 @@ from typing import Any
 
 from gitea_runner_operator.api.observation import Observation, Problem, ProblemKind, Snapshot
 from gitea_runner_operator.api.runnergroup import parse_spec
-from gitea_runner_operator.poll.last_good import LastGoodHandle
+from gitea_runner_operator.poll.last_good import LAST_GOOD_GRACE, LastGoodHandle
 from gitea_runner_operator.poll.pacing import Pacing
 from gitea_runner_operator.poll.poller import GroupPoller
 from gitea_runner_operator.poll.steps import ReapStep
 from gitea_runner_operator.reconcile.ports import ReapOrder
 from tests.support.builders import VALID
+from tests.support.fake_cluster import Clock
 
 GROUP = {"metadata": {"name": "ci", "namespace": "team-a", "uid": "u1"}}
 GOOD = Snapshot(0.0, "x", observation=Observation(queued=(), runners=()))
@@ -37,7 +40,17 @@ class Reaper:
         self.handles.append(handle)
 
 
-def _poller(reaper: Reaper, asked_again: list[object]) -> GroupPoller:
+async def _namespace_deleted(namespace: str) -> bool:
+    return True
+
+
+async def _namespace_stays(namespace: str) -> bool:
+    return False
+
+
+def _poller(
+    reaper: Reaper, asked_again: list[object], namespace_deleting: Any = _namespace_deleted
+) -> GroupPoller:
     """A group whose first answer is good (handle ``first``) and whose Secret then goes."""
     seen = 0
 
@@ -58,6 +71,7 @@ def _poller(reaper: Reaper, asked_again: list[object]) -> GroupPoller:
         (ReapStep(reaper),),  # type: ignore[arg-type]
         pacing=Pacing(min_refresh=0.01, secret_retry=0.01),
         observe_with=observe_with,
+        namespace_deleting=namespace_deleting,
     )
 
 
@@ -99,7 +113,7 @@ async def test_only_credentials_gone_for_good_ask_again():
         asked.append(handle)
         return GOOD, "again"
 
-    last = LastGoodHandle("team-a/ci", again)  # type: ignore[arg-type]
+    last = LastGoodHandle("team-a/ci", again, _namespace_deleted)  # type: ignore[arg-type]
     spec = parse_spec(VALID)
     assert await last.after(spec, True, GOOD, "first") == (GOOD, "first")  # type: ignore[arg-type]
     unreachable = Snapshot(0.0, "x", problem=Problem("GiteaUnreachable", "no answer"))
@@ -107,4 +121,67 @@ async def test_only_credentials_gone_for_good_ask_again():
     assert asked == []  # Gitea's own silence is not a reason to reuse a token
     for reason in ("SecretNotFound", "SecretKeyMissing", "SecretForbidden", "SecretNotAllowed"):
         assert await last.after(spec, True, _gone(reason), None) == (GOOD, "again")
-    assert asked == ["first", "again", "again", "again"]
+    # Always the handle of the last good answer itself: what it asks with does not renew
+    # the handle, nor its grace.
+    assert asked == ["first"] * 4
+
+
+async def test_a_token_revoked_while_the_namespace_stays_is_never_used_again():
+    """The owner removes the RoleBinding (or the opt-in label) and deletes the group: the
+    namespace stays, so the token is revoked, not gone with it. The deleting group's teardown
+    never asks Gitea with it (before: for up to drainTimeout + 30 s)."""
+    reaper, asked_again = Reaper(), []
+    poller = _poller(reaper, asked_again, namespace_deleting=_namespace_stays)
+    await _rounds(poller, ReapOrder(GROUP, remove_hook=True, deleting=True))
+    assert asked_again == []
+    assert reaper.handles == []
+    assert poller.last_good.handle is None  # forgotten, not kept for later
+
+
+async def test_a_token_revoked_before_the_group_is_deleted_is_not_used_by_its_teardown():
+    """Revoked while the group was alive (its polls fail), then the group is deleted: the
+    handle was forgotten at the revocation (before: kept, and used by the teardown)."""
+    clock = Clock()
+    asked: list[object] = []
+    namespace_gone = False
+
+    async def again(spec: Any, handle: object) -> Any:
+        asked.append(handle)
+        return GOOD, "again"
+
+    async def deleting(namespace: str) -> bool:
+        return namespace_gone
+
+    last = LastGoodHandle("team-a/ci", again, deleting, clock=clock)  # type: ignore[arg-type]
+    spec = parse_spec(VALID)
+    await last.after(spec, False, GOOD, "first")  # type: ignore[arg-type]
+    revoked = _gone("SecretNotAllowed")
+    assert await last.after(spec, False, revoked, None) == (revoked, None)
+    namespace_gone = True  # even if the namespace goes later
+    assert await last.after(spec, True, revoked, None) == (revoked, None)
+    assert asked == []
+
+
+async def test_the_last_good_handle_serves_only_its_own_spec_and_only_for_its_grace():
+    clock = Clock()
+    asked: list[object] = []
+
+    async def again(spec: Any, handle: object) -> Any:
+        asked.append(handle)
+        return GOOD, "again"
+
+    spec = parse_spec(VALID)
+    edited = parse_spec({**VALID, "repo": "elsewhere"})
+    gone = _gone("SecretForbidden")
+    # A scope edited after the revocation: a new spec never gets the handle.
+    last = LastGoodHandle("team-a/ci", again, _namespace_deleted, clock=clock)  # type: ignore[arg-type]
+    await last.after(spec, False, GOOD, "first")  # type: ignore[arg-type]
+    assert await last.after(edited, True, gone, None) == (gone, None)
+    assert asked == [] and last.handle is None
+    # The grace: served within LAST_GOOD_GRACE of the credentials first found gone, then not.
+    last = LastGoodHandle("team-a/ci", again, _namespace_deleted, clock=clock)  # type: ignore[arg-type]
+    await last.after(spec, False, GOOD, "first")  # type: ignore[arg-type]
+    assert await last.after(spec, True, gone, None) == (GOOD, "again")
+    clock.now += LAST_GOOD_GRACE + 1
+    assert await last.after(spec, True, gone, None) == (gone, None)
+    assert asked == ["first"] and last.handle is None
