@@ -91,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
         "in between get the last one (default 5)",
     )
     p.add_argument(
+        "--tenant-memory-budget",
+        type=int,
+        default=0,
+        metavar="MIB",
+        help="MiB of tenants' Gitea answers held at once (being read, parsed and kept), "
+        "shared fairly by namespace; 0: 40%% of the container's memory limit, or 256 "
+        "without one (default 0)",
+    )
+    p.add_argument(
         "--metrics-auth",
         action=argparse.BooleanOptionalAction,
         default=False,
@@ -214,6 +223,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit("--gitea-backoff-max must be at least 1 second")
     if not 1 <= args.secret_cache_ttl <= 3600:
         raise SystemExit("--secret-cache-ttl must be at least 1 and at most 3600 seconds")
+    if args.tenant_memory_budget < 0:
+        raise SystemExit("--tenant-memory-budget must not be negative (0: from the memory limit)")
     if not 0 < args.metrics_render_interval <= 60:
         raise SystemExit("--metrics-render-interval must be more than 0 and at most 60 seconds")
     for url in args.allowed_gitea_url:
@@ -247,6 +258,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         allowed_gitea_urls=tuple(args.allowed_gitea_url),
         template_service_accounts=tuple(args.template_service_account),
         own_namespace=own_namespace(),
+        tenant_memory_budget=args.tenant_memory_budget * 1024 * 1024,
     )
 
 

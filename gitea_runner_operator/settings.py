@@ -56,6 +56,9 @@ class Settings:
     gitea_step_deadline: float = GITEA_STEP_DEADLINE
     # How long a Secret read for a group is used before it is read again (--secret-cache-ttl).
     secret_cache_ttl: float = 60.0
+    # Bytes of tenants' Gitea answers held at once, shared by namespace (kit/tenant_budget.py);
+    # 0: from the container's memory limit.
+    tenant_memory_budget: int = 0
     # Client-side rate limit on Kubernetes writes (client-go's QPS and burst).
     kube_write_qps: float = 100.0
     kube_write_burst: int = 200

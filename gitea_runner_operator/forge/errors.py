@@ -75,6 +75,15 @@ class GiteaAnswerTooLarge(GiteaError):
     reason = "GiteaAnswerTooLarge"
 
 
+class GiteaTenantBudget(GiteaError):
+    """The group's namespace holds its whole share of the operator's memory budget for
+    tenants' data (kit/tenant_budget.py) with its groups' answers: this one was read no
+    further. The message names the budget and the figures; the group backs off and asks
+    again, and other namespaces' groups are not touched."""
+
+    reason = "TenantMemoryBudget"
+
+
 class GiteaUnsupported(GiteaError):
     """The endpoint is missing although the target exists: Gitea older than 1.25."""
 

@@ -234,6 +234,8 @@ class GiteaTransport:
                 body = await self._read(method, path, resp) if 200 <= status < 300 else b""
                 headers = resp.headers
             # Parsed after the connection is back in the pool, and never by a retry.
+            if body and status != 204 and self._budget is not None:
+                self._budget.parsing(len(body), f"{method} {path}")  # the tenant's share
             value = await decode(body, f"{method} {path}") if body and status != 204 else None
             return self._interpret(method, path, status, headers, value)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
@@ -256,6 +258,8 @@ class GiteaTransport:
             body += chunk
             if len(body) > self._max_body:
                 raise too_large
+            if self._budget is not None:  # charged as it arrives: the peak is what counts
+                self._budget.reading(len(chunk), f"{method} {path}")
         if self._budget is not None:
             self._budget.spend_bytes(len(body), f"{method} {path}")
         return bytes(body)

@@ -21,12 +21,19 @@ import structlog
 from gitea_runner_operator.api.forge import ForgeInfo
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.observation import Observation, Problem
+from gitea_runner_operator.forge.budget import KeptAnswers
 from gitea_runner_operator.forge.client import GiteaClient
-from gitea_runner_operator.forge.errors import GiteaError, GiteaNotFound, GiteaRateLimited
+from gitea_runner_operator.forge.errors import (
+    GiteaError,
+    GiteaNotFound,
+    GiteaRateLimited,
+    GiteaTenantBudget,
+)
 from gitea_runner_operator.forge.forgejo import ForgejoClient
 from gitea_runner_operator.forge.limits import AnswerBudget
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kit.lograte import LogRate
+from gitea_runner_operator.kit.tenant_budget import Lease, TenantBudget
 
 log = structlog.get_logger(__name__)
 
@@ -104,9 +111,12 @@ class ScopeFetcher:
         deadline: float,
         budget: tuple[int, int],
         clock: Callable[[], float] = time.monotonic,
+        tenants: TenantBudget | None = None,
     ) -> None:
         self._deadline = deadline
         self._budget = budget
+        # The namespaces' shares of the tenant memory budget (forge/budget.py).
+        self.kept = KeptAnswers(tenants)
         self._clock = clock
         self.resolved: dict[ScopeKey, ScopeRef] = {}
         self.progress_at: dict[ScopeKey, float] = {}
@@ -117,16 +127,48 @@ class ScopeFetcher:
         self._log_rate = LogRate(LOG_EVERY, clock=clock)  # per (warning, Gitea URL)
 
     def forget(self, key: ScopeKey) -> None:
-        """Drop the sample times of a scope no group uses any more."""
+        """Drop the sample times and kept answer of a scope no group uses any more."""
         self.progress_at.pop(key, None)
         self.runners_at.pop(key, None)
+        self.kept.drop(key)
 
     async def fetch(
-        self, client: GiteaClient, wanted: ScopeRef, fingerprint: str, forge: ForgeInfo
+        self,
+        client: GiteaClient,
+        wanted: ScopeRef,
+        fingerprint: str,
+        forge: ForgeInfo,
+        namespace: str = "",
+    ) -> Fetched:
+        """``namespace``: whose share of the tenant memory budget pays for it (none: no
+        charge, as for a deleting group's last ask)."""
+        lease = self.kept.lease(namespace)
+        try:
+            fetched = await self._fetch(client, wanted, fingerprint, forge, lease)
+            if fetched.observation is not None:
+                self.kept.keep(
+                    (client.base_url, wanted, fingerprint), namespace, fetched.observation
+                )
+            return fetched
+        except GiteaError as exc:  # past the namespace's share (forge/budget.py)
+            problem = Problem(exc.reason, f"{client.base_url}: {exc}")
+            return Fetched(problem=problem, error=exc)
+        finally:
+            if lease is not None:
+                lease.close()  # what it read and parsed; what it keeps is charged above
+
+    async def _fetch(
+        self,
+        client: GiteaClient,
+        wanted: ScopeRef,
+        fingerprint: str,
+        forge: ForgeInfo,
+        lease: Lease | None,
     ) -> Fetched:
         url = client.base_url
         cache_key = (url, wanted, fingerprint)
-        handle_client, client = client, client.metered(AnswerBudget(*self._budget))
+        handle_client = client
+        client = client.metered(AnswerBudget(*self._budget, tenant=lease))
         try:
             async with asyncio.timeout(self._deadline):
                 scope = self.resolved.get(cache_key)
@@ -168,6 +210,8 @@ class ScopeFetcher:
             if exc.detail:
                 log.debug("gitea request failed", gitea=url, detail=exc.detail)
             problem = Problem(exc.reason, f"{url}: {exc}" if url not in str(exc) else str(exc))
+            if isinstance(exc, GiteaTenantBudget):
+                self.kept.drop(cache_key)  # its last answer is not served any more either
             return Fetched(problem=problem, retry_after=retry_after, error=exc)
         except Exception as exc:  # a bug or a library fault: a condition, never a lost task
             held = self._log_rate.admit(("unexpected", url))

@@ -50,6 +50,7 @@ from gitea_runner_operator.forge.observe import (
 from gitea_runner_operator.forge.observe import GiteaHandle as GiteaHandle  # re-exported
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kit.clock import utc_now_iso
+from gitea_runner_operator.kit.tenant_budget import TenantBudget
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 from gitea_runner_operator.metrics import Metrics
@@ -81,6 +82,7 @@ class Observer:
         template_policy: TemplatePolicy | None = None,
         max_answer_bytes: int = OBSERVATION_MAX_BYTES,
         max_answer_items: int = OBSERVATION_MAX_ITEMS,
+        tenant_budget: TenantBudget | None = None,
     ) -> None:
         self._template_policy = template_policy
         self._budget = (max_answer_bytes, max_answer_items)
@@ -96,7 +98,9 @@ class Observer:
         self._max_pages = max_pages
         # Resolved scopes and sample times, keyed by the token's fingerprint too: what one
         # tenant's token may see must never answer for another token.
-        self._fetcher = ScopeFetcher(deadline=deadline, budget=self._budget, clock=clock)
+        self._fetcher = ScopeFetcher(
+            deadline=deadline, budget=self._budget, clock=clock, tenants=tenant_budget
+        )
         # (URL, scope, token fingerprint, CA bundle id) -> the latest request for it.
         self._shared: dict[tuple[str, ScopeRef, str, str], Shared] = {}
         # Last use of each (URL, scope, token fingerprint), the key every cache above starts
@@ -228,6 +232,8 @@ class Observer:
         checked: str,
         newer_than: float,
     ) -> tuple[Snapshot, GiteaHandle | None]:
+        if (tenants := self._fetcher.kept.budget) is not None:
+            tenants.note(namespace)  # a tenant that polls: the budget's shares count it
         url = spec.gitea.url
         auth = spec.auth_token.secret_ref
         reg = spec.registration_token.secret_ref if spec.registration_token else None
@@ -295,7 +301,8 @@ class Observer:
         self._used[key[:3]] = started
         shared = self._shared.get(key)
         if shared is None or shared.started < newer_than or shared.abandoned:
-            task = asyncio.create_task(self._fetcher.fetch(client, wanted, fingerprint, forge))
+            fetch = self._fetcher.fetch(client, wanted, fingerprint, forge, namespace)
+            task = asyncio.create_task(fetch)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             shared = self._shared[key] = Shared(started, checked, task)

@@ -22,6 +22,7 @@ from gitea_runner_operator.forge.sessions import SessionPool
 from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.group_memory import GroupMemory, Table
 from gitea_runner_operator.kit.tasks import finish_or_cancel
+from gitea_runner_operator.kit.tenant_budget import TenantBudget, default_budget, memory_limit
 from gitea_runner_operator.kube.cache import ClusterCache, group_key_of_owned, spec_changed
 from gitea_runner_operator.kube.cache_objects import CacheObjects
 from gitea_runner_operator.kube.cluster import Cluster
@@ -151,6 +152,11 @@ class Controller:
         self.template_policy = TemplatePolicy.parse(
             settings.template_policy, settings.template_service_accounts
         )
+        # What tenants' Gitea answers may hold at once, shared by namespace.
+        self.tenant_budget = TenantBudget(
+            settings.tenant_memory_budget or default_budget(memory_limit())
+        )
+        log.info("tenant memory budget", mib=self.tenant_budget.total // (1024 * 1024))
         self.observer = Observer(
             self.secrets,
             self.sessions,
@@ -160,6 +166,7 @@ class Controller:
             allowed_urls=settings.allowed_gitea_urls,
             deadline=settings.observe_deadline,
             template_policy=self.template_policy,
+            tenant_budget=self.tenant_budget,
         )
         self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
         # Loss records the pass writes with the group's status (reconcile/status/parts.py).

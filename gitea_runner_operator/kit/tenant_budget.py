@@ -1,0 +1,162 @@
+"""One process-wide memory budget for what tenants' Gitea servers send, shared fairly by
+namespace: a namespace is a tenant, and its groups together may hold at most their share.
+
+Each answer was bounded on its own (forge/limits.py), but not their sum: five groups of one
+tenant, each within every cap, kept 354 MiB and peaked at 603 MiB of RSS while their answers
+were read, against a 384 Mi container limit; the OOM kill took the operator from every
+tenant. Here the bytes are charged *while* they are read and parsed (forge/http.py through
+forge/limits.AnswerBudget), and what an observation keeps is charged for as long as it is
+kept (forge/budget.py), so the peak is bounded, not only what stays.
+
+A namespace's share is the budget divided by the namespaces that polled within
+``ACTIVE_FOR`` seconds (each poll notes its namespace), so one tenant with many groups gets
+as much as a tenant with one, and never the share of the others; past it, its group's read
+stops with :class:`OverShare`, which names the budget and the figures.
+
+The budget comes from the container's memory limit (cgroup v2 ``memory.max``, or v1
+``memory.limit_in_bytes``): ``LIMIT_FRACTION`` of it, the rest being the operator's own
+(its caches, the Kubernetes client, the interpreter); ``UNLIMITED_BUDGET`` when there is no
+limit; ``--tenant-memory-budget`` sets it outright.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+MIB: Final = 1024 * 1024
+LIMIT_FRACTION: Final = 0.4
+UNLIMITED_BUDGET: Final = 256 * MIB
+MIN_BUDGET: Final = 16 * MIB
+ACTIVE_FOR: Final = 600.0
+# A limit above this is no limit (cgroup v1 writes a huge number for "unlimited").
+_NO_LIMIT: Final = 1 << 50
+CGROUP_FILES: Final = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
+
+
+def memory_limit(files: tuple[Path, ...] = CGROUP_FILES) -> int | None:
+    """The container's memory limit in bytes, or None when it has none (or none is known)."""
+    for path in files:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            continue
+        return value if 0 < value < _NO_LIMIT else None
+    return None
+
+
+def default_budget(limit: int | None) -> int:
+    """The budget for a container limit of ``limit`` bytes (None: unlimited)."""
+    if limit is None:
+        return UNLIMITED_BUDGET
+    return max(MIN_BUDGET, int(limit * LIMIT_FRACTION))
+
+
+class OverShare(Exception):
+    """A namespace's groups would hold more than its share; the figures say how much."""
+
+    def __init__(
+        self, namespace: str, held: int, wanted: int, share: int, budget: int, tenants: int
+    ):
+        self.namespace, self.held, self.wanted = namespace, held, wanted
+        self.share, self.budget, self.tenants = share, budget, tenants
+        super().__init__(
+            f"the namespace's share of the operator's memory budget for tenants' data is "
+            f"spent: {held / MIB:.1f} MiB held and {wanted / MIB:.1f} MiB more asked, of a "
+            f"share of {share / MIB:.1f} MiB ({budget / MIB:.0f} MiB shared by {tenants} "
+            f"namespace(s))"
+        )
+
+
+class TenantBudget:
+    """Bytes held per namespace, against ``total`` shared by the namespaces that poll."""
+
+    def __init__(
+        self,
+        total: int,
+        *,
+        active_for: float = ACTIVE_FOR,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total = total
+        self._active_for = active_for
+        self._clock = clock
+        self._held: dict[str, int] = {}
+        self._seen: dict[str, float] = {}  # namespace -> when it last polled
+        self.peak: dict[str, int] = {}  # the most each namespace held, for tests and benchmarks
+
+    def note(self, namespace: str) -> None:
+        """``namespace`` polls: it counts among the tenants for ``active_for`` seconds."""
+        self._seen.pop(namespace, None)
+        self._seen[namespace] = self._clock()  # most recent last
+
+    def tenants(self) -> int:
+        cutoff = self._clock() - self._active_for
+        for namespace, at in list(self._seen.items()):
+            if at >= cutoff:
+                break
+            if not self._held.get(namespace):
+                del self._seen[namespace]
+        return max(1, len(self._seen.keys() | self._held.keys()))
+
+    def share(self) -> int:
+        """What one namespace may hold now."""
+        return self.total // self.tenants()
+
+    def held(self, namespace: str) -> int:
+        return self._held.get(namespace, 0)
+
+    def charge(self, namespace: str, count: int) -> None:
+        """Hold ``count`` more bytes for ``namespace``, or raise :class:`OverShare`."""
+        held = self._held.get(namespace, 0)
+        self.note(namespace)
+        share = self.share()
+        if held + count > share:
+            raise OverShare(namespace, held, count, share, self.total, self.tenants())
+        self._held[namespace] = held = held + count
+        if held > self.peak.get(namespace, 0):
+            self.peak[namespace] = held
+
+    def release(self, namespace: str, count: int) -> None:
+        left = self._held.get(namespace, 0) - count
+        if left > 0:
+            self._held[namespace] = left
+        else:
+            self._held.pop(namespace, None)
+
+    def lease(self, namespace: str) -> Lease:
+        return Lease(self, namespace)
+
+
+class Lease:
+    """What one piece of work (a fetch, a kept observation) holds for its namespace: charged
+    bit by bit, released bit by bit or all at once."""
+
+    __slots__ = ("_budget", "held", "namespace")
+
+    def __init__(self, budget: TenantBudget, namespace: str) -> None:
+        self._budget, self.namespace = budget, namespace
+        self.held = 0
+
+    def charge(self, count: int) -> None:
+        self._budget.charge(self.namespace, count)
+        self.held += count
+
+    def release(self, count: int) -> None:
+        count = min(count, self.held)
+        self._budget.release(self.namespace, count)
+        self.held -= count
+
+    def close(self) -> None:
+        self.release(self.held)

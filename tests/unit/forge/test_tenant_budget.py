@@ -1,0 +1,141 @@
+"""One tenant's groups together hold at most its namespace's share of the process-wide memory
+budget for tenants' Gitea answers, charged while the answers are read and parsed and while
+they are kept (kit/tenant_budget.py, forge/budget.py); another namespace still polls.
+
+Before: each answer and each observation was bounded on its own, not their sum: five groups of
+one tenant, each within every cap, kept 354 MiB and peaked at 603 MiB of RSS."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+from aioresponses import aioresponses
+
+from gitea_runner_operator.api.runnergroup import parse_spec
+from gitea_runner_operator.forge.client import SessionPool
+from gitea_runner_operator.kit.tenant_budget import (
+    MIB,
+    UNLIMITED_BUDGET,
+    TenantBudget,
+    default_budget,
+    memory_limit,
+)
+from gitea_runner_operator.poll.observer import Observer
+from tests.support.builders import VALID
+from tests.support.gitea_answers import ORG_SPEC, FakeSecrets, gitea
+
+EVIL = "http://evil.test"
+EVIL_JOBS = re.compile(r"^http://evil\.test/api/v1/orgs/evil\d/actions/jobs\?.*$")
+EVIL_RUNNERS = re.compile(r"^http://evil\.test/api/v1/orgs/evil\d/actions/runners\?.*$")
+EVIL_ORG = re.compile(r"^http://evil\.test/api/v1/orgs/evil\d$")
+
+
+def _page() -> bytes:
+    """A page of 50 queued jobs with 64 labels of 45 characters each: within every cap."""
+    jobs = [
+        {
+            "id": i,
+            "status": "queued",
+            "labels": [f"{i:04d}-{k:02d}-".ljust(45, "x") for k in range(64)],
+            "url": f"{EVIL}/api/v1/repos/evil/app/actions/jobs/{i}",
+        }
+        for i in range(1, 51)
+    ]
+    return json.dumps({"jobs": jobs, "total_count": 10_000}).encode()
+
+
+def _evil(mock: aioresponses) -> None:
+    mock.get(f"{EVIL}/api/forgejo/v1/version", status=404, repeat=True)
+    mock.get(f"{EVIL}/api/v1/version", payload={"version": "1.27.3"}, repeat=True)
+    mock.get(EVIL_ORG, payload={"id": 1}, repeat=True)
+    mock.get(EVIL_RUNNERS, payload={"runners": [], "total_count": 0}, repeat=True)
+    mock.get(EVIL_JOBS, body=_page(), repeat=True)
+
+
+def _evil_spec(n: int):
+    return parse_spec({**ORG_SPEC, "org": f"evil{n}", "gitea": {"url": EVIL}})
+
+
+@pytest.fixture
+async def sessions():
+    pool = SessionPool()
+    yield pool
+    await pool.close()
+
+
+async def test_five_groups_of_one_namespace_at_the_caps_hold_at_most_its_share(sessions):
+    budget = TenantBudget(8 * MIB)
+    observer = Observer(
+        FakeSecrets({"evil": "t-evil", "team": "t-team"}),  # type: ignore[arg-type]
+        sessions,
+        tenant_budget=budget,
+        max_pages=40,  # 40 pages of about 170 KiB: 6.6 MiB per group, 33 MiB for five
+    )
+    with aioresponses() as mock:
+        _evil(mock)
+        gitea(mock)
+        results = await asyncio.gather(
+            *(observer.observe("evil", _evil_spec(n)) for n in range(5)),
+            observer.observe("team", parse_spec(ORG_SPEC)),
+        )
+    share = budget.total // 2
+    assert budget.peak["evil"] <= share  # read, parsed and kept, all five together
+    refused = [s.problem for s, _ in results[:5] if s.problem is not None]
+    assert refused and all(p.reason == "TenantMemoryBudget" for p in refused)
+    assert "MiB" in refused[0].message and "memory budget" in refused[0].message
+    team, _ = results[5]
+    assert team.problem is None and team.observation is not None  # another tenant polls
+    # Nothing leaks: once the scopes are forgotten, nothing is held by anyone.
+    await observer.drop(set())
+    assert budget.held("evil") == budget.held("team") == 0
+
+
+async def test_what_a_fetch_reads_is_released_and_only_what_it_keeps_stays(sessions):
+    budget = TenantBudget(64 * MIB)
+    observer = Observer(
+        FakeSecrets({"evil": "t-evil"}),  # type: ignore[arg-type]
+        sessions,
+        tenant_budget=budget,
+        max_pages=4,
+    )
+    with aioresponses() as mock:
+        _evil(mock)
+        snapshot, _ = await observer.observe("evil", _evil_spec(0))
+        assert snapshot.observation is not None and snapshot.observation.queued  # 4 pages read
+        kept = budget.held("evil")
+        # The peak (bodies read and parsed) was well above what stays.
+        assert 0 < kept < budget.peak["evil"]
+        again, _ = await observer.observe("evil", _evil_spec(0), newer_than=float("inf"))
+        assert again.observation is not None
+        # The new answer replaced the old one's charge (the first also held a sample of
+        # running and finished jobs, taken once a minute), not added to it.
+        assert 0 < budget.held("evil") <= kept
+    await observer.drop(set())
+    assert budget.held("evil") == 0
+
+
+def test_the_budget_comes_from_the_containers_memory_limit(tmp_path: Path):
+    v2 = tmp_path / "memory.max"
+    v2.write_text("402653184\n")  # the chart's 384 Mi
+    assert memory_limit((v2,)) == 384 * MIB
+    assert default_budget(384 * MIB) == int(384 * MIB * 0.4)
+    v2.write_text("max\n")
+    assert memory_limit((v2,)) is None
+    assert default_budget(None) == UNLIMITED_BUDGET
+    assert memory_limit((tmp_path / "missing",)) is None
+
+
+def test_a_share_is_the_budget_divided_by_the_namespaces_that_poll():
+    clock = [0.0]
+    budget = TenantBudget(100, active_for=60, clock=lambda: clock[0])
+    budget.charge("a", 100)  # alone, it may hold it all
+    budget.release("a", 100)
+    budget.note("b")
+    assert budget.share() == 50
+    clock[0] = 120.0  # b stopped polling long ago
+    assert budget.share() == 100
+    assert VALID  # the builders are importable alongside
