@@ -6,13 +6,14 @@ a protocol error rather than a silent zero.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Final, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gitea_runner_operator.api import caps
 
@@ -72,6 +73,14 @@ class ActionJob(Payload):
     completed_at: datetime | None = None
     # Forgejo >= 15 only: the attempt's handle, which ``one-job --handle`` binds a runner to.
     handle: str = Field(default="", max_length=caps.HANDLE_MAX_CHARS)
+
+    @field_validator("labels")
+    @classmethod
+    def _shared_labels(cls, labels: tuple[str, ...]) -> tuple[str, ...]:
+        """Each label text once in memory, however many jobs carry it: a queue of 25,000
+        jobs of the same 64 labels keeps 64 strings, not 1.6 million (interned strings go
+        when the last job naming them does)."""
+        return tuple(map(sys.intern, labels))
 
 
 class JobList(Payload):

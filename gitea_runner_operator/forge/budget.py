@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
+from gitea_runner_operator.api.gitea import ActionRunner
 from gitea_runner_operator.api.observation import Observation
 from gitea_runner_operator.forge.errors import GiteaTenantBudget
 from gitea_runner_operator.kit.tenant_budget import Lease, OverShare, TenantBudget
@@ -22,17 +22,24 @@ from gitea_runner_operator.kit.tenant_budget import Lease, OverShare, TenantBudg
 # one short label: 51 KiB kept, 61 KiB estimated).
 ITEM_BYTES = 900
 STRING_BYTES = 60
+POINTER_BYTES = 8
 
 
 def kept_size(observation: Observation) -> int:
-    """About what ``observation`` holds in memory, in bytes."""
+    """About what ``observation`` holds in memory, in bytes. A label text is counted once
+    however many jobs carry it (api/gitea.ActionJob interns them), a pointer for the rest."""
     jobs = (*observation.queued, *observation.in_progress, *observation.finished)
-    return sum(map(_job_size, jobs)) + sum(map(_runner_size, observation.runners))
-
-
-def _job_size(job: ActionJob) -> int:
-    strings = (job.name, job.url, job.runner_name, job.handle, *job.labels)
-    return ITEM_BYTES + sum(STRING_BYTES + len(s) for s in strings)
+    seen: set[int] = set()
+    size = sum(_runner_size(runner) for runner in observation.runners)
+    for job in jobs:
+        size += ITEM_BYTES + sum(STRING_BYTES + len(s) for s in (job.name, job.url, job.handle))
+        for label in job.labels:
+            if id(label) in seen:
+                size += POINTER_BYTES
+            else:
+                seen.add(id(label))
+                size += STRING_BYTES + len(label)
+    return size
 
 
 def _runner_size(runner: ActionRunner) -> int:
