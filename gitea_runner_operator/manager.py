@@ -23,6 +23,7 @@ from gitea_runner_operator.kube.reviews import ApiReviewer, MetricsAccess
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.runtime import gc_tuning
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import (
     Leadership,
@@ -178,6 +179,7 @@ def webhook_server(
 
 
 async def run(settings: Settings) -> int:
+    gc_tuning.tune_thresholds()  # the caches' heap: runtime/gc_tuning.py
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -248,7 +250,7 @@ async def run(settings: Settings) -> int:
                 keeper = MemberKeeper(
                     member_leases(settings), LeaseTiming.of(settings), watch.heartbeat_age
                 )
-            return Controller(
+            controller = Controller(
                 api,
                 settings,
                 watch_api,
@@ -257,6 +259,9 @@ async def run(settings: Settings) -> int:
                 membership=membership,
                 member_keeper=keeper,
             )
+            # Once its caches are full, the heap is moved out of the collector's way.
+            gc_tuning.settle_after(controller.synced)
+            return controller
 
         def ready() -> bool:
             current = leadership.controller
