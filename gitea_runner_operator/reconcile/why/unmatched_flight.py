@@ -73,7 +73,8 @@ class Evaluations:
             self._task = asyncio.get_running_loop().create_task(self._drain(), name="why-unmatched")
 
     def latest(self, url: str) -> Verdict | None:
-        """The last verdict published for ``url``; what a pass may read, never wait for."""
+        """The last verdict published for ``url`` with unmatched jobs (None: none); what a
+        pass may read, never wait for."""
         return self._latest.get(url)
 
     def forget(self, url: str) -> None:
@@ -105,12 +106,19 @@ class Evaluations:
             work = self._book.start(picked, self._inputs(picked), force=True)
             if work is None:
                 continue
-            found, cpu = await self._thread.run(picked, _timed(work))
+            try:
+                found, cpu = await self._thread.run(picked, _timed(work))
+            except Exception as exc:  # a bug: this URL's evaluation is lost, not the task
+                log.warning("unmatched jobs evaluation failed", gitea=picked, error=repr(exc))
+                continue
             self._cpu.refill(time.monotonic())
             self._cpu.tokens -= cpu
             self.evaluated += 1
             verdict = self._book.finish(picked, found)
-            self._latest[picked] = verdict
+            if verdict.sets:
+                self._latest[picked] = verdict
+            else:  # nothing unmatched (or no group left on that Gitea): nothing to keep
+                self._latest.pop(picked, None)
             try:
                 await self._publish(verdict)
             except Exception as exc:  # an Event or a metric lost; the next evaluation retries
