@@ -16,7 +16,13 @@ their own namespaces with their own RunnerGroups, attack at the same time:
   application owns ``db-cache`` objects (they must still be there afterwards);
 - many CA bundle variants (ConfigMaps: a few certificates, each in many texts);
 - unmatched jobs (issue 36 row 1): ``--label-groups`` groups of 64 labels each on a hostile
-  server listing 4,000 queued jobs, each with a label of its own, all new every 5 s.
+  server listing 4,000 queued jobs, each with a label of its own, all new every 5 s;
+- issue 45: ``--caps-groups`` groups of one tenant, each on its own org of a hostile server
+  answering pages of jobs at every cap (64 labels of 45 characters, 10,000 listed)
+  (``caps``); ``--url-groups`` groups on as many Gitea URLs, each listing 4,000 queued jobs of
+  a label each (``urls``); a hook with a wrong secret sending from Gitea's own address
+  (``wronghook``); a group deleted, then its token's opt-in label removed (``revoke``: how
+  long after the revocation the token was still used).
 
 It prints, per phase, the healthy groups' queued -> runner Job p50 and p99, the genuine
 deliveries' answers, the operator's peak RSS (VmHWM of its process), the longest gap between
@@ -57,6 +63,7 @@ from tests.benchmarks.hostile_tenants import (
     apply_evil_groups,
     foreign_objects,
     prepare_evil,
+    revoke_while_deleting,
     set_cache,
 )
 from tests.support import manifests
@@ -68,7 +75,7 @@ from tests.testbed.sandbox import Sandbox
 
 LEASE_NS = OPERATOR_NS
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/gitea-runner-operator"
-ATTACKS = "webhook,forge,secrets,cache,ca,labels"
+ATTACKS = "webhook,forge,secrets,cache,ca,labels,caps,urls,wronghook,revoke"
 LAG = "gitea_runner_operator_event_loop_lag_seconds"
 RENEW_DEADLINE = 10.0  # settings.renew_deadline
 SELECTOR = "gitea.bpg.pw/managed-by=gitea-runner-operator"
@@ -85,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--secrets", type=int, default=12, help="Secrets of 1 MiB")
     parser.add_argument("--ca-groups", type=int, default=20)
     parser.add_argument("--label-groups", type=int, default=8, help="groups of 64 labels")
+    parser.add_argument("--caps-groups", type=int, default=5, help="one tenant's, at the caps")
+    parser.add_argument("--url-groups", type=int, default=40, help="groups on a URL each")
+    parser.add_argument(
+        "--wronghook-every", type=float, default=0.2, help="seconds between wrong-secret hooks"
+    )
     parser.add_argument(
         "--attacks",
         default=ATTACKS,
@@ -108,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     attack, counts = None, {}
     healthy = [f"ok-{i}" for i in range(4)]
     evil = ["evil-forge", "evil-secrets", "evil-ca", "evil-cache"]
+    evil += ["evil-caps", "evil-urls", "evil-revoke"]  # issue 45
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)
         fake.start(None)
@@ -138,10 +151,14 @@ def main(argv: list[str] | None = None) -> int:
                     shared = ("--shared-address",) if args.shared_address else ()
                     attack = Remote("--webhook", str(op.webhook_port), *shared)
                 apply_evil_groups(kube, fake, forge_url, args)
+                if "wronghook" in args.attacks.split(","):
+                    run.wrong_hooks()
                 if args.cpuprobe:
                     op.snapshot()  # sampling starts
                 run.phase("attack", args.attack / 2)
                 set_cache(kube, enabled=False)
+                if "revoke" in args.attacks.split(","):
+                    run.revoked_at = revoke_while_deleting(kube)
                 run.phase("attack", args.attack / 2)
                 counts = attack.finish() if attack is not None else {}
                 run.attack_ended = run.now()
@@ -190,6 +207,8 @@ class Run:
         self.cpu: dict[str, tuple[float, float]] = {}  # phase -> (started at, CPU seconds)
         self.lag: dict[str, dict[float, float]] = {}  # phase -> lag buckets when it started
         self.peak = 0.0
+        self.revoked_at: float | None = None  # wall time the revoke attack revoked its token
+        self.wrong: collections.Counter[int | str] = collections.Counter()
         self._n = 0
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=8)
@@ -234,6 +253,41 @@ class Run:
             self.queued[f"h{i}"].append((self.now(), name))
             self._pool.submit(self._deliver, i, counter)
             time.sleep(self.args.every)
+
+    def wrong_hooks(self) -> None:
+        """A tenant's hook with a wrong secret, on its own repository, sending from Gitea's
+        address (127.0.0.1, as every genuine delivery here) until the run stops."""
+        threading.Thread(target=self._wrong_hooks, daemon=True).start()
+
+    def _wrong_hooks(self) -> None:
+        body = json.dumps(
+            {
+                "action": "queued",
+                "repository": {"full_name": "evil/app", "html_url": f"{self.fake.url}/evil/app"},
+                "workflow_job": {"labels": ["e"], "name": "j"},
+                "sender": {"login": "evil"},
+            }
+        ).encode()
+        while not self._stop.is_set():
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{self.op.webhook_port}/hooks/gitea",
+                data=body,
+                method="POST",
+                headers={
+                    "X-Gitea-Event": "workflow_job",
+                    "X-Gitea-Delivery": str(uuid.uuid4()),
+                    "X-Gitea-Signature": sign(b"not-the-secret", body),
+                    "Content-Type": "application/json",
+                },
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=30) as resp:
+                    self.wrong[resp.status] += 1
+            except urllib.error.HTTPError as exc:
+                self.wrong[exc.code] += 1
+            except Exception as exc:
+                self.wrong[type(exc).__name__] += 1
+            time.sleep(self.args.wronghook_every)
 
     def drain(self, seconds: float) -> None:
         """Wait until every queued job has its runner Job (or ``seconds`` pass)."""
@@ -380,6 +434,13 @@ def report(
         f"forged deliveries {counts.get('forged')}; silent connections ended by "
         f"{counts.get('held')}; hostile forge requests {counts.get('requests')}"
     )
+    if run.wrong:
+        print(f"wrong-secret hook deliveries from Gitea's address: {dict(run.wrong)}")
+    if run.revoked_at is not None:
+        last = (counts.get("last") or {}).get("revoke")
+        after_revoked = None if last is None else last - run.revoked_at
+        used = "never" if after_revoked is None or after_revoked < 0 else f"{after_revoked:.1f} s"
+        print(f"revoked token (group deleted, then its label removed): last used after: {used}")
     kept = sorted(k for k in before if after.get(k) == before[k])
     print(
         f"the other application's db-cache objects intact after cache on/off: {kept} "

@@ -43,6 +43,9 @@ from typing import Any
 import aiohttp
 
 MODES = ("tiny", "huge", "hang", "forbidden", "longnames")
+# Issue 45: a page of jobs at every per-item cap (64 labels of 45 characters), 10,000 listed.
+CAPS_LABELS = 64
+CAPS_TOTAL = 10_000
 TINY_ITEMS = 5_000_000
 LABEL_JOBS = 4_000
 LABEL_EVERY = 5.0
@@ -80,6 +83,7 @@ class HostileForge:
             "bare": b"[" + items + b"]",
         }
         self._names = itertools.count()
+        self.last: dict[str, float] = {}  # mode -> wall time of its latest request
         self._server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
@@ -107,6 +111,12 @@ class HostileForge:
             return 200, self.tiny["runners" if "/runners" in path else "jobs"]
         if mode == "longnames" and "/actions/jobs" in path:
             return 200, json.dumps(self._long_jobs(50)).encode()
+        if mode == "caps" and path.endswith("/actions/jobs"):
+            return 200, self._caps_jobs(urllib.parse.parse_qs(query))
+        if mode == "revoke" and path.endswith("/actions/jobs") and "status=queued" in query:
+            job = {"id": 1, "run_id": 1, "name": "j", "status": "queued", "labels": ["rv"],
+                   "url": f"{self.url}/revoke/api/v1/repos/evil/app/actions/jobs/1"}  # fmt: skip
+            return 200, json.dumps({"jobs": [job], "total_count": 1}).encode()
         if mode == "labels" and path.endswith("/actions/jobs"):
             return 200, json.dumps(self._label_jobs(urllib.parse.parse_qs(query))).encode()
         return 200, b'{"runners":[],"jobs":[],"total_count":0}'
@@ -122,6 +132,21 @@ class HostileForge:
                  "url": f"{self.url}/longnames/api/v1/repos/evil/{repo}/actions/jobs/{i + 1}"}
             )  # fmt: skip
         return {"jobs": jobs, "total_count": n}
+
+    def _caps_jobs(self, query: dict[str, list[str]]) -> bytes:
+        """A full page of jobs, each at the caps: many such groups of one tenant are what
+        the tenant memory budget bounds (issue 45)."""
+        if query.get("status") != ["queued"]:
+            return b'{"jobs":[],"total_count":0}'
+        page, limit = int(query.get("page", ["1"])[0]), int(query.get("limit", ["50"])[0])
+        jobs = []
+        for i in range((page - 1) * limit + 1, page * limit + 1):
+            labels = [f"{i:06d}-{k:02d}-".ljust(45, "x") for k in range(CAPS_LABELS)]
+            jobs.append(
+                {"id": i, "run_id": i, "name": "j", "status": "queued", "labels": labels,
+                 "url": f"{self.url}/caps/api/v1/repos/evil/app/actions/jobs/{i}"}
+            )  # fmt: skip
+        return json.dumps({"jobs": jobs, "total_count": CAPS_TOTAL}).encode()
 
     def _label_jobs(self, query: dict[str, list[str]]) -> dict[str, Any]:
         """One page of the queue: every job a label of its own, all new each LABEL_EVERY."""
@@ -166,6 +191,9 @@ class HostileForge:
                     self.rfile.read(length)
                 mode, _, rest = self.path.lstrip("/").partition("/")
                 forge.requests[mode] += 1
+                forge.last[mode] = time.time()
+                # labels7: one of many Gitea URLs (issue 45) served like labels
+                mode = mode.rstrip("0123456789")
                 with contextlib.suppress(OSError):
                     if mode == "huge" and "/actions/" in rest:
                         self._huge()
@@ -300,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         while not stop.wait(0.5):
             pass
         forge.stop()
-        print(json.dumps({"requests": dict(forge.requests)}), flush=True)
+        print(json.dumps({"requests": dict(forge.requests), "last": forge.last}), flush=True)
         return 0
     attack = WebhookAttack(args.webhook, shared_address=args.shared_address)
     attack.start()

@@ -10,6 +10,7 @@ import contextlib
 import os
 import subprocess
 import tempfile
+import time
 
 from tests.benchmarks import common
 from tests.benchmarks.hostile_servers import MODES
@@ -119,6 +120,18 @@ def apply_evil_groups(
         offered = [f"ubuntu-{g}-{k}" for k in range(64)]  # the spec's cap: 64 labels
         body = common.group(f"labels-{g}", "evil", f"{forge_url}/labels", offered)
         manifests.apply(kube, body, "evil-forge")
+    # Issue 45: many groups of one tenant at the caps, each its own org of one Gitea.
+    for k in range(args.caps_groups if "caps" in attacks else 0):
+        body = common.group(f"caps-{k}", f"caps{k}", f"{forge_url}/caps", ["e"])
+        manifests.apply(kube, body, "evil-caps")
+    # Issue 45: many Gitea URLs, each listing 4,000 queued jobs of a label each.
+    for n in range(args.url_groups if "urls" in attacks else 0):
+        body = common.group(f"url-{n}", "evil", f"{forge_url}/labels{n}", ["e"])
+        manifests.apply(kube, body, "evil-urls")
+    # Issue 45: a group whose token is revoked while it is being deleted (hostile.py).
+    if "revoke" in attacks:
+        body = common.group("revoked", "evil", f"{forge_url}/revoke", ["rv"], maxActiveRunners=1)
+        manifests.apply(kube, body, "evil-revoke")
     if "cache" not in attacks:
         return
     cache = {"enabled": True}
@@ -168,3 +181,16 @@ def _certificates(n: int) -> list[str]:
             )
             out.append(open(f"{tmp}/c{i}").read().strip())  # noqa: SIM115
     return out
+
+
+def revoke_while_deleting(kube: KubeClient) -> float:
+    """Delete the group ``revoked``, then take its token's opt-in label off (its owner
+    revokes the token while the namespace stays). Returns the wall time of the revocation."""
+    with contextlib.suppress(Exception):
+        kube.delete("/apis/gitea.bpg.pw/v1alpha1/namespaces/evil-revoke/runnergroups/revoked")
+    with contextlib.suppress(Exception):
+        kube.patch(
+            "/api/v1/namespaces/evil-revoke/secrets/tokens",
+            {"metadata": {"labels": {"gitea.bpg.pw/credentials": None}}},
+        )
+    return time.time()

@@ -77,9 +77,6 @@ class Evaluations:
         pass may read, never wait for."""
         return self._latest.get(url)
 
-    def forget(self, url: str) -> None:
-        self._latest.pop(url, None)
-
     async def idle(self) -> None:
         """Wait until no evaluation is due now or under way (tests, benchmarks)."""
         while self._task is not None and not self._task.done():
