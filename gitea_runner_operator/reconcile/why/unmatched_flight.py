@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
@@ -58,7 +58,7 @@ class Evaluations:
         # Real time, whatever clock the book reads: the budget is of a real thread's CPU.
         self._cpu = Bucket(duty, burst, time.monotonic())
         self._thread: Offload[str, tuple[Found, float]] = Offload("why-unmatched")
-        self._turns: deque[str] = deque()  # namespaces, the next one to be served first
+        self._turns: dict[str, None] = {}  # namespaces in turn, the next one to be served first
         self._latest: dict[str, Verdict] = {}
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -70,7 +70,11 @@ class Evaluations:
         """Something may have become due: the background task looks. Never waits."""
         self._again = True
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._drain(), name="why-unmatched")
+            # A context of its own: not the pass that poked first (its fence, under
+            # --sharding, is that group's domain, not this work's).
+            self._task = asyncio.get_running_loop().create_task(
+                self._drain(), name="why-unmatched", context=contextvars.Context()
+            )
 
     def latest(self, url: str) -> Verdict | None:
         """The last verdict published for ``url`` with unmatched jobs (None: none); what a
@@ -132,12 +136,11 @@ class Evaluations:
         if not ready:
             return None
         for namespace in ready:
-            if namespace not in self._turns:
-                self._turns.append(namespace)
-        for _ in range(len(self._turns)):
-            namespace = self._turns.popleft()
+            self._turns.setdefault(namespace)
+        for namespace in list(self._turns):
+            del self._turns[namespace]
             if namespace in ready:
-                self._turns.append(namespace)
+                self._turns[namespace] = None  # to the back
                 return ready[namespace]
             # A namespace with nothing due leaves the turns; it comes back when it has.
         return None

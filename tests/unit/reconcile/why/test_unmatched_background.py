@@ -159,3 +159,26 @@ async def test_the_cpu_budget_is_taken_in_turns_by_namespace(monkeypatch):
     assert order == ["https://a0.example"]  # the second waits for the budget
     await held.close()
     await evaluations.close()
+
+
+async def test_the_background_evaluations_are_not_fenced_by_the_pass_that_poked_them():
+    """Under --sharding each pass's writes are fenced by its group's domain: the background
+    task must not inherit the fence of whichever pass started it, or every tenant's
+    unmatched-jobs Events would stop when that one group moved to another replica."""
+    from gitea_runner_operator.kit import fence
+
+    ledger = Ledger()
+    book = UnmatchedBook(ledger.members, min_interval=0)
+    published: list[str] = []
+
+    async def emit(verdict: Verdict) -> None:
+        fence.check("POST events")  # what the Events' write does first
+        published.append(verdict.url)
+
+    evaluations = Evaluations(book, ledger.members.of_url, emit)
+    _report(ledger, book, "https://b.example", "team-b/g")
+    with fence.fenced_by(lambda: False):  # a pass of a group whose domain just moved
+        evaluations.poke()
+    await asyncio.wait_for(evaluations.idle(), 10)
+    assert published == ["https://b.example"]
+    await evaluations.close()
