@@ -20,6 +20,7 @@ from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kit.tenant_budget import (
     MIB,
     UNLIMITED_BUDGET,
+    OverShare,
     TenantBudget,
     default_budget,
     memory_limit,
@@ -158,3 +159,28 @@ def test_a_label_text_is_kept_once_however_many_jobs_carry_it():
     one = kept_size(Observation(queued=(first,), runners=()))
     two = kept_size(Observation(queued=(first, second), runners=()))
     assert two - one < one / 2  # the second job's labels are pointers, not copies
+
+
+def test_a_busy_namespace_among_a_thousand_quiet_ones_borrows_beyond_an_equal_share():
+    """An equal share of the chart's budget among 1,000 namespaces is 154 KiB, less than one
+    page of 50 jobs read and parsed; the quiet ones hold a few hundred bytes each."""
+    budget = TenantBudget(int(384 * MIB * 0.4))
+    for n in range(1000):
+        budget.charge(f"quiet-{n}", 300)
+    assert budget.guaranteed() < 80 * 1024
+    budget.charge("busy", 4 * MIB)  # a few pages of a long queue, read and parsed
+    assert budget.held("busy") == 4 * MIB
+
+
+def test_borrowers_cannot_take_what_each_namespace_is_guaranteed():
+    budget = TenantBudget(100 * MIB)
+    for ns in ("a", "b", "c", "d", "e"):
+        budget.note(ns)
+    guaranteed = budget.guaranteed()  # 50 MiB reserved among 5: 10 MiB each
+    assert guaranteed == 10 * MIB
+    for greedy in ("a", "b", "c", "d"):  # each takes its part and a quarter of the pool
+        budget.charge(greedy, budget.share())
+    with pytest.raises(OverShare, match="borrow"):
+        budget.charge("e", guaranteed + 1)  # the pool is spent: no borrowing
+    budget.charge("e", guaranteed)  # but its guaranteed part is there
+    assert sum(budget.held(ns) for ns in "abcde") <= budget.total
