@@ -191,6 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a ServiceAccount runner Pods may use besides 'default' (repeatable)",
     )
     p.add_argument(
+        "--global-scope-namespace",
+        action="append",
+        default=[],
+        metavar="NAMESPACE",
+        help="a namespace whose RunnerGroups may use scope: global (repeatable; unset: any); "
+        "a global group elsewhere is refused (GlobalScopeNotAllowed)",
+    )
+    p.add_argument(
         "--secrets-cluster-role",
         default=SECRETS_ROLE,
         metavar="NAME",
@@ -246,6 +254,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
         allowed_gitea_urls=tuple(args.allowed_gitea_url),
         template_service_accounts=tuple(args.template_service_account),
+        global_scope_namespaces=frozenset(args.global_scope_namespace)
+        if args.global_scope_namespace
+        else None,
         own_namespace=own_namespace(),
     )
 

@@ -43,6 +43,9 @@ class Settings:
     runner_start_bound: float = 120.0
     # Prefixes of the Gitea URLs groups may use; empty: any.
     allowed_gitea_urls: tuple[str, ...] = ()
+    # The namespaces whose groups may use ``scope: global`` (--global-scope-namespace); None:
+    # any. A global group joins every family of its Gitea into one capacity domain.
+    global_scope_namespaces: frozenset[str] | None = None
     # Cap of the poll backoff while Gitea fails: bounds recovery time once it is back.
     gitea_backoff_max: float = 30.0
     # Seconds a rendered /metrics body is served before a scrape renders it again.

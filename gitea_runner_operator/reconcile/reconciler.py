@@ -83,11 +83,15 @@ class Reconciler:
         status_writes: LaterWrites | None = None,
         losses: PendingLosses | None = None,
         placement: Callable[[str], Placement | None] | None = None,
+        admissions: Admissions | None = None,
     ) -> None:
         self._template_policy = template_policy
         self._start_bound = start_bound
         self._own_namespace = own_namespace
-        self._admissions = Admissions(template_policy, own_namespace)
+        # ``is None``: an empty memo is falsy (``__len__``). --sharding's layout shares it.
+        self._admissions = (
+            admissions if admissions is not None else Admissions(template_policy, own_namespace)
+        )
         # ``is None``, not ``or``: an empty Ledger is falsy (``__len__``), and the one passed
         # in (with its ``notify``) must be the one used.
         self._metrics = metrics if metrics is not None else Metrics()

@@ -47,6 +47,7 @@ from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
 from gitea_runner_operator.reconcile.status.parts import PendingLosses
+from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
@@ -139,17 +140,28 @@ class Controller:
         self.secrets = Secrets(store)
         self.sessions = SessionPool()
         self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
-        # --sharding: this replica's share of the groups, and who serves the others.
-        self.share: Share | None = None
-        if membership is not None:
-            self.share = Share(
-                membership, self.cache, self, settings, member_keeper, self.metrics.sharding
-            )
         self.expectations = Expectations(settings.expectation_timeout)
         configs = ConfigReader(api, store, ttl=settings.secret_cache_ttl)
         self.template_policy = TemplatePolicy.parse(
             settings.template_policy, settings.template_service_accounts
         )
+        # Each group's parsed spec and verdict, by uid and generation: the reconciler's, and
+        # under --sharding the layout's (a layout change parses only the changed groups).
+        self.admissions = Admissions(
+            self.template_policy, settings.own_namespace, settings.global_scope_namespaces
+        )
+        # --sharding: this replica's share of the groups, and who serves the others.
+        self.share: Share | None = None
+        if membership is not None:
+            self.share = Share(
+                membership,
+                self.cache,
+                self,
+                settings,
+                member_keeper,
+                self.metrics.sharding,
+                admissions=self.admissions,
+            )
         self.observer = Observer(
             self.secrets,
             self.sessions,
@@ -209,6 +221,7 @@ class Controller:
             status_writes=self.status_writes,
             losses=self.loss_notes,
             placement=self.share.placement if self.share is not None else None,
+            admissions=self.admissions,
         )
         # Kept until the group is deleted: a hand-over leaves these to the watch events
         # and to the poll task that stops with it.
@@ -227,9 +240,9 @@ class Controller:
         self._finished = asyncio.Event()  # set whenever a worker finishes a reconcile
 
     def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
+        if self.share is not None:
+            self.share.group_event(key, kind, obj, before)
         if spec_changed(kind, obj, before):
-            if self.share is not None:
-                self.share.spec_changed()
             self.queue.add(key)
 
     def take(self, keys: frozenset[str]) -> None:

@@ -15,18 +15,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
-from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
 from gitea_runner_operator.kube.lease_thread import LeaseThreadFailed
 from gitea_runner_operator.metrics import ShardingMetrics
-from gitea_runner_operator.sharding.domains import Shape, shape_of
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
 from gitea_runner_operator.sharding.leases.membership import MembershipLeases
+from gitea_runner_operator.sharding.shapes import layout_of
 from gitea_runner_operator.sharding.tenure import Arrivals, Layout, Tenure
+
+__all__ = ["SETTLE_READS", "Sharding", "layout_of"]
 
 log = structlog.get_logger(__name__)
 
@@ -34,19 +35,6 @@ log = structlog.get_logger(__name__)
 # takes any (sharding/tenure.Tenure.settle_reads): about 6 s at the default 2 s period,
 # time for replicas started with it to write their Leases.
 SETTLE_READS = 3
-
-
-def layout_of(groups: Iterable[tuple[str, Any]]) -> Layout:
-    """The domains of ``(key, object)`` pairs as the informer cache holds them; a group
-    whose spec cannot be read competes with nobody (its own domain)."""
-    shapes: list[Shape] = []
-    odd: list[str] = []
-    for key, obj in groups:
-        try:
-            shapes.append(shape_of(key, parse_spec((obj or {}).get("spec"))))
-        except InvalidSpec:
-            odd.append(key)
-    return Layout.of(shapes, odd)
 
 
 class Sharding:
