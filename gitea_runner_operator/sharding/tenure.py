@@ -226,6 +226,14 @@ class Tenure:
         self._must_publish = True
         return released
 
+    def drop(self, keys: Collection[str]) -> frozenset[str]:
+        """Stop holding the domains of ``keys`` (their fetch failed): the view stays, so the
+        next plan takes them again, which is the retry; returns the domains dropped."""
+        lost = frozenset(d for d, members in self.held.items() if members & set(keys))
+        for d in lost:
+            del self.held[d]
+        return lost
+
     def groups(self) -> frozenset[str]:
         """The groups this member may act on now."""
         return frozenset(key for keys in self.held.values() for key in keys)
