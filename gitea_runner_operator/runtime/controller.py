@@ -197,6 +197,7 @@ class Controller:
             observe_with=self.observer.observe_with,
             # --sharding: a poll task writes only while its group's domain is held.
             right=self.share.serves if self.share is not None else None,
+            left=self.share.left if self.share is not None else None,
         )
         # A pass's status is patched by its group's writer, so no worker waits for a token.
         self.status_writes = LaterWrites(retry=self.queue.add_rate_limited)
@@ -369,8 +370,9 @@ class Controller:
             started = time.monotonic()
             self._running.add(key)
             right = None if self.share is None else functools.partial(self.share.serves, key)
+            until = None if self.share is None else functools.partial(self.share.left, key)
             try:
-                with fence.fenced_by(right):  # each write of the pass asks again
+                with fence.fenced_by(right, until):  # each write of the pass asks again
                     result = await self.reconciler.reconcile(key)
             except fence.Fenced:
                 self.metrics.reconcile_done(time.monotonic() - started, error=False)

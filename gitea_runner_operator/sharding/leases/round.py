@@ -100,6 +100,11 @@ class Sharding:
             log.warning("renew deadline passed: acting on no group until renewed", held=0)
         return False
 
+    def left(self, key: str) -> float:
+        """Seconds until :meth:`acts_on` refuses ``key`` at the latest (its step-down
+        deadline); 0 when it refuses already."""
+        return max(0.0, self._budget()) if key in self._open else 0.0
+
     def _moved(self, reason: str, domains: frozenset[str]) -> bool:
         """Count domains that came or went (metrics/sharding.py); True when there were any."""
         if self._metrics is not None:

@@ -99,6 +99,11 @@ class Share:
         it (kit/fence.py asks per write)."""
         return self.round.acts_on(key)
 
+    def left(self, key: str) -> float:
+        """Seconds this replica may still act for ``key`` at most: a write must have left
+        by then (kit/fence.bounded)."""
+        return self.round.left(key)
+
     def placement(self, key: str) -> Placement | None:
         """Where a group this replica serves is served (status.domain)."""
         domain = self._served.get(key)
