@@ -38,7 +38,7 @@ SAME_NAMES = (
     "job_ttl_seconds", "gitea_backoff_max", "kube_write_qps", "kube_write_burst",
     "webhook_host", "webhook_port", "webhook_secret", "webhook_secret_file", "webhook_url",
     "template_policy", "secrets_cluster_role", "metrics_render_interval",
-    "metrics_auth", "secret_cache_ttl",
+    "metrics_auth", "secret_cache_ttl", "forward_key_file",
 )  # fmt: skip
 
 
@@ -110,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=False,
         help="every replica acts, each on its share of the groups by capacity domain"
         " (membership Leases in the leader election namespace; experimental)",
+    )
+    p.add_argument(
+        "--forward-key-file",
+        metavar="PATH",
+        help="--sharding: a file holding the key the replicas share to authenticate the "
+        "webhook deliveries they forward to one another (the chart mounts one); read at start",
     )
     p.add_argument(
         "--job-ttl-seconds",

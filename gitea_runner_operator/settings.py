@@ -67,6 +67,9 @@ class Settings:
     webhook_port: int = 8082
     webhook_secret: str | None = None  # NAMESPACE/NAME[:KEY] of the operator-wide secret
     webhook_secret_file: str | None = None  # or a file holding it (a mounted Secret)
+    # --sharding: the key the replicas share to tag the deliveries they forward to one
+    # another (webhook/forwarding.py), a file (a mounted Secret); None: forwards untagged.
+    forward_key_file: str | None = None
     # Where Gitea delivers to /hooks/gitea, for the hooks groups ask the operator to manage.
     webhook_url: str | None = None
     # What tenants' spec.template may ask for (api/template_policy.py): "restricted",

@@ -14,12 +14,24 @@ more is dropped and counted), and at most ``per_peer`` connections to one peer, 
 bodies a receiver reads from one address at once (guard.ReadGate). A peer's answer is judged
 by its status line alone: its body is never read. Failures are one log line per peer per
 ``LOG_EVERY`` seconds, with the number held back.
+
+Authenticated by the replicas themselves when they share a key (``--forward-key-file``, a
+Secret the chart makes): :data:`FORWARD_AUTH_HEADER` is an HMAC-SHA256, under that key, of
+the forwarding replica's name, the path and Gitea's event, delivery id and signature
+headers (:func:`forward_tag`). The receiver checks it before reading the body
+(:func:`from_replica`) and never charges a forward that verifies to the forwarding
+replica's address: a tenant who rotates its hook Secret fails Gitea's signature at the peer
+too, and the peer used to penalise the forwarding replica, holding back every tenant's
+forwards from it. Gitea's own signature is still verified by the receiver, so the key adds
+no power to act, only the right not to be penalised for another's failures.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 from collections.abc import Callable, Mapping
 from typing import Final, Literal
 
@@ -32,11 +44,30 @@ from gitea_runner_operator.webhook.guard import DEFAULT_READS_PER_CLIENT
 log = structlog.get_logger(__name__)
 
 FORWARDED_HEADER: Final = "X-Gitea-Runners-Forwarded"  # value: the forwarding replica's name
+FORWARD_AUTH_HEADER: Final = "X-Gitea-Runners-Forward-Auth"  # forward_tag, hex
+# Gitea's headers a forward carries, and the tag covers.
+_SIGNED_HEADERS: Final = ("X-Gitea-Event", "X-Gitea-Delivery", "X-Gitea-Signature")
 FORWARD_TIMEOUT: Final = 2.0
 MAX_IN_FLIGHT: Final = 64
 LOG_EVERY: Final = 60.0
 
 ForwardOutcome = Literal["sent", "failed", "dropped"]
+
+
+def forward_tag(key: bytes, identity: str, path: str, headers: Mapping[str, str]) -> str:
+    """The replicas' HMAC over what identifies a forward: who forwards, where, and Gitea's
+    event, delivery id and signature (which binds the body under the tenant's secret)."""
+    fields = [identity, path, *(headers.get(name, "") for name in _SIGNED_HEADERS)]
+    message = "\n".join(f.replace("\n", " ") for f in fields).encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def from_replica(key: bytes | None, path: str, headers: Mapping[str, str]) -> bool:
+    """Whether a request is a forward of a replica that holds ``key`` (False without one)."""
+    identity, tag = headers.get(FORWARDED_HEADER), headers.get(FORWARD_AUTH_HEADER)
+    if key is None or not identity or not tag or len(tag) != 64:
+        return False
+    return hmac.compare_digest(forward_tag(key, identity, path, headers), tag)
 
 
 class Forwarder:
@@ -50,8 +81,10 @@ class Forwarder:
         in_flight: int = MAX_IN_FLIGHT,
         per_peer: int = DEFAULT_READS_PER_CLIENT,
         on_outcome: Callable[[ForwardOutcome], None] | None = None,
+        key: bytes | None = None,
     ) -> None:
         self._identity = identity
+        self._key = key  # the replicas' shared key (forward_tag); None: forwards untagged
         self._timeout = timeout
         self._cap = in_flight
         self._per_peer = per_peer
@@ -72,6 +105,8 @@ class Forwarder:
             self._log("webhook forwards dropped: too many under way", "dropped", cap=self._cap)
             return False
         sent = {**headers, FORWARDED_HEADER: self._identity}
+        if self._key is not None:
+            sent[FORWARD_AUTH_HEADER] = forward_tag(self._key, self._identity, path, sent)
         task = asyncio.create_task(self._send(address, path, body, sent), name="webhook-forward")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
