@@ -10,8 +10,13 @@ poll makes up for.
 Bounded, because a delivery is a trigger and must never cost the receiver more than its
 answer: one forward per peer per delivery, sent after Gitea's answer is on its way (never
 awaited by it), within ``timeout`` seconds in all; at most ``in_flight`` forwards at once (one
-more is dropped and counted), and at most ``per_peer`` connections to one peer, the number of
-bodies a receiver reads from one address at once (guard.ReadGate). A peer's answer is judged
+more is dropped and counted), shared by namespace: a namespace may hold at most
+``in_flight / (namespaces with forwards under way + 1)`` of them, so one tenant's signed
+deliveries cannot take the slots of every other (3,200 of a victim's forwards were dropped
+so); and at most ``per_peer`` connections to one peer, the number of bodies a receiver reads
+from one address at once (guard.ReadGate). A forward that fails calls its ``on_failed``
+(the dispatcher wakes the groups here: queued, they are polled at once should this replica
+take them over from a peer that is gone). A peer's answer is judged
 by its status line alone: its body is never read. Failures are one log line per peer per
 ``LOG_EVERY`` seconds, with the number held back.
 
@@ -51,7 +56,7 @@ FORWARD_TIMEOUT: Final = 2.0
 MAX_IN_FLIGHT: Final = 64
 LOG_EVERY: Final = 60.0
 
-ForwardOutcome = Literal["sent", "failed", "dropped"]
+ForwardOutcome = Literal["sent", "failed", "dropped", "paced"]
 
 
 def forward_tag(key: bytes, identity: str, path: str, headers: Mapping[str, str]) -> str:
@@ -90,6 +95,7 @@ class Forwarder:
         self._per_peer = per_peer
         self._on_outcome = on_outcome
         self._tasks: set[asyncio.Task[None]] = set()
+        self._by_namespace: dict[str, int] = {}  # forwards under way, by namespace
         self._session: aiohttp.ClientSession | None = None
         self._logs = LogRate(LOG_EVERY)
 
@@ -97,20 +103,52 @@ class Forwarder:
         """Forwards under way."""
         return len(self._tasks)
 
-    def send(self, address: str, path: str, body: bytes, headers: Mapping[str, str]) -> bool:
-        """Start forwarding ``body`` with ``headers`` to ``http://<address><path>``; False
-        when it was dropped (too many under way)."""
-        if len(self._tasks) >= self._cap:
+    def send(
+        self,
+        address: str,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        namespaces: frozenset[str] = frozenset(),
+        on_failed: Callable[[], None] | None = None,
+    ) -> bool:
+        """Start forwarding ``body`` with ``headers`` to ``http://<address><path>``, for the
+        groups of ``namespaces``; False when it was dropped (too many under way, in all or
+        for one of those namespaces)."""
+        if not self._admits(namespaces):
             self._count("dropped")
             self._log("webhook forwards dropped: too many under way", "dropped", cap=self._cap)
             return False
         sent = {**headers, FORWARDED_HEADER: self._identity}
         if self._key is not None:
             sent[FORWARD_AUTH_HEADER] = forward_tag(self._key, self._identity, path, sent)
-        task = asyncio.create_task(self._send(address, path, body, sent), name="webhook-forward")
+        for ns in namespaces:
+            self._by_namespace[ns] = self._by_namespace.get(ns, 0) + 1
+        task = asyncio.create_task(
+            self._send(address, path, body, sent, on_failed), name="webhook-forward"
+        )
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda t: self._done(t, namespaces))
         return True
+
+    def paced(self) -> None:
+        """A forward not sent: none of its groups had a wake-up token left (dispatch.py)."""
+        self._count("paced")
+
+    def _admits(self, namespaces: frozenset[str]) -> bool:
+        if len(self._tasks) >= self._cap:
+            return False
+        active = set(self._by_namespace) | namespaces
+        share = max(1, self._cap // (len(active) + 1))
+        return all(self._by_namespace.get(ns, 0) < share for ns in namespaces)
+
+    def _done(self, task: asyncio.Task[None], namespaces: frozenset[str]) -> None:
+        self._tasks.discard(task)
+        for ns in namespaces:
+            left = self._by_namespace.pop(ns, 0) - 1
+            if left > 0:
+                self._by_namespace[ns] = left
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -119,11 +157,27 @@ class Forwarder:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()  # their done callbacks may not have run yet
+        self._by_namespace.clear()
         if self._session is not None:
             await self._session.close()
             self._session = None
 
-    async def _send(self, address: str, path: str, body: bytes, headers: Mapping[str, str]) -> None:
+    async def _send(
+        self,
+        address: str,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        on_failed: Callable[[], None] | None = None,
+    ) -> None:
+        if not await self._post(address, path, body, headers) and on_failed is not None:
+            try:
+                on_failed()
+            except Exception:
+                log.exception("webhook forward failure callback failed")
+
+    async def _post(self, address: str, path: str, body: bytes, headers: Mapping[str, str]) -> bool:
+        """One forward; True when the peer took it."""
         try:
             async with asyncio.timeout(self._timeout):  # connecting and waiting for a slot too
                 session = self._open()
@@ -134,12 +188,13 @@ class Forwarder:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self._count("failed")
             self._log("webhook forward failed", address, peer=address, error=type(exc).__name__)
-            return
+            return False
         if 200 <= status < 300:
             self._count("sent")
-            return
+            return True
         self._count("failed")
         self._log("webhook forward refused", address, peer=address, status=status)
+        return False
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
