@@ -11,7 +11,7 @@ task owns every Gitea call, including the reaps proposed here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -26,6 +26,7 @@ from gitea_runner_operator.kit.group_memory import GroupMemory, Table
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
+from gitea_runner_operator.reconcile.capacity.accounting import Claimant
 from gitea_runner_operator.reconcile.capacity.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.inputs import GroupPass, read_pass, with_answer
@@ -84,6 +85,7 @@ class Reconciler:
         losses: PendingLosses | None = None,
         placement: Callable[[str], Placement | None] | None = None,
         admissions: Admissions | None = None,
+        peer_offers: Callable[[str], Sequence[Claimant]] | None = None,
     ) -> None:
         self._template_policy = template_policy
         self._start_bound = start_bound
@@ -107,7 +109,8 @@ class Reconciler:
         self._wall = wall_clock
         self._states: dict[str, GroupState] = {}
         # Why jobs wait (reconcile/why/unmatched*.py, reconcile/why/waiting.py): same registry.
-        self._unmatched = UnmatchedBook(self._ledger.members, clock=clock)
+        # --sharding: the peers' groups of a Gitea offer too (the layout's shapes).
+        self._unmatched = UnmatchedBook(self._ledger.members, clock=clock, peers=peer_offers)
         self._why_metrics = WhyMetrics.of(self._metrics.registry)
         self._claims = claims.Claims(
             self._ledger,

@@ -223,6 +223,7 @@ class Controller:
             losses=self.loss_notes,
             placement=self.share.placement if self.share is not None else None,
             admissions=self.admissions,
+            peer_offers=self.share.offers if self.share is not None else None,
         )
         # Kept until the group is deleted: a hand-over leaves these to the watch events
         # and to the poll task that stops with it.

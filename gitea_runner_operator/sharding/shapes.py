@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gitea_runner_operator.api.template_policy import TemplatePolicy
+from gitea_runner_operator.reconcile.capacity.accounting import Claimant
 from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.sharding.domains import Shape, shape_of
 from gitea_runner_operator.sharding.tenure import Layout
@@ -45,10 +46,12 @@ def widening_changed(obj: Mapping[str, Any] | None, before: Mapping[str, Any] | 
     return _is_global(obj) and polls_work(obj) != polls_work(before)
 
 
-def layout_of(groups: Iterable[tuple[str, Any]], admissions: Admissions | None = None) -> Layout:
-    """The domains of ``(key, object)`` pairs; ``admissions`` remembers each parse by uid and
-    generation (without it every spec is parsed). A group whose spec cannot be read, or
-    that is refused, competes with nobody (its own domain)."""
+def shapes_of(
+    groups: Iterable[tuple[str, Any]], admissions: Admissions | None = None
+) -> tuple[list[Shape], list[str]]:
+    """The shapes of ``(key, object)`` pairs, and the keys of those whose spec cannot be
+    read or that are refused; ``admissions`` remembers each parse by uid and generation
+    (without it every spec is parsed)."""
     memo = admissions if admissions is not None else Admissions(TemplatePolicy(), None)
     shapes: list[Shape] = []
     odd: list[str] = []
@@ -60,4 +63,21 @@ def layout_of(groups: Iterable[tuple[str, Any]], admissions: Admissions | None =
             odd.append(key)
             continue
         shapes.append(shape_of(key, admitted.spec, widens=polls_work(raw)))
+    return shapes, odd
+
+
+def layout_of(groups: Iterable[tuple[str, Any]], admissions: Admissions | None = None) -> Layout:
+    """The domains of ``(key, object)`` pairs (:func:`shapes_of`). A group whose spec cannot
+    be read, or that is refused, competes with nobody (its own domain)."""
+    shapes, odd = shapes_of(groups, admissions)
     return Layout.of(shapes, odd)
+
+
+def offers(shapes: Iterable[Shape]) -> dict[str, list[Claimant]]:
+    """By Gitea URL, what each group offers (its scope and labels, no capacity): what the
+    unmatched-jobs evaluation needs of the groups other replicas serve."""
+    out: dict[str, list[Claimant]] = {}
+    for s in shapes:
+        claimant = Claimant(s.key, s.scope, s.org, s.repo, s.labels, not_busy=0, spare=0)
+        out.setdefault(s.url, []).append(claimant)
+    return out

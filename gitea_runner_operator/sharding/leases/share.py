@@ -18,13 +18,14 @@ from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.kube.cache import spec_changed
 from gitea_runner_operator.metrics import ShardingMetrics
+from gitea_runner_operator.reconcile.capacity.accounting import Claimant
 from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.settings import Settings
 from gitea_runner_operator.sharding.forwards import Split, split
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
 from gitea_runner_operator.sharding.leases.membership import MembershipLeases
 from gitea_runner_operator.sharding.leases.round import SETTLE_READS, Sharding
-from gitea_runner_operator.sharding.shapes import layout_of, widening_changed
+from gitea_runner_operator.sharding.shapes import offers, shapes_of, widening_changed
 from gitea_runner_operator.sharding.tenure import Layout
 
 
@@ -78,6 +79,7 @@ class Share:
         )
         self._keeper = keeper
         self._layout: Layout | None = None
+        self._offers: dict[str, list[Claimant]] = {}  # by Gitea URL, made with the layout
         self._served: dict[str, str] = {}  # group key -> the held domain it belongs to
         self.round = Sharding(
             membership,
@@ -132,8 +134,17 @@ class Share:
         each spec is parsed once per generation (sharding/shapes.py)."""
         if self._layout is None:
             keys = self._groups.group_keys()
-            self._layout = layout_of(((k, self._groups.group(k)) for k in keys), self._admissions)
+            shapes, odd = shapes_of(((k, self._groups.group(k)) for k in keys), self._admissions)
+            self._layout = Layout.of(shapes, odd)
+            self._offers = offers(shapes)
         return self._layout
+
+    def offers(self, url: str) -> list[Claimant]:
+        """What every group of the Gitea at ``url`` offers (scope and labels), served here
+        or by a peer: the unmatched-jobs evaluation must not call a job unmatched that a
+        peer's group runs (reconcile/why/unmatched_book.py)."""
+        self.layout()
+        return self._offers.get(url, [])
 
     def group_event(
         self, key: str, kind: str, obj: dict[str, Any], before: dict[str, Any] | None
