@@ -121,6 +121,11 @@ class ClusterCache:
                 return inf.cache[key]
         return None
 
+    def received(self, resource: str) -> int:
+        """Watch events received for ``resource`` (runnergroups, jobs, pods), kept or not."""
+        made = {"runnergroups": self.groups, "jobs": self.jobs, "pods": self.pods}
+        return sum(inf.received for inf in made[resource])
+
     def group_keys(self) -> list[GroupKey]:
         return [key for inf in self.groups for key in inf.cache]
 

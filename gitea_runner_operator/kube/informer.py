@@ -83,6 +83,9 @@ class Informer:
         self.cache: dict[str, Obj] = {}
         self.synced = asyncio.Event()
         self.relists = 0
+        # Watch events received (bookmarks aside), kept or dropped by ``admit``: what the API
+        # server sends this replica (metrics: watch_events_received).
+        self.received = 0
 
     def add_handler(self, handler: Handler) -> None:
         self._handlers.append(handler)
@@ -172,6 +175,7 @@ class Informer:
                     resource_version = _rv(obj) or resource_version
                     if kind == "BOOKMARK":
                         continue
+                    self.received += 1
                     self._apply(kind, obj)
             # The server ended the watch at its timeout: resume from where we are.
 

@@ -232,6 +232,10 @@ class Controller:
         self.shared = self.memory.keep(
             _Shared(self.pollers, self.secrets, self.observer, self.sessions), handed_over=False
         )
+        for resource in ("runnergroups", "jobs", "pods"):
+            self.metrics.sharding.bind_received(
+                resource, functools.partial(self.cache.received, resource)
+            )
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
         for informer in self.cache.jobs:
