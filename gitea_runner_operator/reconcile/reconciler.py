@@ -88,6 +88,7 @@ class Reconciler:
         peer_offers: Callable[[str], Sequence[Claimant]] | None = None,
     ) -> None:
         self._template_policy = template_policy
+        self._placement = placement
         self._start_bound = start_bound
         self._own_namespace = own_namespace
         # ``is None``: an empty memo is falsy (``__len__``). --sharding's layout shares it.
@@ -212,6 +213,8 @@ class Reconciler:
             return Result()  # the update's watch event brings us back with the new object
         # spec.cache: runners mount its config Secret, so none start before it is written.
         cache_ok = self._jobcache is None or await self._jobcache.ensure(p.group, spec)
+        if cache_ok and not self._may_create(key):
+            cache_ok = False  # polls and reports, holds no share, creates nothing
         source = await self._sources.ensure(key, spec)
         p = with_answer(self._cache, p, spec, source.latest)
         blocked = self._claims.report(p, state, cache_ok)
@@ -300,6 +303,15 @@ class Reconciler:
         # twice a second (567 reconciles a second at 1,001 quiet groups of one family).
         wants = decision.demand > 0 or bool(queued_matching(observation, spec.label_names))
         return Result(requeue_after=self._requeue(key, state, requeue, wants=wants))
+
+    def _may_create(self, key: str) -> bool:
+        """--sharding: not while the group's domain is about to move (this layout has
+        changed it: no placement) nor while the group is a global one on probation
+        (api/placement.py): another replica may count its jobs until every layout agrees."""
+        if self._placement is None:
+            return True
+        placed = self._placement(key)
+        return placed is not None and not placed.probation
 
     def _part(self, p: GroupPass) -> Part:
         """What the steps and the poll task handed to this pass's status write."""

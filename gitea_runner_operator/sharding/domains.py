@@ -43,9 +43,10 @@ class Shape:
     repo: str | None
     labels: frozenset[str]
     # A global group joins every family of its Gitea only once it is admitted and its polls
-    # work (its status reads Ready=True): until then it is in the family its labels make, as
-    # the ledger counts it, so a tenant's global group with a token that does not work
-    # moves no other tenant's groups.
+    # work (its status reads Ready=True). Until then it is on probation: a domain of its
+    # own, whose replica polls it but creates nothing (Placement.probation), so a tenant's
+    # global group with a token that does not work moves no other group. Its first Ready
+    # joins it to the Gitea's domain on every replica alike (the status is what they share).
     widens: bool = True
 
 
@@ -92,6 +93,10 @@ def domains(shapes: Iterable[Shape]) -> dict[str, Domain]:
         )
         for key, s in by_key.items()
     }
+    out: dict[str, Domain] = {}
+    for key in [k for k, s in by_key.items() if s.scope is Scope.GLOBAL and not s.widens]:
+        out[key] = lone_domain(key)  # on probation: competes with nobody yet
+        del by_key[key], members[key]
     merged: dict[str, set[str]] = {}  # URL -> every group of that Gitea, when one is global
     for s in by_key.values():
         if s.scope is Scope.GLOBAL and s.widens:
@@ -99,7 +104,6 @@ def domains(shapes: Iterable[Shape]) -> dict[str, Domain]:
     for s in by_key.values():
         if s.url in merged:
             merged[s.url].add(s.key)
-    out: dict[str, Domain] = {}
     for keys in merged.values():
         whole = Domain(domain_id(keys), frozenset(keys), whole_gitea=True)
         out.update(dict.fromkeys(keys, whole))

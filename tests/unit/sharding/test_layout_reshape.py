@@ -14,6 +14,7 @@ from kubernetes_asyncio import client
 
 import gitea_runner_operator.reconcile.steps.admission as admission
 import gitea_runner_operator.sharding.leases.round as round_module
+from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.runtime.controller import Controller
@@ -21,7 +22,9 @@ from gitea_runner_operator.settings import Settings
 from gitea_runner_operator.sharding.leases.membership import MembershipLeases
 from gitea_runner_operator.sharding.leases.round import layout_of
 from gitea_runner_operator.sharding.tenure import owner
+from tests.support import fake_cluster as fake
 from tests.support.builders import spec_with
+from tests.support.gitops import World
 from tests.support.leases import Clock, FakeLeases, without_runner_objects
 
 MEMBERS = ("gro-a", "gro-b", "gro-c")
@@ -141,3 +144,34 @@ async def test_a_spec_change_of_one_group_parses_that_spec_only(monkeypatch):
         controller.share.layout()
         assert parsed == []
         controller.queue.shut_down()
+
+
+def test_a_global_group_on_probation_is_a_domain_of_its_own_placed_on_probation():
+    groups = dict(list(thousand().items())[:20])
+    groups["platform/everyone"] = group("platform/everyone", GLOBAL)  # not Ready yet
+    layout = layout_of(groups.items())
+    domain = layout.domain_of()["platform/everyone"]
+    assert layout.domains[domain] == frozenset({"platform/everyone"})
+    placed = layout.placement(domain, layout.domains[domain], "gro-a")
+    assert placed is not None and placed.probation
+    team = layout.domain_of()["team0/ci"]
+    placed = layout.placement(team, layout.domains[team], "gro-a")
+    assert placed is not None and not placed.probation
+
+
+async def test_a_group_on_probation_or_about_to_move_polls_but_creates_nothing():
+    """Its replica may be the only one to count the jobs it sees only once every replica's
+    layout has joined it to its Gitea's domain; until then another may count them too."""
+    where: dict[str, Placement | None] = {fake.KEY: Placement("d-1", "gro-a", False, True)}
+    world = World(fake.snapshot(queued=2))
+    world.reconciler = fake.fresh_reconciler(
+        world.cache, world.cluster, world.sources, world.clock, world.wall, placement=where.get
+    )
+    await world.pass_after(1)
+    assert world.cluster.creates == 0
+    where[fake.KEY] = None  # the layout moved its domain: released at the next round
+    await world.pass_after(1)
+    assert world.cluster.creates == 0
+    where[fake.KEY] = Placement("d-2", "gro-a", True)  # joined, and held whole
+    await world.pass_after(1)
+    assert world.cluster.creates == 2
