@@ -6,8 +6,12 @@ Each group is repo-scoped on a repository of its own, so each is a capacity doma
 own and the domains spread evenly. Who holds how many domains is read from each replica's
 info lines ("serving domains" and "gave domains away", each with ``held``).
 
-- per replica count: each replica's CPU (cores), RSS and Gitea requests per second over
-  ``--window`` seconds once every domain is held;
+- per replica count: each replica's CPU (cores), RSS, Gitea requests per second and watch
+  events received per second (RunnerGroups, and runner Jobs and Pods: what the API server
+  sends it, kept or dropped) over ``--window`` seconds once every domain is held;
+- ``--global-toggle``: with ``--most`` replicas, a ``scope: global`` group whose token does
+  not work is created and deleted every ``--toggle-every`` seconds for ``--toggle-for``
+  seconds: the domains that moved between replicas (each quiet group is a domain);
 - ``--handovers``, with jobs arriving at ``--rate`` per second throughout: SIGKILL of the
   replica holding most of ``--most``, seconds until the others hold every domain again; then
   a rolling restart (as a Deployment's maxSurge 1 does: start a new replica, then SIGTERM an
@@ -26,7 +30,7 @@ Runners are simulated by the fake from the cluster's Pods (kwok runs them): a jo
 ``--job-seconds`` and its Pod then succeeds.
 
     python -m tests.benchmarks.replicas [--groups 600] [--namespaces 20] [--window 60]
-        [--fill 200] [--rescale] [--handovers] [--json FILE]
+        [--fill 200] [--rescale] [--handovers] [--global-toggle] [--json FILE]
 """
 
 from __future__ import annotations
@@ -48,13 +52,35 @@ from typing import Any
 from tests.benchmarks import common
 from tests.support import manifests
 from tests.support.fake_gitea import GROUP_LABEL, SELECTOR, GroupScope, SimulatedGitea
-from tests.support.launcher import OPERATOR_NS, OperatorProcess
-from tests.support.testbed import allow_leases
+from tests.support.launcher import OperatorProcess
 from tests.testbed.kube import KubeClient
 from tests.testbed.sandbox import Sandbox
 
 LABEL = "ubuntu-latest"
 GITEA_REQUESTS = "gitea_runner_operator_gitea_requests_total"
+WATCH_EVENTS = "gitea_runner_operator_watch_events_received"
+TAKEN = "gitea_runner_operator_domain_handovers_total"
+
+
+def events(op: OperatorProcess) -> tuple[float, float]:
+    """Watch events the replica received so far: RunnerGroups', and runner Jobs' and Pods'."""
+    metrics = op.metrics()
+    groups = jobs_pods = 0.0
+    for (name, labels), value in metrics.items():
+        if name != WATCH_EVENTS:
+            continue
+        if dict(labels).get("resource") == "runnergroups":
+            groups += value
+        else:
+            jobs_pods += value
+    return groups, jobs_pods
+
+
+def taken(op: OperatorProcess) -> float:
+    """Domains the replica has taken so far (domain_handovers_total{reason="taken"})."""
+    return sum(
+        v for (n, labels), v in op.metrics().items() if n == TAKEN and ("reason", "taken") in labels
+    )
 
 
 _HELD: dict[int, tuple[int, int]] = {}  # id(op) -> (bytes of its log read, held count)
@@ -132,6 +158,7 @@ def load_average() -> float:
 
 def measure(ops: list[OperatorProcess], fake: SimulatedGitea, window: float) -> None:
     before = [(op.cpu_seconds(), common.total(op.metrics(), GITEA_REQUESTS)) for op in ops]
+    events_before = [events(op) for op in ops]
     fake_before, abandoned, t0 = fake.requests, fake.abandoned, time.monotonic()
     load0 = load_average()
     time.sleep(window)
@@ -140,10 +167,16 @@ def measure(ops: list[OperatorProcess], fake: SimulatedGitea, window: float) -> 
     for i, (op, (cpu0, req0)) in enumerate(zip(ops, before, strict=True)):
         cpu = (op.cpu_seconds() - cpu0) / elapsed
         requests = (common.total(op.metrics(), GITEA_REQUESTS) - req0) / elapsed
-        rows.append({"held": held(op), "cpu": cpu, "rss": op.rss_mb(), "gitea": requests})
+        (g0, o0), (g1, o1) = events_before[i], events(op)
+        got = {"groups": (g1 - g0) / elapsed, "jobs_pods": (o1 - o0) / elapsed, "total": o1}
+        rows.append(
+            {"held": held(op), "cpu": cpu, "rss": op.rss_mb(), "gitea": requests, "events": got}
+        )
         print(
             f"  replica {i}: {held(op):5d} domains  CPU {cpu:.3f} cores  "
-            f"RSS {op.rss_mb():6.1f} MB  Gitea {requests:6.2f} req/s",
+            f"RSS {op.rss_mb():6.1f} MB  Gitea {requests:6.2f} req/s  events received: "
+            f"{got['groups']:.2f}/s RunnerGroup, {got['jobs_pods']:.2f}/s Job and Pod "
+            f"({o1:.0f} Job and Pod events since its start)",
             flush=True,
         )
     seen = (fake.requests - fake_before) / elapsed
@@ -379,6 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--handovers", action="store_true", help="SIGKILL and rolling restart")
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument(
+        "--global-toggle", action="store_true", help="toggle a global group: domains moved"
+    )
+    parser.add_argument("--toggle-every", type=float, default=10.0)
+    parser.add_argument("--toggle-for", type=float, default=120.0)
+    parser.add_argument(
         "--no-cost", action="store_true", help="skip the per-count cost and fill (hand-overs only)"
     )
     args = parser.parse_args(argv)
@@ -389,7 +427,6 @@ def main(argv: list[str] | None = None) -> int:
     repos: list[tuple[str, str]] = []
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)
-        allow_leases(kube, OPERATOR_NS, ["list", "delete"])  # not in manifests/ yet
         fake.start(kube)  # runners simulated from the Pods kwok runs
         jobs = RunnerJobs(kube).__enter__()
         try:
@@ -416,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
                 rescale(sandbox, namespaces, fake, jobs, repos, args.rate, args.phase)
             if args.handovers:
                 handovers(sandbox, namespaces, fake, jobs, repos, args.most, args.rate)
+            if args.global_toggle:
+                toggle(sandbox, kube, namespaces, fake.url, owner, args)
             print(f"most domains held at once while waiting: {MOST[0]} of {args.groups}")
             FIGURES["most_held"] = MOST[0]
             if args.json:
@@ -480,6 +519,46 @@ def handovers(
             time.sleep(20)
         verdict(f"rolling restart of {n} at {rate:g} jobs/s", fake, jobs, arrivals, busy_before)
         FIGURES["rolling"] = rolling
+
+
+def toggle(
+    sandbox: Sandbox,
+    kube: KubeClient,
+    namespaces: list[str],
+    url: str,
+    owner: str,
+    args: argparse.Namespace,
+) -> None:
+    """A tenant creates and deletes a ``scope: global`` group, whose token the fake Gitea
+    does not know, every ``--toggle-every`` seconds: domains moved between the replicas."""
+    total = args.groups
+    ns = namespaces[0]
+    path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/everything"
+    with replicas(sandbox, namespaces, args.most) as ops:
+        until_held(ops, total)
+        time.sleep(10)  # the first polls of the groups just taken
+        before = sum(taken(op) for op in ops)
+        started, toggles = time.monotonic(), 0
+        while time.monotonic() - started < args.toggle_for:
+            if toggles % 2 == 0:
+                body = common.group("everything", owner, url, [LABEL])
+                body["spec"] |= {"scope": "global"}
+                del body["spec"]["org"]
+                manifests.apply(kube, body, namespace=ns)
+            else:
+                kube.delete(path)
+            toggles += 1
+            time.sleep(args.toggle_every)
+        kube.delete(path)
+        time.sleep(2 * args.toggle_every)
+        moved = sum(taken(op) for op in ops) - before
+        print(
+            f"global group toggled {toggles} times in {args.toggle_for:.0f} s with {args.most} "
+            f"replicas: {moved:.0f} domains taken over (of {total}; the toggled group's own "
+            "domain counts once per creation)",
+            flush=True,
+        )
+        FIGURES["global_toggle"] = {"toggles": toggles, "domains_moved": moved}
 
 
 def _s(seconds: float | None) -> str:
