@@ -12,7 +12,8 @@ of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gitea_runner_operator.api.template_policy import TemplatePolicy
@@ -46,30 +47,69 @@ def widening_changed(obj: Mapping[str, Any] | None, before: Mapping[str, Any] | 
     return _is_global(obj) and polls_work(obj) != polls_work(before)
 
 
+class ShapeMemo:
+    """Each group's shape by uid and generation, made through admission's verdict (its memo
+    answers for the groups this replica serves and has admitted already). Only the shape is
+    kept here, not the parsed spec: a replica reads every group for the layout and serves a
+    share of them."""
+
+    def __init__(self, admissions: Admissions | None = None) -> None:
+        self._admissions = (
+            admissions if admissions is not None else Admissions(TemplatePolicy(), None)
+        )
+        self._memo: dict[str, tuple[str, int, Shape | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+    def shape(self, key: str, obj: Mapping[str, Any] | None, *, keep: bool = False) -> Shape | None:
+        """The group's shape; None when its spec cannot be read or it is refused (it
+        competes with nobody). ``keep``: the group is served here, so admission's memo keeps
+        the verdict for its passes too."""
+        raw = obj or {}
+        meta = raw.get("metadata") or {}
+        uid, generation = str(meta.get("uid") or ""), meta.get("generation")
+        known = self._memo.get(key)
+        if known is not None and (known[0], known[1]) == (uid, generation):
+            base = known[2]
+        else:
+            verdict = self._admissions.admit(key, meta, raw.get("spec"), keep=keep)
+            ok = verdict.spec is not None and verdict.refusal is None
+            base = shape_of(key, verdict.spec) if ok and verdict.spec is not None else None
+            if isinstance(generation, int):
+                self._memo[key] = (uid, generation, base)
+        if base is None or not base.widens or polls_work(raw):
+            return base
+        return dataclasses.replace(base, widens=False)  # a global group on probation
+
+    def forget(self, key: str) -> None:
+        self._memo.pop(key, None)
+        self._admissions.forget(key)
+
+
 def shapes_of(
-    groups: Iterable[tuple[str, Any]], admissions: Admissions | None = None
+    groups: Iterable[tuple[str, Any]],
+    memo: ShapeMemo | None = None,
+    served: Callable[[str], bool] | None = None,
 ) -> tuple[list[Shape], list[str]]:
     """The shapes of ``(key, object)`` pairs, and the keys of those whose spec cannot be
-    read or that are refused; ``admissions`` remembers each parse by uid and generation
-    (without it every spec is parsed)."""
-    memo = admissions if admissions is not None else Admissions(TemplatePolicy(), None)
+    read or that are refused (without ``memo`` every spec is parsed)."""
+    memo = memo if memo is not None else ShapeMemo()
     shapes: list[Shape] = []
     odd: list[str] = []
     for key, obj in groups:
-        raw = obj or {}
-        meta = raw.get("metadata") or {}
-        admitted = memo.admit(key, meta, raw.get("spec"))
-        if admitted.spec is None or admitted.refusal is not None:
+        found = memo.shape(key, obj, keep=served is not None and served(key))
+        if found is None:
             odd.append(key)
-            continue
-        shapes.append(shape_of(key, admitted.spec, widens=polls_work(raw)))
+        else:
+            shapes.append(found)
     return shapes, odd
 
 
 def layout_of(groups: Iterable[tuple[str, Any]], admissions: Admissions | None = None) -> Layout:
     """The domains of ``(key, object)`` pairs (:func:`shapes_of`). A group whose spec cannot
     be read, or that is refused, competes with nobody (its own domain)."""
-    shapes, odd = shapes_of(groups, admissions)
+    shapes, odd = shapes_of(groups, ShapeMemo(admissions))
     return Layout.of(shapes, odd)
 
 

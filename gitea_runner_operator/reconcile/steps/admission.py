@@ -81,7 +81,12 @@ class Admissions:
     def __len__(self) -> int:
         return len(self._memo)
 
-    def admit(self, key: str, meta: Mapping[str, Any], raw_spec: Any) -> Admitted:
+    def admit(
+        self, key: str, meta: Mapping[str, Any], raw_spec: Any, *, keep: bool = True
+    ) -> Admitted:
+        """The group's verdict, from the memo when its uid and generation are the same.
+        ``keep=False``: a verdict not in the memo is not added (the --sharding layout reads
+        groups this replica does not serve, and keeps only their shape)."""
         uid, generation = str(meta.get("uid") or ""), meta.get("generation")
         known = self._memo.get(key)
         if (
@@ -91,7 +96,7 @@ class Admissions:
         ):
             return known
         verdict = self._verdict(uid, generation, meta, raw_spec)
-        if isinstance(generation, int):
+        if isinstance(generation, int) and (keep or key in self._memo):
             self._memo[key] = verdict
         else:
             self._memo.pop(key, None)

@@ -25,7 +25,7 @@ from gitea_runner_operator.sharding.forwards import Split, split
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
 from gitea_runner_operator.sharding.leases.membership import MembershipLeases
 from gitea_runner_operator.sharding.leases.round import SETTLE_READS, Sharding
-from gitea_runner_operator.sharding.shapes import offers, shapes_of, widening_changed
+from gitea_runner_operator.sharding.shapes import ShapeMemo, offers, shapes_of, widening_changed
 from gitea_runner_operator.sharding.tenure import Layout
 
 
@@ -68,7 +68,7 @@ class Share:
         self._membership, self._groups, self._workers = membership, groups, workers
         # The reconciler's memo of parsed specs by uid and generation (the controller passes
         # the one its reconciler uses): a layout change costs the changed groups' parse.
-        self._admissions = (
+        self._shapes = ShapeMemo(
             admissions
             if admissions is not None
             else Admissions(
@@ -134,7 +134,8 @@ class Share:
         each spec is parsed once per generation (sharding/shapes.py)."""
         if self._layout is None:
             keys = self._groups.group_keys()
-            shapes, odd = shapes_of(((k, self._groups.group(k)) for k in keys), self._admissions)
+            pairs = ((k, self._groups.group(k)) for k in keys)
+            shapes, odd = shapes_of(pairs, self._shapes, served=self._served.__contains__)
             self._layout = Layout.of(shapes, odd)
             self._offers = offers(shapes)
         return self._layout
@@ -155,7 +156,7 @@ class Share:
         if spec_changed(kind, obj, before) or widening_changed(obj, before):
             self._layout = None
         if kind == "DELETED":
-            self._admissions.forget(key)
+            self._shapes.forget(key)
 
     def spec_changed(self) -> None:
         self._layout = None
