@@ -220,6 +220,22 @@ class Informer:
             self._emit("MODIFIED" if before is not None else "ADDED", obj, before)
         return added
 
+    async def refresh(self, listing: Awaitable[list[Obj]], keys: set[str]) -> None:
+        """Read ``keys`` again from ``listing`` through the transform, as cached now (the
+        same resourceVersion: the transform now keeps more of them), telling no handler:
+        nothing changed but what this replica keeps. One the watch changed meanwhile keeps
+        the watch's word."""
+        for item in await listing:
+            key = object_key(item)
+            before = self.cache.get(key)
+            if key in keys and before is not None and _rv(before) == _rv(item):
+                self.cache[key] = self._transform(item)
+
+    def reshape(self, keys: set[str]) -> None:
+        """Pass the cached ``keys`` through the transform again (it now keeps less)."""
+        for key in keys & self.cache.keys():
+            self.cache[key] = self._transform(self.cache[key])
+
     def drop(self, which: Callable[[Obj], bool]) -> list[Obj]:
         """Forget the cached objects ``which`` selects, telling no handler: the groups they
         belong to are served elsewhere now, and nothing here acts on them any more."""
