@@ -58,8 +58,10 @@ def left() -> float | None:
 
 @contextlib.asynccontextmanager
 async def bounded(what: str) -> AsyncIterator[None]:
-    """Check the right, then run the write within what it has left: a write still waiting
-    (for a connection, a slow peer) when the right lapses is cut and raises :class:`Fenced`."""
+    """Check the right, then run the write while the right lasts: when the time it had left
+    runs out it is asked again (a renewal meanwhile extends it), and a write still waiting
+    (for a connection, a slow peer) once it has none left is cut and raises
+    :class:`Fenced`."""
     check(what)
     budget = left()
     if budget is None:
@@ -67,7 +69,17 @@ async def bounded(what: str) -> AsyncIterator[None]:
         return
     if budget <= 0:
         raise Fenced(f"{what}: the right to write for this group has run out")
-    deadline = asyncio.timeout(budget)
+    loop = asyncio.get_running_loop()
+    deadline = asyncio.timeout(None)
+
+    def look_again() -> None:
+        more = left()
+        if more is not None and more > 0:
+            timer[0] = loop.call_later(more, look_again)
+        else:
+            deadline.reschedule(loop.time())  # cut now
+
+    timer = [loop.call_later(budget, look_again)]
     try:
         async with deadline:
             yield
@@ -75,6 +87,8 @@ async def bounded(what: str) -> AsyncIterator[None]:
         if deadline.expired():
             raise Fenced(f"{what}: cut when the right to write for this group ran out") from None
         raise
+    finally:
+        timer[0].cancel()
 
 
 @contextlib.contextmanager

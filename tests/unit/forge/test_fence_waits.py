@@ -67,6 +67,29 @@ async def test_a_gitea_write_waiting_for_a_connection_never_leaves_after_the_rig
         await runner.cleanup()
 
 
+async def test_a_write_whose_right_is_renewed_while_it_waits_goes():
+    """The bound is asked again when it runs out: a renewal meanwhile (the replica's Lease,
+    every 2 s) lets a slow write go on."""
+    sent: list[float] = []
+    until = [time.monotonic() + RIGHT_FOR]
+
+    async def request() -> FakeResponse:
+        await asyncio.sleep(WAIT)
+        sent.append(time.monotonic())
+        return FakeResponse(200)
+
+    async def renew() -> None:
+        await asyncio.sleep(RIGHT_FOR / 2)
+        until[0] = time.monotonic() + 5
+
+    right = (lambda: time.monotonic() < until[0]), (lambda: until[0] - time.monotonic())
+    renewing = asyncio.create_task(renew())
+    with fence.fenced_by(*right):
+        await write(TokenBucket(qps=100, burst=100), "team-a", request)
+    await renewing
+    assert len(sent) == 1
+
+
 async def test_an_api_server_write_waiting_for_a_connection_never_leaves_after_the_lapse():
     sent: list[float] = []
 
