@@ -11,7 +11,7 @@ info lines ("serving domains" and "gave domains away", each with ``held``).
   sends it, kept or dropped) over ``--window`` seconds once every domain is held;
 - ``--global-toggle``: with ``--most`` replicas, a ``scope: global`` group whose token does
   not work is created and deleted every ``--toggle-every`` seconds for ``--toggle-for``
-  seconds: the domains that moved between replicas (each quiet group is a domain);
+  seconds: how often a group moved to another replica (sampled every second);
 - ``--handovers``, with jobs arriving at ``--rate`` per second throughout: SIGKILL of the
   replica holding most of ``--most``, seconds until the others hold every domain again; then
   a rolling restart (as a Deployment's maxSurge 1 does: start a new replica, then SIGTERM an
@@ -59,7 +59,7 @@ from tests.testbed.sandbox import Sandbox
 LABEL = "ubuntu-latest"
 GITEA_REQUESTS = "gitea_runner_operator_gitea_requests_total"
 WATCH_EVENTS = "gitea_runner_operator_watch_events_received"
-TAKEN = "gitea_runner_operator_domain_handovers_total"
+DOMAIN_INFO = "gitea_runner_operator_group_domain_info"
 
 
 def events(op: OperatorProcess) -> tuple[float, float]:
@@ -74,13 +74,6 @@ def events(op: OperatorProcess) -> tuple[float, float]:
         else:
             jobs_pods += value
     return groups, jobs_pods
-
-
-def taken(op: OperatorProcess) -> float:
-    """Domains the replica has taken so far (domain_handovers_total{reason="taken"})."""
-    return sum(
-        v for (n, labels), v in op.metrics().items() if n == TAKEN and ("reason", "taken") in labels
-    )
 
 
 _HELD: dict[int, tuple[int, int]] = {}  # id(op) -> (bytes of its log read, held count)
@@ -521,6 +514,19 @@ def handovers(
         FIGURES["rolling"] = rolling
 
 
+def owners(ops: list[OperatorProcess]) -> dict[str, int]:
+    """Which replica serves each group now, by the ``group_domain_info`` series each exports
+    for the groups it serves (a hand-over drops the old replica's)."""
+    out: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        with contextlib.suppress(OSError):
+            for (name, labels), value in op.metrics().items():
+                if name == DOMAIN_INFO and value:
+                    tags = dict(labels)
+                    out[f"{tags.get('namespace')}/{tags.get('runnergroup')}"] = i
+    return out
+
+
 def toggle(
     sandbox: Sandbox,
     kube: KubeClient,
@@ -530,35 +536,43 @@ def toggle(
     args: argparse.Namespace,
 ) -> None:
     """A tenant creates and deletes a ``scope: global`` group, whose token the fake Gitea
-    does not know, every ``--toggle-every`` seconds: domains moved between the replicas."""
+    does not know, every ``--toggle-every`` seconds: the groups that moved between the
+    replicas (a group's serving replica, sampled every second, changed)."""
     total = args.groups
     ns = namespaces[0]
     path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/everything"
     with replicas(sandbox, namespaces, args.most) as ops:
         until_held(ops, total)
         time.sleep(10)  # the first polls of the groups just taken
-        before = sum(taken(op) for op in ops)
-        started, toggles = time.monotonic(), 0
-        while time.monotonic() - started < args.toggle_for:
-            if toggles % 2 == 0:
-                body = common.group("everything", owner, url, [LABEL])
-                body["spec"] |= {"scope": "global"}
-                del body["spec"]["org"]
-                manifests.apply(kube, body, namespace=ns)
-            else:
+        seen = owners(ops)
+        moves = 0
+        started, toggles, next_toggle = time.monotonic(), 0, 0.0
+        end = args.toggle_for + 2 * args.toggle_every
+        while (now := time.monotonic() - started) < end:
+            if now >= next_toggle and now < args.toggle_for:
+                if toggles % 2 == 0:
+                    body = common.group("everything", owner, url, [LABEL])
+                    body["spec"] |= {"scope": "global"}
+                    del body["spec"]["org"]
+                    manifests.apply(kube, body, namespace=ns)
+                else:
+                    kube.delete(path)
+                toggles += 1
+                next_toggle += args.toggle_every
+            elif now >= args.toggle_for and toggles % 2 == 1:
                 kube.delete(path)
-            toggles += 1
-            time.sleep(args.toggle_every)
-        kube.delete(path)
-        time.sleep(2 * args.toggle_every)
-        moved = sum(taken(op) for op in ops) - before
+                toggles += 1
+            for key, where in owners(ops).items():
+                if key in seen and seen[key] != where:
+                    moves += 1
+                seen[key] = where
+            time.sleep(1.0)
         print(
             f"global group toggled {toggles} times in {args.toggle_for:.0f} s with {args.most} "
-            f"replicas: {moved:.0f} domains taken over (of {total}; the toggled group's own "
-            "domain counts once per creation)",
+            f"replicas: {moves} moves of a group to another replica (of {total} groups)",
             flush=True,
         )
-        FIGURES["global_toggle"] = {"toggles": toggles, "domains_moved": moved}
+        FIGURES["global_toggle"] = {"toggles": toggles, "groups_moved": moves}
 
 
 def _s(seconds: float | None) -> str:
