@@ -153,15 +153,9 @@ class Controller:
         # --sharding: this replica's share of the groups, and who serves the others.
         self.share: Share | None = None
         if membership is not None:
-            self.share = Share(
-                membership,
-                self.cache,
-                self,
-                settings,
-                member_keeper,
-                self.metrics.sharding,
-                admissions=self.admissions,
-            )
+            sharding = self.metrics.sharding
+            self.share = Share(membership, self.cache, self, settings, member_keeper, sharding,
+                               admissions=self.admissions)  # fmt: skip
         self.observer = Observer(
             self.secrets,
             self.sessions,
@@ -232,10 +226,9 @@ class Controller:
         self.shared = self.memory.keep(
             _Shared(self.pollers, self.secrets, self.observer, self.sessions), handed_over=False
         )
-        for resource in ("runnergroups", "jobs", "pods"):
-            self.metrics.sharding.bind_received(
-                resource, functools.partial(self.cache.received, resource)
-            )
+        for resource in ("runnergroups", "jobs", "pods"):  # watch_events_received
+            received = functools.partial(self.cache.received, resource)
+            self.metrics.sharding.bind_received(resource, received)
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
         for informer in self.cache.jobs:
