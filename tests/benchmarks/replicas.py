@@ -143,6 +143,7 @@ def replica(
 
 
 FIGURES: dict[str, Any] = {"cost": {}, "fill": {}}  # for --json (and the plot)
+FAMILY_ORGS: set[str] = set()  # --families: the orgs of the families of two groups
 
 
 def load_average() -> float:
@@ -299,6 +300,14 @@ def verdict(
         "longest_wait": waits[-1] if waits else 0.0,
         "median_wait": waits[len(waits) // 2] if waits else 0.0,
         "longest_until_runner_job": until_job[-1] if until_job else None,
+        "families_longest_wait": max(
+            (
+                (fake.jobs[i].started_at or time.monotonic()) - fake.jobs[i].queued_at
+                for i in queued
+                if fake.jobs[i].owner in FAMILY_ORGS
+            ),
+            default=None,
+        ),
         "touched": touched,
         "drained_s": drained,
     }
@@ -308,7 +317,13 @@ def verdict(
         f"queued before this run; longest wait "
         f"{result['longest_wait']:.1f} s (median {result['median_wait']:.1f} s), until its "
         f"runner Job existed {_s(result['longest_until_runner_job'])}; busy runners "
-        f"touched {len(touched)}; every job running {_s(drained)} after the arrivals stopped",
+        f"touched {len(touched)}; every job running {_s(drained)} after the arrivals stopped"
+        + (
+            f"; jobs of families of an org and a repo group: longest wait "
+            f"{_s(result['families_longest_wait'])}"
+            if FAMILY_ORGS
+            else ""
+        ),
         flush=True,
     )
     FIGURES.setdefault("runs", {})[name] = result
@@ -410,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--toggle-every", type=float, default=10.0)
     parser.add_argument("--toggle-for", type=float, default=120.0)
     parser.add_argument(
+        "--families", type=int, default=0, help="families of an org and a repo group each"
+    )
+    parser.add_argument(
         "--no-cost", action="store_true", help="skip the per-count cost and fill (hand-overs only)"
     )
     args = parser.parse_args(argv)
@@ -432,7 +450,23 @@ def main(argv: list[str] | None = None) -> int:
                 body["spec"] |= {"scope": "repo", "repo": repo}
                 manifests.apply(kube, body, namespace=ns)
                 repos.append((owner, repo))
-            print(f"{args.groups} quiet groups, one domain each", flush=True)
+            for j in range(args.families):
+                ns, org = namespaces[j % len(namespaces)], f"{owner}-f{j:03d}"
+                FAMILY_ORGS.add(org)
+                fake.group(ns, f"fo{j:03d}", GroupScope(org, None, (LABEL,)))
+                body = common.group(f"fo{j:03d}", org, fake.url, [LABEL])
+                body["spec"]["pollInterval"] = args.poll_interval
+                manifests.apply(kube, body, namespace=ns)
+                fake.group(ns, f"fr{j:03d}", GroupScope(org, "r", (LABEL,)))
+                body = common.group(f"fr{j:03d}", org, fake.url, [LABEL])
+                body["spec"] |= {"scope": "repo", "repo": "r", "pollInterval": args.poll_interval}
+                manifests.apply(kube, body, namespace=ns)
+                repos.append((org, "r"))
+            print(
+                f"{args.groups} quiet groups, one domain each, and {args.families} families "
+                "of an org and a repo group",
+                flush=True,
+            )
             for n in range(1, 0 if args.no_cost else args.most + 1):
                 with replicas(sandbox, namespaces, n) as ops:
                     took = until_held(ops, args.groups)
@@ -538,7 +572,7 @@ def toggle(
     """A tenant creates and deletes a ``scope: global`` group, whose token the fake Gitea
     does not know, every ``--toggle-every`` seconds: the groups that moved between the
     replicas (a group's serving replica, sampled every second, changed)."""
-    total = args.groups
+    total = args.groups + args.families
     ns = namespaces[0]
     path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/everything"
     with replicas(sandbox, namespaces, args.most) as ops:
