@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
                 handovers(sandbox, namespaces, fake, jobs, repos, args.most, args.rate)
             if args.global_toggle:
                 toggle(sandbox, kube, namespaces, fake.url, owner, args)
-            print(f"most domains held at once while waiting: {MOST[0]} of {args.groups}")
+            print(f"most domains held at once while waiting: {MOST[0]} of {len(repos)}")
             FIGURES["most_held"] = MOST[0]
             if args.json:
                 Path(args.json).write_text(json.dumps(FIGURES, indent=1))
