@@ -38,7 +38,7 @@ SAME_NAMES = (
     "job_ttl_seconds", "gitea_backoff_max", "kube_write_qps", "kube_write_burst",
     "webhook_host", "webhook_port", "webhook_secret", "webhook_secret_file", "webhook_url",
     "template_policy", "secrets_cluster_role", "metrics_render_interval",
-    "metrics_auth", "secret_cache_ttl",
+    "metrics_auth", "secret_cache_ttl", "forward_key_file",
 )  # fmt: skip
 
 
@@ -121,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
         " (membership Leases in the leader election namespace; experimental)",
     )
     p.add_argument(
+        "--forward-key-file",
+        metavar="PATH",
+        help="--sharding: a file holding the key the replicas share to authenticate the "
+        "webhook deliveries they forward to one another (the chart mounts one); read at start",
+    )
+    p.add_argument(
         "--job-ttl-seconds",
         type=int,
         default=600,
@@ -200,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a ServiceAccount runner Pods may use besides 'default' (repeatable)",
     )
     p.add_argument(
+        "--global-scope-namespace",
+        action="append",
+        default=[],
+        metavar="NAMESPACE",
+        help="a namespace whose RunnerGroups may use scope: global (repeatable; unset: any); "
+        "a global group elsewhere is refused (GlobalScopeNotAllowed)",
+    )
+    p.add_argument(
         "--secrets-cluster-role",
         default=SECRETS_ROLE,
         metavar="NAME",
@@ -257,6 +271,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
         allowed_gitea_urls=tuple(args.allowed_gitea_url),
         template_service_accounts=tuple(args.template_service_account),
+        global_scope_namespaces=frozenset(args.global_scope_namespace)
+        if args.global_scope_namespace
+        else None,
         own_namespace=own_namespace(),
         tenant_memory_budget=args.tenant_memory_budget * 1024 * 1024,
     )

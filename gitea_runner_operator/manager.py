@@ -163,9 +163,15 @@ def webhook_server(
 ) -> WebhookServer:
     """The webhook receiver, wired through its one port to whichever controller acts now:
     a delivery wakes the matching groups' Gitea tasks for an immediate, coalesced refresh."""
-    # --sharding: a delivery for groups another replica serves is handed to it.
+    # --sharding: a delivery for groups another replica serves is handed to it, tagged
+    # with the key the replicas share (a forward that verifies is never penalised).
+    key = (
+        read_secret_file(settings.forward_key_file, "--forward-key-file")
+        if settings.sharding and settings.forward_key_file
+        else None
+    )
     forwarder = (
-        Forwarder(settings.identity, on_outcome=metrics.webhook_forward)
+        Forwarder(settings.identity, on_outcome=metrics.webhook_forward, key=key)
         if settings.sharding
         else None
     )
@@ -175,6 +181,7 @@ def webhook_server(
         OperatorPort(leadership, CachedSecretReader(secrets), metrics),
         operator_secret=secret,
         forwarder=forwarder,
+        forward_key=key,
     )
 
 

@@ -43,6 +43,9 @@ class Settings:
     runner_start_bound: float = 120.0
     # Prefixes of the Gitea URLs groups may use; empty: any.
     allowed_gitea_urls: tuple[str, ...] = ()
+    # The namespaces whose groups may use ``scope: global`` (--global-scope-namespace); None:
+    # any. A global group joins every family of its Gitea into one capacity domain.
+    global_scope_namespaces: frozenset[str] | None = None
     # Cap of the poll backoff while Gitea fails: bounds recovery time once it is back.
     gitea_backoff_max: float = 30.0
     # Seconds a rendered /metrics body is served before a scrape renders it again.
@@ -67,6 +70,9 @@ class Settings:
     webhook_port: int = 8082
     webhook_secret: str | None = None  # NAMESPACE/NAME[:KEY] of the operator-wide secret
     webhook_secret_file: str | None = None  # or a file holding it (a mounted Secret)
+    # --sharding: the key the replicas share to tag the deliveries they forward to one
+    # another (webhook/forwarding.py), a file (a mounted Secret); None: forwards untagged.
+    forward_key_file: str | None = None
     # Where Gitea delivers to /hooks/gitea, for the hooks groups ask the operator to manage.
     webhook_url: str | None = None
     # What tenants' spec.template may ask for (api/template_policy.py): "restricted",

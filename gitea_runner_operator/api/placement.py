@@ -14,6 +14,10 @@ class Placement:
     domain: str
     served_by: str  # the replica's identity, its membership Lease's holderIdentity
     whole_gitea: bool
+    # A global group whose polls do not work yet (its status is not Ready=True): a domain
+    # of its own, so it may poll but must create nothing until every replica's layout has
+    # joined it to its Gitea's domain (sharding/domains.py).
+    probation: bool = False
 
     def status(self) -> dict[str, str]:
         """``status.domain``. Each field changes only with the domain or its owner, so a

@@ -213,8 +213,16 @@ class GiteaTransport:
     async def _once(
         self, method: str, path: str, params: Mapping[str, str] | None, json_body: Any
     ) -> Any:
-        if method.upper() not in _READS:
-            fence.check(f"{method} {path}")  # each attempt: the right may lapse between two
+        if method.upper() in _READS:
+            return await self._attempt(method, path, params, json_body)
+        # Each attempt: the right may lapse between two, or while this one waits for a
+        # connection (kit/fence.bounded).
+        async with fence.bounded(f"{method} {path}"):
+            return await self._attempt(method, path, params, json_body)
+
+    async def _attempt(
+        self, method: str, path: str, params: Mapping[str, str] | None, json_body: Any
+    ) -> Any:
         url = self._base + path
         started, status = time.monotonic(), cast(int | None, None)
         try:

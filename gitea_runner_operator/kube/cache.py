@@ -22,7 +22,7 @@ from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube import watches
 from gitea_runner_operator.kube.http import LIST_TIMEOUT, send
 from gitea_runner_operator.kube.informer import Informer, object_key
-from gitea_runner_operator.objects.slim import Obj
+from gitea_runner_operator.objects.slim import Obj, slim_group, slim_unserved_group
 from gitea_runner_operator.objects.views import job_finished, runner_exited
 
 GroupKey = str  # "namespace/name"
@@ -89,7 +89,10 @@ class ClusterCache:
         apis = watches.Apis.of(api)
         self._batch, self._core = apis.batch, apis.core  # the share's fetches (serve)
         self._namespaced = bool(namespaces)  # an informer per namespace, not one for all
-        made = watches.informers(apis, namespaces, admit)
+        self._custom = apis.custom  # a taken group is read whole again (serve)
+        # --sharding: a group served elsewhere is kept slim (objects/slim.py).
+        slim = self._slim_group if shared else None
+        made = watches.informers(apis, namespaces, admit, slim)
         self.groups: list[Informer] = made["runnergroups"]
         self.jobs: list[Informer] = made["jobs"]
         self.pods: list[Informer] = made["pods"]
@@ -120,6 +123,11 @@ class ClusterCache:
             if key in inf.cache:
                 return inf.cache[key]
         return None
+
+    def received(self, resource: str) -> int:
+        """Watch events received for ``resource`` (runnergroups, jobs, pods), kept or not."""
+        made = {"runnergroups": self.groups, "jobs": self.jobs, "pods": self.pods}
+        return sum(inf.received for inf in made[resource])
 
     def group_keys(self) -> list[GroupKey]:
         return [key for inf in self.groups for key in inf.cache]
@@ -199,9 +207,20 @@ class ClusterCache:
             namespace, _, name = key.partition("/")
             by_namespace.setdefault(namespace, []).append(name)
         for namespace, names in by_namespace.items():
+            groups = self._informer_for(self.groups, namespace)
+            if groups is not None:  # whole again: this replica kept them slim
+                listing = _items(self._groups_in, namespace, None)
+                await groups.refresh(listing, {f"{namespace}/{name}" for name in names})
             for chunk in _chunks(names, SELECTOR_NAMES):
                 await self._fetch(namespace, chunk)
                 self._fetched.update(f"{namespace}/{name}" for name in chunk)
+
+    def _groups_in(self, namespace: str, **options: Any) -> Any:
+        g, v, p = constants.GROUP, constants.VERSION, constants.PLURAL
+        return self._custom.list_namespaced_custom_object(g, v, namespace, p, **options)
+
+    def _slim_group(self, obj: Obj) -> Obj:
+        return slim_group(obj) if self.serves(object_key(obj)) else slim_unserved_group(obj)
 
     async def _fetch(self, namespace: str, names: list[str]) -> None:
         """One listing of the namespace's runner Jobs, then one of its Pods, narrowed to
@@ -233,6 +252,8 @@ class ClusterCache:
 
         for informer in [*self.jobs, *self.pods]:
             informer.drop(theirs)
+        for informer in self.groups:
+            informer.reshape(gone)
         for key in gone:
             self._index_jobs.pop(key, None)
             self._index_pods.pop(key, None)
@@ -339,14 +360,10 @@ def _chunks(names: list[str], size: int) -> list[list[str]]:
     return [names[i : i + size] for i in range(0, len(names), size)]
 
 
-async def _items(list_func: Callable[..., Any], namespace: str, selector: str) -> list[Obj]:
+async def _items(list_func: Callable[..., Any], namespace: str, selector: str | None) -> list[Obj]:
+    narrowed = {"label_selector": selector} if selector else {}
     body = await send(
-        list_func(
-            namespace,
-            label_selector=selector,
-            _preload_content=False,
-            _request_timeout=LIST_TIMEOUT,
-        )
+        list_func(namespace, **narrowed, _preload_content=False, _request_timeout=LIST_TIMEOUT)
     )
     return list(body.get("items") or [])
 

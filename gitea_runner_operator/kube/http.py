@@ -150,10 +150,11 @@ async def write(
             await limiter.acquire(namespace, urgent=urgent)
         except NoWriteToken as exc:
             raise Throttled(str(exc)) from None
-        # After the token's wait, just before the request leaves: the right may lapse there.
-        fence.check(f"write in {namespace}")
+        # After the token's wait, just before the request leaves, and bounded by what the
+        # right has left: it may lapse there, or while the request waits for a connection.
         try:
-            return await send(request())
+            async with fence.bounded(f"write in {namespace}"):
+                return await send(request())
         except ApiException as exc:
             if exc.status != 429:
                 raise

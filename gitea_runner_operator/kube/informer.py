@@ -83,6 +83,9 @@ class Informer:
         self.cache: dict[str, Obj] = {}
         self.synced = asyncio.Event()
         self.relists = 0
+        # Watch events received (bookmarks aside), kept or dropped by ``admit``: what the API
+        # server sends this replica (metrics: watch_events_received).
+        self.received = 0
 
     def add_handler(self, handler: Handler) -> None:
         self._handlers.append(handler)
@@ -172,6 +175,7 @@ class Informer:
                     resource_version = _rv(obj) or resource_version
                     if kind == "BOOKMARK":
                         continue
+                    self.received += 1
                     self._apply(kind, obj)
             # The server ended the watch at its timeout: resume from where we are.
 
@@ -215,6 +219,22 @@ class Informer:
             added += 1
             self._emit("MODIFIED" if before is not None else "ADDED", obj, before)
         return added
+
+    async def refresh(self, listing: Awaitable[list[Obj]], keys: set[str]) -> None:
+        """Read ``keys`` again from ``listing`` through the transform, as cached now (the
+        same resourceVersion: the transform now keeps more of them), telling no handler:
+        nothing changed but what this replica keeps. One the watch changed meanwhile keeps
+        the watch's word."""
+        for item in await listing:
+            key = object_key(item)
+            before = self.cache.get(key)
+            if key in keys and before is not None and _rv(before) == _rv(item):
+                self.cache[key] = self._transform(item)
+
+    def reshape(self, keys: set[str]) -> None:
+        """Pass the cached ``keys`` through the transform again (it now keeps less)."""
+        for key in keys & self.cache.keys():
+            self.cache[key] = self._transform(self.cache[key])
 
     def drop(self, which: Callable[[Obj], bool]) -> list[Obj]:
         """Forget the cached objects ``which`` selects, telling no handler: the groups they

@@ -71,15 +71,18 @@ def informers(
     apis: Apis,
     namespaces: Iterable[str] | None,
     admit: Callable[[Obj], bool] | None,
+    group_transform: Callable[[Obj], Obj] | None = None,
 ) -> dict[str, list[Informer]]:
     """An informer of each watch per namespace (one for all without ``namespaces``), by
-    the watch's name."""
+    the watch's name. ``group_transform``: the RunnerGroups' own, under --sharding."""
     scopes: list[str | None] = [*namespaces] if namespaces else [None]
     made: dict[str, list[Informer]] = {}
     for watch in WATCHES:
         for ns in scopes:
             list_func, args = watch.lister(apis, ns)
             options: dict[str, Any] = {"transform": watch.transform}
+            if watch.name == "runnergroups" and group_transform is not None:
+                options["transform"] = group_transform
             if watch.owned:
                 options.update(label_selector=constants.MANAGED_SELECTOR, admit=admit)
             informer = Informer(f"{watch.name}/{ns or '*'}", list_func, *args, **options)

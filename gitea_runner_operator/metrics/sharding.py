@@ -36,6 +36,12 @@ class ShardingMetrics:
             "(taken, released, stepped_down, stopping).",
             ["reason"],
         )
+        self._received = series.gauge(
+            "watch_events_received",
+            "Watch events the API server sent this replica since it started, by resource "
+            "(runnergroups, jobs, pods), kept or dropped as another replica's.",
+            ["resource"],
+        )
         self._wait = series.histogram(
             "domain_handover_seconds",
             "From the first read of the Leases without a domain's previous owner (released "
@@ -49,6 +55,10 @@ class ShardingMetrics:
         self._held.set_function(lambda: float(held()))
         for reason in HANDOVER_REASONS:
             self._moves.labels(reason)
+
+    def bind_received(self, resource: str, received: Callable[[], int]) -> None:
+        """Read a resource's watch events received at scrape time."""
+        self._received.labels(resource).set_function(lambda: float(received()))
 
     def moved(self, reason: str, domains: int) -> None:
         if domains:

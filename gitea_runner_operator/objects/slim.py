@@ -117,6 +117,25 @@ def slim_group(obj: Obj) -> Obj:
     return obj  # not shared: a group's spec has keys its tenant chose
 
 
+def slim_unserved_group(obj: Obj) -> Obj:
+    """A RunnerGroup another replica serves (``--sharding``), as this one keeps it: what the
+    layout and the webhook's routing read (its metadata and spec) and whether its Ready
+    condition is True (sharding/shapes.py), not the rest of its status, about two thirds of
+    a group's size. The replica that takes the group reads it whole again first
+    (kube/cache.ClusterCache.serve)."""
+    obj = slim_group(obj)
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        return obj
+    conditions = status.get("conditions")
+    ready = [
+        {"type": "Ready", "status": c.get("status")}
+        for c in (conditions if isinstance(conditions, list) else [])
+        if isinstance(c, dict) and c.get("type") == "Ready"
+    ][:1]
+    return {**obj, "status": {"conditions": ready} if ready else {}}
+
+
 _JOB_METADATA = frozenset(
     {"name", "namespace", "uid", "resourceVersion", "labels", "creationTimestamp",
      "deletionTimestamp", "generation"}

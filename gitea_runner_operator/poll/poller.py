@@ -71,6 +71,7 @@ class PollerOptions(TypedDict, total=False):
     observe_with: ObserveWithFn | None
     namespace_deleting: NamespaceDeletingFn | None
     right: Callable[[str], bool] | None
+    left: Callable[[str], float] | None
 
 
 class GroupPoller:
@@ -89,6 +90,7 @@ class GroupPoller:
         observe_with: ObserveWithFn | None = None,
         namespace_deleting: NamespaceDeletingFn | None = None,
         right: Callable[[str], bool] | None = None,
+        left: Callable[[str], float] | None = None,
     ) -> None:
         self.key, self.spec = key, spec
         self._namespace = GroupKey.parse(key).namespace
@@ -98,6 +100,7 @@ class GroupPoller:
         # --sharding: whether this replica still holds the group's domain, asked by every
         # write of the task just before it leaves (kit/fence.py).
         self._right = right
+        self._left = left  # and how long that right has left at most (kit/fence.bounded)
         self._failures = failures if failures is not None else failure_log()
         # When the task must next be seen to move (each step's own bound, or the end of its
         # sleep, plus BEAT_SLACK): past it, the task is hung and ``Pollers.ensure`` restarts it.
@@ -164,12 +167,15 @@ class GroupPoller:
     def start(self, after: float = 0.0) -> None:
         """Start the task; its first poll waits ``after`` seconds (Pollers spreads a burst
         of new tasks) unless a wake-up comes first."""
-        right, key = self._right, self.key
+        right, left, key = self._right, self._left, self.key
         self._expect_within(after)
         self._task = asyncio.create_task(
             self._loop(after),
             name=f"poll:{key}",
-            context=fence.context(None if right is None else lambda: right(key)),
+            context=fence.context(
+                None if right is None else lambda: right(key),
+                None if left is None else lambda: left(key),
+            ),
         )
 
     @property

@@ -11,7 +11,7 @@ task owns every Gitea call, including the reaps proposed here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -26,6 +26,7 @@ from gitea_runner_operator.kit.group_memory import GroupMemory, Table
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
+from gitea_runner_operator.reconcile.capacity.accounting import Claimant
 from gitea_runner_operator.reconcile.capacity.ledger import MIN_INTERVAL, Ledger
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.inputs import GroupPass, read_pass, with_answer
@@ -84,11 +85,17 @@ class Reconciler:
         status_writes: LaterWrites | None = None,
         losses: PendingLosses | None = None,
         placement: Callable[[str], Placement | None] | None = None,
+        admissions: Admissions | None = None,
+        peer_offers: Callable[[str], Sequence[Claimant]] | None = None,
     ) -> None:
         self._template_policy = template_policy
+        self._placement = placement
         self._start_bound = start_bound
         self._own_namespace = own_namespace
-        self._admissions = Admissions(template_policy, own_namespace)
+        # ``is None``: an empty memo is falsy (``__len__``). --sharding's layout shares it.
+        self._admissions = (
+            admissions if admissions is not None else Admissions(template_policy, own_namespace)
+        )
         # ``is None``, not ``or``: an empty Ledger is falsy (``__len__``), and the one passed
         # in (with its ``notify``) must be the one used.
         self._metrics = metrics if metrics is not None else Metrics()
@@ -104,7 +111,8 @@ class Reconciler:
         self._wall = wall_clock
         self._states: dict[str, GroupState] = {}
         # Why jobs wait (reconcile/why/unmatched*.py, reconcile/why/waiting.py): same registry.
-        self._unmatched = UnmatchedBook(self._ledger.members, clock=clock)
+        # --sharding: the peers' groups of a Gitea offer too (the layout's shapes).
+        self._unmatched = UnmatchedBook(self._ledger.members, clock=clock, peers=peer_offers)
         self._why_metrics = WhyMetrics.of(self._metrics.registry)
         # Run in the background, never awaited by a pass (reconcile/why/unmatched_flight.py).
         self.unmatched = Evaluations(
@@ -211,6 +219,8 @@ class Reconciler:
             return Result()  # the update's watch event brings us back with the new object
         # spec.cache: runners mount its config Secret, so none start before it is written.
         cache_ok = self._jobcache is None or await self._jobcache.ensure(p.group, spec)
+        if cache_ok and not self._may_create(key):
+            cache_ok = False  # polls and reports, holds no share, creates nothing
         source = await self._sources.ensure(key, spec)
         p = with_answer(self._cache, p, spec, source.latest)
         blocked = self._claims.report(p, state, cache_ok)
@@ -299,6 +309,15 @@ class Reconciler:
         # twice a second (567 reconciles a second at 1,001 quiet groups of one family).
         wants = decision.demand > 0 or bool(queued_matching(observation, spec.label_names))
         return Result(requeue_after=self._requeue(key, state, requeue, wants=wants))
+
+    def _may_create(self, key: str) -> bool:
+        """--sharding: not while the group's domain is about to move (this layout has
+        changed it: no placement) nor while the group is a global one on probation
+        (api/placement.py): another replica may count its jobs until every layout agrees."""
+        if self._placement is None:
+            return True
+        placed = self._placement(key)
+        return placed is not None and not placed.probation
 
     def _part(self, p: GroupPass) -> Part:
         """What the steps and the poll task handed to this pass's status write."""

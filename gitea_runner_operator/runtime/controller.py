@@ -49,6 +49,7 @@ from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.reconcile.scaling import ReapReason
 from gitea_runner_operator.reconcile.status.parts import PendingLosses
+from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
@@ -141,12 +142,6 @@ class Controller:
         self.secrets = Secrets(store)
         self.sessions = SessionPool()
         self.queue: WorkQueue[str] = WorkQueue(metrics=self.metrics.workqueue)
-        # --sharding: this replica's share of the groups, and who serves the others.
-        self.share: Share | None = None
-        if membership is not None:
-            self.share = Share(
-                membership, self.cache, self, settings, member_keeper, self.metrics.sharding
-            )
         self.expectations = Expectations(settings.expectation_timeout)
         configs = ConfigReader(api, store, ttl=settings.secret_cache_ttl)
         self.template_policy = TemplatePolicy.parse(
@@ -157,6 +152,17 @@ class Controller:
             settings.tenant_memory_budget or default_budget(memory_limit())
         )
         log.info("tenant memory budget", mib=self.tenant_budget.total // (1024 * 1024))
+        # Each group's parsed spec and verdict, by uid and generation: the reconciler's, and
+        # under --sharding the layout's (a layout change parses only the changed groups).
+        self.admissions = Admissions(
+            self.template_policy, settings.own_namespace, settings.global_scope_namespaces
+        )
+        # --sharding: this replica's share of the groups, and who serves the others.
+        self.share: Share | None = None
+        if membership is not None:
+            sharding = self.metrics.sharding
+            self.share = Share(membership, self.cache, self, settings, member_keeper, sharding,
+                               admissions=self.admissions)  # fmt: skip
         self.observer = Observer(
             self.secrets,
             self.sessions,
@@ -196,6 +202,7 @@ class Controller:
             namespace_deleting=NamespaceReader(api).deleting,
             # --sharding: a poll task writes only while its group's domain is held.
             right=self.share.serves if self.share is not None else None,
+            left=self.share.left if self.share is not None else None,
         )
         # A pass's status is patched by its group's writer, so no worker waits for a token.
         self.status_writes = LaterWrites(retry=self.queue.add_rate_limited)
@@ -220,6 +227,8 @@ class Controller:
             status_writes=self.status_writes,
             losses=self.loss_notes,
             placement=self.share.placement if self.share is not None else None,
+            admissions=self.admissions,
+            peer_offers=self.share.offers if self.share is not None else None,
         )
         # Kept until the group is deleted: a hand-over leaves these to the watch events
         # and to the poll task that stops with it.
@@ -228,6 +237,9 @@ class Controller:
         self.shared = self.memory.keep(
             _Shared(self.pollers, self.secrets, self.observer, self.sessions), handed_over=False
         )
+        for resource in ("runnergroups", "jobs", "pods"):  # watch_events_received
+            received = functools.partial(self.cache.received, resource)
+            self.metrics.sharding.bind_received(resource, received)
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
         for informer in self.cache.jobs:
@@ -238,9 +250,9 @@ class Controller:
         self._finished = asyncio.Event()  # set whenever a worker finishes a reconcile
 
     def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
+        if self.share is not None:
+            self.share.group_event(key, kind, obj, before)
         if spec_changed(kind, obj, before):
-            if self.share is not None:
-                self.share.spec_changed()
             self.queue.add(key)
 
     def take(self, keys: frozenset[str]) -> None:
@@ -368,8 +380,9 @@ class Controller:
             started = time.monotonic()
             self._running.add(key)
             right = None if self.share is None else functools.partial(self.share.serves, key)
+            until = None if self.share is None else functools.partial(self.share.left, key)
             try:
-                with fence.fenced_by(right):  # each write of the pass asks again
+                with fence.fenced_by(right, until):  # each write of the pass asks again
                     result = await self.reconciler.reconcile(key)
             except fence.Fenced:
                 self.metrics.reconcile_done(time.monotonic() - started, error=False)

@@ -3,7 +3,8 @@
 The exact accounting (accounting.py) hands each queued job to one group among all that could
 take it, and it can only do so where all of them are counted together: the ledger's families
 (ledger.families: same Gitea, nesting scopes, a label in common). A domain is a family, with
-one widening: a ``scope: global`` group joins every family of its Gitea into one domain. A
+one widening: a ``scope: global`` group joins every family of its Gitea into one domain, once
+it is admitted and its polls work (:attr:`Shape.widens`). A
 global group may take jobs of any repository, so its family already reaches every group with
 which it shares a label; making it the whole Gitea keeps a domain put when someone adds a
 label to the global group or to a peer, so a label edit does not move half a Gitea between
@@ -41,9 +42,15 @@ class Shape:
     org: str | None
     repo: str | None
     labels: frozenset[str]
+    # A global group joins every family of its Gitea only once it is admitted and its polls
+    # work (its status reads Ready=True). Until then it is on probation: a domain of its
+    # own, whose replica polls it but creates nothing (Placement.probation), so a tenant's
+    # global group with a token that does not work moves no other group. Its first Ready
+    # joins it to the Gitea's domain on every replica alike (the status is what they share).
+    widens: bool = True
 
 
-def shape_of(key: str, spec: RunnerGroupSpec) -> Shape:
+def shape_of(key: str, spec: RunnerGroupSpec, *, widens: bool = True) -> Shape:
     return Shape(
         key=key,
         url=normalise_url(spec.gitea.url),
@@ -51,6 +58,7 @@ def shape_of(key: str, spec: RunnerGroupSpec) -> Shape:
         org=fold(spec.org) if spec.org is not None else None,
         repo=fold(spec.repo) if spec.repo is not None else None,
         labels=spec.label_names,
+        widens=widens and spec.scope is Scope.GLOBAL,
     )
 
 
@@ -85,14 +93,17 @@ def domains(shapes: Iterable[Shape]) -> dict[str, Domain]:
         )
         for key, s in by_key.items()
     }
+    out: dict[str, Domain] = {}
+    for key in [k for k, s in by_key.items() if s.scope is Scope.GLOBAL and not s.widens]:
+        out[key] = lone_domain(key)  # on probation: competes with nobody yet
+        del by_key[key], members[key]
     merged: dict[str, set[str]] = {}  # URL -> every group of that Gitea, when one is global
     for s in by_key.values():
-        if s.scope is Scope.GLOBAL:
+        if s.scope is Scope.GLOBAL and s.widens:
             merged.setdefault(s.url, set())
     for s in by_key.values():
         if s.url in merged:
             merged[s.url].add(s.key)
-    out: dict[str, Domain] = {}
     for keys in merged.values():
         whole = Domain(domain_id(keys), frozenset(keys), whole_gitea=True)
         out.update(dict.fromkeys(keys, whole))
@@ -111,6 +122,8 @@ def fingerprint(shapes: Mapping[str, Shape] | Iterable[Shape]) -> str:
     h = hashlib.sha256()
     for s in sorted(items, key=lambda s: s.key):
         fields = (s.key, s.url, s.scope.value, s.org or "", s.repo or "", *sorted(s.labels))
+        if s.scope is Scope.GLOBAL and not s.widens:  # absent otherwise: as older replicas
+            fields = (*fields, "\x1dpending")
         h.update("\x1f".join(fields).encode())
         h.update(b"\x1e")
     return h.hexdigest()[:16]

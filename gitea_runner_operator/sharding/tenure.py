@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gitea_runner_operator.api.placement import Placement
+from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.sharding.domains import (
     Shape,
     domains,
@@ -83,6 +84,9 @@ class Layout:
     # Domains that span a whole Gitea (a scope: global group joined its families): shown in
     # the groups' status, never part of the fingerprint (the keys already decide it).
     whole_gitea: frozenset[str] = frozenset()
+    # Domains of one global group on probation (domains.Shape.widens): its replica must
+    # create nothing for it.
+    probation: frozenset[str] = frozenset()
     # Group key -> domain id, made once: every webhook delivery for a group served elsewhere
     # asks it (runtime/controller.split), and a layout holds thousands of groups.
     _by_key: Mapping[str, str] = field(init=False, repr=False, compare=False)
@@ -99,13 +103,15 @@ class Layout:
         computed = domains(listed).values()
         found = {d.id: d.members for d in computed}
         whole = frozenset(d.id for d in computed if d.whole_gitea)
+        pending = {s.key for s in listed if s.scope is Scope.GLOBAL and not s.widens}
+        probation = frozenset(d.id for d in computed if d.members <= pending)
         odd = sorted(unreadable)
         for key in odd:
             found.setdefault(lone_domain(key).id, frozenset({key}))
         print_ = fingerprint(listed)
         if odd:
             print_ = hashlib.sha256("\x1e".join([print_, *odd]).encode()).hexdigest()[:16]
-        return cls(print_, found, whole)
+        return cls(print_, found, whole, probation)
 
     def domain_of(self) -> Mapping[str, str]:
         """Group key -> domain id (read-only, shared)."""
@@ -118,7 +124,7 @@ class Layout:
         than written twice during the hand-over."""
         if not held or self.domains.get(domain) != held:
             return None
-        return Placement(domain, me, domain in self.whole_gitea)
+        return Placement(domain, me, domain in self.whole_gitea, domain in self.probation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +231,14 @@ class Tenure:
         self.held.clear()
         self._must_publish = True
         return released
+
+    def drop(self, keys: Collection[str]) -> frozenset[str]:
+        """Stop holding the domains of ``keys`` (their fetch failed): the view stays, so the
+        next plan takes them again, which is the retry; returns the domains dropped."""
+        lost = frozenset(d for d, members in self.held.items() if members & set(keys))
+        for d in lost:
+            del self.held[d]
+        return lost
 
     def groups(self) -> frozenset[str]:
         """The groups this member may act on now."""

@@ -41,9 +41,7 @@ class Dispatcher:
         delivery, keys = routed.delivery, routed.keys
         where = self._where(request, keys)
         for address, served in where.peers.items():
-            assert self._forwarder is not None  # _where forwards nothing without one
-            forwarded = self._forwarder.send(address, request.path_qs, body, _passed_on(request))
-            log.debug("webhook delivery forwarded", peer=address, groups=served, sent=forwarded)
+            self._forward(request, body, address, served)
         job = delivery.job_id if delivery.action == "queued" else None
         woken: list[str] = []
         for key in where.here:
@@ -65,6 +63,37 @@ class Dispatcher:
         if elsewhere:
             text = text.rstrip("\n") + f"; {elsewhere} of them served by other replicas\n"
         return Answer("accepted", 202, text)
+
+    def _forward(
+        self, request: web.Request, body: bytes, address: str, served: tuple[str, ...]
+    ) -> None:
+        """Hand the delivery to the replica serving ``served``. Each group's wake-up token is
+        spent here first, as a wake-up here would spend it: a tenant's flood of signed
+        deliveries leaves as at most its groups' wake-ups. Its slot is counted against the
+        groups' namespaces (forwarding.Forwarder). A forward that fails wakes the groups
+        here: queued, they are polled at once should this replica take them over."""
+        forwarder = self._forwarder
+        assert forwarder is not None  # _where forwards nothing without one
+        paced = [key for key in served if self.wakes.spend(key)]
+        if not paced:
+            forwarder.paced()
+            log.debug("webhook delivery not forwarded: its groups were woken lately", peer=address)
+            return
+        namespaces = frozenset(key.partition("/")[0] for key in paced)
+
+        def failed() -> None:  # said by the forwarder's own line (rate-limited) and metric
+            for key in paced:
+                self._operator.wake(key)
+
+        forwarded = forwarder.send(
+            address,
+            request.path_qs,
+            body,
+            _passed_on(request),
+            namespaces=namespaces,
+            on_failed=failed,
+        )
+        log.debug("webhook delivery forwarded", peer=address, groups=served, sent=forwarded)
 
     def _where(self, request: web.Request, keys: list[str]) -> Split:
         """Which of ``keys`` to wake here and which to forward to whom."""

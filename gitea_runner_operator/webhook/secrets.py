@@ -72,14 +72,15 @@ async def read_secret(store: SecretStore, where: SecretLocation) -> bytes:
     return decode_secret(lent, where)
 
 
-def read_secret_file(path: str | Path) -> bytes:
-    """The operator-wide secret from a file (a mounted Secret volume); white space trimmed."""
+def read_secret_file(path: str | Path, flag: str = "--webhook-secret-file") -> bytes:
+    """A secret from a file (a mounted Secret volume) that ``flag`` names; white space
+    trimmed."""
     try:
         value = Path(path).read_bytes().strip()
     except OSError as exc:
-        raise WebhookSecretError(f"--webhook-secret-file: cannot read {path}: {exc}") from None
+        raise WebhookSecretError(f"{flag}: cannot read {path}: {exc}") from None
     if not value:
-        raise WebhookSecretError(f"--webhook-secret-file: {path} is empty")
+        raise WebhookSecretError(f"{flag}: {path} is empty")
     return value
 
 

@@ -43,7 +43,7 @@ from gitea_runner_operator.webhook.connections import (
     Connections,
 )
 from gitea_runner_operator.webhook.dispatch import Dispatcher
-from gitea_runner_operator.webhook.forwarding import Forwarder
+from gitea_runner_operator.webhook.forwarding import FORWARDED_HEADER, Forwarder, from_replica
 from gitea_runner_operator.webhook.guard import (
     DEFAULT_READ_DEADLINE,
     DEFAULT_READS_PER_CLIENT,
@@ -98,6 +98,7 @@ class WebhookServer:
         operator_secret: bytes | None = None,
         limits: Limits = Limits(),
         forwarder: Forwarder | None = None,
+        forward_key: bytes | None = None,
     ) -> None:
         self._host = host
         self._port = port
@@ -109,6 +110,8 @@ class WebhookServer:
         self._slots = asyncio.Semaphore(limits.slots)
         self._slot_wait = limits.slot_wait
         self._deliveries = Deliveries()
+        # The replicas' shared key: a forward that verifies under it is never penalised.
+        self._forward_key = forward_key
         self.penalties = Penalties()
         self._penalty_delay = limits.penalty_delay
         self._quiet = QuietLog(log)
@@ -166,7 +169,9 @@ class WebhookServer:
         except TimeoutError:
             return BUSY
         try:
-            verified = await self.verifier.verify(request, body, digest, event)
+            # A forward the replicas signed is never charged to the forwarding replica.
+            charged = not self._from_replica(request)
+            verified = await self.verifier.verify(request, body, digest, event, charged=charged)
         finally:
             self._slots.release()
         if isinstance(verified, Answer):
@@ -197,11 +202,22 @@ class WebhookServer:
             # Refused unread: a body Gitea never sends would fail ``parse_body`` anyway.
             self._quiet("webhook delivery not JSON", remote=request.remote, gitea_event=event)
             return UNSUPPORTED
-        if self.verifier.hint_only(request) and self.penalties.exhausted(request.remote or ""):
+        if (
+            self.verifier.hint_only(request)
+            and self.penalties.exhausted(request.remote or "")
+            and not self._from_replica(request)
+        ):
             await self.penalties.refuse(request.remote or "", self._penalty_delay)
             return PENALISED  # unread: only the hint could find its secret
         received = await self._receive(request, event)
         return received if isinstance(received, Answer) else (received, digest)
+
+    def _from_replica(self, request: web.Request) -> bool:
+        """A forward another replica tagged with the replicas' key (forwarding.py): Gitea's
+        signature is still verified, but a failure is the tenant's, never the forwarder's."""
+        if FORWARDED_HEADER not in request.headers:
+            return False
+        return from_replica(self._forward_key, request.path_qs, request.headers)
 
     async def _receive(self, request: web.Request, event: str) -> bytes | Answer:
         """The whole body, within the read deadline, unless newer reads need its place. A

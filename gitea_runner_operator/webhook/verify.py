@@ -155,13 +155,17 @@ class Verifier:
         return self._operator_secret is None and "group" not in request.query
 
     async def verify(
-        self, request: web.Request, body: bytes, digest: bytes, event: str
+        self, request: web.Request, body: bytes, digest: bytes, event: str, *, charged: bool = True
     ) -> Answer | Verified:
         """Find who signed the body, cheapest first (see the module). A failure (400, 401) is
         charged to the sender's address and the target the delivery names (guard.Penalties),
-        a success remembered for them: one tenant's wrong secret costs its own target only."""
+        a success remembered for them: one tenant's wrong secret costs its own target only.
+        ``charged=False``: a peer replica's authenticated forward, neither charged nor held
+        back for what Gitea's signature does at this end."""
         peer = request.remote or ""
-        found, target = await self._verify(request, body, digest, event)
+        found, target = await self._verify(request, body, digest, event, charged)
+        if not charged:
+            return found
         if isinstance(found, Verified):
             self._penalties.verified(peer, target)
         elif found.status in (400, 401):
@@ -169,7 +173,7 @@ class Verifier:
         return found
 
     async def _verify(
-        self, request: web.Request, body: bytes, digest: bytes, event: str
+        self, request: web.Request, body: bytes, digest: bytes, event: str, charged: bool
     ) -> tuple[Answer | Verified, str]:
         """What :meth:`verify` finds, and the target it is charged to or remembered for."""
         groups = list(self._operator.groups())
@@ -198,7 +202,7 @@ class Verifier:
         if repository is None:
             return NOT_A_REPOSITORY, ""
         target = f"repo:{repository.full_name.casefold()}"
-        if self._penalties.exhausted(request.remote or "", target):
+        if charged and self._penalties.exhausted(request.remote or "", target):
             return PENALISED, target  # the secrets' lookup is what a flood must not buy
         candidates = await candidate_secrets(repository, groups, self._operator.secret)
         signed_by = await signers(candidates, body, digest)

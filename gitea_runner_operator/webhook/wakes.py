@@ -143,6 +143,19 @@ class WakeLimiter:
         else:
             self._spend(key, now, jobs, since)
 
+    def spend(self, key: str) -> bool:
+        """Spend one of ``key``'s tokens without waking it here, if it has one: a delivery
+        forwarded to the replica serving the group (dispatch.py) is its wake-up, paced as
+        one woken here, before it leaves. False: none left (the forward waits for the
+        peer's own next poll, as a deferred wake-up here would wait for its token)."""
+        now = self._clock()
+        tokens = self._available(key, now)
+        if tokens < 1.0:
+            return False
+        if self._interval > 0:
+            self._buckets.put(key, Bucket(1.0 / self._interval, self._burst, now, tokens - 1.0))
+        return True
+
     def _fire(self, key: str, now: float, tokens: float) -> None:
         if self._interval > 0:  # else no limit (tests): nothing to remember
             rate = 1.0 / self._interval

@@ -6,8 +6,12 @@ Each group is repo-scoped on a repository of its own, so each is a capacity doma
 own and the domains spread evenly. Who holds how many domains is read from each replica's
 info lines ("serving domains" and "gave domains away", each with ``held``).
 
-- per replica count: each replica's CPU (cores), RSS and Gitea requests per second over
-  ``--window`` seconds once every domain is held;
+- per replica count: each replica's CPU (cores), RSS, Gitea requests per second and watch
+  events received per second (RunnerGroups, and runner Jobs and Pods: what the API server
+  sends it, kept or dropped) over ``--window`` seconds once every domain is held;
+- ``--global-toggle``: with ``--most`` replicas, a ``scope: global`` group whose token does
+  not work is created and deleted every ``--toggle-every`` seconds for ``--toggle-for``
+  seconds: how often a group moved to another replica (sampled every second);
 - ``--handovers``, with jobs arriving at ``--rate`` per second throughout: SIGKILL of the
   replica holding most of ``--most``, seconds until the others hold every domain again; then
   a rolling restart (as a Deployment's maxSurge 1 does: start a new replica, then SIGTERM an
@@ -26,7 +30,7 @@ Runners are simulated by the fake from the cluster's Pods (kwok runs them): a jo
 ``--job-seconds`` and its Pod then succeeds.
 
     python -m tests.benchmarks.replicas [--groups 600] [--namespaces 20] [--window 60]
-        [--fill 200] [--rescale] [--handovers] [--json FILE]
+        [--fill 200] [--rescale] [--handovers] [--global-toggle] [--json FILE]
 """
 
 from __future__ import annotations
@@ -48,13 +52,28 @@ from typing import Any
 from tests.benchmarks import common
 from tests.support import manifests
 from tests.support.fake_gitea import GROUP_LABEL, SELECTOR, GroupScope, SimulatedGitea
-from tests.support.launcher import OPERATOR_NS, OperatorProcess
-from tests.support.testbed import allow_leases
+from tests.support.launcher import OperatorProcess
 from tests.testbed.kube import KubeClient
 from tests.testbed.sandbox import Sandbox
 
 LABEL = "ubuntu-latest"
 GITEA_REQUESTS = "gitea_runner_operator_gitea_requests_total"
+WATCH_EVENTS = "gitea_runner_operator_watch_events_received"
+DOMAIN_INFO = "gitea_runner_operator_group_domain_info"
+
+
+def events(op: OperatorProcess) -> tuple[float, float]:
+    """Watch events the replica received so far: RunnerGroups', and runner Jobs' and Pods'."""
+    metrics = op.metrics()
+    groups = jobs_pods = 0.0
+    for (name, labels), value in metrics.items():
+        if name != WATCH_EVENTS:
+            continue
+        if dict(labels).get("resource") == "runnergroups":
+            groups += value
+        else:
+            jobs_pods += value
+    return groups, jobs_pods
 
 
 _HELD: dict[int, tuple[int, int]] = {}  # id(op) -> (bytes of its log read, held count)
@@ -124,6 +143,7 @@ def replica(
 
 
 FIGURES: dict[str, Any] = {"cost": {}, "fill": {}}  # for --json (and the plot)
+FAMILY_ORGS: set[str] = set()  # --families: the orgs of the families of two groups
 
 
 def load_average() -> float:
@@ -132,6 +152,7 @@ def load_average() -> float:
 
 def measure(ops: list[OperatorProcess], fake: SimulatedGitea, window: float) -> None:
     before = [(op.cpu_seconds(), common.total(op.metrics(), GITEA_REQUESTS)) for op in ops]
+    events_before = [events(op) for op in ops]
     fake_before, abandoned, t0 = fake.requests, fake.abandoned, time.monotonic()
     load0 = load_average()
     time.sleep(window)
@@ -140,10 +161,16 @@ def measure(ops: list[OperatorProcess], fake: SimulatedGitea, window: float) -> 
     for i, (op, (cpu0, req0)) in enumerate(zip(ops, before, strict=True)):
         cpu = (op.cpu_seconds() - cpu0) / elapsed
         requests = (common.total(op.metrics(), GITEA_REQUESTS) - req0) / elapsed
-        rows.append({"held": held(op), "cpu": cpu, "rss": op.rss_mb(), "gitea": requests})
+        (g0, o0), (g1, o1) = events_before[i], events(op)
+        got = {"groups": (g1 - g0) / elapsed, "jobs_pods": (o1 - o0) / elapsed, "total": o1}
+        rows.append(
+            {"held": held(op), "cpu": cpu, "rss": op.rss_mb(), "gitea": requests, "events": got}
+        )
         print(
             f"  replica {i}: {held(op):5d} domains  CPU {cpu:.3f} cores  "
-            f"RSS {op.rss_mb():6.1f} MB  Gitea {requests:6.2f} req/s",
+            f"RSS {op.rss_mb():6.1f} MB  Gitea {requests:6.2f} req/s  events received: "
+            f"{got['groups']:.2f}/s RunnerGroup, {got['jobs_pods']:.2f}/s Job and Pod "
+            f"({o1:.0f} Job and Pod events since its start)",
             flush=True,
         )
     seen = (fake.requests - fake_before) / elapsed
@@ -273,6 +300,14 @@ def verdict(
         "longest_wait": waits[-1] if waits else 0.0,
         "median_wait": waits[len(waits) // 2] if waits else 0.0,
         "longest_until_runner_job": until_job[-1] if until_job else None,
+        "families_longest_wait": max(
+            (
+                (fake.jobs[i].started_at or time.monotonic()) - fake.jobs[i].queued_at
+                for i in queued
+                if fake.jobs[i].owner in FAMILY_ORGS
+            ),
+            default=None,
+        ),
         "touched": touched,
         "drained_s": drained,
     }
@@ -282,7 +317,13 @@ def verdict(
         f"queued before this run; longest wait "
         f"{result['longest_wait']:.1f} s (median {result['median_wait']:.1f} s), until its "
         f"runner Job existed {_s(result['longest_until_runner_job'])}; busy runners "
-        f"touched {len(touched)}; every job running {_s(drained)} after the arrivals stopped",
+        f"touched {len(touched)}; every job running {_s(drained)} after the arrivals stopped"
+        + (
+            f"; jobs of families of an org and a repo group: longest wait "
+            f"{_s(result['families_longest_wait'])}"
+            if FAMILY_ORGS
+            else ""
+        ),
         flush=True,
     )
     FIGURES.setdefault("runs", {})[name] = result
@@ -379,6 +420,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--handovers", action="store_true", help="SIGKILL and rolling restart")
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument(
+        "--global-toggle", action="store_true", help="toggle a global group: domains moved"
+    )
+    parser.add_argument("--toggle-every", type=float, default=10.0)
+    parser.add_argument("--toggle-for", type=float, default=120.0)
+    parser.add_argument(
+        "--families", type=int, default=0, help="families of an org and a repo group each"
+    )
+    parser.add_argument(
         "--no-cost", action="store_true", help="skip the per-count cost and fill (hand-overs only)"
     )
     args = parser.parse_args(argv)
@@ -389,7 +438,6 @@ def main(argv: list[str] | None = None) -> int:
     repos: list[tuple[str, str]] = []
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)
-        allow_leases(kube, OPERATOR_NS, ["list", "delete"])  # not in manifests/ yet
         fake.start(kube)  # runners simulated from the Pods kwok runs
         jobs = RunnerJobs(kube).__enter__()
         try:
@@ -402,7 +450,23 @@ def main(argv: list[str] | None = None) -> int:
                 body["spec"] |= {"scope": "repo", "repo": repo}
                 manifests.apply(kube, body, namespace=ns)
                 repos.append((owner, repo))
-            print(f"{args.groups} quiet groups, one domain each", flush=True)
+            for j in range(args.families):
+                ns, org = namespaces[j % len(namespaces)], f"{owner}-f{j:03d}"
+                FAMILY_ORGS.add(org)
+                fake.group(ns, f"fo{j:03d}", GroupScope(org, None, (LABEL,)))
+                body = common.group(f"fo{j:03d}", org, fake.url, [LABEL])
+                body["spec"]["pollInterval"] = args.poll_interval
+                manifests.apply(kube, body, namespace=ns)
+                fake.group(ns, f"fr{j:03d}", GroupScope(org, "r", (LABEL,)))
+                body = common.group(f"fr{j:03d}", org, fake.url, [LABEL])
+                body["spec"] |= {"scope": "repo", "repo": "r", "pollInterval": args.poll_interval}
+                manifests.apply(kube, body, namespace=ns)
+                repos.append((org, "r"))
+            print(
+                f"{args.groups} quiet groups, one domain each, and {args.families} families "
+                "of an org and a repo group",
+                flush=True,
+            )
             for n in range(1, 0 if args.no_cost else args.most + 1):
                 with replicas(sandbox, namespaces, n) as ops:
                     took = until_held(ops, args.groups)
@@ -416,7 +480,9 @@ def main(argv: list[str] | None = None) -> int:
                 rescale(sandbox, namespaces, fake, jobs, repos, args.rate, args.phase)
             if args.handovers:
                 handovers(sandbox, namespaces, fake, jobs, repos, args.most, args.rate)
-            print(f"most domains held at once while waiting: {MOST[0]} of {args.groups}")
+            if args.global_toggle:
+                toggle(sandbox, kube, namespaces, fake.url, owner, args)
+            print(f"most domains held at once while waiting: {MOST[0]} of {len(repos)}")
             FIGURES["most_held"] = MOST[0]
             if args.json:
                 Path(args.json).write_text(json.dumps(FIGURES, indent=1))
@@ -480,6 +546,67 @@ def handovers(
             time.sleep(20)
         verdict(f"rolling restart of {n} at {rate:g} jobs/s", fake, jobs, arrivals, busy_before)
         FIGURES["rolling"] = rolling
+
+
+def owners(ops: list[OperatorProcess]) -> dict[str, int]:
+    """Which replica serves each group now, by the ``group_domain_info`` series each exports
+    for the groups it serves (a hand-over drops the old replica's)."""
+    out: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        with contextlib.suppress(OSError):
+            for (name, labels), value in op.metrics().items():
+                if name == DOMAIN_INFO and value:
+                    tags = dict(labels)
+                    out[f"{tags.get('namespace')}/{tags.get('runnergroup')}"] = i
+    return out
+
+
+def toggle(
+    sandbox: Sandbox,
+    kube: KubeClient,
+    namespaces: list[str],
+    url: str,
+    owner: str,
+    args: argparse.Namespace,
+) -> None:
+    """A tenant creates and deletes a ``scope: global`` group, whose token the fake Gitea
+    does not know, every ``--toggle-every`` seconds: the groups that moved between the
+    replicas (a group's serving replica, sampled every second, changed)."""
+    total = args.groups + args.families
+    ns = namespaces[0]
+    path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/everything"
+    with replicas(sandbox, namespaces, args.most) as ops:
+        until_held(ops, total)
+        time.sleep(10)  # the first polls of the groups just taken
+        seen = owners(ops)
+        moves = 0
+        started, toggles, next_toggle = time.monotonic(), 0, 0.0
+        end = args.toggle_for + 2 * args.toggle_every
+        while (now := time.monotonic() - started) < end:
+            if now >= next_toggle and now < args.toggle_for:
+                if toggles % 2 == 0:
+                    body = common.group("everything", owner, url, [LABEL])
+                    body["spec"] |= {"scope": "global"}
+                    del body["spec"]["org"]
+                    manifests.apply(kube, body, namespace=ns)
+                else:
+                    kube.delete(path)
+                toggles += 1
+                next_toggle += args.toggle_every
+            elif now >= args.toggle_for and toggles % 2 == 1:
+                kube.delete(path)
+                toggles += 1
+            for key, where in owners(ops).items():
+                if key in seen and seen[key] != where:
+                    moves += 1
+                seen[key] = where
+            time.sleep(1.0)
+        print(
+            f"global group toggled {toggles} times in {args.toggle_for:.0f} s with {args.most} "
+            f"replicas: {moves} moves of a group to another replica (of {total} groups)",
+            flush=True,
+        )
+        FIGURES["global_toggle"] = {"toggles": toggles, "groups_moved": moves}
 
 
 def _s(seconds: float | None) -> str:

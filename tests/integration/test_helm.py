@@ -4,6 +4,7 @@ operator running as the chart's ServiceAccount with the chart's flags serves a R
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -674,6 +675,9 @@ def test_the_namespaced_chart_serves_a_runnergroup_as_its_serviceaccount(
             kube.delete(f"/api/v1/namespaces/{name}")
 
 
+FORWARD_KEY = "/etc/gitea-runner-operator/forward-key/key"
+
+
 def test_the_sharded_chart_serves_a_runnergroup_and_its_status_says_which_replica(
     kube, gitea, cluster, gitea_target, start_operator, kwok, helm, tmp_path
 ):
@@ -693,6 +697,13 @@ def test_the_sharded_chart_serves_a_runnergroup_and_its_status_says_which_replic
             token = kube.create_token(ns, sa)
             args = [a for a in operator_args(objects) if not a.startswith("--health-port")]
             assert "--sharding" in args
+            # The replicas' forward key, as the chart's Secret holds it and its Pod mounts it.
+            secret = next(o for o in objects if o["metadata"]["name"].endswith("-forward-key"))
+            key_file = tmp_path / "forward-key"
+            key_file.write_bytes(base64.b64decode(secret["data"]["key"]))
+            assert f"--forward-key-file={FORWARD_KEY}" in args
+            args = [f"--forward-key-file={key_file}" if a.startswith("--forward-key") else a
+                    for a in args]  # fmt: skip
             op = start_operator(extra=tuple(args), token=token)
 
             make_tokens(kube, team, cluster, gitea_target)

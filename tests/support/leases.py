@@ -142,7 +142,9 @@ class Clock:
 
 class NoRunnerObjects:
     """The namespaced Job and Pod listings a sharded cache fetches a taken group with
-    (ClusterCache.serve), answering that the group has none yet."""
+    (ClusterCache.serve), answering that the group has none yet; and its listing of the
+    namespace's RunnerGroups (read whole again), answering none: what the test put in the
+    cache stays as it is."""
 
     async def list_namespaced_job(self, *args: Any, **kwargs: Any) -> Any:
         from tests.support.api_response import FakeResponse
@@ -150,8 +152,9 @@ class NoRunnerObjects:
         return FakeResponse(200, b'{"items": []}')
 
     list_namespaced_pod = list_namespaced_job
+    list_namespaced_custom_object = list_namespaced_job
 
 
 def without_runner_objects(cache: Any) -> None:
     """A sharded ClusterCache whose fetches of taken groups find nothing (no API server)."""
-    cache._batch = cache._core = NoRunnerObjects()
+    cache._batch = cache._core = cache._custom = NoRunnerObjects()

@@ -103,6 +103,7 @@ class Harness:
         known=None,
         split=None,
         forwarder=None,
+        forward_key=None,
         **limits,
     ):
         self.woken = []
@@ -129,6 +130,7 @@ class Harness:
             operator_secret=operator_secret,
             limits=Limits(max_body=max_body, wake_interval=wake_interval, **limits),
             forwarder=forwarder,
+            forward_key=forward_key,
         )
 
     async def post(

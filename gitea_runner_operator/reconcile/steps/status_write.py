@@ -127,7 +127,9 @@ class StatusWriter:
         # The same failed answer queues no pass: come back when the grace ends.
         grace = None if found.stalled else st.grace_left(problem, since=state.secret_since, now=now)
         composed = compose(previous, found, part, utc_now_iso())
-        if not st.status_differs(previous, composed.status):
+        if not st.status_differs(previous, composed.status) or _domain_only(
+            previous, composed.status
+        ):
             return grace
         digest = hash(json.dumps(composed.status, sort_keys=True, default=str))
         skip, come_back = self._hold_back(key, digest)
@@ -319,3 +321,15 @@ def _since(problem: Problem | None, since: float | None, now: float) -> float | 
 
 def _sooner(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else min(a, b)
+
+
+def _domain_only(previous: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether a placement the status shows already is all that changed: a hand-over moves
+    thousands of groups at once, and writing each one's ``servedBy`` then was the burst the
+    API server felt. The new placement rides on the next write the group needs (the
+    ``group_domain_info`` series says it at once); a group placed for the first time, or
+    whose domain goes (sharding off), is written now."""
+    if not isinstance(previous.get("domain"), dict) or not isinstance(wanted.get("domain"), dict):
+        return False
+    rest = {k: v for k, v in wanted.items() if k != "domain"}
+    return not st.status_differs(previous, rest)

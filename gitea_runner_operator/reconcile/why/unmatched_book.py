@@ -33,6 +33,7 @@ from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.lru import LRU
 from gitea_runner_operator.metrics.why import WhyMetrics
+from gitea_runner_operator.reconcile.capacity.accounting import Claimant
 from gitea_runner_operator.reconcile.capacity.members import Member, Members
 from gitea_runner_operator.reconcile.why.unmatched import (
     Bucket,
@@ -78,11 +79,16 @@ class Found:
 
 
 def evaluation(
-    url: str, members: Sequence[Member], max_sets: int = MAX_SETS_WEIGHED
+    url: str,
+    members: Sequence[Member],
+    max_sets: int = MAX_SETS_WEIGHED,
+    peers: Sequence[Claimant] = (),
 ) -> Callable[[], Found]:
     """The pure part of an evaluation of one Gitea, ready to run anywhere: it reads only the
     frozen members given, never the book. Only the jobs of the ``max_sets`` label sets
-    seen first (oldest job first) are weighed; the others are counted as ``unweighed``."""
+    seen first (oldest job first) are weighed; the others are counted as ``unweighed``.
+    ``peers``: groups of that Gitea other replicas serve (``--sharding``), which offer
+    what they run though this replica sees none of their answers."""
 
     def run() -> Found:
         weighed, unweighed = _within(members, max_sets)
@@ -92,7 +98,7 @@ def evaluation(
                     Sighting(url, m.claimant.key, jobs)
                     for m, jobs in zip(members, weighed, strict=True)
                 ),
-                (Offer(url, m.claimant) for m in members),
+                [*(Offer(url, m.claimant) for m in members), *(Offer(url, c) for c in peers)],
             )
         )
         return Found(sets, buckets(sets), unweighed)
@@ -149,6 +155,10 @@ class UnmatchedBook:
     min_interval: float = MIN_INTERVAL
     clock: Callable[[], float] = time.monotonic
     max_sets: int = MAX_SETS_WEIGHED
+    # --sharding: the groups of a Gitea that other replicas serve, as offers (their labels
+    # and scope, from the layout every replica keeps): a job one of them can run is theirs,
+    # not unmatched.
+    peers: Callable[[str], Sequence[Claimant]] | None = None
     # Gitea URLs whose inputs changed since evaluated -> whether a group left (then the
     # evaluation is not held back for min_interval)
     _dirty: dict[str, bool] = field(default_factory=dict, init=False)
@@ -216,7 +226,9 @@ class UnmatchedBook:
         self._evaluated_at[url] = self.clock()
         if not members:
             self._evaluated_at.pop(url, None)
-        return evaluation(url, members, self.max_sets)
+        here = {m.claimant.key for m in members}
+        peers = [c for c in self.peers(url) if c.key not in here] if self.peers else []
+        return evaluation(url, members, self.max_sets, peers)
 
     def finish(self, url: str, found: Found) -> Verdict:
         """What to publish of an evaluation of ``url``: its sets, and those to warn about."""

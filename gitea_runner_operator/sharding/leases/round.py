@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
-from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
 from gitea_runner_operator.kube.lease_thread import LeaseThreadFailed
 from gitea_runner_operator.metrics import ShardingMetrics
-from gitea_runner_operator.sharding.domains import Shape, shape_of
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
 from gitea_runner_operator.sharding.leases.membership import MembershipLeases
+from gitea_runner_operator.sharding.shapes import layout_of
 from gitea_runner_operator.sharding.tenure import Arrivals, Layout, Tenure
+
+__all__ = ["SETTLE_READS", "Sharding", "layout_of"]
 
 log = structlog.get_logger(__name__)
 
@@ -34,19 +36,9 @@ log = structlog.get_logger(__name__)
 # takes any (sharding/tenure.Tenure.settle_reads): about 6 s at the default 2 s period,
 # time for replicas started with it to write their Leases.
 SETTLE_READS = 3
-
-
-def layout_of(groups: Iterable[tuple[str, Any]]) -> Layout:
-    """The domains of ``(key, object)`` pairs as the informer cache holds them; a group
-    whose spec cannot be read competes with nobody (its own domain)."""
-    shapes: list[Shape] = []
-    odd: list[str] = []
-    for key, obj in groups:
-        try:
-            shapes.append(shape_of(key, parse_spec((obj or {}).get("spec"))))
-        except InvalidSpec:
-            odd.append(key)
-    return Layout.of(shapes, odd)
+# How long a taken domain's fetch (its Jobs and Pods, sharding/leases/share.py) may take in
+# all, past the round that started it; past it the domain is released and taken afresh.
+FETCH_TIMEOUT = 60.0
 
 
 class Sharding:
@@ -66,6 +58,7 @@ class Sharding:
         retry_period: float = 2.0,
         renew_deadline: float = 10.0,
         settle_reads: int = 0,
+        fetch_timeout: float = FETCH_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._leases = leases
@@ -86,6 +79,10 @@ class Sharding:
             metrics.bind(lambda: len(self.tenure.held))
         self._arrivals = Arrivals(leases.identity)  # for the hand-over seconds
         self._open: frozenset[str] = frozenset()  # groups the workers may reconcile
+        # Fetches that outlived a round's budget (``_open_held``): each with its groups.
+        self._fetch_timeout = fetch_timeout
+        self._fetches: dict[asyncio.Future[None], frozenset[str]] = {}
+        self._fetching: frozenset[str] = frozenset()
         self._renewed_at: float | None = None
         self._fenced = False  # acts_on has refused for a passed deadline since the renewal
 
@@ -102,6 +99,11 @@ class Sharding:
             self._fenced = True
             log.warning("renew deadline passed: acting on no group until renewed", held=0)
         return False
+
+    def left(self, key: str) -> float:
+        """Seconds until :meth:`acts_on` refuses ``key`` at the latest (its step-down
+        deadline); 0 when it refuses already."""
+        return max(0.0, self._budget()) if key in self._open else 0.0
 
     def _moved(self, reason: str, domains: frozenset[str]) -> bool:
         """Count domains that came or went (metrics/sharding.py); True when there were any."""
@@ -200,17 +202,61 @@ class Sharding:
     async def _open_held(self, taken: int) -> None:
         """Open to the workers the held groups not open yet, once ``prepare`` has fetched
         what they need (the cache's share of Jobs and Pods): a new owner's first pass must
-        see the group whole. A fetch that failed or ran past the deadline leaves them
-        closed until a later round fetches them."""
-        new = self.tenure.groups() - self._open
+        see the group whole.
+
+        The round waits for the fetch until its renew budget runs out, no longer (it must
+        renew); a fetch still under way then goes on in the background, bounded by
+        :data:`FETCH_TIMEOUT`, and opens its groups when it ends (a slow API server used to
+        cut every attempt at the budget, and the domain was held and never served). A fetch
+        that failed or ran out releases its domains, which a later round takes afresh."""
+        await self._fetch_ended()
+        new = self.tenure.groups() - self._open - self._fetching
         if not new:
             return
-        if self._prepare is not None:
-            try:
-                await asyncio.wait_for(self._prepare(new), max(0.0, self._budget()))
-            except Exception as exc:  # API trouble, timeout: nothing opened, tried again
-                log.warning("groups not fetched; not serving them yet", error=type(exc).__name__)
-                return
+        if self._prepare is None:
+            self._opened(new, taken)
+            return
+        fetch = asyncio.ensure_future(asyncio.wait_for(self._prepare(new), self._fetch_timeout))
+        done, _ = await asyncio.wait({fetch}, timeout=max(0.0, self._budget()))
+        if fetch in done:
+            if fetch.cancelled() or fetch.exception() is not None:
+                await self._drop_unfetched(new, fetch)
+            else:
+                self._opened(new, taken)
+            return
+        log.info("groups still being fetched: serving them once fetched", groups=len(new))
+        self._fetching |= new
+        self._fetches[fetch] = new
+        fetch.add_done_callback(functools.partial(self._fetched, new, taken))
+
+    def _fetched(self, keys: frozenset[str], taken: int, fetch: asyncio.Future[None]) -> None:
+        """A background fetch ended: on success its groups still held open at once; a
+        failure is dealt with by the next round (:meth:`_fetch_ended`)."""
+        if fetch.cancelled() or fetch.exception() is not None:
+            return
+        self._fetches.pop(fetch, None)
+        self._fetching -= keys
+        held = keys & self.tenure.groups()
+        if held - self._open:
+            self._opened(held - self._open, taken)
+
+    async def _fetch_ended(self) -> None:
+        for fetch, keys in [(f, k) for f, k in self._fetches.items() if f.done()]:
+            del self._fetches[fetch]
+            self._fetching -= keys
+            await self._drop_unfetched(keys, fetch)
+
+    async def _drop_unfetched(self, keys: frozenset[str], fetch: asyncio.Future[None]) -> None:
+        """Release the held domains of groups whose fetch failed: held and unserved, they
+        would wait for nobody; a later round takes them again and fetches afresh."""
+        error = "Cancelled" if fetch.cancelled() else type(fetch.exception()).__name__
+        log.warning("groups not fetched; released to be taken again", error=error)
+        before = self.tenure.groups()
+        dropped = self.tenure.drop(keys)
+        self._moved("released", dropped)
+        await self._close(before)
+
+    def _opened(self, new: frozenset[str], taken: int) -> None:
         self._open |= new
         opened = [d for d, keys in self.tenure.held.items() if keys & new]
         for seconds in self._arrivals.served(opened, self._clock()):
@@ -236,6 +282,8 @@ class Sharding:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), pause)
         finally:
+            for fetch in self._fetches:
+                fetch.cancel()
             before = self.tenure.groups()
             self._moved("stopping", self.tenure.step_down())
             with contextlib.suppress(Exception):

@@ -15,12 +15,17 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from gitea_runner_operator.api.placement import Placement
+from gitea_runner_operator.api.template_policy import TemplatePolicy
+from gitea_runner_operator.kube.cache import spec_changed
 from gitea_runner_operator.metrics import ShardingMetrics
+from gitea_runner_operator.reconcile.capacity.accounting import Claimant
+from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.settings import Settings
 from gitea_runner_operator.sharding.forwards import Split, split
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
 from gitea_runner_operator.sharding.leases.membership import MembershipLeases
-from gitea_runner_operator.sharding.leases.round import SETTLE_READS, Sharding, layout_of
+from gitea_runner_operator.sharding.leases.round import SETTLE_READS, Sharding
+from gitea_runner_operator.sharding.shapes import ShapeMemo, offers, shapes_of, widening_changed
 from gitea_runner_operator.sharding.tenure import Layout
 
 
@@ -58,10 +63,23 @@ class Share:
         settings: Settings,
         keeper: MemberKeeper | None = None,
         metrics: ShardingMetrics | None = None,
+        admissions: Admissions | None = None,
     ) -> None:
         self._membership, self._groups, self._workers = membership, groups, workers
+        # The reconciler's memo of parsed specs by uid and generation (the controller passes
+        # the one its reconciler uses): a layout change costs the changed groups' parse.
+        self._shapes = ShapeMemo(
+            admissions
+            if admissions is not None
+            else Admissions(
+                TemplatePolicy.parse(settings.template_policy, settings.template_service_accounts),
+                settings.own_namespace,
+                settings.global_scope_namespaces,
+            )
+        )
         self._keeper = keeper
         self._layout: Layout | None = None
+        self._offers: dict[str, list[Claimant]] = {}  # by Gitea URL, made with the layout
         self._served: dict[str, str] = {}  # group key -> the held domain it belongs to
         self.round = Sharding(
             membership,
@@ -82,6 +100,11 @@ class Share:
         """Whether this replica may act for ``key`` now: a worker's pass, and each write of
         it (kit/fence.py asks per write)."""
         return self.round.acts_on(key)
+
+    def left(self, key: str) -> float:
+        """Seconds this replica may still act for ``key`` at most: a write must have left
+        by then (kit/fence.bounded)."""
+        return self.round.left(key)
 
     def placement(self, key: str) -> Placement | None:
         """Where a group this replica serves is served (status.domain)."""
@@ -107,11 +130,33 @@ class Share:
     # -- the layout, and taking and releasing -------------------------------------------------
 
     def layout(self) -> Layout:
-        """The domains of the groups in the cache, recomputed after a spec changed."""
+        """The domains of the groups in the cache, recomputed after a group changed shape;
+        each spec is parsed once per generation (sharding/shapes.py)."""
         if self._layout is None:
             keys = self._groups.group_keys()
-            self._layout = layout_of((k, self._groups.group(k)) for k in keys)
+            pairs = ((k, self._groups.group(k)) for k in keys)
+            shapes, odd = shapes_of(pairs, self._shapes, served=self._served.__contains__)
+            self._layout = Layout.of(shapes, odd)
+            self._offers = offers(shapes)
         return self._layout
+
+    def offers(self, url: str) -> list[Claimant]:
+        """What every group of the Gitea at ``url`` offers (scope and labels), served here
+        or by a peer: the unmatched-jobs evaluation must not call a job unmatched that a
+        peer's group runs (reconcile/why/unmatched_book.py)."""
+        self.layout()
+        return self._offers.get(url, [])
+
+    def group_event(
+        self, key: str, kind: str, obj: dict[str, Any], before: dict[str, Any] | None
+    ) -> None:
+        """A RunnerGroup event: the layout is recomputed when the group's spec changed, or
+        a global group's polls began or stopped working (its status's Ready). A group gone
+        leaves the memo (a group served here leaves the reconciler's memory too)."""
+        if spec_changed(kind, obj, before) or widening_changed(obj, before):
+            self._layout = None
+        if kind == "DELETED":
+            self._shapes.forget(key)
 
     def spec_changed(self) -> None:
         self._layout = None

@@ -16,7 +16,7 @@ from gitea_runner_operator.sharding.leases.membership import MembershipLeases
 from gitea_runner_operator.sharding.leases.round import Sharding, layout_of
 from tests.support.api_response import FakeResponse
 from tests.support.builders import spec_with
-from tests.support.leases import Clock, FakeLeases
+from tests.support.leases import Clock, FakeLeases, NoRunnerObjects
 
 
 def owned(kind: str, group: str, name: str, rv: str = "1") -> dict[str, Any]:
@@ -61,6 +61,7 @@ async def shared_cache(api: client.ApiClient, namespaces: list[str] | None = Non
     jobs = Listing([owned("Job", "g1", "g1-a"), owned("Job", "g2", "g2-a")])
     pods = Listing([owned("Pod", "g1", "g1-a-xxxxx"), owned("Pod", "g2", "g2-a-xxxxx")])
     cache._batch = cache._core = Lists(jobs, pods)  # type: ignore[assignment]
+    cache._custom = NoRunnerObjects()  # type: ignore[assignment]
     return cache, jobs, pods
 
 
@@ -153,3 +154,51 @@ def test_a_new_owner_serves_a_group_only_once_its_objects_are_fetched():
         assert taken == [frozenset(groups)] and sharding.acts_on("ns/app")
 
     asyncio.run(main())
+
+
+def full_group(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "team-a", "resourceVersion": "5", "uid": name},
+        "spec": spec_with(),
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "Polling", "message": "x" * 200},
+                {"type": "RunnersHealthy", "status": "True", "reason": "Healthy"},
+            ],
+            "waiting": {"count": 3, "jobs": ["y" * 100] * 3},
+            "runners": {"idle": 1, "busy": 2, "starting": 0},
+        },
+    }
+
+
+class Groups:
+    """The namespace's RunnerGroups, listed whole."""
+
+    def __init__(self, *objects: dict[str, Any]) -> None:
+        self.objects = list(objects)
+
+    async def list_namespaced_custom_object(self, *args: Any, **_: Any) -> FakeResponse:
+        return FakeResponse(200, json.dumps({"items": self.objects}).encode())
+
+
+async def test_a_replica_keeps_the_groups_it_does_not_serve_slim_and_reads_a_taken_one_whole():
+    """Issue 46: every replica kept every RunnerGroup whole, status included (about 6 of a
+    group's 9 KB). A group served elsewhere is kept with what the layout reads: its spec and
+    whether it is Ready."""
+    async with client.ApiClient() as api:
+        cache, _, _ = await shared_cache(api)
+        g1, g2 = full_group("g1"), full_group("g2")
+        cache._custom = Groups(g1, g2)
+        for g in (g1, g2):
+            cache.groups[0]._apply("ADDED", g)
+        slim = cache.group("team-a/g2")
+        assert slim["spec"] == g2["spec"]
+        assert slim["status"] == {"conditions": [{"type": "Ready", "status": "True"}]}
+        await cache.serve(["team-a/g1"])
+        assert cache.group("team-a/g1")["status"] == g1["status"]  # whole before it is served
+        assert cache.group("team-a/g2")["status"] != g2["status"]
+        changed = {**g1, "metadata": {**g1["metadata"], "resourceVersion": "6"}}
+        cache.groups[0]._apply("MODIFIED", changed)  # the watch, while served: whole
+        assert cache.group("team-a/g1")["status"] == g1["status"]
+        cache.unserve(["team-a/g1"])
+        assert "waiting" not in cache.group("team-a/g1")["status"]

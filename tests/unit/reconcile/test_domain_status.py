@@ -48,28 +48,36 @@ async def test_the_serving_replica_writes_the_domain_once_and_again_only_when_it
     await quiet_hour(world)
     assert world.cluster.status_writes == written  # quiet status: nothing to say
 
-    # A global group joined the Gitea's families: the same domain now spans the Gitea.
+    # A global group joined the Gitea's families: the same domain now spans the Gitea. A
+    # placement alone writes nothing (issue 46: a hand-over's burst of status writes); the
+    # series says it at once, and the status with the next write the group needs.
     where[fake.KEY] = Placement("d-0123456789ab", "gro-a_1", True)
+    await world.pass_after(1)
+    assert world.cluster.status_writes == written
+    world.sources.source.latest = fake.snapshot(queued=1, started_at=world.wall.now)
     await world.pass_after(1)
     assert world.cluster.status_writes == written + 1
     assert world.cluster.status["domain"]["spans"] == "gitea"  # type: ignore[index]
 
-    # Another replica took the domain over: it writes its own name, and the old replica's
-    # series of the group went with the hand-over.
+    # Another replica took the domain over: the old replica's series of the group went with
+    # the hand-over, the new one's comes at once, and its name rides on the next write.
     await world.reconciler.memory.handed_over(fake.KEY)
     assert info(world, "d-0123456789ab", "gro-a_1") is None
     where[fake.KEY] = Placement("d-0123456789ab", "gro-b_2", True)
     await world.pass_after(1)
-    assert world.cluster.status["domain"]["servedBy"] == "gro-b_2"  # type: ignore[index]
     assert info(world, "d-0123456789ab", "gro-b_2") == 1
-    assert world.cluster.status_writes == written + 2
-
-    # A domain this replica is about to release (its layout changed) is left as it is.
-    where[fake.KEY] = None
+    assert world.cluster.status_writes == written + 1  # no write for the hand-over alone
+    assert world.cluster.status["domain"]["servedBy"] == "gro-a_1"  # type: ignore[index]
     world.sources.source.latest = quiet(world.wall.now + 60)
     await world.pass_after(60)
     assert world.cluster.status["domain"]["servedBy"] == "gro-b_2"  # type: ignore[index]
     assert world.cluster.status_writes == written + 2
+
+    # A domain this replica is about to release (its layout changed) is left as it is.
+    where[fake.KEY] = None
+    world.sources.source.latest = fake.snapshot(queued=2, started_at=world.wall.now + 60)
+    await world.pass_after(60)
+    assert world.cluster.status["domain"]["servedBy"] == "gro-b_2"  # type: ignore[index]
 
 
 async def test_a_new_domain_replaces_the_groups_series_rather_than_adding_one():

@@ -12,7 +12,8 @@ from gitea_runner_operator.sharding.leases.membership import MembershipLeases
 from tests.support.builders import spec_with
 from tests.support.leases import Clock, FakeLeases, without_runner_objects
 
-# Ten repository groups apart, and two that a global group joins into one Gitea-wide domain.
+# Ten repository groups apart, and two that a global group (whose polls work) joins into one
+# Gitea-wide domain.
 APART = {f"team/app{i}": spec_with(org=f"org{i}", repo="app") for i in range(10)}
 OTHER = {"url": "https://other.example.com"}
 WHOLE = {
@@ -31,6 +32,8 @@ def replica(api: client.ApiClient, leases: FakeLeases, clock: Clock, name: str) 
     for key, spec in GROUPS.items():
         namespace, group = key.split("/")
         obj = {"metadata": {"namespace": namespace, "name": group}, "spec": spec}
+        if key == "team/top":
+            obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
         controller.cache.groups[0].cache[key] = obj
     return controller
 

@@ -271,3 +271,46 @@ def test_metrics_give_each_replicas_domains_and_every_hand_over_with_its_wait() 
         assert sample(ma, "domain_handovers_total", reason="stepped_down") == 13
 
     asyncio.run(main())
+
+
+def test_a_domain_whose_fetch_outlasts_the_renew_budget_is_served_once_fetched() -> None:
+    """Issue 46: a slow API server used to cut every fetch of a taken domain at the round's
+    renew budget, so the domain was held and never served. The fetch now goes on past the
+    round and opens the groups when it ends; one that fails releases its domains, which a
+    later round takes and fetches afresh."""
+
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        fetched: list[frozenset[str]] = []
+        failing = [True]
+
+        async def slow_fetch(keys: frozenset[str]) -> None:
+            await asyncio.sleep(0.3)  # longer than the 0.1 s renew budget below
+            if failing[0]:
+                failing[0] = False
+                raise OSError("the API server went away")
+            fetched.append(keys)
+
+        a = Replica(api, clock, "a")
+        a.sharding = Sharding(
+            a.leases,
+            lambda: layout_of(GROUPS.items()),
+            take=a.taken.append,
+            release=a._release,
+            prepare=slow_fetch,
+            renew_deadline=0.1,
+            clock=clock,
+        )
+        await a.sharding.round()
+        await a.sharding.round()  # takes every domain; the fetch outlives the round
+        assert a.serves() == set()
+        await asyncio.sleep(0.4)  # the fetch failed
+        await a.sharding.round()  # released, to be taken afresh
+        assert a.released and a.serves() == set()
+        for _ in range(3):
+            await a.sharding.round()
+        await asyncio.sleep(0.4)
+        assert a.serves() == set(GROUPS)  # served without another round
+        assert fetched and a.taken == [frozenset(GROUPS)]
+
+    asyncio.run(main())

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable, Sequence
 
 import structlog
 
@@ -15,10 +14,10 @@ from gitea_runner_operator.sharding.forwards import Split
 from gitea_runner_operator.webhook.forwarding import FORWARDED_HEADER, Forwarder
 from gitea_runner_operator.webhook.server import PATH
 from gitea_runner_operator.webhook.signature import sign
+from tests.support.forwarding import Handler, raw_peer, settled, silent
 from tests.support.webhook import OPERATOR, SECRETS, A, Harness, body_for
 
 HEADERS = {"X-Gitea-Event": "workflow_job", "Content-Type": "application/json"}
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 def to_peer(address: str, *forwarded: str) -> Callable[[Sequence[str]], Split]:
@@ -30,39 +29,6 @@ def to_peer(address: str, *forwarded: str) -> Callable[[Sequence[str]], Split]:
         return Split(here, {address: there} if there else {})
 
     return split
-
-
-async def settled(forwarder: Forwarder, within: float = 5.0) -> float:
-    """Seconds until no forward is under way."""
-    started = time.monotonic()
-    while len(forwarder):
-        assert time.monotonic() - started < within, "forwards still under way"
-        await asyncio.sleep(0.01)
-    return time.monotonic() - started
-
-
-@asynccontextmanager
-async def raw_peer(handler: Handler) -> AsyncIterator[str]:
-    """A TCP peer on loopback that does what ``handler`` does with each connection."""
-    writers: list[asyncio.StreamWriter] = []
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writers.append(writer)
-        with suppress(ConnectionError, asyncio.CancelledError):
-            await handler(reader, writer)
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    try:
-        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
-        for writer in writers:
-            writer.close()
-
-
-async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await reader.read(1 << 16)
-    await asyncio.sleep(3600)
 
 
 def answering(status: str, size: int, sent: list[int]) -> Handler:

@@ -34,8 +34,10 @@ def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, thr
     entered, release = threading.Event(), threading.Event()
     real = unmatched_book.evaluation
 
-    def slow(url: str, members: Sequence[Member], max_sets: int = 1000) -> Callable[[], Any]:
-        work = real(url, members, max_sets)
+    def slow(
+        url: str, members: Sequence[Member], max_sets: int = 1000, peers: Sequence[Any] = ()
+    ) -> Callable[[], Any]:
+        work = real(url, members, max_sets, peers)
 
         def run() -> Any:
             if url == SLOW:
