@@ -23,6 +23,7 @@ from typing import TypedDict
 
 import structlog
 
+from gitea_runner_operator.api.cadence import Cadence
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.observation import ProblemKind, Snapshot
@@ -32,6 +33,7 @@ from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.tasks import cancelled_itself, how_ended
+from gitea_runner_operator.poll.deliveries import Deliveries
 from gitea_runner_operator.poll.last_good import LastGoodHandle, ObserveWithFn
 from gitea_runner_operator.poll.pacing import Pacing, next_delay
 from gitea_runner_operator.poll.steps import GiteaStep, HookState, HookStep, Turn
@@ -66,6 +68,8 @@ class PollerOptions(TypedDict, total=False):
     failures: LogRate
     observe_with: ObserveWithFn | None
     right: Callable[[str], bool] | None
+    on_cadence: Callable[[str, Cadence | None, Cadence], None] | None
+    active: Callable[[str], bool] | None
 
 
 class GroupPoller:
@@ -83,6 +87,8 @@ class GroupPoller:
         failures: LogRate | None = None,
         observe_with: ObserveWithFn | None = None,
         right: Callable[[str], bool] | None = None,
+        on_cadence: Callable[[str, Cadence | None, Cadence], None] | None = None,
+        active: Callable[[str], bool] | None = None,
     ) -> None:
         self.key, self.spec = key, spec
         self._namespace = GroupKey.parse(key).namespace
@@ -106,7 +112,16 @@ class GroupPoller:
         self.notified = 0  # answers handed to the reconcile, for tests and benchmarks
         self.latest: Snapshot | None = None
         self.hooks = HookState()
-        self._wake = asyncio.Event()
+        # The webhook evidence the poll's interval follows (poll/deliveries.py), the interval
+        # in force with its reason (None before the first poll), and who hears of a change.
+        self.deliveries = Deliveries(clock)
+        self.cadence: Cadence | None = None
+        self._on_cadence = on_cadence
+        self._active = active
+        self._wake = asyncio.Event()  # set by a wake-up, and by shrink() to cut a sleep
+        self._woken = False  # a wake-up (not a shrink) came since the observation started
+        self._until = float("inf")  # when the current sleep ends
+        self._last_start = float("-inf")  # when the latest observation started
         self._wanted_after = float("-inf")
         self._order: ReapOrder | None = None
         self._task: asyncio.Task[None] | None = None
@@ -139,7 +154,30 @@ class GroupPoller:
         if not self._asked:
             self._asked, self._asked_at = True, now
         self._paced = self._paced or paced
+        self._woken = True
         self._wake.set()
+
+    def heard(self, job_id: int | None = None) -> None:
+        """A verified webhook delivery for the group's scope arrived (``job_id``: the queued
+        job it announces): evidence its deliveries arrive (poll/deliveries.py)."""
+        self.deliveries.heard(job_id)
+
+    def active(self) -> bool:
+        """Whether the group has runner Jobs alive, as the controller's cache says."""
+        return self._active is not None and self._active(self.key)
+
+    def shrink(self) -> None:
+        """End a stretched sleep no later than ``spec.pollInterval`` after the last
+        observation started: a runner Job started, or the evidence was reset."""
+        self._until = min(self._until, self._last_start + self.spec.poll_interval_seconds)
+        self._wake.set()
+
+    def handed_over(self) -> None:
+        """This replica took the group over: its deliveries are unproven here, so the poll
+        runs at ``spec.pollInterval`` until one arrives. The entry point of a hand-over;
+        a poller created for a group that was taken starts this way too."""
+        self.deliveries.handed_over()
+        self.shrink()
 
     @property
     def kept_hook_id(self) -> int | None:
@@ -201,8 +239,9 @@ class GroupPoller:
         failures = 0
         while True:
             self._wake.clear()
+            self._woken = False
             asked, self._asked, self._paced = self._asked, False, False
-            started = self._clock()
+            started = self._last_start = self._clock()
             asked_at = self._asked_at
             snapshot: Snapshot | None = None
             handle: GiteaHandle | None = None
@@ -238,9 +277,14 @@ class GroupPoller:
                 kind = snapshot.problem.kind if snapshot and snapshot.problem else ProblemKind.GITEA
             else:
                 failures = 0
+            before, offered = self.latest, self.spec.label_names
             if snapshot is not None:
                 self.latest = snapshot
-            self._hand_over(snapshot, asked)
+                if failures == 0:  # a queued job of ours that no delivery announced?
+                    self.deliveries.judge(before, snapshot, offered)
+            # Before the hand-over, so that the pass it queues shows the interval in force.
+            shifted = self._follow_evidence() is not None
+            self._hand_over(snapshot, asked or shifted)
             order, self._order = self._order, None
             if order is not None and handle is None and self._order is None:
                 self._order = order  # Gitea could not be asked: keep it for the next pass
@@ -248,13 +292,37 @@ class GroupPoller:
                 turn = Turn(self.key, self.spec, handle, snapshot, order, self.hooks)
                 await self._steps_after(turn)
             retry_after = snapshot.retry_after if snapshot else None
-            pacing, interval = self._pacing, self.spec.poll_interval_seconds
+            if self._follow_evidence() is not None:  # the hook step's outcome changed it
+                self._notify(self.key)
+            pacing, base = self._pacing, self.spec.poll_interval_seconds
+            assert self.cadence is not None
+            interval = self.cadence.delay(self._clock(), base)
+            if failures:
+                interval = base  # a failing Gitea's backoff rules
             delay = next_delay(
                 interval, failures, retry_after, kind, pacing.backoff_max, pacing.secret_retry
             )
             delay = jittered(delay, 0.95, 1.05)
             self._expect_within(max(delay, pacing.min_refresh))
             await self._sleep(started, delay)
+
+    def _follow_evidence(self) -> Cadence | None:
+        """Decide the interval until the next poll and why (api/cadence.py), kept as
+        ``cadence``; a change (not the first decision) is told to the metrics and returned,
+        for the caller to queue the group, whose status shows it."""
+        hook = self.hooks.hook
+        cadence = self.deliveries.cadence(
+            self.spec,
+            self._pacing.max_webhook_poll,
+            hook.ok if hook is not None else None,
+            self.active() or self._order is not None,
+        )
+        before, self.cadence = self.cadence, cadence  # the newest window end, always
+        if cadence == before:
+            return None
+        if self._on_cadence is not None:
+            self._on_cadence(self.key, before, cadence)
+        return cadence if before is not None else None
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """One line for an unexpected failure, within its rate (see the module's doc): the
@@ -313,10 +381,12 @@ class GroupPoller:
     async def _sleep(self, started: float, delay: float) -> None:
         """Sleep ``delay`` after ``started``, or until woken, but never observe again sooner
         than ``min_refresh`` after the last observation started (unless paced)."""
-        remaining = started + delay - self._clock()
-        if remaining > 0:
+        self._until = started + delay
+        while (remaining := self._until - self._clock()) > 0 and not self._woken:
+            self._wake.clear()  # set again by a wake-up, or by shrink() with a nearer end
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), remaining)
+        self._until = float("inf")
         gap = started + self._pacing.min_refresh - self._clock()
         if gap > 0 and not self._paced:
             await asyncio.sleep(gap)
