@@ -42,9 +42,12 @@ from gitea_runner_operator.reconcile.ports import ReapOrder
 
 log = structlog.get_logger(__name__)
 
-ObserveFn = Callable[[str, RunnerGroupSpec, float], Awaitable[tuple[Snapshot, GiteaHandle | None]]]
+ObserveFn = Callable[..., Awaitable[tuple[Snapshot, GiteaHandle | None]]]
 # A periodic poll may reuse an answer another group on the same scope got this recently.
 SHARE_WINDOW = 5.0
+# A quiet group's runner list is asked again at least this often (seconds), though no runner
+# Job of it started or ended since: registrations left from before, or made by hand.
+RUNNER_LIST_MAX_AGE = 600.0
 # How late past its own bound a step may end before the task counts as hung (the
 # observer's housekeeping, the scheduler under load).
 BEAT_SLACK = 30.0
@@ -70,6 +73,7 @@ class PollerOptions(TypedDict, total=False):
     right: Callable[[str], bool] | None
     on_cadence: Callable[[str, Cadence | None, Cadence], None] | None
     active: Callable[[str], bool] | None
+    jobs_changed_at: Callable[[str], float] | None
 
 
 class GroupPoller:
@@ -89,6 +93,7 @@ class GroupPoller:
         right: Callable[[str], bool] | None = None,
         on_cadence: Callable[[str, Cadence | None, Cadence], None] | None = None,
         active: Callable[[str], bool] | None = None,
+        jobs_changed_at: Callable[[str], float] | None = None,
     ) -> None:
         self.key, self.spec = key, spec
         self._namespace = GroupKey.parse(key).namespace
@@ -118,6 +123,9 @@ class GroupPoller:
         self.cadence: Cadence | None = None
         self._on_cadence = on_cadence
         self._active = active
+        # When a runner Job of the group last stopped holding a slot (the cache's clock):
+        # with ``active``, what says whether the runner list can have changed (runners_since).
+        self._jobs_changed_at = jobs_changed_at
         self._wake = asyncio.Event()  # set by a wake-up, and by shrink() to cut a sleep
         self._woken = False  # a wake-up (not a shrink) came since the observation started
         self._until = float("inf")  # when the current sleep ends
@@ -250,7 +258,11 @@ class GroupPoller:
             self._expect_within(self._pacing.observe_deadline)
             self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
             try:
-                found = await self._observe(self._namespace, self.spec, newer_than)
+                since = self._runners_since(started)
+                if since is None:
+                    found = await self._observe(self._namespace, self.spec, newer_than)
+                else:
+                    found = await self._observe(self._namespace, self.spec, newer_than, since)
                 snapshot, handle = await self.last_good.after(self.spec, self.deleting, *found)
             except asyncio.CancelledError as exc:
                 if cancelled_itself():
@@ -305,6 +317,17 @@ class GroupPoller:
             delay = jittered(delay, 0.95, 1.05)
             self._expect_within(max(delay, pacing.min_refresh))
             await self._sleep(started, delay)
+
+    def _runners_since(self, now: float) -> float | None:
+        """After when a runner list must have been asked for this observation: None (one as
+        new as the observation, as always) while a runner Job of the group is alive or being
+        created, a reap is due, or nothing was listed yet; else the last time a runner Job
+        stopped holding a slot, or ``RUNNER_LIST_MAX_AGE`` ago. A quiet group's poll then
+        asks Gitea one request (the queued jobs), not two."""
+        changed_at = self._jobs_changed_at
+        if changed_at is None or self.latest is None or self._order is not None or self.active():
+            return None
+        return max(changed_at(self.key), now - RUNNER_LIST_MAX_AGE)
 
     def _follow_evidence(self) -> Cadence | None:
         """Decide the interval until the next poll and why (api/cadence.py), kept as

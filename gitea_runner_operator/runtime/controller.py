@@ -189,6 +189,7 @@ class Controller:
             # The poll interval that follows the webhook evidence (api/cadence.py).
             on_cadence=lambda _key, before, after: self.metrics.cadence.changed(before, after),
             active=self._runners_active,
+            jobs_changed_at=self.cache.changed_at,
         )
         self.metrics.cadence.bind(self.pollers.cadences)
         # A pass's status is patched by its group's writer, so no worker waits for a token.
