@@ -47,7 +47,7 @@ ObserveFn = Callable[..., Awaitable[tuple[Snapshot, GiteaHandle | None]]]
 SHARE_WINDOW = 5.0
 # A quiet group's runner list is asked again at least this often (seconds), though no runner
 # Job of it started or ended since: registrations left from before, or made by hand.
-RUNNER_LIST_MAX_AGE = 600.0
+RUNNER_LIST_MAX_AGE = 1800.0
 # How late past its own bound a step may end before the task counts as hung (the
 # observer's housekeeping, the scheduler under load).
 BEAT_SLACK = 30.0

@@ -83,7 +83,7 @@ async def test_a_quiet_groups_poll_sends_one_request_and_runner_jobs_bring_the_l
 
 
 async def test_a_quiet_groups_runner_list_is_asked_again_after_its_longest_age():
-    clock = [1000.0]
+    clock = [5000.0]
     poller = GroupPoller(
         "a/ci",
         parse_spec(ORG_SPEC),
