@@ -113,13 +113,14 @@ def one_run(
             rate = (fake.requests - requests0) / elapsed
             cpu = (op.cpu_seconds() - cpu0) / elapsed
             reasons = cadence_groups(op)
-            waits, lost = latencies(kube, fake, owner, groups, args)
+            waits, lost, most = latencies(kube, fake, owner, groups, args)
             return {
                 "groups": args.groups,
                 "requests": rate,
                 "cpu": cpu,
                 "waits": waits,
                 "lost": lost,
+                "most": most,
                 "reasons": reasons,
                 "after": cadence_groups(op),
                 "window": elapsed,
@@ -136,9 +137,10 @@ def latencies(
     owner: str,
     groups: list[tuple[str, str]],
     args: argparse.Namespace,
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], int]:
     """Queue ``--jobs`` jobs in distinct random groups; per job, seconds until a runner Job of
-    its group exists; and those of the jobs whose delivery was lost."""
+    its group exists; those of the jobs whose delivery was lost; and the most runner Jobs any
+    of those groups had (exactness: 1), counted 20 s after the last job got its own."""
     rng = random.Random(47)  # noqa: S311
     chosen = rng.sample(groups, args.jobs)
     pending: dict[tuple[str, str], tuple[int, float]] = {}
@@ -152,7 +154,7 @@ def latencies(
             (job_id,) = fake.queue(owner, name, (LABEL,), 1)
             pending[(ns, name)] = (job_id, time.monotonic())
             i, next_queue = i + 1, now + args.every
-        have = runner_groups(kube)
+        have = set(runner_groups(kube))
         for key in [k for k in pending if k in have]:
             job_id, queued = pending.pop(key)
             waits[job_id] = time.monotonic() - queued
@@ -160,12 +162,20 @@ def latencies(
     lost = [w for j, w in waits.items() if j in fake.dropped]
     if pending:
         print(f"  {len(pending)} jobs had no runner Job after the deadline", flush=True)
-    return list(waits.values()), lost
+    time.sleep(20)
+    per_group = runner_groups(kube)
+    most = max((per_group.get(g, 0) for g in chosen), default=0)
+    return list(waits.values()), lost, most
 
 
-def runner_groups(kube: KubeClient) -> set[tuple[str, str]]:
+def runner_groups(kube: KubeClient) -> dict[tuple[str, str], int]:
+    """Runner Jobs (alive or finished, not yet deleted) per group."""
     items = kube.get("/apis/batch/v1/jobs", labelSelector=SELECTOR)["items"]
-    return {(j["metadata"]["namespace"], j["metadata"]["labels"].get(GROUP_LABEL)) for j in items}
+    out: dict[tuple[str, str], int] = {}
+    for j in items:
+        key = (j["metadata"]["namespace"], j["metadata"]["labels"].get(GROUP_LABEL))
+        out[key] = out.get(key, 0) + 1
+    return out
 
 
 def cadence_groups(op: Any) -> dict[str, float]:
@@ -180,7 +190,8 @@ def print_run(run: str, r: dict[str, Any], flush: bool = False) -> None:
     print(
         f"{run}: {r['groups']} groups over {r['window']:.0f}s quiet: Gitea {r['requests']:.2f}"
         f" req/s, operator {r['cpu']:.3f} cores; groups by poll reason {r['reasons']}"
-        f" (after the jobs: {r['after']}); hooks {r['hooks']}, deliveries refused {r['failed']}",
+        f" (after the jobs: {r['after']}); hooks {r['hooks']}, deliveries refused {r['failed']};"
+        f" most runner Jobs of a group with one job: {r['most']}",
         flush=flush,
     )
     print_row(run, r)
