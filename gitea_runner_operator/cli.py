@@ -38,7 +38,7 @@ SAME_NAMES = (
     "job_ttl_seconds", "gitea_backoff_max", "kube_write_qps", "kube_write_burst",
     "webhook_host", "webhook_port", "webhook_secret", "webhook_secret_file", "webhook_url",
     "template_policy", "secrets_cluster_role", "metrics_render_interval",
-    "metrics_auth", "secret_cache_ttl", "forward_key_file",
+    "metrics_auth", "secret_cache_ttl", "forward_key_file", "max_webhook_poll_interval",
 )  # fmt: skip
 
 
@@ -149,6 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
         "recovery takes once it is healthy again; Retry-After is honoured up to 300s",
     )
     p.add_argument(
+        "--max-webhook-poll-interval",
+        type=float,
+        default=900.0,
+        metavar="SECONDS",
+        help="longest a group's poll may stretch to (spec.webhook.pollInterval) while its "
+        "webhook deliveries are known to arrive (default 900); a job whose delivery is lost "
+        "waits at most this long; the group's spec.pollInterval if shorter",
+    )
+    p.add_argument(
         "--secret-cache-ttl",
         type=float,
         default=60.0,
@@ -235,6 +244,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit("--kube-write-qps must be > 0 and --kube-write-burst at least 1")
     if args.gitea_backoff_max < 1:
         raise SystemExit("--gitea-backoff-max must be at least 1 second")
+    if not 5 <= args.max_webhook_poll_interval <= 3600:
+        raise SystemExit("--max-webhook-poll-interval must be at least 5 and at most 3600 seconds")
     if not 1 <= args.secret_cache_ttl <= 3600:
         raise SystemExit("--secret-cache-ttl must be at least 1 and at most 3600 seconds")
     if args.tenant_memory_budget < 0:

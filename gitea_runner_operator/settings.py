@@ -48,6 +48,8 @@ class Settings:
     global_scope_namespaces: frozenset[str] | None = None
     # Cap of the poll backoff while Gitea fails: bounds recovery time once it is back.
     gitea_backoff_max: float = 30.0
+    # Longest a group's poll stretches to while its webhook deliveries arrive (api/cadence.py).
+    max_webhook_poll_interval: float = 900.0
     # Seconds a rendered /metrics body is served before a scrape renders it again.
     metrics_render_interval: float = 5.0
     # /metrics only for bearer tokens allowed to get it (TokenReview, SubjectAccessReview).

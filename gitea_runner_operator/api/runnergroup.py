@@ -44,10 +44,26 @@ class Scope(StrEnum):
 class WebhookSpec(_CamelModel):
     """The group's own webhook secret, for teams that can add org or repo hooks but not a
     system hook. It authorises deliveries for this group's scope only. With ``manage_hook``
-    the operator keeps the hook in Gitea itself (the API token must be allowed to)."""
+    the operator keeps the hook in Gitea itself (the API token must be allowed to).
+    ``poll_interval``: the safety-net poll while its deliveries are known to arrive
+    (api/cadence.py), within the platform's bound and never shorter than the group's own."""
 
     secret_ref: SecretKeyRef
     manage_hook: bool = False
+    poll_interval: caps.Duration = constants.DEFAULT_WEBHOOK_POLL_INTERVAL
+
+    @field_validator("poll_interval")
+    @classmethod
+    def _poll_bounds(cls, value: str) -> str:
+        return _bounded_duration(
+            value,
+            constants.MIN_POLL_INTERVAL_SECONDS,
+            constants.MAX_WEBHOOK_POLL_INTERVAL_SECONDS,
+        )
+
+    @property
+    def poll_interval_seconds(self) -> float:
+        return parse_duration(self.poll_interval)
 
 
 class RetrySpec(_CamelModel):

@@ -54,6 +54,24 @@ def hook_body(scope: ScopeRef, url: str, secret: str) -> dict[str, Any]:
 
 def hooks_for(hooks: list[Any], url: str) -> list[int]:
     """Ids of the listed hooks that deliver to ``url`` (ours, by construction)."""
+    return [hook["id"] for hook in _delivering_to(hooks, url)]
+
+
+def in_shape(hook: Any) -> bool:
+    """Whether a listed hook is already the wanted one (active, our events only, JSON, every
+    branch): then keeping it sends no edit. Gitea shows no secret, so the secret is the
+    caller's business (``rotate``)."""
+    config = hook.get("config") if isinstance(hook, dict) else None
+    return (
+        isinstance(config, dict)
+        and hook.get("active") is True
+        and sorted(hook.get("events") or ()) == sorted(EVENTS)
+        and config.get("content_type") == "json"
+        and hook.get("branch_filter", "*") in ("*", "")
+    )
+
+
+def _delivering_to(hooks: list[Any], url: str) -> list[dict[str, Any]]:
     out = []
     for hook in hooks:
         if not isinstance(hook, dict):
@@ -64,7 +82,7 @@ def hooks_for(hooks: list[Any], url: str) -> list[int]:
             and config.get("url") == url
             and isinstance(hook.get("id"), int)
         ):
-            out.append(hook["id"])
+            out.append(hook)
     return out
 
 
@@ -107,7 +125,8 @@ class HookClient:
         if not secret:
             raise GiteaError("a webhook needs a non-empty secret")
         body = hook_body(scope, url, secret)
-        existing = hooks_for(await self.list_hooks(scope), url)
+        listed = _delivering_to(await self.list_hooks(scope), url)
+        existing = [hook["id"] for hook in listed]
         if not existing or rotate:
             made = await self._call("POST", hooks_path(scope), body)
             if not isinstance(made, dict) or not isinstance(made.get("id"), int):
@@ -117,8 +136,9 @@ class HookClient:
                     await self._call("DELETE", f"{hooks_path(scope)}/{hook_id}")
             return HookState(made["id"], created=True)
         first, *extra = existing
-        edit = {k: v for k, v in body.items() if k not in ("type", "is_system_webhook")}
-        await self._call("PATCH", f"{hooks_path(scope)}/{first}", edit)
+        if not in_shape(listed[0]):  # a hook as wanted costs its keep one request, the list
+            edit = {k: v for k, v in body.items() if k not in ("type", "is_system_webhook")}
+            await self._call("PATCH", f"{hooks_path(scope)}/{first}", edit)
         for hook_id in extra:
             with contextlib.suppress(GiteaNotFound):
                 await self._call("DELETE", f"{hooks_path(scope)}/{hook_id}")

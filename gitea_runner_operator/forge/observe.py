@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import structlog
 
 from gitea_runner_operator.api.forge import ForgeInfo
-from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.api.gitea import ActionJob, ActionRunner, Listing
 from gitea_runner_operator.api.observation import Observation, Problem
 from gitea_runner_operator.forge.budget import KeptAnswers
 from gitea_runner_operator.forge.client import GiteaClient
@@ -85,6 +85,9 @@ class Shared:
     task: asyncio.Task[Fetched]
     waiters: int = 0
     abandoned: bool = False
+    # When the runner list it answers with was taken: ``started`` when it lists them, else
+    # that of the scope's last list (ScopeFetcher.runner_lists), which it reuses.
+    runners_at: float = float("-inf")
 
 
 SETTLE_TIMEOUT = 5.0
@@ -123,6 +126,10 @@ class ScopeFetcher:
         # When the scope last listed a runner: a scope with none since its last sample has
         # no job a runner of ours could have taken, so it is not sampled again.
         self.runners_at: dict[ScopeKey, float] = {}
+        # The scope's last runner list and when it was asked: a poll for which nothing can
+        # have changed it since (no runner Job of the group alive, started or ended) reuses
+        # it instead of asking again (poll/poller.py, ``runners_since``).
+        self.runner_lists: dict[ScopeKey, tuple[float, Listing[ActionRunner]]] = {}
         self.samples = 0  # for tests and benchmarks
         self._log_rate = LogRate(LOG_EVERY, clock=clock)  # per (warning, Gitea URL)
 
@@ -131,6 +138,12 @@ class ScopeFetcher:
         self.progress_at.pop(key, None)
         self.runners_at.pop(key, None)
         self.kept.drop(key)
+        self.runner_lists.pop(key, None)
+
+    def runners_listed_at(self, key: ScopeKey) -> float:
+        """When the scope's runner list kept for reuse was asked (-inf: none kept)."""
+        kept = self.runner_lists.get(key)
+        return kept[0] if kept is not None else float("-inf")
 
     async def fetch(
         self,
@@ -139,12 +152,15 @@ class ScopeFetcher:
         fingerprint: str,
         forge: ForgeInfo,
         namespace: str = "",
+        *,
+        list_runners: bool = True,
     ) -> Fetched:
         """``namespace``: whose share of the tenant memory budget pays for it (none: no
-        charge, as for a deleting group's last ask)."""
+        charge, as for a deleting group's last ask). ``list_runners=False``: answer with the
+        scope's kept runner list (Gitea only; a scope with none kept is listed all the same)."""
         lease = self.kept.lease(namespace)
         try:
-            fetched = await self._fetch(client, wanted, fingerprint, forge, lease)
+            fetched = await self._fetch(client, wanted, fingerprint, forge, lease, list_runners)
             if fetched.observation is not None:
                 self.kept.keep(
                     (client.base_url, wanted, fingerprint), namespace, fetched.observation
@@ -164,6 +180,7 @@ class ScopeFetcher:
         fingerprint: str,
         forge: ForgeInfo,
         lease: Lease | None,
+        list_runners: bool,
     ) -> Fetched:
         url = client.base_url
         cache_key = (url, wanted, fingerprint)
@@ -184,9 +201,15 @@ class ScopeFetcher:
                     queued, running = await client.list_active_jobs(scope)
                     in_progress, finished = running.items, ()
                 else:
-                    runners = await client.list_runners(scope)
-                    if runners.items:
-                        self.runners_at[cache_key] = self._clock()
+                    kept = self.runner_lists.get(cache_key)
+                    if list_runners or kept is None:
+                        asked = self._clock()
+                        runners = await client.list_runners(scope)
+                        self.runner_lists[cache_key] = (asked, runners)
+                        if runners.items:
+                            self.runners_at[cache_key] = self._clock()
+                    else:
+                        runners = kept[1]
                     # The metrics' sample beside the jobs, not before them: it must not
                     # delay the runners a webhook woke the group for.
                     sample = asyncio.ensure_future(self._progress(client, scope, cache_key))

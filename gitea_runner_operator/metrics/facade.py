@@ -23,6 +23,7 @@ from prometheus_client import (
 )
 
 from gitea_runner_operator import __version__
+from gitea_runner_operator.metrics.cadence import CadenceMetrics
 from gitea_runner_operator.metrics.groups import GroupSeries
 from gitea_runner_operator.metrics.names import (
     LAG_BUCKETS,
@@ -107,6 +108,7 @@ class Metrics(GroupSeries):
         )
         self.workqueue = WorkQueueMetrics(r)
         self.sharding = ShardingMetrics(r)
+        self.cadence = CadenceMetrics(r)
         self._loop_lag = series.histogram(
             "event_loop_lag_seconds",
             "How late the event loop woke a task that sleeps a fixed interval (every 0.5 s): "

@@ -181,11 +181,17 @@ class Observer:
         await settle(tasks)
 
     async def observe(
-        self, namespace: str, spec: RunnerGroupSpec, newer_than: float = float("-inf")
+        self,
+        namespace: str,
+        spec: RunnerGroupSpec,
+        newer_than: float = float("-inf"),
+        runners_since: float | None = None,
     ) -> tuple[Snapshot, GiteaHandle | None]:
         """A snapshot for the group, from a request that started after ``newer_than``
         (monotonic): groups that watch the same scope of the same Gitea with the same token
-        share one in-flight or recent-enough request instead of each sending their own."""
+        share one in-flight or recent-enough request instead of each sending their own.
+        ``runners_since``: a runner list asked after it will do (nothing can have changed
+        it since); None: one as new as the request."""
         started, checked = self._clock(), utc_now_iso()
         if started - self._housekept > HOUSEKEEPING_EVERY:
             await self.housekeep()
@@ -193,7 +199,9 @@ class Observer:
             return Snapshot(started, checked, problem=problem), None
         try:
             async with asyncio.timeout(self._deadline):
-                return await self._observe(namespace, spec, started, checked, newer_than)
+                return await self._observe(
+                    namespace, spec, started, checked, newer_than, runners_since
+                )
         except TimeoutError:
             problem = Problem(
                 "GiteaUnreachable",
@@ -231,6 +239,7 @@ class Observer:
         started: float,
         checked: str,
         newer_than: float,
+        runners_since: float | None,
     ) -> tuple[Snapshot, GiteaHandle | None]:
         if (tenants := self._fetcher.kept.budget) is not None:
             tenants.note(namespace)  # a tenant that polls: the budget's shares count it
@@ -300,12 +309,23 @@ class Observer:
         key = (url, wanted, fingerprint, trust_id + "|" + forge.flavor.value)
         self._used[key[:3]] = started
         shared = self._shared.get(key)
-        if shared is None or shared.started < newer_than or shared.abandoned:
-            fetch = self._fetcher.fetch(client, wanted, fingerprint, forge, namespace)
+        runners_after = newer_than if runners_since is None else runners_since
+        if (
+            shared is None
+            or shared.started < newer_than
+            or shared.abandoned
+            or shared.runners_at < runners_after
+        ):
+            kept_at = self._fetcher.runners_listed_at(key[:3])
+            fresh = forge.is_forgejo or kept_at == float("-inf") or kept_at < runners_after
+            fetch = self._fetcher.fetch(
+                client, wanted, fingerprint, forge, namespace, list_runners=fresh
+            )
             task = asyncio.create_task(fetch)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            shared = self._shared[key] = Shared(started, checked, task)
+            runners_at = started if fresh else kept_at
+            shared = self._shared[key] = Shared(started, checked, task, runners_at=runners_at)
             self.fetches += 1
         # Shielded: one group giving up (its deadline, its poller stopping) must not cancel
         # the request the other groups are waiting for; the last one to give up does.

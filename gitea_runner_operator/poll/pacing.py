@@ -36,6 +36,8 @@ class Pacing:
     resync: float = RESYNC  # an unchanged answer still reaches the reconcile this often
     step_deadline: float = GITEA_STEP_DEADLINE  # each Gitea step after an observation
     observe_deadline: float = GITEA_STEP_DEADLINE  # one observation, past it the task hangs
+    # Longest a poll stretches to while a group's deliveries arrive (api/cadence.py).
+    max_webhook_poll: float = 900.0
 
 
 def next_delay(

@@ -23,6 +23,7 @@ from typing import TypedDict
 
 import structlog
 
+from gitea_runner_operator.api.cadence import Cadence
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.observation import ProblemKind, Snapshot
@@ -32,6 +33,7 @@ from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.tasks import cancelled_itself, how_ended
+from gitea_runner_operator.poll.deliveries import Deliveries
 from gitea_runner_operator.poll.last_good import (
     LastGoodHandle,
     NamespaceDeletingFn,
@@ -44,9 +46,12 @@ from gitea_runner_operator.reconcile.ports import ReapOrder
 
 log = structlog.get_logger(__name__)
 
-ObserveFn = Callable[[str, RunnerGroupSpec, float], Awaitable[tuple[Snapshot, GiteaHandle | None]]]
+ObserveFn = Callable[..., Awaitable[tuple[Snapshot, GiteaHandle | None]]]
 # A periodic poll may reuse an answer another group on the same scope got this recently.
 SHARE_WINDOW = 5.0
+# A quiet group's runner list is asked again at least this often (seconds), though no runner
+# Job of it started or ended since: registrations left from before, or made by hand.
+RUNNER_LIST_MAX_AGE = 1800.0
 # How late past its own bound a step may end before the task counts as hung (the
 # observer's housekeeping, the scheduler under load).
 BEAT_SLACK = 30.0
@@ -72,6 +77,9 @@ class PollerOptions(TypedDict, total=False):
     namespace_deleting: NamespaceDeletingFn | None
     right: Callable[[str], bool] | None
     left: Callable[[str], float] | None
+    on_cadence: Callable[[str, Cadence | None, Cadence], None] | None
+    active: Callable[[str], bool] | None
+    jobs_changed_at: Callable[[str], float] | None
 
 
 class GroupPoller:
@@ -91,6 +99,9 @@ class GroupPoller:
         namespace_deleting: NamespaceDeletingFn | None = None,
         right: Callable[[str], bool] | None = None,
         left: Callable[[str], float] | None = None,
+        on_cadence: Callable[[str, Cadence | None, Cadence], None] | None = None,
+        active: Callable[[str], bool] | None = None,
+        jobs_changed_at: Callable[[str], float] | None = None,
     ) -> None:
         self.key, self.spec = key, spec
         self._namespace = GroupKey.parse(key).namespace
@@ -115,7 +126,19 @@ class GroupPoller:
         self.notified = 0  # answers handed to the reconcile, for tests and benchmarks
         self.latest: Snapshot | None = None
         self.hooks = HookState()
-        self._wake = asyncio.Event()
+        # The webhook evidence the poll's interval follows (poll/deliveries.py), the interval
+        # in force with its reason (None before the first poll), and who hears of a change.
+        self.deliveries = Deliveries(clock)
+        self.cadence: Cadence | None = None
+        self._on_cadence = on_cadence
+        self._active = active
+        # When a runner Job of the group last stopped holding a slot (the cache's clock):
+        # with ``active``, what says whether the runner list can have changed (runners_since).
+        self._jobs_changed_at = jobs_changed_at
+        self._wake = asyncio.Event()  # set by a wake-up, and by shrink() to cut a sleep
+        self._woken = False  # a wake-up (not a shrink) came since the observation started
+        self._until = float("inf")  # when the current sleep ends
+        self._last_start = float("-inf")  # when the latest observation started
         self._wanted_after = float("-inf")
         self._order: ReapOrder | None = None
         self._task: asyncio.Task[None] | None = None
@@ -148,7 +171,30 @@ class GroupPoller:
         if not self._asked:
             self._asked, self._asked_at = True, now
         self._paced = self._paced or paced
+        self._woken = True
         self._wake.set()
+
+    def heard(self, job_id: int | None = None) -> None:
+        """A verified webhook delivery for the group's scope arrived (``job_id``: the queued
+        job it announces): evidence its deliveries arrive (poll/deliveries.py)."""
+        self.deliveries.heard(job_id)
+
+    def active(self) -> bool:
+        """Whether the group has runner Jobs alive, as the controller's cache says."""
+        return self._active is not None and self._active(self.key)
+
+    def shrink(self) -> None:
+        """End a stretched sleep no later than ``spec.pollInterval`` after the last
+        observation started: a runner Job started, or the evidence was reset."""
+        self._until = min(self._until, self._last_start + self.spec.poll_interval_seconds)
+        self._wake.set()
+
+    def handed_over(self) -> None:
+        """This replica took the group over: its deliveries are unproven here, so the poll
+        runs at ``spec.pollInterval`` until one arrives. The entry point of a hand-over;
+        a poller created for a group that was taken starts this way too."""
+        self.deliveries.handed_over()
+        self.shrink()
 
     @property
     def kept_hook_id(self) -> int | None:
@@ -213,8 +259,9 @@ class GroupPoller:
         failures = 0
         while True:
             self._wake.clear()
+            self._woken = False
             asked, self._asked, self._paced = self._asked, False, False
-            started = self._clock()
+            started = self._last_start = self._clock()
             asked_at = self._asked_at
             snapshot: Snapshot | None = None
             handle: GiteaHandle | None = None
@@ -223,7 +270,11 @@ class GroupPoller:
             self._expect_within(self._pacing.observe_deadline)
             self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
             try:
-                found = await self._observe(self._namespace, self.spec, newer_than)
+                since = self._runners_since(started)
+                if since is None:
+                    found = await self._observe(self._namespace, self.spec, newer_than)
+                else:
+                    found = await self._observe(self._namespace, self.spec, newer_than, since)
                 snapshot, handle = await self.last_good.after(self.spec, self.deleting, *found)
             except asyncio.CancelledError as exc:
                 if cancelled_itself():
@@ -250,9 +301,14 @@ class GroupPoller:
                 kind = snapshot.problem.kind if snapshot and snapshot.problem else ProblemKind.GITEA
             else:
                 failures = 0
+            before, offered = self.latest, self.spec.label_names
             if snapshot is not None:
                 self.latest = snapshot
-            self._hand_over(snapshot, asked)
+                if failures == 0:  # a queued job of ours that no delivery announced?
+                    self.deliveries.judge(before, snapshot, offered)
+            # Before the hand-over, so that the pass it queues shows the interval in force.
+            shifted = self._follow_evidence() is not None
+            self._hand_over(snapshot, asked or shifted)
             order, self._order = self._order, None
             if order is not None and handle is None and self._order is None:
                 self._order = order  # Gitea could not be asked: keep it for the next pass
@@ -260,13 +316,48 @@ class GroupPoller:
                 turn = Turn(self.key, self.spec, handle, snapshot, order, self.hooks)
                 await self._steps_after(turn)
             retry_after = snapshot.retry_after if snapshot else None
-            pacing, interval = self._pacing, self.spec.poll_interval_seconds
+            if self._follow_evidence() is not None:  # the hook step's outcome changed it
+                self._notify(self.key)
+            pacing, base = self._pacing, self.spec.poll_interval_seconds
+            assert self.cadence is not None
+            interval = self.cadence.delay(self._clock(), base)
+            if failures:
+                interval = base  # a failing Gitea's backoff rules
             delay = next_delay(
                 interval, failures, retry_after, kind, pacing.backoff_max, pacing.secret_retry
             )
             delay = jittered(delay, 0.95, 1.05)
             self._expect_within(max(delay, pacing.min_refresh))
             await self._sleep(started, delay)
+
+    def _runners_since(self, now: float) -> float | None:
+        """After when a runner list must have been asked for this observation: None (one as
+        new as the observation, as always) while a runner Job of the group is alive or being
+        created, a reap is due, or nothing was listed yet; else the last time a runner Job
+        stopped holding a slot, or ``RUNNER_LIST_MAX_AGE`` ago. A quiet group's poll then
+        asks Gitea one request (the queued jobs), not two."""
+        changed_at = self._jobs_changed_at
+        if changed_at is None or self.latest is None or self._order is not None or self.active():
+            return None
+        return max(changed_at(self.key), now - RUNNER_LIST_MAX_AGE)
+
+    def _follow_evidence(self) -> Cadence | None:
+        """Decide the interval until the next poll and why (api/cadence.py), kept as
+        ``cadence``; a change (not the first decision) is told to the metrics and returned,
+        for the caller to queue the group, whose status shows it."""
+        hook = self.hooks.hook
+        cadence = self.deliveries.cadence(
+            self.spec,
+            self._pacing.max_webhook_poll,
+            hook.ok if hook is not None else None,
+            self.active() or self._order is not None,
+        )
+        before, self.cadence = self.cadence, cadence  # the newest window end, always
+        if cadence == before:
+            return None
+        if self._on_cadence is not None:
+            self._on_cadence(self.key, before, cadence)
+        return cadence if before is not None else None
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """One line for an unexpected failure, within its rate (see the module's doc): the
@@ -325,10 +416,12 @@ class GroupPoller:
     async def _sleep(self, started: float, delay: float) -> None:
         """Sleep ``delay`` after ``started``, or until woken, but never observe again sooner
         than ``min_refresh`` after the last observation started (unless paced)."""
-        remaining = started + delay - self._clock()
-        if remaining > 0:
+        self._until = started + delay
+        while (remaining := self._until - self._clock()) > 0 and not self._woken:
+            self._wake.clear()  # set again by a wake-up, or by shrink() with a nearer end
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), remaining)
+        self._until = float("inf")
         gap = started + self._pacing.min_refresh - self._clock()
         if gap > 0 and not self._paced:
             await asyncio.sleep(gap)

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Unpack
 
 import structlog
 
+from gitea_runner_operator.api.cadence import CadenceReason
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.bucket import Bucket
+from gitea_runner_operator.kit.lru import LRU
 from gitea_runner_operator.poll.poller import GroupPoller, ObserveFn, PollerOptions, failure_log
 from gitea_runner_operator.poll.steps import GiteaStep
 
@@ -45,6 +48,8 @@ class Pollers:
         self._pollers: dict[str, GroupPoller] = {}
         self._clock = self._options.get("clock", time.monotonic)
         self._first_polls = Bucket(FIRST_POLLS_PER_SECOND, FIRST_POLLS_BURST, self._clock())
+        # Groups this replica took over before their poller started (handed_over).
+        self._taken: LRU[str, None] = LRU(100_000)
 
     def get(self, key: str) -> GroupPoller | None:
         return self._pollers.get(key)
@@ -79,9 +84,28 @@ class Pollers:
             poller.hooks, poller._order = current.hooks, current._order
             # Kept, and served only for the spec it came from (poll/last_good.py).
             poller.last_good.take(current.last_good)
+            if current.spec.gitea.url == spec.gitea.url and _same_hook(current.spec, spec):
+                poller.deliveries = current.deliveries
+        if key in self._taken:
+            self._taken.pop(key)
+            poller.deliveries.handed_over()
         self._pollers[key] = poller
         poller.start(after=self._first_polls.reserve(self._clock()))
         return poller
+
+    def handed_over(self, key: str) -> None:
+        """This replica took ``key`` over from another (--sharding): its poll runs at
+        ``spec.pollInterval`` until a delivery arrives here (api/cadence.py), whether its
+        poller runs already or starts later."""
+        poller = self._pollers.get(key)
+        if poller is not None:
+            poller.handed_over()
+        else:
+            self._taken.put(key, None)
+
+    def cadences(self) -> Counter[CadenceReason]:
+        """How many groups poll at which interval's reason (the series by reason)."""
+        return Counter(p.cadence.reason for p in self._pollers.values() if p.cadence is not None)
 
     async def stop(self, key: str) -> None:
         poller = self._pollers.pop(key, None)
@@ -97,3 +121,16 @@ class Pollers:
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop(key) for key in list(self._pollers)))
+
+
+def _same_hook(before: RunnerGroupSpec, after: RunnerGroupSpec) -> bool:
+    """Whether deliveries heard for ``before`` vouch for ``after``: the same hook secret and
+    scope (a new secret or scope is a new hook, unproven)."""
+    old, new = before.webhook, after.webhook
+    return (
+        old is not None
+        and new is not None
+        and old.secret_ref == new.secret_ref
+        and old.manage_hook == new.manage_hook
+        and (before.scope, before.org, before.repo) == (after.scope, after.org, after.repo)
+    )

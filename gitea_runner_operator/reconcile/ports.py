@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gitea_runner_operator.api.cadence import Cadence
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
@@ -47,6 +48,11 @@ class GroupSource(Protocol):
     def kept_hook_id(self) -> int | None:
         """The id of the hook this process made for the group, if any (for the admin who
         cleans up after a teardown that gave up)."""
+        ...
+
+    @property
+    def cadence(self) -> Cadence | None:
+        """The poll interval in force and why (api/cadence.py; None before the first poll)."""
         ...
 
     def wake(self) -> None: ...

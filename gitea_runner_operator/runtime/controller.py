@@ -194,6 +194,7 @@ class Controller:
                 step_deadline=settings.gitea_step_deadline,
                 # How long an observation may take: past it (and a slack) the task hangs.
                 observe_deadline=settings.observe_deadline,
+                max_webhook_poll=settings.max_webhook_poll_interval,
             ),
             every_answer=self.ledger.must_weigh,
             observe_with=self.observer.observe_with,
@@ -203,7 +204,12 @@ class Controller:
             # --sharding: a poll task writes only while its group's domain is held.
             right=self.share.serves if self.share is not None else None,
             left=self.share.left if self.share is not None else None,
+            # The poll interval that follows the webhook evidence (api/cadence.py).
+            on_cadence=lambda _key, before, after: self.metrics.cadence.changed(before, after),
+            active=self._runners_active,
+            jobs_changed_at=self.cache.changed_at,
         )
+        self.metrics.cadence.bind(self.pollers.cadences)
         # A pass's status is patched by its group's writer, so no worker waits for a token.
         self.status_writes = LaterWrites(retry=self.queue.add_rate_limited)
         # One register of what the process keeps per group (kit/group_memory.py): the
@@ -256,8 +262,11 @@ class Controller:
             self.queue.add(key)
 
     def take(self, keys: frozenset[str]) -> None:
-        """The share took ``keys``: they are this replica's to reconcile now."""
+        """The share took ``keys``: they are this replica's to reconcile now, and their
+        deliveries are unproven here (their polls run at ``spec.pollInterval`` until one
+        arrives: Pollers.handed_over)."""
         for key in keys:
+            self.pollers.handed_over(key)
             self.queue.add(key)
 
     async def release(self, keys: frozenset[str]) -> None:
@@ -275,6 +284,16 @@ class Controller:
             self.expectations.observed(key, obj["metadata"]["name"])
         if owned_changed(kind, obj, before):  # not for a resourceVersion or heartbeat alone
             self.queue.add(key)
+        poller = self.pollers.get(key) if kind == "ADDED" else None
+        if poller is not None:  # a runner Job started: its group's poll must not stay long
+            poller.shrink()
+
+    def _runners_active(self, key: str) -> bool:
+        """Whether the group has a runner Job alive or being created: its poll does not
+        stretch then (api/cadence.py), and its runner list is asked on every poll."""
+        if self.expectations.pending(key):
+            return True
+        return any(not job_finished(job) for job in self.cache.runner_jobs(key))
 
     def _on_job(self, kind: str, obj: dict[str, Any], before: dict[str, Any] | None) -> None:
         """``runner_jobs_failed_total``: a runner Job seen Failed for the first time (the
@@ -301,6 +320,13 @@ class Controller:
             poller.wake(paced=True)  # the receiver's WakeLimiter paces it already
         else:
             self.queue.add(key)
+
+    def heard(self, key: str, job_id: int | None) -> None:
+        """A verified webhook delivery for the group's scope: evidence its deliveries arrive
+        (poll/deliveries.py). Only for a group this replica polls."""
+        poller = self.pollers.get(key)
+        if poller is not None:
+            poller.heard(job_id)
 
     def knows(self, key: str, job_id: int) -> bool:
         """Whether the group's latest Gitea answer lists job ``job_id`` as queued: a webhook

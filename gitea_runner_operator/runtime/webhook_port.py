@@ -53,6 +53,11 @@ class OperatorPort:
         if current is not None:
             current.wake(key)
 
+    def heard(self, key: str, job_id: int | None) -> None:
+        current = self._leadership.controller
+        if current is not None:
+            current.heard(key, job_id)
+
     def knows(self, key: str, job_id: int) -> bool:
         current = self._leadership.controller
         return current is not None and current.knows(key, job_id)

@@ -13,7 +13,13 @@ from gitea_runner_operator.webhook import signature
 from gitea_runner_operator.webhook.answers import DELIVERY_HEADER, EVENT_HEADER, JSON, Answer
 from gitea_runner_operator.webhook.forwarding import FORWARDED_HEADER, Forwarder
 from gitea_runner_operator.webhook.ports import Operator
-from gitea_runner_operator.webhook.routing import GroupDescriptor, Repository, Routed, same_instance
+from gitea_runner_operator.webhook.routing import (
+    GroupDescriptor,
+    Repository,
+    Routed,
+    covers_repository,
+    same_instance,
+)
 from gitea_runner_operator.webhook.wakes import WAKE_INTERVAL, WakeLimiter
 
 log = structlog.get_logger(__name__)
@@ -43,6 +49,7 @@ class Dispatcher:
         for address, served in where.peers.items():
             self._forward(request, body, address, served)
         job = delivery.job_id if delivery.action == "queued" else None
+        self._vouch(keys, authorised, delivery.repository, job)
         woken: list[str] = []
         for key in where.here:
             try:
@@ -94,6 +101,27 @@ class Dispatcher:
             on_failed=failed,
         )
         log.debug("webhook delivery forwarded", peer=address, groups=served, sent=forwarded)
+
+    def _vouch(
+        self,
+        keys: list[str],
+        authorised: list[GroupDescriptor],
+        repository: Repository,
+        job: int | None,
+    ) -> None:
+        """Tell each group with a webhook of its own that a verified delivery for its scope
+        arrived (api/cadence.py): the groups it wakes, and those whose scope covers its
+        repository though their labels do not fit the job (their hook works all the same).
+        A group another replica serves is not polled here: the port ignores it."""
+        vouched = dict.fromkeys(keys)
+        for group in authorised:
+            if group.webhook_secret is not None and covers_repository(group, repository):
+                vouched.setdefault(group.key)
+        for key in vouched:
+            try:
+                self._operator.heard(key, job)
+            except Exception:
+                log.exception("recording a delivery for a RunnerGroup failed", group=key)
 
     def _where(self, request: web.Request, keys: list[str]) -> Split:
         """Which of ``keys`` to wake here and which to forward to whom."""

@@ -32,6 +32,11 @@ class Operator(Protocol):
         """Have the group's poll task look now; returns at once."""
         ...
 
+    def heard(self, key: str, job_id: int | None) -> None:
+        """A verified delivery for the group's scope (``job_id``: the queued job it
+        announces): evidence the group's deliveries arrive (api/cadence.py)."""
+        ...
+
     def knows(self, key: str, job_id: int) -> bool:
         """Whether the group's latest answer lists ``job_id`` as queued (no news)."""
         ...

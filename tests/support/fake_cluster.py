@@ -11,6 +11,7 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gitea_runner_operator.api.cadence import Cadence
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Observation, Problem, Snapshot
@@ -201,6 +202,7 @@ class FakeSource:
         self.hook: HookStatus | None = None
         self.hook_removed = False
         self.kept_hook_id: int | None = None
+        self.cadence: Cadence | None = None
 
     def wake(self) -> None:
         self.woken += 1

@@ -60,6 +60,7 @@ class FakeOperator:
 
     def __init__(self, listed: Any = (), splits: Any = None, **answers: Any) -> None:
         self.listed, self.splits = listed, splits
+        self.heard_for: list[tuple[str, int | None]] = []  # evidence told (heard)
         for name in self.ANSWERS:
             setattr(self, name, answers.pop(name, None))
         assert not answers, f"unknown answers: {sorted(answers)}"
@@ -82,6 +83,9 @@ class FakeOperator:
 
     def knows(self, key, job_id):
         return self.known is not None and self.known(key, job_id)
+
+    def heard(self, key, job_id):
+        self.heard_for.append((key, job_id))
 
     def asking(self, key):
         return self.in_flight is not None and self.in_flight(key)

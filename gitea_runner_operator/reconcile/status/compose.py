@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gitea_runner_operator.api.cadence import Cadence, interval_text
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Problem, Snapshot
 from gitea_runner_operator.reconcile import forgejo
@@ -34,6 +35,9 @@ class Found:
     # otherwise whether it asks the operator to keep its hook, and how that went.
     manages_hook: bool | None = None
     hook: HookStatus | None = None
+    # The poll interval in force and why (None: not polled yet), and spec.pollInterval.
+    cadence: Cadence | None = None
+    base_interval: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +74,19 @@ def compose(previous: Mapping[str, Any], found: Found, part: Part, now_iso: str)
     forge = forgejo.forge_status(forgejo.forge_of(found.snapshot), previous)
     if forge is not None:
         wanted["forge"] = forge
+    if found.cadence is not None and found.base_interval is not None:
+        wanted["poll"] = poll_status(found.cadence, found.base_interval)
     wanted.update(part.fields)
     return Composed(wanted, (*_transitions(previous, found), *part.events))
+
+
+def poll_status(cadence: Cadence, base: float) -> dict[str, str]:
+    """``status.poll``: the interval in force, why, and what changes it."""
+    return {
+        "interval": interval_text(cadence.interval),
+        "reason": cadence.reason.value,
+        "message": cadence.message(base),
+    }
 
 
 def _transitions(previous: Mapping[str, Any], found: Found) -> list[tuple[str, str]]:

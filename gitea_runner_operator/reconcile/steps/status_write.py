@@ -185,7 +185,7 @@ class StatusWriter:
             create_error=state.create_error,
         )
         managed = spec.manages_hook if spec is not None else None
-        source = self.sources.get(p.key) if managed else None
+        source = self.sources.get(p.key)
         return Found(
             problem=problem,
             generation=int(p.meta.get("generation") or 0),
@@ -198,7 +198,9 @@ class StatusWriter:
             snapshot=snapshot,
             target=spec.target if spec is not None else None,
             manages_hook=managed,
-            hook=source.hook if source is not None else None,
+            hook=source.hook if source is not None and managed else None,
+            cadence=source.cadence if source is not None and spec is not None else None,
+            base_interval=spec.poll_interval_seconds if spec is not None else None,
         )
 
     def _observed(

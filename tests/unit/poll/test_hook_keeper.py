@@ -92,6 +92,20 @@ async def test_the_hook_is_made_once_per_group_then_left_alone_while_fresh():
     assert again is not None and again.ok and list(api.hooks) == [1]  # checked, kept
 
 
+async def test_a_hook_already_as_wanted_is_kept_by_one_request_and_a_changed_one_edited():
+    api = FakeHooksAPI()
+    hooks, now = keeper()
+    await hooks.keep(KEY, SPEC, handle(api))
+    api.calls.clear()
+    now[0] = 700.0
+    assert (await hooks.keep(KEY, SPEC, handle(api))).ok  # type: ignore[union-attr]
+    assert api.calls == ["GET"]  # listed, found as wanted: no edit
+    api.hooks[1]["active"] = False  # someone turned it off in Gitea's settings
+    now[0] = 1400.0
+    await hooks.keep(KEY, SPEC, handle(api))
+    assert api.calls == ["GET", "GET", "PATCH"] and api.hooks[1]["active"] is True
+
+
 async def test_a_new_secret_replaces_the_hook_because_gitea_cannot_change_one():
     api = FakeHooksAPI()
     hooks, _ = keeper()

@@ -64,3 +64,14 @@ def test_the_status_keeps_every_field_of_a_groups_domain():
 def test_the_charts_crd_is_the_same_file():
     chart = REPO / "charts" / "gitea-runner-operator" / "crds" / "crd.yaml"
     assert chart.read_text() == (REPO / "manifests" / "crd.yaml").read_text()
+
+
+def test_kubectl_get_rg_wide_shows_the_poll_interval_in_force_and_why():
+    from gitea_runner_operator.api.cadence import CadenceReason
+
+    wide = {c["name"]: c for c in VERSION["additionalPrinterColumns"] if c.get("priority") == 1}
+    assert wide["Poll"]["jsonPath"] == ".status.poll.interval"
+    assert wide["Poll reason"]["jsonPath"] == ".status.poll.reason"
+    status = VERSION["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    # Every reason the operator writes is one the API server accepts in the status patch.
+    assert status["poll"]["properties"]["reason"]["enum"] == [r.value for r in CadenceReason]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import structlog
 
+from gitea_runner_operator.api.cadence import Cadence, CadenceReason
 from gitea_runner_operator.api.gitea import ActionRunner
 from gitea_runner_operator.api.hooks import HookStatus
 from gitea_runner_operator.api.observation import Problem
@@ -512,6 +513,23 @@ async def test_a_managed_hook_shows_as_the_webhook_condition_and_a_failure_warns
     assert (cond["status"], cond["reason"]) == ("False", "HookNotPermitted")
     assert condition(cluster, "Ready")["status"] == "True"  # polling goes on regardless
     assert cluster.events.count(("Warning", "HookNotPermitted")) == 1
+
+
+async def test_the_status_says_which_poll_interval_is_in_force_and_why():
+    cluster = FakeCluster()
+    clock = Clock()
+    reconciler, sources, _ = make(cluster, snapshot(), spec=HOOKED, clock=clock)
+    sources.source.cadence = Cadence(300.0, CadenceReason.DELIVERING)
+    await reconciler.reconcile(KEY)
+    assert cluster.status is not None
+    poll = cluster.status["poll"]
+    assert (poll["interval"], poll["reason"]) == ("5m", "DeliveriesArrive")
+    assert "missed delivery brings it back to 15s" in poll["message"]
+    sources.source.cadence = Cadence(15.0, CadenceReason.MISSED)
+    clock.now += 1.0
+    await reconciler.reconcile(KEY)
+    assert cluster.status["poll"]["interval"] == "15s"
+    assert cluster.status["poll"]["reason"] == "MissedDelivery"
 
 
 async def test_the_webhook_condition_goes_when_the_hook_is_no_longer_managed():

@@ -268,3 +268,20 @@ async def test_a_queued_delivery_for_a_job_the_group_already_listed_wakes_nobody
     h.woken.clear()
     status, _ = await h.post(body_for(job_id=7, action="completed"), OPERATOR)
     assert "team-a/widgets" in h.woken  # a freed slot is news whatever the last answer said
+
+
+async def test_a_verified_delivery_vouches_for_every_group_its_secret_covers():
+    # The evidence the poll interval follows (api/cadence.py): team-a's hook delivered a job
+    # for labels only one of its groups has; both of its groups' hooks demonstrably work.
+    h = Harness()
+    status, _ = await h.post(body_for(labels=("linux", "gpu"), job_id=41), SECRETS[A])
+    assert status == 202 and h.woken == ["team-a/widgets-gpu"]
+    assert sorted(h.operator.heard_for) == [("team-a/widgets", 41), ("team-a/widgets-gpu", 41)]
+
+
+async def test_a_delivery_signed_by_another_secret_vouches_for_no_group_hook():
+    h = Harness()
+    status, _ = await h.post(body_for(action="completed", job_id=5), SECRETS[B])
+    assert status == 202
+    # team-b's hook works: no job announced (only queued deliveries announce one).
+    assert h.operator.heard_for == [("team-b/acme", None)]
