@@ -13,7 +13,10 @@ delivery may have been missed shrinks the poll back to ``spec.pollInterval`` at 
   took it over (a restart or a hand-over starts with no evidence);
 - a poll found a queued job of the group that no delivery announced, and no delivery came
   since;
-- no delivery for longer than :data:`DELIVERY_WINDOW` (a long silence proves nothing).
+- no delivery for longer than :data:`DELIVERY_WINDOW` (a long silence proves nothing), to
+  the group or, once the group has had one of its own, to any group of the same Gitea that
+  this replica polls: a quiet repository hears nothing for days, but its hook is Gitea's
+  like the others', and deliveries from that Gitea arriving say the way in still works.
 
 A pure function over plain data (:func:`decide`), so the poll task only records the evidence.
 """
@@ -126,11 +129,13 @@ def decide(
     managed: bool,
     hook_ok: bool | None,
     window: float = DELIVERY_WINDOW,
+    gitea_heard: float | None = None,
 ) -> Cadence:
     """The interval until the next poll and why. ``webhook``: the group has a webhook of its
     own; ``active``: it has runner Jobs alive (or being created); ``managed``: the operator
     keeps it (then ``hook_ok`` is Gitea's last word on it,
-    None before the first)."""
+    None before the first); ``gitea_heard``: the latest verified delivery for any group of
+    the same Gitea."""
     if not webhook:
         return Cadence(base, CadenceReason.NO_WEBHOOK)
     if active:
@@ -142,6 +147,7 @@ def decide(
         return Cadence(base, evidence.origin)
     if evidence.last_miss is not None and evidence.last_miss >= last:
         return Cadence(base, CadenceReason.MISSED)
-    if now - last >= window:
+    latest = last if gitea_heard is None else max(last, gitea_heard)
+    if now - latest >= window:
         return Cadence(base, CadenceReason.GAP)
-    return Cadence(stretched, CadenceReason.DELIVERING, last + window)
+    return Cadence(stretched, CadenceReason.DELIVERING, latest + window)

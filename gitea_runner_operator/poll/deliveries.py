@@ -20,6 +20,23 @@ from gitea_runner_operator.kit.lru import LRU
 
 # Queued jobs a group remembers as announced: more than a burst of deliveries between polls.
 ANNOUNCED_MAX = 512
+# Gitea URLs whose latest delivery is remembered: more than the URLs of a replica's groups.
+GITEAS_MAX = 4096
+
+
+class GiteaDeliveries:
+    """When a verified delivery last came for any group of each Gitea URL: evidence that the
+    way from that Gitea to this replica works (api/cadence.py, the delivery gap)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._at: LRU[str, float] = LRU(GITEAS_MAX)
+
+    def heard(self, url: str) -> None:
+        self._at.put(url, self._clock())
+
+    def at(self, url: str) -> float | None:
+        return self._at.get(url)
 
 
 class Deliveries:
@@ -68,7 +85,12 @@ class Deliveries:
         return missed
 
     def cadence(
-        self, spec: RunnerGroupSpec, platform_max: float, hook_ok: bool | None, active: bool
+        self,
+        spec: RunnerGroupSpec,
+        platform_max: float,
+        hook_ok: bool | None,
+        active: bool,
+        gitea_heard: float | None = None,
     ) -> Cadence:
         base = spec.poll_interval_seconds
         webhook = spec.webhook
@@ -82,4 +104,5 @@ class Deliveries:
             active=active,
             managed=spec.manages_hook,
             hook_ok=hook_ok,
+            gitea_heard=gitea_heard,
         )

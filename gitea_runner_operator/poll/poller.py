@@ -78,6 +78,7 @@ class PollerOptions(TypedDict, total=False):
     right: Callable[[str], bool] | None
     left: Callable[[str], float] | None
     on_cadence: Callable[[str, Cadence | None, Cadence], None] | None
+    gitea_heard: Callable[[str], float | None] | None
     active: Callable[[str], bool] | None
     jobs_changed_at: Callable[[str], float] | None
 
@@ -100,6 +101,7 @@ class GroupPoller:
         right: Callable[[str], bool] | None = None,
         left: Callable[[str], float] | None = None,
         on_cadence: Callable[[str, Cadence | None, Cadence], None] | None = None,
+        gitea_heard: Callable[[str], float | None] | None = None,
         active: Callable[[str], bool] | None = None,
         jobs_changed_at: Callable[[str], float] | None = None,
     ) -> None:
@@ -131,6 +133,7 @@ class GroupPoller:
         self.deliveries = Deliveries(clock)
         self.cadence: Cadence | None = None
         self._on_cadence = on_cadence
+        self._gitea_heard = gitea_heard  # the latest delivery for any group of a Gitea URL
         self._active = active
         # When a runner Job of the group last stopped holding a slot (the cache's clock):
         # with ``active``, what says whether the runner list can have changed (runners_since).
@@ -351,6 +354,7 @@ class GroupPoller:
             self._pacing.max_webhook_poll,
             hook.ok if hook is not None else None,
             self.active() or self._order is not None,
+            self._gitea_heard(self.spec.gitea.url) if self._gitea_heard is not None else None,
         )
         before, self.cadence = self.cadence, cadence  # the newest window end, always
         if cadence == before:

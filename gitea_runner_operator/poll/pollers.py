@@ -22,6 +22,7 @@ from gitea_runner_operator.api.cadence import CadenceReason
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.bucket import Bucket
 from gitea_runner_operator.kit.lru import LRU
+from gitea_runner_operator.poll.deliveries import GiteaDeliveries
 from gitea_runner_operator.poll.poller import GroupPoller, ObserveFn, PollerOptions, failure_log
 from gitea_runner_operator.poll.steps import GiteaStep
 
@@ -44,9 +45,15 @@ class Pollers:
         self._observe = observe
         self._notify = notify
         self._steps = tuple(steps)  # shared by every group's task (poll/steps.py)
-        self._options: PollerOptions = {"failures": failure_log(), **options}
+        self._clock = options.get("clock", time.monotonic)
+        # Deliveries heard per Gitea URL: a quiet group's hook is vouched for by its Gitea's.
+        self._giteas = GiteaDeliveries(self._clock)
+        self._options: PollerOptions = {
+            "failures": failure_log(),
+            "gitea_heard": self._giteas.at,
+            **options,
+        }
         self._pollers: dict[str, GroupPoller] = {}
-        self._clock = self._options.get("clock", time.monotonic)
         self._first_polls = Bucket(FIRST_POLLS_PER_SECOND, FIRST_POLLS_BURST, self._clock())
         # Groups this replica took over before their poller started (handed_over).
         self._taken: LRU[str, None] = LRU(100_000)
@@ -92,6 +99,15 @@ class Pollers:
         self._pollers[key] = poller
         poller.start(after=self._first_polls.reserve(self._clock()))
         return poller
+
+    def heard(self, key: str, job_id: int | None) -> None:
+        """A verified webhook delivery for the group's scope: evidence its deliveries arrive
+        (poll/deliveries.py), and that its Gitea's reach this replica. Only for a group this
+        replica polls."""
+        poller = self._pollers.get(key)
+        if poller is not None:
+            poller.heard(job_id)
+            self._giteas.heard(poller.spec.gitea.url)
 
     def handed_over(self, key: str) -> None:
         """This replica took ``key`` over from another (--sharding): its poll runs at

@@ -322,11 +322,8 @@ class Controller:
             self.queue.add(key)
 
     def heard(self, key: str, job_id: int | None) -> None:
-        """A verified webhook delivery for the group's scope: evidence its deliveries arrive
-        (poll/deliveries.py). Only for a group this replica polls."""
-        poller = self.pollers.get(key)
-        if poller is not None:
-            poller.heard(job_id)
+        """A verified webhook delivery for the group's scope (Pollers.heard)."""
+        self.pollers.heard(key, job_id)
 
     def knows(self, key: str, job_id: int) -> bool:
         """Whether the group's latest Gitea answer lists job ``job_id`` as queued: a webhook

@@ -76,6 +76,19 @@ def test_a_delivery_gap_longer_than_the_window_shrinks_the_poll():
     assert _decide(old) == Cadence(BASE, CadenceReason.GAP)
 
 
+def test_a_quiet_group_stays_stretched_while_its_gitea_delivers_to_other_groups():
+    """A quiet repository hears nothing for days; deliveries from its Gitea to other groups
+    say the way in works. Its own first delivery is still needed after a start."""
+    old = Evidence(last_delivery=NOW - 5 * DELIVERY_WINDOW)
+    cadence = _decide(old, gitea_heard=NOW - 60)
+    assert cadence.reason is CadenceReason.DELIVERING
+    assert cadence.delay(NOW, BASE) == STRETCHED
+    assert _decide(old, gitea_heard=NOW - DELIVERY_WINDOW).reason is CadenceReason.GAP
+    assert _decide(Evidence(), gitea_heard=NOW - 60).reason is CadenceReason.STARTED
+    missed = Evidence(last_delivery=NOW - 300, last_miss=NOW - 10)
+    assert _decide(missed, gitea_heard=NOW - 1).reason is CadenceReason.MISSED
+
+
 def test_a_stretched_sleep_ends_when_the_window_does():
     near = Evidence(last_delivery=NOW - DELIVERY_WINDOW + 100)
     cadence = _decide(near)

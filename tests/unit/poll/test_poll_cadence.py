@@ -227,3 +227,25 @@ async def test_a_new_spec_keeps_the_evidence_unless_the_hook_changed():
         assert rehooked.deliveries.evidence.last_delivery is None
     finally:
         await pollers.stop_all()
+
+
+async def test_deliveries_to_other_groups_of_its_gitea_keep_a_quiet_group_stretched():
+    """A quiet repository's own hook may stay silent for days; the group keeps its stretched
+    poll while its Gitea's deliveries reach this replica for other groups."""
+    from gitea_runner_operator.api.cadence import DELIVERY_WINDOW
+
+    gitea, now = Gitea(), [1000.0]
+    pollers = Pollers(gitea.observe, lambda key: None, pacing=Pacing(), clock=lambda: now[0])
+    quiet = await pollers.ensure(KEY, parse_spec(HOOKED))
+    await pollers.ensure("team-b/ci", parse_spec(HOOKED))
+    try:
+        pollers.heard(KEY, None)  # the quiet group's own hook worked once
+        now[0] += 2 * DELIVERY_WINDOW
+        quiet.hooks.hook = HookStatus(True, "HookKept", "")
+        quiet._follow_evidence()
+        assert quiet.cadence is not None and quiet.cadence.reason is CadenceReason.GAP
+        pollers.heard("team-b/ci", 7)  # another group of the same Gitea hears a delivery
+        quiet._follow_evidence()
+        assert quiet.cadence is not None and quiet.cadence.reason is CadenceReason.DELIVERING
+    finally:
+        await pollers.stop_all()
