@@ -21,7 +21,6 @@ from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.sessions import SessionPool
 from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.group_memory import GroupMemory, Table
-from gitea_runner_operator.kit.tasks import finish_or_cancel
 from gitea_runner_operator.kit.tenant_budget import TenantBudget, default_budget, memory_limit
 from gitea_runner_operator.kube.cache import ClusterCache, group_key_of_owned, spec_changed
 from gitea_runner_operator.kube.cache_objects import CacheObjects
@@ -52,6 +51,7 @@ from gitea_runner_operator.reconcile.status.parts import PendingLosses
 from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
+from gitea_runner_operator.runtime.shared_by_groups import SharedByGroups
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
@@ -59,39 +59,6 @@ from gitea_runner_operator.sharding.leases.membership import MembershipLeases
 from gitea_runner_operator.sharding.leases.share import Share
 
 log = structlog.get_logger(__name__)
-
-
-class _Shared:
-    """What groups share, kept by namespace (cached Secrets) and by Gitea URL (fetches and
-    HTTP sessions), never by group, so it knows no group key. As a holder of per-group
-    memory, it drops what no group left uses once a group is gone."""
-
-    def __init__(
-        self, pollers: Pollers, secrets: Secrets, observer: Observer, sessions: SessionPool
-    ) -> None:
-        self._pollers, self._secrets = pollers, secrets
-        self._observer, self._sessions = observer, sessions
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def forget(self, key: str) -> None:
-        urls = {spec.gitea.url for spec in self._pollers.specs()}
-        namespaces = {GroupKey.parse(k).namespace for k in self._pollers.keys()}  # noqa: SIM118
-        self._secrets.retain(namespaces)
-        task = asyncio.create_task(self._drop_urls(urls))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def knows(self, key: str) -> bool:
-        return False
-
-    async def _drop_urls(self, urls: set[str]) -> None:
-        """Fetches of URLs no group uses are cancelled and awaited before their sessions
-        close: a request left running would fail later on a closed session, unobserved."""
-        await self._observer.drop(urls)
-        await self._sessions.retain(urls)
-
-    async def close(self) -> None:
-        await finish_or_cancel(list(self._tasks))
 
 
 async def _until_stopped(stop: asyncio.Event, sharding: asyncio.Task[None]) -> None:
@@ -241,7 +208,8 @@ class Controller:
         for holder in (self.cache, self.hooks, self.enroller, Table(self.losses.retiring)):
             self.memory.keep(holder, handed_over=False)
         self.shared = self.memory.keep(
-            _Shared(self.pollers, self.secrets, self.observer, self.sessions), handed_over=False
+            SharedByGroups(self.pollers, self.secrets, self.observer, self.sessions),
+            handed_over=False,
         )
         for resource in ("runnergroups", "jobs", "pods"):  # watch_events_received
             received = functools.partial(self.cache.received, resource)
