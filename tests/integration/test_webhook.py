@@ -352,6 +352,53 @@ def test_a_group_that_manages_its_hook_is_woken_by_it_and_removes_it_when_delete
     assert gitea.get(f"/orgs/{org}/hooks") == []
 
 
+def test_a_real_delivery_stretches_the_safety_net_poll_of_a_quiet_group(
+    cluster: Any,
+    kube: KubeClient,
+    gitea: GiteaAPI,
+    team_namespace: str,
+    gitea_target: Any,
+    start_operator: Any,
+) -> None:
+    """Issue 47 against Gitea itself: the group polls at ``pollInterval`` until a delivery
+    of Gitea's arrives through its managed hook (here about a job of another label, which
+    wakes nobody), then at ``spec.webhook.pollInterval``, and its status says so."""
+    ns, org, repo = team_namespace, gitea_target.org, gitea_target.repo
+    make_tokens(kube, ns, cluster, gitea_target)
+    labelled_secret(kube, ns, "hook", secrets.token_hex(16), labelled=True)
+    port = free_port()
+    delivery = f"http://127.0.0.1:{port}/hooks/gitea"
+    start_operator(ns, extra=("--webhook-port", str(port), "--webhook-url", delivery))
+    group = runner_group(
+        "quiet",
+        target=gitea_target,
+        url=cluster.gitea_url,
+        image="x",
+        pollInterval="15s",
+        webhook={
+            "secretRef": {"name": "hook", "key": "secret"},
+            "manageHook": True,
+            "pollInterval": "10m",
+        },
+    )
+    manifests.apply(kube, group, namespace=ns)
+
+    def poll() -> dict[str, Any]:
+        return dict(group_status(kube, ns, "quiet").get("poll") or {})
+
+    before = wait_until(lambda: poll().get("reason") and poll(), what="status.poll")
+    assert before["interval"] == "15s"
+    assert before["reason"] in ("NoDeliverySinceStart", "HookNotHealthy")
+    gitea.push_workflow(org, repo, "other", workflow("other", {"build": "not-ours"}))
+    after = wait_until(
+        lambda: (p := poll()).get("reason") == "DeliveriesArrive" and p,
+        timeout=60,
+        what="the poll stretched by Gitea's delivery",
+    )
+    assert after["interval"] == "10m"
+    assert not runner_jobs(kube, ns, "quiet")  # the job is not the group's: nothing made
+
+
 def test_a_managed_hook_without_the_operators_url_says_what_is_missing(
     cluster: Any,
     kube: KubeClient,
