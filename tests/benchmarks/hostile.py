@@ -115,7 +115,18 @@ def main(argv: list[str] | None = None) -> int:
         "with the tenant budget a chart install of that limit gets (40 %%)",
     )
     parser.add_argument(
+        "--tenant-memory-budget",
+        type=int,
+        default=0,
+        help="MiB, for the operator's flag (default: 40 %% of --memory-limit, if given)",
+    )
+    parser.add_argument(
         "--malloc-arena-max", default="", help="MALLOC_ARENA_MAX for the operator (unset)"
+    )
+    parser.add_argument(
+        "--memprobe",
+        type=Path,
+        help="run the operator under tracemalloc; snapshots mid-attack and at its end here",
     )
     parser.add_argument("--plot", help="draw RSS and latency over time into this PNG")
     parser.add_argument(
@@ -146,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             env = {"MALLOC_ARENA_MAX": args.malloc_arena_max} if args.malloc_arena_max else {}
             with MemoryCgroup(args.memory_limit) as cgroup, common.operator(
                 sandbox, healthy + evil, *extra, leader_elect=True, cpuprobe=args.cpuprobe,
+                memprobe=args.memprobe,
                 env=env, cgroup=cgroup.path if args.memory_limit else None,
             ) as op:  # fmt: skip
                 run = Run(kube, op, fake, healthy, hooks, args)
@@ -169,11 +181,15 @@ def main(argv: list[str] | None = None) -> int:
                 if args.cpuprobe:
                     op.snapshot()  # sampling starts
                 run.phase("attack", args.attack / 2)
+                if args.memprobe:
+                    op.snapshot()  # DIR/snap-1.pickle: where the memory is mid-attack
                 set_cache(kube, enabled=False)
                 if "revoke" in args.attacks.split(","):
                     run.revoked_at = revoke_while_deleting(kube)
                 run.phase("attack", args.attack / 2)
                 counts = attack.finish() if attack is not None else {}
+                if args.memprobe:
+                    op.snapshot()  # DIR/snap-2.pickle
                 run.attack_ended = run.now()
                 if args.cpuprobe:
                     op.snapshot()  # what the attack cost: DIR/cpu-1.txt
@@ -518,9 +534,8 @@ def _log_counts(text: str) -> dict[str, Any]:
 
 def memory_args(args: argparse.Namespace) -> tuple[str, ...]:
     """With a memory limit, the budget a chart install of that limit gets (40 %)."""
-    if not args.memory_limit:
-        return ()
-    return ("--tenant-memory-budget", str(int(args.memory_limit * 0.4)))
+    budget = args.tenant_memory_budget or int(args.memory_limit * 0.4)
+    return ("--tenant-memory-budget", str(budget)) if budget else ()
 
 
 class MemoryCgroup:

@@ -1,0 +1,56 @@
+"""Queued jobs no group of their Gitea could run, dropped where they are listed.
+
+A tenant's Gitea may list thousands of queued jobs with labels nobody offers (a typo in a
+workflow, or an attack: 40 Gitea URLs of 4,000 such jobs each). Kept, each costs about 2 KiB
+in every observation that lists it, every few seconds, and the unmatched-jobs evaluation
+walks them all. Gitea hands a job only to a runner offering every label of its
+``runs-on``, so a job with a label no group of that Gitea offers (the union of their
+offers, from the reconcile layer's ledger: an input here, see forge/observe.py) can be run
+by none of them: it is counted by label set and dropped, and only the largest
+``MAX_UNSERVED_SETS`` sets keep a count and their oldest job as the example the
+unmatched-jobs warning shows (reconcile/why/unmatched.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from gitea_runner_operator.api.gitea import MAX_UNSERVED_SETS, ActionJob, Unserved
+from gitea_runner_operator.api.scope import labels_fit
+
+
+class UnservedTally:
+    """Decides, job by job, what a listing keeps; counts what it drops."""
+
+    def __init__(self, offered: Collection[str]) -> None:
+        self._offered = offered
+        self._ids: set[int] = set()  # pages may overlap while jobs move: each job once
+        self._counts: dict[tuple[str, ...], int] = {}  # sorted labels -> jobs
+        self._examples: dict[tuple[str, ...], ActionJob] = {}  # ... -> the oldest job
+
+    def keeps(self, job: ActionJob) -> bool:
+        """Whether some group could run ``job``; if not, it is counted here instead."""
+        if job.status != "queued" or labels_fit(job.labels, self._offered):
+            return True
+        if job.id not in self._ids:
+            self._ids.add(job.id)
+            labels = tuple(sorted(job.labels))
+            self._counts[labels] = self._counts.get(labels, 0) + 1
+            example = self._examples.get(labels)
+            if example is None or job.id < example.id:
+                self._examples[labels] = job
+        return False
+
+    @property
+    def dropped(self) -> int:
+        return len(self._ids)
+
+    def result(self) -> tuple[tuple[Unserved, ...], int]:
+        """The largest label sets (ties by labels) with their counts and examples, and how
+        many jobs the other sets hold."""
+        ranked = sorted(self._counts.items(), key=lambda item: (-item[1], item[0]))
+        kept = tuple(
+            Unserved(labels, count, self._examples[labels])
+            for labels, count in ranked[:MAX_UNSERVED_SETS]
+        )
+        return kept, self.dropped - sum(u.count for u in kept)
