@@ -133,8 +133,8 @@ class Unserved:
     example: ActionJob
 
 
-# Label sets of unserved jobs kept per listing with their count and example; the jobs of
-# further sets are only counted (as many as the unmatched-jobs metric shows on its own).
+# Label sets of unserved jobs kept per listing with their count and example (the first met:
+# the oldest); the jobs of further sets are only counted.
 MAX_UNSERVED_SETS: Final = 20
 
 
@@ -142,7 +142,7 @@ MAX_UNSERVED_SETS: Final = 20
 class Listing(Generic[T]):
     """A paginated result; ``complete`` is False when the page cap cut it short.
     ``unserved``: the jobs dropped because no group could run them, by label set (the
-    largest ``MAX_UNSERVED_SETS``), and ``unserved_other`` those of further sets."""
+    first ``MAX_UNSERVED_SETS`` met), and ``unserved_other`` those of further sets."""
 
     items: tuple[T, ...]
     complete: bool

@@ -6,7 +6,7 @@ in every observation that lists it, every few seconds, and the unmatched-jobs ev
 walks them all. Gitea hands a job only to a runner offering every label of its
 ``runs-on``, so a job with a label no group of that Gitea offers (the union of their
 offers, from the reconcile layer's ledger: an input here, see forge/observe.py) can be run
-by none of them: it is counted by label set and dropped, and only the largest
+by none of them: it is counted by label set and dropped, and only the first
 ``MAX_UNSERVED_SETS`` sets keep a count and their oldest job as the example the
 unmatched-jobs warning shows (reconcile/why/unmatched.py).
 """
@@ -20,25 +20,36 @@ from gitea_runner_operator.api.scope import labels_fit
 
 
 class UnservedTally:
-    """Decides, job by job, what a listing keeps; counts what it drops."""
+    """Decides, job by job, what a listing keeps; counts what it drops. Only the first
+    ``MAX_UNSERVED_SETS`` label sets met keep a count and an example (Gitea lists the oldest
+    jobs first, so these are the oldest sets, as reconcile/why/unmatched_book.py weighs
+    them); the jobs of the others are only counted: what a listing holds stays bounded
+    however many label sets a Gitea invents (an example per set held every job of a queue
+    with a label of its own each)."""
 
     def __init__(self, offered: Collection[str]) -> None:
         self._offered = offered
         self._ids: set[int] = set()  # pages may overlap while jobs move: each job once
         self._counts: dict[tuple[str, ...], int] = {}  # sorted labels -> jobs
         self._examples: dict[tuple[str, ...], ActionJob] = {}  # ... -> the oldest job
+        self._other = 0
 
     def keeps(self, job: ActionJob) -> bool:
         """Whether some group could run ``job``; if not, it is counted here instead."""
         if job.status != "queued" or labels_fit(job.labels, self._offered):
             return True
-        if job.id not in self._ids:
-            self._ids.add(job.id)
-            labels = tuple(sorted(job.labels))
-            self._counts[labels] = self._counts.get(labels, 0) + 1
-            example = self._examples.get(labels)
-            if example is None or job.id < example.id:
-                self._examples[labels] = job
+        if job.id in self._ids:
+            return False
+        self._ids.add(job.id)
+        labels = tuple(sorted(job.labels))
+        count = self._counts.get(labels)
+        if count is None and len(self._counts) >= MAX_UNSERVED_SETS:
+            self._other += 1
+            return False
+        self._counts[labels] = (count or 0) + 1
+        example = self._examples.get(labels)
+        if example is None or job.id < example.id:
+            self._examples[labels] = job
         return False
 
     @property
@@ -46,11 +57,8 @@ class UnservedTally:
         return len(self._ids)
 
     def result(self) -> tuple[tuple[Unserved, ...], int]:
-        """The largest label sets (ties by labels) with their counts and examples, and how
-        many jobs the other sets hold."""
+        """The label sets kept (the largest first, ties by labels) with their counts and
+        examples, and how many jobs the other sets hold."""
         ranked = sorted(self._counts.items(), key=lambda item: (-item[1], item[0]))
-        kept = tuple(
-            Unserved(labels, count, self._examples[labels])
-            for labels, count in ranked[:MAX_UNSERVED_SETS]
-        )
-        return kept, self.dropped - sum(u.count for u in kept)
+        kept = tuple(Unserved(labels, count, self._examples[labels]) for labels, count in ranked)
+        return kept, self._other

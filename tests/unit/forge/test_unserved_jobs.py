@@ -68,7 +68,7 @@ async def test_a_page_of_jobs_none_of_the_urls_groups_can_run_keeps_nothing_but_
     assert observation.queued == ()
     assert observation.queued_complete
     assert observation.unserved_jobs == 50
-    assert len(observation.unserved) == MAX_UNSERVED_SETS  # the largest sets, ties by label
+    assert len(observation.unserved) == MAX_UNSERVED_SETS  # the first met: the oldest
     assert observation.unserved_other == 50 - MAX_UNSERVED_SETS
     assert observation.unserved[0].labels == ("nobody-1",)
     assert observation.unserved[0].example.id == 1
@@ -102,3 +102,18 @@ def test_the_ledger_offers_the_union_of_its_groups_labels_per_gitea_url():
     assert ledger.offered("https://g.test") == {"linux", "windows"}
     ledger.remove("a/one")
     assert ledger.offered("https://g.test") == {"windows"}
+
+
+def test_a_listing_holds_an_example_for_the_first_label_sets_only():
+    """4,000 queued jobs, each with a label of its own: the tally holds 20 examples, not one
+    per job (a first version kept an example per set: every job of such a queue)."""
+    from gitea_runner_operator.api.gitea import ActionJob
+    from gitea_runner_operator.forge.unserved import UnservedTally
+
+    tally = UnservedTally(OFFERED)
+    jobs = [ActionJob(id=i, status="queued", labels=(f"lbl-{i}",)) for i in range(1, 4001)]
+    assert not any(tally.keeps(job) for job in jobs)
+    unserved, other = tally.result()
+    assert len(unserved) == MAX_UNSERVED_SETS and other == 4000 - MAX_UNSERVED_SETS
+    assert {u.example.id for u in unserved} == set(range(1, MAX_UNSERVED_SETS + 1))
+    assert len(tally._examples) == MAX_UNSERVED_SETS
