@@ -1,12 +1,15 @@
-"""The namespaced install lets the operator read its watched Namespace, on a real API server.
+"""The namespaced install lets the operator see its watched Namespace being deleted, on a
+real API server.
 
 A deleting group may use the token of its last good answer only while its whole namespace is
 being deleted (poll/last_good.py), which kube/namespaces.NamespaceReader reads from the
-Namespace object. Namespaces are cluster-wide objects, so whether the overlay's Role (``get``
-on ``namespaces``, in the watched namespace) grants that read is the API server's call: it
-does, because a request for a Namespace is authorised in that namespace. A fresh
-ServiceAccount is used, as in test_namespaced_install.py: the session's operator account
-holds the cluster-wide role, which would hide a missing rule.
+Namespace object. A Role in the namespace granting ``get`` on ``namespaces`` does let the
+operator read it (the API server authorises a Namespace's read in that namespace), but only
+while the Role exists: once the namespace is being deleted, the namespace controller deletes
+its Roles too, the read answers 403, and the reader takes that for "not being deleted". So
+the overlay (and the chart's namespaced mode) grants it with a ClusterRole naming the watched
+Namespaces. A fresh ServiceAccount is used, as in test_namespaced_install.py: the session's
+operator account holds the cluster-wide role, which would hide a missing rule.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from kubernetes_asyncio import config
 from gitea_runner_operator.kube.namespaces import NamespaceReader
 from tests.support import manifests
 from tests.support.testbed import make_namespace, unique
-from tests.testbed.kube import KubeError
+from tests.testbed.kube import KubeError, wait_for
 
 pytestmark = pytest.mark.integration
 
 HOLD = "bench.gitea.bpg.pw/hold"  # keeps a deleted namespace Terminating while we look
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
 
 def _deleting(kubeconfig: Any, namespaces: list[str]) -> list[bool]:
@@ -39,7 +43,25 @@ def _deleting(kubeconfig: Any, namespaces: list[str]) -> list[bool]:
     return asyncio.run(read())
 
 
-def test_the_namespaced_role_lets_the_operator_see_its_namespace_being_deleted(kube, cluster):
+def _install(kube: Any, team: str, home: str) -> None:
+    """The overlay's objects for its namespace team-a, bound to ``home``'s account; its
+    cluster-wide ones renamed for this test, naming ``team``."""
+    for obj in manifests.kustomization("namespaced"):
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        if kind in ("RoleBinding", "ClusterRoleBinding"):
+            obj["subjects"] = [{"kind": "ServiceAccount", "name": "operator", "namespace": home}]
+        if kind in ("Role", "RoleBinding") and obj["metadata"]["namespace"] == "team-a":
+            manifests.apply(kube, obj, namespace=team)
+        elif kind in ("ClusterRole", "ClusterRoleBinding") and name.endswith("-namespaces"):
+            obj["metadata"]["name"] = f"{home}-namespaces"
+            if kind == "ClusterRole":
+                obj["rules"][0]["resourceNames"] = [team]
+            else:
+                obj["roleRef"]["name"] = f"{home}-namespaces"
+            manifests.apply(kube, obj)
+
+
+def test_the_namespaced_install_lets_the_operator_see_its_namespace_being_deleted(kube, cluster):
     team, home, elsewhere = unique("nsr-a"), unique("nsr-op"), unique("nsr-x")
     for ns in (team, home, elsewhere):
         make_namespace(kube, ns)
@@ -49,12 +71,7 @@ def test_the_namespaced_role_lets_the_operator_see_its_namespace_being_deleted(k
             f"/api/v1/namespaces/{home}/serviceaccounts",
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator"}},
         )
-        for obj in manifests.kustomization("namespaced"):
-            if obj["kind"] in ("Role", "RoleBinding") and obj["metadata"]["namespace"] == "team-a":
-                if obj["kind"] == "RoleBinding":
-                    obj["subjects"] = [{"kind": "ServiceAccount", "name": "operator",
-                                        "namespace": home}]  # fmt: skip
-                manifests.apply(kube, obj, namespace=team)
+        _install(kube, team, home)
         token = kube.create_token(home, "operator")
         operator = kube.with_token(token)
         kubeconfig = cluster.kubeconfig_for_token(token)
@@ -65,14 +82,15 @@ def test_the_namespaced_role_lets_the_operator_see_its_namespace_being_deleted(k
         assert refused.value.status == 403
         assert _deleting(kubeconfig, [team, elsewhere]) == [False, False]
 
-        # The team's namespace is deleted whole; a finalizer keeps it Terminating (and the
-        # Role in it) while the operator looks.
+        # The team's namespace is deleted whole; a finalizer keeps it Terminating while the
+        # namespace controller deletes what it holds, its Role and RoleBinding first of all.
         kube.post(
             f"/api/v1/namespaces/{team}/configmaps",
             {"apiVersion": "v1", "kind": "ConfigMap",
              "metadata": {"name": "held", "finalizers": [HOLD]}},
         )  # fmt: skip
         kube.delete(f"/api/v1/namespaces/{team}")
+        wait_for(lambda: not kube.get(f"{RBAC}/namespaces/{team}/roles")["items"], timeout=60)
         assert operator.get(f"/api/v1/namespaces/{team}")["status"]["phase"] == "Terminating"
         assert _deleting(kubeconfig, [team, elsewhere]) == [True, False]
     finally:
@@ -80,3 +98,5 @@ def test_the_namespaced_role_lets_the_operator_see_its_namespace_being_deleted(k
             kube.patch(held, {"metadata": {"finalizers": None}})
         for ns in (team, home, elsewhere):
             kube.delete(f"/api/v1/namespaces/{ns}")
+        for kind in ("clusterrolebindings", "clusterroles"):
+            kube.delete(f"{RBAC}/{kind}/{home}-namespaces")
