@@ -177,6 +177,8 @@ class GiteaClient(GiteaTransport):
                 if isinstance(raw, list):
                     check_page(listed, self.page_size, f"GET {path} page {page}")
                     self._spend_items(listed, f"GET {path}")
+                    if tally is not None:  # jobs no group could run: counted, no model
+                        raw = [item for item in raw if tally.screen(item)]
                     items = list(self._within_caps(entry, raw, f"GET {path}"))
                     if tally is not None:
                         items = [item for item in items if tally.keeps(item)]

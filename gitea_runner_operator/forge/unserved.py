@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from gitea_runner_operator.api import caps
 from gitea_runner_operator.api.gitea import MAX_UNSERVED_SETS, ActionJob, Unserved
 from gitea_runner_operator.api.scope import labels_fit
 
@@ -33,6 +34,39 @@ class UnservedTally:
         self._counts: dict[tuple[str, ...], int] = {}  # sorted labels -> jobs
         self._examples: dict[tuple[str, ...], ActionJob] = {}  # ... -> the oldest job
         self._other = 0
+
+    def screen(self, entry: object) -> bool:
+        """Whether a listed item, as parsed and not yet validated, needs its model: not
+        when it is a queued job no group could run whose count is all that is kept (it is
+        counted here). Building a model per such job (a validation of each label, 2 KiB
+        allocated and freed) was most of a listing's CPU on the loop and what kept its
+        garbage collector busy. Anything unclear (a wrong shape, a value past a cap) is
+        left to the model's validation, which refuses or rejects it."""
+        if not isinstance(entry, dict) or entry.get("status") != "queued":
+            return True
+        labels, job_id = entry.get("labels"), entry.get("id")
+        if (
+            type(job_id) is not int
+            or not isinstance(labels, list)
+            or len(labels) > caps.JOB_LABELS_MAX
+            or not all(type(x) is str and len(x) <= caps.JOB_LABEL_MAX_CHARS for x in labels)
+            or labels_fit(labels, self._offered)
+        ):
+            return True
+        if job_id in self._ids:
+            return False
+        key = tuple(sorted(labels))
+        example = self._examples.get(key)
+        if example is None and len(self._counts) < MAX_UNSERVED_SETS:
+            return True  # a new set: its first job becomes the example (keeps counts it)
+        if example is not None and job_id < example.id:
+            return True  # an older example
+        self._ids.add(job_id)
+        if example is None:
+            self._other += 1
+        else:
+            self._counts[key] += 1
+        return False
 
     def keeps(self, job: ActionJob) -> bool:
         """Whether some group could run ``job``; if not, it is counted here instead."""

@@ -117,3 +117,25 @@ def test_a_listing_holds_an_example_for_the_first_label_sets_only():
     assert len(unserved) == MAX_UNSERVED_SETS and other == 4000 - MAX_UNSERVED_SETS
     assert {u.example.id for u in unserved} == set(range(1, MAX_UNSERVED_SETS + 1))
     assert len(tally._examples) == MAX_UNSERVED_SETS
+
+
+def test_jobs_that_are_only_counted_get_no_model_and_the_counts_are_the_same():
+    """The raw items are screened before validation: of 4,000 queued jobs with labels no
+    group offers, only the examples of the first 20 sets are made into models, and the
+    counts are those of validating every job."""
+    from gitea_runner_operator.api.gitea import ActionJob
+    from gitea_runner_operator.forge.unserved import UnservedTally
+
+    raw = [{"id": i, "status": "queued", "labels": [f"lbl-{i % 30}"]} for i in range(1, 4001)]
+    raw.append({"id": 9999, "status": "queued", "labels": ["ubuntu-latest"]})
+    screened, every = UnservedTally(OFFERED), UnservedTally(OFFERED)
+    passed, kept = 0, []
+    for at in range(0, len(raw), 50):  # page by page, as a listing is read (oldest first)
+        page = [item for item in raw[at : at + 50] if screened.screen(item)]
+        passed += len(page)
+        kept += [j for j in map(ActionJob.model_validate, page) if screened.keeps(j)]
+    assert [j.id for j in kept] == [9999]
+    assert passed <= 51  # the first page (where the examples are), and the kept job
+    assert not any(every.keeps(ActionJob.model_validate(item)) for item in raw[:-1])
+    assert screened.result() == every.result()
+    assert screened.dropped == every.dropped == 4000
