@@ -123,8 +123,28 @@ class OwnerKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Unserved:
+    """Queued jobs of one ``runs-on`` label set that no group of their Gitea could run (a
+    label none of them offers): dropped where they are listed, only counted, with the oldest
+    as the example the unmatched-jobs warning shows."""
+
+    labels: tuple[str, ...]  # sorted
+    count: int
+    example: ActionJob
+
+
+# Label sets of unserved jobs kept per listing with their count and example (the first met:
+# the oldest); the jobs of further sets are only counted.
+MAX_UNSERVED_SETS: Final = 20
+
+
+@dataclass(frozen=True, slots=True)
 class Listing(Generic[T]):
-    """A paginated result; ``complete`` is False when the page cap cut it short."""
+    """A paginated result; ``complete`` is False when the page cap cut it short.
+    ``unserved``: the jobs dropped because no group could run them, by label set (the
+    first ``MAX_UNSERVED_SETS`` met), and ``unserved_other`` those of further sets."""
 
     items: tuple[T, ...]
     complete: bool
+    unserved: tuple[Unserved, ...] = ()
+    unserved_other: int = 0

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gitea_runner_operator.api.forge import ForgeInfo
-from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
+from gitea_runner_operator.api.gitea import ActionJob, ActionRunner, Unserved
 
 
 class ProblemKind(StrEnum):
@@ -68,6 +68,15 @@ class Observation:
     finished: tuple[ActionJob, ...] = ()
     # Which forge answered (Gitea or Forgejo, and its version); None only in old tests.
     forge: ForgeInfo | None = None
+    # Queued jobs no group of this Gitea could run (a label none offers): not kept, only
+    # counted by label set (forge/unserved.py), for the unmatched-jobs warning and metric.
+    unserved: tuple[Unserved, ...] = ()
+    unserved_other: int = 0  # ... and those of label sets past the ones kept
+
+    @property
+    def unserved_jobs(self) -> int:
+        """How many queued jobs were dropped because no group could run them."""
+        return sum(u.count for u in self.unserved) + self.unserved_other
 
 
 @dataclass(frozen=True, slots=True)

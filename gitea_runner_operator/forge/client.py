@@ -8,7 +8,7 @@ observation against its item budget (``forge/limits.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -33,6 +33,7 @@ from gitea_runner_operator.forge.http import GiteaTransport, parse_retry_after
 from gitea_runner_operator.forge.limits import check_page
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.forge.sessions import SessionPool
+from gitea_runner_operator.forge.unserved import UnservedTally
 
 __all__ = ["GiteaClient", "SessionPool", "parse_retry_after"]
 
@@ -75,16 +76,25 @@ class GiteaClient(GiteaTransport):
         max_pages: int | None = None,
         *,
         newest_first: bool = False,
+        offered: Collection[str] | None = None,
     ) -> Listing[ActionJob]:
         """Jobs of the scope in one API status (``queued`` is the only runnable demand).
         ``newest_first`` asks for descending ids (Gitea >= 1.27; older releases ignore it and
-        answer oldest first, which the caller must check)."""
+        answer oldest first, which the caller must check). With ``offered`` (every label
+        the Gitea's groups offer), queued jobs none of them could run are only counted
+        (forge/unserved.py)."""
         query = {"status": status}
         if newest_first:
             query |= {"sort": "id", "order": "desc"}
         try:
             return await self._paginate(
-                scope.jobs_path, query, JobList, "jobs", ActionJob, max_pages=max_pages
+                scope.jobs_path,
+                query,
+                JobList,
+                "jobs",
+                ActionJob,
+                max_pages=max_pages,
+                tally=UnservedTally(offered) if offered is not None else None,
             )
         except GiteaNotFound:
             raise GiteaUnsupported(
@@ -148,6 +158,7 @@ class GiteaClient(GiteaTransport):
         key: str,
         entry: type[BaseModel],
         max_pages: int | None = None,
+        tally: UnservedTally | None = None,
     ) -> Listing[Any]:
         """Every item of ``key`` over the pages; each page is checked against the page size
         and charged to the observation's budget before it is validated, and each item
@@ -166,7 +177,11 @@ class GiteaClient(GiteaTransport):
                 if isinstance(raw, list):
                     check_page(listed, self.page_size, f"GET {path} page {page}")
                     self._spend_items(listed, f"GET {path}")
+                    if tally is not None:  # jobs no group could run: counted, no model
+                        raw = [item for item in raw if tally.screen(item)]
                     items = list(self._within_caps(entry, raw, f"GET {path}"))
+                    if tally is not None:
+                        items = [item for item in items if tally.keeps(item)]
                     parsed = model.model_validate({**body, key: None})
                 else:
                     parsed = model.model_validate(body)
@@ -179,6 +194,12 @@ class GiteaClient(GiteaTransport):
             for item in items:  # order is unspecified, so pages may overlap while jobs move
                 seen[item.id] = item
             total = int(getattr(parsed, "total_count", 0))
-            if not listed or len(seen) + refused >= total:
-                return Listing(tuple(seen.values()), complete=True)
-        return Listing(tuple(seen.values()), complete=False)
+            dropped = tally.dropped if tally is not None else 0
+            if not listed or len(seen) + refused + dropped >= total:
+                return _listing(seen, True, tally)
+        return _listing(seen, False, tally)
+
+
+def _listing(seen: dict[int, Any], complete: bool, tally: UnservedTally | None) -> Listing[Any]:
+    unserved, other = tally.result() if tally is not None else ((), 0)
+    return Listing(tuple(seen.values()), complete, unserved, other)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -44,6 +44,9 @@ LOG_EVERY = 60.0
 PROGRESS_EVERY = 60.0
 # (URL, scope, token fingerprint): the key the caches of resolved scopes and samples share.
 ScopeKey = tuple[str, ScopeRef, str]
+# Every label the groups of a Gitea URL offer (None: not known yet, keep every job): queued
+# jobs with a label outside it are only counted (forge/unserved.py).
+OfferedLabels = Callable[[str], Collection[str] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +118,10 @@ class ScopeFetcher:
         budget: tuple[int, int],
         clock: Callable[[], float] = time.monotonic,
         tenants: TenantBudget | None = None,
+        offered: OfferedLabels | None = None,
     ) -> None:
         self._deadline = deadline
+        self._offered = offered
         self._budget = budget
         # The namespaces' shares of the tenant memory budget (forge/budget.py).
         self.kept = KeptAnswers(tenants)
@@ -152,15 +157,23 @@ class ScopeFetcher:
         fingerprint: str,
         forge: ForgeInfo,
         namespace: str = "",
+        own: Collection[str] = (),
         *,
         list_runners: bool = True,
     ) -> Fetched:
         """``namespace``: whose share of the tenant memory budget pays for it (none: no
-        charge, as for a deleting group's last ask). ``list_runners=False``: answer with the
-        scope's kept runner list (Gitea only; a scope with none kept is listed all the same)."""
+        charge, as for a deleting group's last ask). ``own``: the labels of the group
+        asking, kept beside those its Gitea's groups offer (it may not be known as one of
+        them yet). ``list_runners=False``: answer with the scope's kept runner list (Gitea
+        only; a scope with none kept is listed all the same)."""
         lease = self.kept.lease(namespace)
+        offered = self._offered(client.base_url) if self._offered is not None else None
+        if offered is not None:
+            offered = {*offered, *own}
         try:
-            fetched = await self._fetch(client, wanted, fingerprint, forge, lease, list_runners)
+            fetched = await self._fetch(
+                client, wanted, fingerprint, forge, lease, list_runners, offered
+            )
             if fetched.observation is not None:
                 self.kept.keep(
                     (client.base_url, wanted, fingerprint), namespace, fetched.observation
@@ -181,6 +194,7 @@ class ScopeFetcher:
         forge: ForgeInfo,
         lease: Lease | None,
         list_runners: bool,
+        offered: Collection[str] | None = None,
     ) -> Fetched:
         url = client.base_url
         cache_key = (url, wanted, fingerprint)
@@ -214,7 +228,7 @@ class ScopeFetcher:
                     # delay the runners a webhook woke the group for.
                     sample = asyncio.ensure_future(self._progress(client, scope, cache_key))
                     try:
-                        queued = await client.list_jobs(scope, "queued")
+                        queued = await client.list_jobs(scope, "queued", offered=offered)
                         in_progress, finished = await sample
                     finally:
                         if not sample.done():
@@ -260,6 +274,8 @@ class ScopeFetcher:
             in_progress=in_progress,
             finished=finished,
             forge=forge,
+            unserved=queued.unserved,
+            unserved_other=queued.unserved_other,
         )
         handle = GiteaHandle(handle_client, scope, fingerprint, forge)
         return Fetched(observation=observation, handle=handle)

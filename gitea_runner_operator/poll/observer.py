@@ -43,6 +43,7 @@ from gitea_runner_operator.forge.limits import (
 )
 from gitea_runner_operator.forge.observe import (
     Fetched,
+    OfferedLabels,
     ScopeFetcher,
     Shared,
     settle,
@@ -83,6 +84,7 @@ class Observer:
         max_answer_bytes: int = OBSERVATION_MAX_BYTES,
         max_answer_items: int = OBSERVATION_MAX_ITEMS,
         tenant_budget: TenantBudget | None = None,
+        offered: OfferedLabels | None = None,
     ) -> None:
         self._template_policy = template_policy
         self._budget = (max_answer_bytes, max_answer_items)
@@ -98,8 +100,14 @@ class Observer:
         self._max_pages = max_pages
         # Resolved scopes and sample times, keyed by the token's fingerprint too: what one
         # tenant's token may see must never answer for another token.
+        # ``offered``: every label a Gitea URL's groups offer (the ledger's, through the
+        # runtime): the queued jobs none of them could run are only counted.
         self._fetcher = ScopeFetcher(
-            deadline=deadline, budget=self._budget, clock=clock, tenants=tenant_budget
+            deadline=deadline,
+            budget=self._budget,
+            clock=clock,
+            tenants=tenant_budget,
+            offered=offered,
         )
         # (URL, scope, token fingerprint, CA bundle id) -> the latest request for it.
         self._shared: dict[tuple[str, ScopeRef, str, str], Shared] = {}
@@ -319,7 +327,13 @@ class Observer:
             kept_at = self._fetcher.runners_listed_at(key[:3])
             fresh = forge.is_forgejo or kept_at == float("-inf") or kept_at < runners_after
             fetch = self._fetcher.fetch(
-                client, wanted, fingerprint, forge, namespace, list_runners=fresh
+                client,
+                wanted,
+                fingerprint,
+                forge,
+                namespace,
+                own=spec.label_names,
+                list_runners=fresh,
             )
             task = asyncio.create_task(fetch)
             self._tasks.add(task)

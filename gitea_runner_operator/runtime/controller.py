@@ -140,6 +140,9 @@ class Controller:
             deadline=settings.observe_deadline,
             template_policy=self.template_policy,
             tenant_budget=self.tenant_budget,
+            # The ledger's (below): the queued jobs no group of a Gitea could run are counted,
+            # not kept (forge/unserved.py).
+            offered=lambda url: self.ledger.offered(url),
         )
         self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
         # Loss records the pass writes with the group's status (reconcile/status/parts.py).

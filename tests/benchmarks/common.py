@@ -65,6 +65,8 @@ def operator(
     leader_elect: bool = False,
     memprobe: Path | None = None,
     cpuprobe: Path | None = None,
+    env: dict[str, str] | None = None,
+    cgroup: Path | None = None,
 ) -> Iterator[OperatorProcess]:
     """The operator as a subprocess; with ``memprobe`` (a directory) under tracemalloc, with
     ``cpuprobe`` under a sampling CPU profiler."""
@@ -82,6 +84,8 @@ def operator(
         leader_election_namespace=OPERATOR_NS if leader_elect else None,
         memprobe=memprobe,
         cpuprobe=cpuprobe,
+        env=env,
+        cgroup=cgroup,
     )
     try:
         for _ in range(120):

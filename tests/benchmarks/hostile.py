@@ -107,6 +107,27 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the attackers send from Gitea's address (127.0.0.1), as behind one ingress",
     )
+    parser.add_argument(
+        "--memory-limit",
+        type=int,
+        default=0,
+        help="MiB: run the operator in a memory cgroup of this limit (cgroup v1, as root), "
+        "with the tenant budget a chart install of that limit gets (40 %%)",
+    )
+    parser.add_argument(
+        "--tenant-memory-budget",
+        type=int,
+        default=0,
+        help="MiB, for the operator's flag (default: 40 %% of --memory-limit, if given)",
+    )
+    parser.add_argument(
+        "--malloc-arena-max", default="", help="MALLOC_ARENA_MAX for the operator (unset)"
+    )
+    parser.add_argument(
+        "--memprobe",
+        type=Path,
+        help="run the operator under tracemalloc; snapshots mid-attack and at its end here",
+    )
     parser.add_argument("--plot", help="draw RSS and latency over time into this PNG")
     parser.add_argument(
         "--cpuprobe",
@@ -132,9 +153,13 @@ def main(argv: list[str] | None = None) -> int:
                 make_secret(kube, ns, "hook", {"secret": secret})
             prepare_evil(kube, args)
             uids = foreign_objects(kube, "evil-cache")
-            with common.operator(
-                sandbox, healthy + evil, leader_elect=True, cpuprobe=args.cpuprobe
-            ) as op:
+            extra = memory_args(args)
+            env = {"MALLOC_ARENA_MAX": args.malloc_arena_max} if args.malloc_arena_max else {}
+            with MemoryCgroup(args.memory_limit) as cgroup, common.operator(
+                sandbox, healthy + evil, *extra, leader_elect=True, cpuprobe=args.cpuprobe,
+                memprobe=args.memprobe,
+                env=env, cgroup=cgroup.path if args.memory_limit else None,
+            ) as op:  # fmt: skip
                 run = Run(kube, op, fake, healthy, hooks, args)
                 for i in range(args.groups):
                     spec = {
@@ -156,11 +181,15 @@ def main(argv: list[str] | None = None) -> int:
                 if args.cpuprobe:
                     op.snapshot()  # sampling starts
                 run.phase("attack", args.attack / 2)
+                if args.memprobe:
+                    op.snapshot()  # DIR/snap-1.pickle: where the memory is mid-attack
                 set_cache(kube, enabled=False)
                 if "revoke" in args.attacks.split(","):
                     run.revoked_at = revoke_while_deleting(kube)
                 run.phase("attack", args.attack / 2)
                 counts = attack.finish() if attack is not None else {}
+                if args.memprobe:
+                    op.snapshot()  # DIR/snap-2.pickle
                 run.attack_ended = run.now()
                 if args.cpuprobe:
                     op.snapshot()  # what the attack cost: DIR/cpu-1.txt
@@ -169,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 run.stop()
                 counts |= _log_counts(op.log())
                 run.peak = _peak_rss(run)
+                run.cgroup = cgroup.figures()
                 after = foreign_objects(kube, "evil-cache")
                 load = os.getloadavg()
         finally:
@@ -207,6 +237,7 @@ class Run:
         self.cpu: dict[str, tuple[float, float]] = {}  # phase -> (started at, CPU seconds)
         self.lag: dict[str, dict[float, float]] = {}  # phase -> lag buckets when it started
         self.peak = 0.0
+        self.cgroup = ""
         self.revoked_at: float | None = None  # wall time the revoke attack revoked its token
         self.wrong: collections.Counter[int | str] = collections.Counter()
         self._n = 0
@@ -430,6 +461,8 @@ def report(
         f"missed (gap > {RENEW_DEADLINE:.0f} s), longest gap {longest:.1f} s, {changes} "
         "leader changes"
     )
+    if run.cgroup:
+        print(run.cgroup)
     print(
         f"forged deliveries {counts.get('forged')}; silent connections ended by "
         f"{counts.get('held')}; hostile forge requests {counts.get('requests')}"
@@ -497,6 +530,49 @@ def _log_counts(text: str) -> dict[str, Any]:
         "unmatched": unmatched,
         "tracebacks": tracebacks,
     }
+
+
+def memory_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """With a memory limit, the budget a chart install of that limit gets (40 %)."""
+    budget = args.tenant_memory_budget or int(args.memory_limit * 0.4)
+    return ("--tenant-memory-budget", str(budget)) if budget else ()
+
+
+class MemoryCgroup:
+    """The operator in a memory cgroup (v1) of ``limit`` MiB, as in a container with
+    ``resources.limits.memory``: past it the kernel OOM-kills it (0: no cgroup)."""
+
+    ROOT = Path("/sys/fs/cgroup/memory")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.path = self.ROOT / f"gro-hostile-{os.getpid()}"
+
+    def __enter__(self) -> MemoryCgroup:
+        if self.limit:
+            self.path.mkdir()
+            (self.path / "memory.limit_in_bytes").write_text(str(self.limit * 2**20))
+        return self
+
+    def figures(self) -> str:
+        if not self.limit:
+            return ""
+        peak = int((self.path / "memory.max_usage_in_bytes").read_text()) / 2**20
+        oom = (self.path / "memory.oom_control").read_text().split()
+        kills = oom[oom.index("oom_kill") + 1] if "oom_kill" in oom else "?"
+        return (
+            f"memory cgroup: limit {self.limit} MiB, peak usage {peak:.0f} MiB (RSS and page "
+            f"cache), OOM kills {kills}"
+        )
+
+    def __exit__(self, *_exc: object) -> None:
+        if not self.limit:
+            return
+        for pid in (self.path / "cgroup.procs").read_text().split():  # back to the root
+            with contextlib.suppress(OSError):
+                (self.ROOT / "cgroup.procs").write_text(pid)
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
 
 
 def _peak_rss(run: Run) -> float:

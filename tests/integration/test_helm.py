@@ -419,9 +419,15 @@ def test_the_namespaced_render_has_roles_per_namespace_and_no_cluster_role_for_j
         helm, tmp_path, "gro", "ops",
         {"rbac": {"mode": "namespaced"}, "watchNamespaces": ["team-a", "team-b"]},
     )  # fmt: skip
-    assert not [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    # One cluster-wide binding: get on the watched Namespaces by name (their own Roles are
+    # deleted first when they are deleted, tests/integration/test_namespace_reader.py).
+    (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == "gro-gitea-runner-operator-namespaces"
     for role in (o for o in objects if o["kind"] == "ClusterRole"):
         assert not grants_operator_resources(role), role["metadata"]["name"]
+        if role["metadata"]["name"] == "gro-gitea-runner-operator-namespaces":
+            (rule,) = role["rules"]
+            assert rule["resourceNames"] == ["team-a", "team-b"] and rule["verbs"] == ["get"]
     roles = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objects
              if o["kind"] == "Role"}  # fmt: skip
     for ns in ("team-a", "team-b"):

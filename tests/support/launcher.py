@@ -124,13 +124,16 @@ def launch(
     env: dict[str, str] | None = None,
     memprobe: Path | None = None,
     cpuprobe: Path | None = None,
+    cgroup: Path | None = None,
 ) -> OperatorProcess:
     """Start the operator; ``leader_election_namespace=None`` runs it without leader
     election, ``log_path=None`` leaves its log on this process's terminal. The caller's
     KUBECONFIG is dropped so that only ``kubeconfig`` (the ServiceAccount's) is used. With
     ``memprobe`` (a directory) it runs under tracemalloc (tests/benchmarks/memprobe.py), its
     snapshots written there on ``OperatorProcess.snapshot()``; with ``cpuprobe`` under a
-    sampling CPU profiler (tests/benchmarks/cpuprobe.py), started and dumped the same way."""
+    sampling CPU profiler (tests/benchmarks/cpuprobe.py), started and dumped the same way.
+    With ``cgroup`` (a cgroup directory) it starts in that cgroup, so all it allocates is
+    charged there."""
     health, hook = free_port(), free_port()
     election = (
         ["--leader-election-namespace", leader_election_namespace]
@@ -158,12 +161,19 @@ def launch(
         # stops its sandbox from a signal handler, which no `finally` here outlives. Only
         # from the main thread: the kernel ties the signal to the starting thread.
         main = threading.current_thread() is threading.main_thread()
+
+        def before_exec() -> None:
+            if cgroup is not None:
+                (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+            if main:
+                _die_with_parent()
+
         proc = subprocess.Popen(
             args,
             stdout=out,
             stderr=subprocess.STDOUT,
             env=environ,
-            preexec_fn=_die_with_parent if main else None,
+            preexec_fn=before_exec if main or cgroup is not None else None,
         )
     finally:
         if out is not None:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.api.gitea import ActionJob, Unserved
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, Scope
 from gitea_runner_operator.api.scope import (
     ScopeIndex,
@@ -105,6 +105,10 @@ class Answer:
     started_at: float
     jobs: Sequence[ActionJob]
     sees: frozenset[int] | None = None  # seen_key of each repository
+    # Queued jobs no group of the Gitea could run, only counted (forge/unserved.py): for the
+    # unmatched-jobs evaluation, never for accounting.
+    unserved: tuple[Unserved, ...] = ()
+    unserved_other: int = 0
 
     def can_see(self, repository: Repository | None) -> bool:
         return self.sees is None or (repository is not None and seen_key(repository) in self.sees)

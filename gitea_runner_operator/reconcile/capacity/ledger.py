@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
+from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.api.scope import fold
@@ -167,6 +168,18 @@ class Ledger:
         # Per member: whether its answer (by ``started_at``) lists a job of unknown repository,
         # so a pass whose claimant moved (a runner started) does not walk the answer again.
         self._unknown: dict[str, tuple[float, bool]] = {}
+        # Per normalised Gitea URL, every label its members offer (None: to be worked out).
+        self._offered: dict[str, frozenset[str]] | None = None
+
+    def offered(self, url: str) -> frozenset[str] | None:
+        """Every label the groups of Gitea ``url`` offer, None when none is known yet: a
+        queued job with a label outside it can be run by none of them (forge/unserved.py)."""
+        if self._offered is None:
+            by_url: dict[str, set[str]] = {}
+            for member in self._members.values():
+                by_url.setdefault(member.url, set()).update(member.claimant.offered)
+            self._offered = {u: frozenset(labels) for u, labels in by_url.items()}
+        return self._offered.get(normalise_url(url))
 
     def __len__(self) -> int:
         return len(self._members)
@@ -193,6 +206,8 @@ class Ledger:
         if old is not None and old.shape == new.shape and old.stamp == new.stamp:
             return
         self._members.put(new)
+        if old is None or old.url != url or old.claimant.offered != claimant.offered:
+            self._offered = None
         if answer is not None and answer.jobs:
             self._queued.add(key)
         else:
@@ -223,6 +238,7 @@ class Ledger:
         if old is None:
             return None
         self._seen.pop(key, None)
+        self._offered = None
         self._unknown.pop(key, None)
         self._queued.discard(key)
         self._shares.pop(key, None)

@@ -115,7 +115,13 @@ class Claims:
         )
         answer = None
         if snapshot is not None and observation is not None and snapshot.problem is None:
-            answer = Answer(p.key, snapshot.started_at, observation.queued)
+            answer = Answer(
+                p.key,
+                snapshot.started_at,
+                observation.queued,
+                unserved=observation.unserved,
+                unserved_other=observation.unserved_other,
+            )
         url = normalise_url(p.spec.gitea.url)
         before = self.ledger.members.get(p.key)
         self.ledger.report(

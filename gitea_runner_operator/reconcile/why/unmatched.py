@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gitea_runner_operator.api.gitea import ActionJob
+from gitea_runner_operator.api.gitea import ActionJob, Unserved
 from gitea_runner_operator.api.scope import ScopeIndex
 from gitea_runner_operator.reconcile.capacity.accounting import Claimant, Repository, job_repository
 
@@ -52,6 +52,9 @@ class Sighting:
     url: str  # normalised Gitea URL
     observer: str  # the group's namespace/name
     jobs: Sequence[ActionJob]
+    # Queued jobs its listing only counted: no group of the Gitea could run them when it
+    # was read (forge/unserved.py); by label set, with the oldest as example.
+    unserved: Sequence[Unserved] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,14 @@ class UnmatchedSet:
     # One of its Gitea's MAX_LABEL_SETS largest sets: described (nearest, offered_by) and
     # warned about; the others only count in the metric.
     detailed: bool = True
+    # Jobs counted beyond ``jobs``: listings drop the jobs no group could run and keep only
+    # their count and oldest (forge/unserved.py).
+    extra: int = 0
+
+    @property
+    def count(self) -> int:
+        """How many queued jobs the set holds."""
+        return len(self.jobs) + self.extra
 
     @property
     def label_text(self) -> str:
@@ -131,7 +142,16 @@ def find_unmatched(
             by_label.setdefault((offer.url, label), []).append(offer.claimant)
     jobs: dict[tuple[str, int], ActionJob] = {}
     observers: dict[tuple[str, int], set[str]] = {}
+    # Per (Gitea, label set): the jobs listings only counted. Two groups listing one scope
+    # count the same jobs, so the largest count stands, not their sum.
+    unserved: dict[tuple[str, tuple[str, ...]], tuple[int, ActionJob, dict[str, int]]] = {}
     for sighting in sightings:
+        for u in sighting.unserved:
+            key = (sighting.url, u.labels)
+            count, example, by = unserved.get(key, (0, u.example, {}))
+            by[sighting.observer] = max(by.get(sighting.observer, 0), u.count)
+            oldest = example if example.id <= u.example.id else u.example
+            unserved[key] = (max(count, u.count), oldest, by)
         for job in sighting.jobs:
             if job.status != "queued":
                 continue
@@ -142,7 +162,8 @@ def find_unmatched(
     found: dict[
         tuple[str, tuple[str, ...]], tuple[Cause, list[ActionJob], dict[str, tuple[int, ActionJob]]]
     ] = {}
-    for (url, job_id), job in sorted(jobs.items(), key=lambda item: item[0][1]):
+
+    def verdict(url: str, job: ActionJob) -> Cause | None:
         labels, repository = frozenset(job.labels), job_repository(job)
         pair = (url, labels, repository)
         if pair not in verdicts:
@@ -155,7 +176,11 @@ def find_unmatched(
                 )
                 able = able_for[(url, labels)] = _Able([c for c in some if c.can_run(job)])
             verdicts[pair] = able.cause(repository)
-        cause = verdicts[pair]
+        return verdicts[pair]
+
+    for (url, job_id), job in sorted(jobs.items(), key=lambda item: item[0][1]):
+        labels = frozenset(job.labels)
+        cause = verdict(url, job)
         if cause is None:
             continue
         key = (url, tuple(sorted(labels)))
@@ -164,9 +189,23 @@ def find_unmatched(
         for observer in observers[(url, job_id)]:
             n, first = entry[2].get(observer, (0, job))
             entry[2][observer] = (n + 1, first)
+    extra: dict[tuple[str, tuple[str, ...]], int] = {}
+    for (url, names), (count, example, by) in unserved.items():
+        cause = verdict(url, example)  # the offers now: a group may offer them since
+        if cause is None:
+            continue
+        entry = found.setdefault((url, names), (cause, [], {}))
+        if not entry[1] or example.id < entry[1][0].id:
+            entry[1].insert(0, example)  # oldest first
+        extra[(url, names)] = max(0, count - len(entry[1]))
+        for observer, n in by.items():
+            listed_n, first = entry[2].get(observer, (0, example))
+            oldest = first if first.id <= example.id else example
+            entry[2][observer] = (max(listed_n, n), oldest)
     ranked: dict[str, list[tuple[int, str, tuple[str, ...]]]] = {}
     for (url, names), (_, listed, _) in found.items():
-        ranked.setdefault(url, []).append((-len(listed), label_text(names), names))
+        count = len(listed) + extra.get((url, names), 0)
+        ranked.setdefault(url, []).append((-count, label_text(names), names))
     described = {
         (url, names)
         for url, sets in ranked.items()
@@ -188,6 +227,7 @@ def find_unmatched(
                 nearest=typos[url].nearest(names) if detailed and cause is Cause.LABELS else (),
                 offered_by=tuple(sorted(c.key for c in claimants if frozenset(names) <= c.offered)),
                 detailed=detailed,
+                extra=extra.get((url, names), 0),
             )
         )
     return out
@@ -248,11 +288,11 @@ def buckets(
         per_url.setdefault(s.url, []).append(s)
     out: dict[tuple[str, str], Bucket] = {}
     for url, listed in per_url.items():
-        listed.sort(key=lambda s: (-len(s.jobs), s.label_text))
+        listed.sort(key=lambda s: (-s.count, s.label_text))
         for i, s in enumerate(listed):
             key = (url, s.label_text if i < cap else OTHER)
             before = out.get(key)
-            out[key] = _add(before, Bucket(len(s.jobs), s.oldest_created()))
+            out[key] = _add(before, Bucket(s.count, s.oldest_created()))
     return out
 
 
@@ -269,7 +309,7 @@ def describe(s: UnmatchedSet, observer: str) -> str:
     only groups of its own namespace: the others are a count (tenants share a Gitea, not
     their groups' names or repositories)."""
     count, first = next(
-        ((n, job) for key, n, job in s.seen if key == observer), (len(s.jobs), s.jobs[0])
+        ((n, job) for key, n, job in s.seen if key == observer), (s.count, s.jobs[0])
     )
     example = first.url or f"job {first.id}"
     head = f"{count} queued job(s) with runs-on [{', '.join(s.labels)}] match no RunnerGroup"

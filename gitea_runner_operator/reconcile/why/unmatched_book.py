@@ -92,10 +92,12 @@ def evaluation(
 
     def run() -> Found:
         weighed, unweighed = _within(members, max_sets)
+        # Jobs of label sets past those the listings kept (forge/unserved.py): counted only.
+        unweighed += max((m.answer.unserved_other for m in members if m.answer), default=0)
         sets = tuple(
             find_unmatched(
                 (
-                    Sighting(url, m.claimant.key, jobs)
+                    Sighting(url, m.claimant.key, jobs, m.answer.unserved if m.answer else ())
                     for m, jobs in zip(members, weighed, strict=True)
                 ),
                 [*(Offer(url, m.claimant) for m in members), *(Offer(url, c) for c in peers)],
@@ -139,8 +141,10 @@ def _sighting(member: Member | None) -> tuple[object, ...] | None:
     if member is None:
         return None
     c = member.claimant
-    jobs = tuple(member.answer.jobs) if member.answer is not None else ()
-    return (member.url, c.scope, c.org, c.repo, c.offered, jobs)
+    answer = member.answer
+    jobs = tuple(answer.jobs) if answer is not None else ()
+    unserved = (answer.unserved, answer.unserved_other) if answer is not None else None
+    return (member.url, c.scope, c.org, c.repo, c.offered, jobs, unserved)
 
 
 @dataclass(eq=False)

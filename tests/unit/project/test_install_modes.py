@@ -17,7 +17,6 @@ def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 def test_the_namespaced_overlay_grants_roles_only_where_it_watches():
     base = manifests.kustomization()
     overlay = manifests.kustomization("namespaced")
-    assert not by_kind(overlay, "ClusterRoleBinding")
     for role in by_kind(overlay, "ClusterRole"):
         granted = {r for rule in role["rules"] for r in rule["resources"]}
         assert not granted & OPERATOR_RESOURCES, role["metadata"]["name"]
@@ -26,6 +25,19 @@ def test_the_namespaced_overlay_grants_roles_only_where_it_watches():
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     watched = {a.split("=", 1)[1] for a in args if a.startswith("--namespace=")}
     assert watched == {"team-a", "team-b"}
+
+    # One cluster-wide binding: get on the watched Namespaces by name, which a namespace's
+    # own Role stops granting once the namespace is being deleted (its Roles go first).
+    (binding,) = by_kind(overlay, "ClusterRoleBinding")
+    (namespaces,) = [
+        o
+        for o in by_kind(overlay, "ClusterRole")
+        if o["metadata"]["name"] == binding["roleRef"]["name"]
+    ]
+    assert namespaces["rules"] == [
+        {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": sorted(watched),
+         "verbs": ["get"]}
+    ]  # fmt: skip
 
     (cluster_role,) = [
         o for o in by_kind(base, "ClusterRole") if o["metadata"]["name"] == "gitea-runner-operator"

@@ -477,3 +477,51 @@ async def test_a_group_that_leaves_has_its_gitea_evaluated_in_the_background_at_
     (s,) = after.sets
     assert s.observers == {ORG.key}
     await evaluations.close()
+
+
+async def test_jobs_the_listing_only_counted_are_still_warned_about_with_their_count():
+    """The forge keeps only a count and the oldest job of each label set no group of the
+    Gitea offers (forge/unserved.py): the Event and the metric still say how many there are,
+    and the example is the oldest job."""
+    from gitea_runner_operator.api.gitea import Unserved
+
+    oldest = ActionJob(
+        id=4,
+        labels=("ubuntu-lastest",),
+        status="queued",
+        url="https://gitea.example.com/api/v1/repos/acme/widgets/actions/jobs/4",
+        created_at=QUEUED,
+    )
+    observation = Observation(
+        queued=(), runners=(), unserved=(Unserved(("ubuntu-lastest",), 3, oldest),)
+    )
+    cluster = EventCluster()
+    reconciler, _, _ = make(cluster, Snapshot(1.0, "2026-01-01T00:00:10Z", observation))
+    await reconciler.reconcile(KEY)
+    await reconciler.reconcile(KEY)
+    await reconciler.unmatched.idle()
+    (event,) = [m for m in cluster.said if m[1] == "UnmatchedJobs"]
+    assert "3 queued job(s) with runs-on [ubuntu-lastest]" in event[2]
+    assert "did you mean 'ubuntu-latest'?" in event[2]
+    assert oldest.url in event[2]
+    assert (
+        'gitea_runner_operator_unmatched_jobs{gitea="https://gitea.example.com",'
+        'labels="ubuntu-lastest"} 3.0'
+    ) in scrape(reconciler._metrics)
+    await reconciler.close()
+
+
+def test_counted_jobs_of_two_groups_listing_one_scope_count_once():
+    from gitea_runner_operator.api.gitea import Unserved
+
+    counted = (Unserved(("typo",), 5, job(2, ("typo",))),)
+    (s,) = find_unmatched(
+        [
+            Sighting(URL, "team-a/org", [job(1, ("typo",))], counted),
+            Sighting(URL, "team-b/org", [], counted),
+        ],
+        [Offer(URL, ORG)],
+    )
+    assert s.count == 5 and s.jobs[0].id == 1  # at least the 5 counted, the oldest first
+    assert s.observers == {"team-a/org", "team-b/org"}
+    assert "5 queued job(s)" in describe(s, "team-b/org")
