@@ -12,7 +12,8 @@ spent outside the main thread is counted where the main thread happened to be.
 
 The same file also names the event loop's callbacks: every ``asyncio`` handle run while
 sampling is timed (wall clock and the thread's CPU), so the dump lists the callbacks that
-took the most CPU in all and the longest single ones. A long wall time with little CPU is a
+took the most CPU in all and the longest single ones, and the loop's stalls over 50 ms with
+the loop thread's stack during each (stallprobe.py). A long wall time with little CPU is a
 callback the kernel did not run (the machine's load), not work of ours. Measuring tools
 only: the operator itself never imports this.
 """
@@ -29,6 +30,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from tests.benchmarks.stallprobe import STALL, StallProbe
+
 INTERVAL = 0.005
 DEPTH = 60
 
@@ -42,6 +45,7 @@ class Sampler:
         self.dumps = 0
         self.running = False
         self.callbacks = CallbackTimes()
+        self.stalls = StallProbe()
 
     def sample(self, _sig: int, frame: FrameType | None) -> None:
         if not self.running or frame is None:
@@ -69,8 +73,10 @@ class Sampler:
         self.under.clear()
         self.samples = 0
         self.callbacks.clear()
+        self.stalls.clear()
         self.running = True
         self.callbacks.running = True
+        self.stalls.running = True
 
     def dump(self) -> None:
         self.dumps += 1
@@ -80,6 +86,7 @@ class Sampler:
         lines += ["", "time under (cumulative):"]
         lines += [f"{100 * n / total:6.1f}% {name}" for name, n in self.under.most_common(80)]
         lines += ["", *self.callbacks.lines()]
+        lines += ["", *self.stalls.lines()]
         (self.directory / f"cpu-{self.dumps}.txt").write_text("\n".join(lines) + "\n")
 
 
@@ -164,16 +171,19 @@ def callback_name(handle: asyncio.events.Handle) -> str:
     return str(name)
 
 
-def _timed_handles(times: CallbackTimes) -> None:
+def _timed_handles(times: CallbackTimes, stalls: StallProbe) -> None:
     run = asyncio.events.Handle._run
 
     def timed(handle: asyncio.events.Handle) -> None:
         if not times.running:
             run(handle)
             return
+        stalls.begin()
         wall, cpu = time.perf_counter(), time.thread_time()
         run(handle)
-        times.record(handle, time.perf_counter() - wall, time.thread_time() - cpu)
+        wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+        times.record(handle, wall, cpu)
+        stalls.end(callback_name(handle) if wall >= STALL else "", wall, cpu)
 
     asyncio.events.Handle._run = timed  # type: ignore[method-assign]
 
@@ -191,7 +201,8 @@ def run(directory: Path, argv: list[str]) -> int:
     signal.signal(signal.SIGPROF, sampler.sample)
     signal.signal(signal.SIGUSR2, sampler.toggle)
     signal.setitimer(signal.ITIMER_PROF, INTERVAL, INTERVAL)
-    _timed_handles(sampler.callbacks)
+    _timed_handles(sampler.callbacks, sampler.stalls)
+    sampler.stalls.start()
     from gitea_runner_operator.cli import main
 
     return int(main(argv) or 0)
