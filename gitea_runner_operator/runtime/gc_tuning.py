@@ -7,6 +7,19 @@ long as the process. ``gc.freeze()`` once those are filled moves them to the per
 generation, which no collection walks; the young generations' thresholds are raised so
 that parsing a page of answers does not trigger a collection every 700 allocations.
 Measured with tests/benchmarks/gc_lag.py (figures in docs/benchmarks.md).
+
+A freeze at start is not enough under attack: what the polls keep afterwards (observations
+of thousands of jobs) is promoted to the old generation, and a full collection walks it all
+again; a middle collection walks up to ``THRESHOLDS[0] * THRESHOLDS[1]`` objects. The stall
+probe (tests/benchmarks/stallprobe.py) saw one middle collection of 100 ms of CPU with
+(10,000, 20, 20). So the middle generation is kept smaller, and every ``REFREEZE_EVERY``
+seconds what survived a middle collection since the last freeze is frozen too: a full
+collection walks at most what was promoted in that time. Reference counting still frees a
+frozen object; what a freeze keeps is cyclic garbage: cycles already dead in the old
+generation at a refreeze, and frozen objects that later die in a cycle. That is bounded the
+way CPython bounds its own full collections: once the frozen objects have grown by
+``THAW_GROWTH`` since the last full collection, the heap is thawed, collected whole and
+frozen again (one full pause, at most once per quarter of growth).
 """
 
 from __future__ import annotations
@@ -19,8 +32,11 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-# (gen0, gen1, gen2): CPython's are (700, 10, 10).
-THRESHOLDS: Final = (10_000, 20, 20)
+# (gen0, gen1, gen2): CPython's are (700, 10, 10). A middle collection walks at most about
+# 10,000 * 4 objects (it was 10,000 * 20: 100 ms of CPU under attack).
+THRESHOLDS: Final = (10_000, 4, 20)
+REFREEZE_EVERY: Final = 10.0
+THAW_GROWTH: Final = 0.25
 # After the caches filled, the heap is settled once more when the first polls' answers and
 # the book of members are in.
 SETTLE_AGAIN: Final = 120.0
@@ -31,12 +47,31 @@ def tune_thresholds() -> None:
     gc.set_threshold(*THRESHOLDS)
 
 
+_thawed_at = 0  # objects frozen right after the last full collection
+
+
 def settle_heap() -> None:
     """What is alive now lives long (the caches just filled): collect once, then move it out
     of the collections' way."""
+    global _thawed_at
+    gc.unfreeze()
     gc.collect()
     gc.freeze()
-    log.debug("heap settled", frozen=gc.get_freeze_count())
+    _thawed_at = gc.get_freeze_count()
+    log.debug("heap settled", frozen=_thawed_at)
+
+
+def refreeze() -> bool:
+    """Freeze what survived the young collections since the last freeze, after collecting
+    those (a middle collection, not a full one); or, once the frozen objects grew by
+    ``THAW_GROWTH``, settle the whole heap again, which frees the cyclic garbage the freezes
+    kept. Whether it settled the whole heap."""
+    if gc.get_freeze_count() > (1 + THAW_GROWTH) * _thawed_at:
+        settle_heap()
+        return True
+    gc.collect(1)
+    gc.freeze()
+    return False
 
 
 _settling: set[asyncio.Task[None]] = set()  # kept alive until they end
@@ -44,7 +79,8 @@ _settling: set[asyncio.Task[None]] = set()  # kept alive until they end
 
 def settle_after(synced: asyncio.Event) -> None:
     """Settle the heap once ``synced`` is set (the informers' caches are full), and again
-    ``SETTLE_AGAIN`` seconds later. Never awaited: the controller does not wait for it."""
+    ``SETTLE_AGAIN`` seconds later; from then on refreeze every ``REFREEZE_EVERY`` seconds.
+    Never awaited: the controller does not wait for it."""
     task = asyncio.get_running_loop().create_task(_settle(synced), name="gc-settle")
     _settling.add(task)
     task.add_done_callback(_settling.discard)
@@ -55,3 +91,6 @@ async def _settle(synced: asyncio.Event) -> None:
     settle_heap()
     await asyncio.sleep(SETTLE_AGAIN)
     settle_heap()
+    while True:
+        await asyncio.sleep(REFREEZE_EVERY)
+        refreeze()

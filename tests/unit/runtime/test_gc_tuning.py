@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import weakref
 
 from gitea_runner_operator.runtime import gc_tuning
 
@@ -38,3 +39,45 @@ def test_settling_freezes_what_is_alive_and_collects_the_rest_first():
     finally:
         gc.unfreeze()
         gc.set_threshold(*thresholds)
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a cycle: only the collector frees it
+
+
+def _in_collected_generations(obj: object) -> bool:
+    return any(any(o is obj for o in gc.get_objects(g)) for g in range(3))
+
+
+def test_a_full_collection_after_a_refreeze_walks_only_what_is_newer():
+    try:
+        gc_tuning.settle_heap()
+        kept = [{"job": i} for i in range(1000)]  # what a poll keeps after the settle
+        assert _in_collected_generations(kept)
+        assert gc_tuning.refreeze() is False  # no full collection
+        assert not _in_collected_generations(kept)
+        newer = [{"job": -1}]
+        assert _in_collected_generations(newer)
+        assert len(gc.get_objects(2)) < 100  # what a full collection would walk
+    finally:
+        gc.unfreeze()
+
+
+def test_cyclic_garbage_a_freeze_kept_is_freed_once_the_frozen_heap_grew_by_a_quarter():
+    try:
+        gc_tuning.settle_heap()
+        node = _Node()
+        dead = weakref.ref(node)
+        gc_tuning.refreeze()  # frozen while alive
+        del node
+        gc.collect()
+        assert dead() is not None  # kept: frozen objects are not walked
+        # The heap grows past the bound (the caches of a busier operator).
+        growth = [[i] for i in range(int(gc.get_freeze_count() * gc_tuning.THAW_GROWTH) + 1)]
+        assert gc_tuning.refreeze() is False  # the growth is frozen at this refreeze
+        assert gc_tuning.refreeze() is True  # past the bound: thawed and collected whole
+        assert dead() is None
+        del growth
+    finally:
+        gc.unfreeze()
