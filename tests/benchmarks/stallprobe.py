@@ -35,6 +35,7 @@ OURS = "gitea_runner_operator/"
 class Stall:
     wall: float
     cpu: float
+    others: float  # the process's other threads' CPU meanwhile (the GIL, if theirs)
     name: str
     gc_seconds: dict[int, float]
     samples: list[tuple[float, tuple[str, ...]]]  # (weight s, stack leaf first)
@@ -57,6 +58,7 @@ class StallProbe:
     in_gc: float = 0.0  # stall seconds inside garbage collections
     buckets: collections.Counter[str] = field(default_factory=collections.Counter)
     _started: float = 0.0
+    _process: float = 0.0
     _gc: dict[int, float] = field(default_factory=dict)
     _gc_at: float = 0.0
     _samples: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
@@ -77,13 +79,15 @@ class StallProbe:
     def begin(self) -> None:
         self._gc = {}
         self._samples = []
+        self._process = time.process_time()
         self._last_sample = self._started = time.perf_counter()
 
     def end(self, name: str, wall: float, cpu: float) -> None:
         self._started = 0.0
         if not self.running or wall < STALL:
             return
-        stall = Stall(wall, cpu, name, self._gc, self._samples)
+        others = max(0.0, time.process_time() - self._process - cpu)
+        stall = Stall(wall, cpu, others, name, self._gc, self._samples)
         self.buckets[_bucket(wall)] += 1
         self.by_callback[name] += wall
         self.in_gc += sum(self._gc.values())
@@ -132,12 +136,13 @@ class StallProbe:
         out += [f"{s:8.3f}  {name}" for name, s in self.under.most_common(40)]
         out += ["", "stall time sampled in (leaf, s):"]
         out += [f"{s:8.3f}  {name}" for name, s in self.own.most_common(20)]
-        out += ["", "longest stalls (wall ms, CPU ms, gc ms by generation, callback; top frames):"]
+        out += ["", "longest stalls (wall ms, CPU ms, other threads' CPU ms, gc ms, callback):"]
         for stall in sorted(self.longest, reverse=True):
             gcs = sorted(stall.gc_seconds.items())
             collected = " ".join(f"g{g}={1000 * s:.0f}" for g, s in gcs)
             out.append(
-                f"{1000 * stall.wall:8.1f} {1000 * stall.cpu:8.1f}  [{collected}]  {stall.name}"
+                f"{1000 * stall.wall:8.1f} {1000 * stall.cpu:8.1f} {1000 * stall.others:8.1f}"
+                f"  [{collected}]  {stall.name}"
             )
             frames: collections.Counter[str] = collections.Counter()
             for weight, stack in stall.samples:
