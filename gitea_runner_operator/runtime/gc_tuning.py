@@ -17,15 +17,18 @@ seconds what survived a middle collection since the last freeze is frozen too: a
 collection walks at most what was promoted in that time. Reference counting still frees a
 frozen object; what a freeze keeps is cyclic garbage: cycles already dead in the old
 generation at a refreeze, and frozen objects that later die in a cycle. That is bounded the
-way CPython bounds its own full collections: once the frozen objects have grown by
-``THAW_GROWTH`` since the last full collection, the heap is thawed, collected whole and
-frozen again (one full pause, at most once per quarter of growth).
+way CPython bounds its own full collections: once the frozen objects, or the process's
+resident memory (a frozen cycle may hold a large answer's bytes, which are not counted as
+objects), have grown by ``THAW_GROWTH`` since the last full collection, the heap is thawed,
+collected whole and frozen again (one full pause, at most once per quarter of growth).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import os
+from collections.abc import Callable
 from typing import Final
 
 import structlog
@@ -48,25 +51,37 @@ def tune_thresholds() -> None:
 
 
 _thawed_at = 0  # objects frozen right after the last full collection
+_resident_at = 0  # and the resident bytes then
+
+
+def resident_bytes() -> int:
+    """The process's resident memory now (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def settle_heap() -> None:
     """What is alive now lives long (the caches just filled): collect once, then move it out
     of the collections' way."""
-    global _thawed_at
+    global _thawed_at, _resident_at
     gc.unfreeze()
     gc.collect()
     gc.freeze()
     _thawed_at = gc.get_freeze_count()
+    _resident_at = resident_bytes()
     log.debug("heap settled", frozen=_thawed_at)
 
 
-def refreeze() -> bool:
+def refreeze(resident: Callable[[], int] = resident_bytes) -> bool:
     """Freeze what survived the young collections since the last freeze, after collecting
-    those (a middle collection, not a full one); or, once the frozen objects grew by
-    ``THAW_GROWTH``, settle the whole heap again, which frees the cyclic garbage the freezes
-    kept. Whether it settled the whole heap."""
-    if gc.get_freeze_count() > (1 + THAW_GROWTH) * _thawed_at:
+    those (a middle collection, not a full one); or, once the frozen objects or the resident
+    memory grew by ``THAW_GROWTH``, settle the whole heap again, which frees the cyclic
+    garbage the freezes kept. Whether it settled the whole heap."""
+    grown = 1 + THAW_GROWTH
+    if gc.get_freeze_count() > grown * _thawed_at or resident() > grown * _resident_at:
         settle_heap()
         return True
     gc.collect(1)

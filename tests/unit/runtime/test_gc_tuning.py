@@ -55,7 +55,7 @@ def test_a_full_collection_after_a_refreeze_walks_only_what_is_newer():
         gc_tuning.settle_heap()
         kept = [{"job": i} for i in range(1000)]  # what a poll keeps after the settle
         assert _in_collected_generations(kept)
-        assert gc_tuning.refreeze() is False  # no full collection
+        assert gc_tuning.refreeze(lambda: 0) is False  # no full collection
         assert not _in_collected_generations(kept)
         newer = [{"job": -1}]
         assert _in_collected_generations(newer)
@@ -69,15 +69,33 @@ def test_cyclic_garbage_a_freeze_kept_is_freed_once_the_frozen_heap_grew_by_a_qu
         gc_tuning.settle_heap()
         node = _Node()
         dead = weakref.ref(node)
-        gc_tuning.refreeze()  # frozen while alive
+        gc_tuning.refreeze(lambda: 0)  # frozen while alive
         del node
         gc.collect()
         assert dead() is not None  # kept: frozen objects are not walked
         # The heap grows past the bound (the caches of a busier operator).
         growth = [[i] for i in range(int(gc.get_freeze_count() * gc_tuning.THAW_GROWTH) + 1)]
-        assert gc_tuning.refreeze() is False  # the growth is frozen at this refreeze
-        assert gc_tuning.refreeze() is True  # past the bound: thawed and collected whole
+        assert gc_tuning.refreeze(lambda: 0) is False  # the growth is frozen at this refreeze
+        assert gc_tuning.refreeze(lambda: 0) is True  # past the bound: thawed, collected whole
         assert dead() is None
         del growth
+    finally:
+        gc.unfreeze()
+
+
+def test_a_frozen_cycle_holding_a_large_answer_is_freed_once_resident_memory_grew_by_a_quarter():
+    """A few objects may hold many bytes (an answer's body): the object count alone would
+    keep them frozen."""
+    try:
+        gc_tuning.settle_heap()
+        node = _Node()
+        node.body = b"x" * (8 << 20)  # type: ignore[attr-defined]
+        dead = weakref.ref(node)
+        gc_tuning.refreeze(lambda: 0)
+        del node
+        assert gc_tuning.refreeze(lambda: 0) is False
+        assert dead() is not None
+        assert gc_tuning.refreeze(lambda: int(gc_tuning._resident_at * 1.3)) is True
+        assert dead() is None
     finally:
         gc.unfreeze()
