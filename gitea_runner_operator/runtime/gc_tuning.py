@@ -13,14 +13,14 @@ of thousands of jobs) is promoted to the old generation, and a full collection w
 again; a middle collection walks up to ``THRESHOLDS[0] * THRESHOLDS[1]`` objects. The stall
 probe (tests/benchmarks/stallprobe.py) saw one middle collection of 100 ms of CPU with
 (10,000, 20, 20). So the middle generation is kept smaller, and every ``REFREEZE_EVERY``
-seconds what survived a middle collection since the last freeze is frozen too: a full
-collection walks at most what was promoted in that time. Reference counting still frees a
-frozen object; what a freeze keeps is cyclic garbage: cycles already dead in the old
-generation at a refreeze, and frozen objects that later die in a cycle. That is bounded the
-way CPython bounds its own full collections: once the frozen objects, or the process's
-resident memory (a frozen cycle may hold a large answer's bytes, which are not counted as
-objects), have grown by ``THAW_GROWTH`` since the last full collection, the heap is thawed,
-collected whole and frozen again (one full pause, at most once per quarter of growth).
+seconds what is not frozen is collected and then frozen too: a full collection walks at most
+what survived since the last freeze. Reference counting still frees a frozen object; what a
+freeze keeps is cyclic garbage: frozen objects that later die in a cycle (a request in
+flight at the refreeze, say). That is bounded the way CPython bounds its own full
+collections: once the frozen objects, or the process's resident memory (a frozen cycle may
+hold a large answer's bytes, which are not counted as objects), have grown by
+``THAW_GROWTH`` since the last full collection, the heap is thawed, collected whole and
+frozen again (one full pause, at most once per quarter of growth).
 """
 
 from __future__ import annotations
@@ -40,9 +40,6 @@ log = structlog.get_logger(__name__)
 THRESHOLDS: Final = (10_000, 4, 20)
 REFREEZE_EVERY: Final = 10.0
 THAW_GROWTH: Final = 0.25
-# After the caches filled, the heap is settled once more when the first polls' answers and
-# the book of members are in.
-SETTLE_AGAIN: Final = 120.0
 
 
 def tune_thresholds() -> None:
@@ -76,15 +73,16 @@ def settle_heap() -> None:
 
 
 def refreeze(resident: Callable[[], int] = resident_bytes) -> bool:
-    """Freeze what survived the young collections since the last freeze, after collecting
-    those (a middle collection, not a full one); or, once the frozen objects or the resident
-    memory grew by ``THAW_GROWTH``, settle the whole heap again, which frees the cyclic
-    garbage the freezes kept. Whether it settled the whole heap."""
+    """Freeze what survived since the last freeze, after a full collection that walks only
+    that (everything older is frozen), so its cyclic garbage is freed first; or, once the
+    frozen objects or the resident memory grew by ``THAW_GROWTH``, settle the whole heap
+    again, which frees the cyclic garbage the freezes kept. Whether it settled the whole
+    heap."""
     grown = 1 + THAW_GROWTH
     if gc.get_freeze_count() > grown * _thawed_at or resident() > grown * _resident_at:
         settle_heap()
         return True
-    gc.collect(1)
+    gc.collect()  # walks only what is not frozen: what was promoted since the last freeze
     gc.freeze()
     return False
 
@@ -93,9 +91,10 @@ _settling: set[asyncio.Task[None]] = set()  # kept alive until they end
 
 
 def settle_after(synced: asyncio.Event) -> None:
-    """Settle the heap once ``synced`` is set (the informers' caches are full), and again
-    ``SETTLE_AGAIN`` seconds later; from then on refreeze every ``REFREEZE_EVERY`` seconds.
-    Never awaited: the controller does not wait for it."""
+    """Settle the heap once ``synced`` is set (the informers' caches are full), then refreeze
+    every ``REFREEZE_EVERY`` seconds (which settles it again as the first polls' answers and
+    the book of members come in, by the growth bound). Never awaited: the controller does
+    not wait for it."""
     task = asyncio.get_running_loop().create_task(_settle(synced), name="gc-settle")
     _settling.add(task)
     task.add_done_callback(_settling.discard)
@@ -103,8 +102,6 @@ def settle_after(synced: asyncio.Event) -> None:
 
 async def _settle(synced: asyncio.Event) -> None:
     await synced.wait()
-    settle_heap()
-    await asyncio.sleep(SETTLE_AGAIN)
     settle_heap()
     while True:
         await asyncio.sleep(REFREEZE_EVERY)

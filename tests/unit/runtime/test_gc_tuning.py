@@ -11,17 +11,22 @@ import weakref
 from gitea_runner_operator.runtime import gc_tuning
 
 
-async def test_the_heap_is_frozen_once_the_caches_are_synced(monkeypatch):
+async def test_the_heap_is_frozen_once_the_caches_are_synced_then_refrozen(monkeypatch):
     settled: list[int] = []
+    refrozen: list[int] = []
     monkeypatch.setattr(gc_tuning, "settle_heap", lambda: settled.append(1))
-    monkeypatch.setattr(gc_tuning, "SETTLE_AGAIN", 0.01)
+    monkeypatch.setattr(gc_tuning, "refreeze", lambda: bool(refrozen.append(1)))
+    monkeypatch.setattr(gc_tuning, "REFREEZE_EVERY", 0.01)
     synced = asyncio.Event()
     gc_tuning.settle_after(synced)
-    await asyncio.sleep(0.02)
-    assert settled == []  # not before the caches are full
+    await asyncio.sleep(0.05)
+    assert settled == refrozen == []  # not before the caches are full
     synced.set()
     await asyncio.sleep(0.1)
-    assert settled == [1, 1]  # at sync, and once the first answers are in
+    assert settled == [1]  # at sync
+    assert len(refrozen) >= 2  # then again and again, as what the polls keep comes in
+    for task in list(gc_tuning._settling):
+        task.cancel()
 
 
 def test_settling_freezes_what_is_alive_and_collects_the_rest_first():
