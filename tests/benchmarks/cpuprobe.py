@@ -183,6 +183,7 @@ def _timed_handles(times: CallbackTimes, stalls: StallProbe) -> None:
         run(handle)
         wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
         times.record(handle, wall, cpu)
+        stalls.ran(handle, wall)
         stalls.end(callback_name(handle) if wall >= STALL else "", wall, cpu)
 
     asyncio.events.Handle._run = timed  # type: ignore[method-assign]
@@ -202,7 +203,7 @@ def run(directory: Path, argv: list[str]) -> int:
     signal.signal(signal.SIGUSR2, sampler.toggle)
     signal.setitimer(signal.ITIMER_PROF, INTERVAL, INTERVAL)
     _timed_handles(sampler.callbacks, sampler.stalls)
-    sampler.stalls.start()
+    sampler.stalls.start(callback_name)  # type: ignore[arg-type]
     from gitea_runner_operator.cli import main
 
     return int(main(argv) or 0)

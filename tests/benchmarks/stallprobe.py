@@ -10,6 +10,10 @@ function the stall time under it (each sample weighted by the time since the pre
 a C call that holds the GIL, such as ``json.loads``, delays the next sample, so its time
 goes to its Python caller) and lists the longest stalls with their callback and leaf frames.
 
+A stall made of many short callbacks run in one loop iteration (or of time between them) is
+no single long callback: the probe also times each iteration's busy part (from the
+selector's answer to the next select) and lists the longest, with their callbacks.
+
 Opt-in, with ``cpuprobe.py`` (``--cpuprobe DIR`` of the benchmarks): the dump goes into the
 same ``cpu-N.txt``. Measuring tools only: the operator never imports this.
 """
@@ -19,11 +23,14 @@ from __future__ import annotations
 import collections
 import gc
 import heapq
+import selectors
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any
 
 STALL = 0.05
 STEP = 0.005
@@ -63,10 +70,47 @@ class StallProbe:
     _gc_at: float = 0.0
     _samples: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
     _last_sample: float = 0.0
+    # Loop iterations: (busy s, callbacks run, their wall s, the longest three (wall, name)).
+    iterations: list[tuple[float, int, float, list[tuple[float, str]]]] = field(
+        default_factory=list
+    )
+    _iteration_began: float = 0.0
+    _name_of: Callable[[object], str] = repr
+    _ran: list[tuple[float, object]] = field(default_factory=list)
 
-    def start(self) -> None:
+    def start(self, name_of: Callable[[object], str] = repr) -> None:
+        self._name_of = name_of
         gc.callbacks.append(self._collected)
         threading.Thread(target=self._watch, name="stallprobe", daemon=True).start()
+        select = selectors.DefaultSelector.select
+        probe = self
+
+        def timed_select(selector: selectors.BaseSelector, timeout: float | None = None) -> Any:
+            probe.iteration_ended()
+            try:
+                return select(selector, timeout)  # type: ignore[arg-type]
+            finally:
+                probe._iteration_began = time.perf_counter()
+
+        selectors.DefaultSelector.select = timed_select  # type: ignore[method-assign]
+
+    def ran(self, handle: object, wall: float) -> None:
+        if self.running and self._iteration_began:
+            self._ran.append((wall, handle))
+
+    def iteration_ended(self) -> None:
+        began, ran, self._ran = self._iteration_began, self._ran, []
+        if not self.running or not began:
+            return
+        busy = time.perf_counter() - began
+        if busy < STALL:
+            return
+        longest = [(wall, self._name_of(h)) for wall, h in heapq.nlargest(3, ran, key=_first)]
+        entry = (busy, len(ran), sum(wall for wall, _ in ran), longest)
+        if len(self.iterations) < self.keep:
+            heapq.heappush(self.iterations, entry)
+        elif busy > self.iterations[0][0]:
+            heapq.heapreplace(self.iterations, entry)
 
     def clear(self) -> None:
         self.longest.clear()
@@ -74,6 +118,7 @@ class StallProbe:
         self.own.clear()
         self.by_callback.clear()
         self.buckets.clear()
+        self.iterations.clear()
         self.in_gc = 0.0
 
     def begin(self) -> None:
@@ -149,7 +194,15 @@ class StallProbe:
                 ours = next((f for f in stack if OURS in f), "")
                 frames[f"{stack[0]} <- {ours}" if stack else "?"] += weight
             out += [f"           {1000 * s:6.0f} ms  {f}" for f, s in frames.most_common(4)]
+        out += ["", "longest loop iterations over 50 ms (busy ms, callbacks, ms in them; longest):"]
+        for busy, count, in_them, longest in sorted(self.iterations, reverse=True):
+            named = ", ".join(f"{1000 * wall:.0f} ms {name}" for wall, name in longest)
+            out.append(f"{1000 * busy:8.1f} {count:5d} {1000 * in_them:8.1f}  {named}")
         return out
+
+
+def _first(item: tuple[float, object]) -> float:
+    return item[0]
 
 
 def _bucket(wall: float) -> str:
