@@ -336,11 +336,17 @@ class GroupPoller:
     def _runners_since(self, now: float) -> float | None:
         """After when a runner list must have been asked for this observation: None (one as
         new as the observation, as always) while a runner Job of the group is alive or being
-        created, a reap is due, or nothing was listed yet; else the last time a runner Job
-        stopped holding a slot, or ``RUNNER_LIST_MAX_AGE`` ago. A quiet group's poll then
-        asks Gitea one request (the queued jobs), not two."""
+        created, a reap is due, the group is being deleted, or nothing was listed yet; else
+        the last time a runner Job stopped holding a slot, or ``RUNNER_LIST_MAX_AGE`` ago. A
+        quiet group's poll then asks Gitea one request (the queued jobs), not two."""
         changed_at = self._jobs_changed_at
-        if changed_at is None or self.latest is None or self._order is not None or self.active():
+        if (
+            changed_at is None
+            or self.latest is None
+            or self._order is not None
+            or self.deleting  # its teardown removes every registration it can list
+            or self.active()
+        ):
             return None
         return max(changed_at(self.key), now - RUNNER_LIST_MAX_AGE)
 

@@ -113,7 +113,8 @@ async def test_real_deliveries_wake_exactly_the_groups_their_secret_speaks_for(
     ]
     assert objects[0]["spec"]["webhook"] == {
         "secretRef": {"name": "hook", "key": "secret"},
-        "manageHook": False,  # the schema's default
+        "manageHook": False,  # the schema's defaults
+        "pollInterval": "5m",
     }
 
     woken: list[str] = []

@@ -125,7 +125,7 @@ def test_kubectl_shows_the_group_and_explains_every_field(install):
     header, row = install.kubectl("get", "rg", "-n", install.team, "-o", "wide").splitlines()
     assert header.split() == [
         "NAME", "SCOPE", "TARGET", "MAX", "ACTIVE", "QUEUED", "READY", "OLDEST", "WAITING",
-        "AGE", "MODE", "REASON", "DOMAIN", "SERVED", "BY",
+        "AGE", "MODE", "REASON", "DOMAIN", "SERVED", "BY", "POLL", "POLL", "REASON",
     ]  # fmt: skip
     assert row.split()[:3] == ["first", "org", install.org] and "True" in row.split()
     explained = install.kubectl("explain", "runnergroup.spec.gitea")

@@ -96,3 +96,20 @@ async def test_a_quiet_groups_runner_list_is_asked_again_after_its_longest_age()
     assert poller._runners_since(clock[0]) is None  # nothing listed yet
     poller.latest = object()  # type: ignore[assignment]
     assert poller._runners_since(clock[0]) == clock[0] - RUNNER_LIST_MAX_AGE
+
+
+def test_a_deleting_group_lists_its_runners_at_every_poll():
+    """Its teardown removes every registration it can list: one made since the last list
+    (a leftover from before, a runner registered by hand) must be seen, not a kept list."""
+    poller = GroupPoller(
+        "a/ci",
+        parse_spec(ORG_SPEC),
+        None,  # type: ignore[arg-type]
+        lambda key: None,
+        active=lambda key: False,
+        jobs_changed_at=lambda key: 0.0,
+    )
+    poller.latest = object()  # type: ignore[assignment]
+    assert poller._runners_since(time.monotonic()) is not None  # quiet: a kept list will do
+    poller.hooks.deleting = True
+    assert poller._runners_since(time.monotonic()) is None
