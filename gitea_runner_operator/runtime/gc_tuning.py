@@ -87,17 +87,27 @@ def refreeze(resident: Callable[[], int] = resident_bytes) -> bool:
     return False
 
 
-_settling: set[asyncio.Task[None]] = set()  # kept alive until they end
+_settling: asyncio.Task[None] | None = None  # the one refreeze loop of the process
 
 
 def settle_after(synced: asyncio.Event) -> None:
     """Settle the heap once ``synced`` is set (the informers' caches are full), then refreeze
     every ``REFREEZE_EVERY`` seconds (which settles it again as the first polls' answers and
     the book of members come in, by the growth bound). Never awaited: the controller does
-    not wait for it."""
-    task = asyncio.get_running_loop().create_task(_settle(synced), name="gc-settle")
-    _settling.add(task)
-    task.add_done_callback(_settling.discard)
+    not wait for it. A controller made again (leadership regained) replaces the loop of the
+    one before rather than adding one."""
+    global _settling
+    if _settling is not None:
+        _settling.cancel()
+    _settling = asyncio.get_running_loop().create_task(_settle(synced), name="gc-settle")
+    _settling.add_done_callback(_ended)
+
+
+def _ended(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error(
+            "the heap's refreeze loop failed; collections go on as CPython's", error=repr(error)
+        )
 
 
 async def _settle(synced: asyncio.Event) -> None:

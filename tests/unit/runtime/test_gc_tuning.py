@@ -25,8 +25,18 @@ async def test_the_heap_is_frozen_once_the_caches_are_synced_then_refrozen(monke
     await asyncio.sleep(0.1)
     assert settled == [1]  # at sync
     assert len(refrozen) >= 2  # then again and again, as what the polls keep comes in
-    for task in list(gc_tuning._settling):
-        task.cancel()
+    assert gc_tuning._settling is not None
+    gc_tuning._settling.cancel()
+
+
+async def test_a_controller_made_again_replaces_the_refreeze_loop_rather_than_adding_one():
+    gc_tuning.settle_after(asyncio.Event())
+    first = gc_tuning._settling
+    gc_tuning.settle_after(asyncio.Event())
+    await asyncio.sleep(0)
+    assert first is not None and first.cancelled()
+    assert gc_tuning._settling is not None and not gc_tuning._settling.done()
+    gc_tuning._settling.cancel()
 
 
 def test_settling_freezes_what_is_alive_and_collects_the_rest_first():
