@@ -128,9 +128,10 @@ class OwnedShare:
         """After a round: stop selecting the buckets nothing needs any more (released, or
         the last object of an older bucket gone). Lazy: no serve waits for it, and none
         runs while a serve is under way (whose older buckets are not kept yet)."""
-        if self._serving:
-            return
-        wanted = frozenset({*shards, *self.kept_shards()})
+        held = frozenset(shards)
+        if self._serving or self.selected <= held:
+            return  # (the scan of the kept objects only when something may go)
+        wanted = held | self.kept_shards()
         if wanted < self.selected:
             self._reselect(wanted)
 
@@ -145,14 +146,20 @@ class OwnedShare:
             informer.drop(theirs)
 
     async def _select(self, shards: Iterable[str]) -> None:
-        """Select ``shards`` and wait until every running owned informer has listed by it."""
+        """Select ``shards`` (exactly, or with what is selected already while another serve
+        is under way, which may need more) and wait until every running owned informer has
+        listed by the selection."""
         wanted = frozenset(shards)
-        while wanted != self.selected:
-            self._reselect(wanted)
+        while True:
+            self._reselect(wanted | self.selected if self._serving > 1 else wanted)
             narrowed = [i for v in self._narrowed.values() for i in v if i.running]
             await asyncio.gather(*(i.synced.wait() for i in narrowed))
+            if wanted <= self.selected:
+                return
 
     def _reselect(self, shards: frozenset[str]) -> None:
+        if shards == self.selected:
+            return
         self.selected = shards
         selector = shard_selector(shards)
         if any([i.reselect(selector) for v in self._narrowed.values() for i in v]):
