@@ -111,6 +111,11 @@ class ClusterCache:
     def informers(self) -> list[Informer]:
         return [*self.groups, *self._by_resource["jobs"], *self._by_resource["pods"]]
 
+    def owned_informers(self, resource: str) -> list[Informer]:
+        """Every informer of runner ``jobs`` or ``pods``: under --sharding, the narrowed
+        ones and those of objects without the shard label."""
+        return list(self._by_resource[resource])
+
     def on_group_event(self, listener: Listener) -> None:
         self._group_listeners.append(listener)
 
