@@ -78,7 +78,6 @@ class OwnedShare:
         self.fetched: set[GroupKey] = set()  # served groups whose objects were fetched
         self.selected: frozenset[str] = frozenset()  # bucket label values selected now
         self._serving = 0  # serves under way: a lazy narrowing waits for them
-        self.restarts = 0  # reselects of the owned informers (each a list of the share)
 
     def admits(self, obj: Obj) -> bool:
         key = group_key_of_owned(obj)
@@ -162,8 +161,9 @@ class OwnedShare:
             return
         self.selected = shards
         selector = shard_selector(shards)
-        if any([i.reselect(selector) for v in self._narrowed.values() for i in v]):
-            self.restarts += 1
+        for informers in self._narrowed.values():
+            for informer in informers:
+                informer.reselect(selector)
 
     async def _fetch(self, namespace: str, names: list[str]) -> set[str]:
         """One listing of the namespace's runner Jobs, then one of its Pods, narrowed to

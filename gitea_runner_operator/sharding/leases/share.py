@@ -92,7 +92,7 @@ class Share:
             release=self._release,
             metrics=metrics,
             prepare=self._prepare,
-            settled=self._settled,
+            settled=self.after_round,
             retry_period=settings.retry_period,
             renew_deadline=settings.renew_deadline,
             settle_reads=SETTLE_READS,
@@ -179,7 +179,7 @@ class Share:
         watches selecting every bucket held (kube/narrowed.py)."""
         await self._groups.serve(keys, self._shards())
 
-    def _settled(self) -> None:
+    def after_round(self) -> None:
         """After each round: buckets no longer held leave the watches' selector."""
         self._groups.narrow(self._shards())
 

@@ -104,6 +104,31 @@ async def test_each_replica_reconciles_only_its_share() -> None:
         await b.close()
 
 
+async def test_a_replica_stops_watching_the_buckets_it_gave_away() -> None:
+    """Issue 46: the API server sends a replica the Jobs and Pods of the buckets its watches
+    select; once a joining replica took some of its domains, it must stop selecting their
+    buckets, or it would go on receiving the newcomer's events."""
+    async with client.ApiClient() as api:
+        leases, clock = FakeLeases(), Clock()
+        a = Replica(api, leases, clock, "a")
+        for _ in range(3):
+            await a.round()
+        assert a.serves() == set(KEYS)
+        assert a.controller.share is not None and a.controller.cache.share is not None
+        everything = a.controller.cache.share.selected
+        b = Replica(api, leases, clock, "b")
+        for _ in range(3):
+            await b.round()
+            await a.round()
+            a.controller.share.after_round()  # as its loop does after each round
+        assert b.serves() and a.serves() == set(KEYS) - b.serves()
+        held = {shard_label(d) for d in a.controller.share.round.tenure.held}
+        assert a.controller.cache.share.selected == held < everything
+        assert a.controller.cache.jobs[0].label_selector == shard_selector(held)
+        await a.close()
+        await b.close()
+
+
 async def test_a_moving_group_finishes_its_reconcile_before_the_view_is_published() -> None:
     async with client.ApiClient() as api:
         leases, clock = FakeLeases(), Clock()
