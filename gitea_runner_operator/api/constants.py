@@ -11,6 +11,9 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 MANAGED_BY_LABEL: Final = f"{GROUP}/managed-by"
 MANAGED_BY_VALUE: Final = "gitea-runner-operator"
 GROUP_NAME_LABEL: Final = f"{GROUP}/runnergroup-name"
+# The shard bucket of the group's capacity domain (api/shard.py), on runner Jobs and their
+# Pods: under --sharding each replica's Job and Pod watches select the buckets it holds.
+SHARD_LABEL: Final = f"{GROUP}/shard"
 APP_LABEL: Final = "app"
 
 # Set on a runner Job once Gitea has been seen running a task on it. It lives in the cluster,

@@ -20,8 +20,8 @@ from kubernetes_asyncio import client
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube import watches
-from gitea_runner_operator.kube.http import LIST_TIMEOUT, send
 from gitea_runner_operator.kube.informer import Informer, object_key
+from gitea_runner_operator.kube.narrowed import OwnedShare, _items, group_key_of_owned
 from gitea_runner_operator.objects.slim import Obj, slim_group, slim_unserved_group
 from gitea_runner_operator.objects.views import job_finished, runner_exited
 
@@ -49,10 +49,7 @@ DELETED_PODS_PER_GROUP = 50
 Listener = Callable[[GroupKey, str, Obj, Obj | None], None]
 
 
-def group_key_of_owned(obj: Obj) -> GroupKey | None:
-    meta = obj.get("metadata") or {}
-    name = (meta.get("labels") or {}).get(constants.GROUP_NAME_LABEL)
-    return f"{meta.get('namespace')}/{name}" if name else None
+__all__ = ["ClusterCache", "Release", "frees_slot", "group_key_of_owned", "spec_changed"]
 
 
 class ClusterCache:
@@ -65,11 +62,6 @@ class ClusterCache:
         shared: bool = False,
     ) -> None:
         self._clock = clock
-        # --sharding (``shared``): the groups this replica serves; Jobs and Pods of any other
-        # group are dropped as they come in (:meth:`serve`, :meth:`unserve`). None: all.
-        self._served: set[GroupKey] | None = set() if shared else None
-        self._fetched: set[GroupKey] = set()  # served groups whose objects were fetched
-        admit = self._admits if shared else None
         self._changed: dict[GroupKey, float] = {}
         self._released: dict[GroupKey, deque[Release]] = {}
         # Jobs released when their runner Pod succeeded (views.runner_exited): their Job's
@@ -87,25 +79,42 @@ class ClusterCache:
         self._deleted_pods: dict[GroupKey, dict[str, tuple[float, Obj]]] = {}
         self._deleted_swept = clock()
         apis = watches.Apis.of(api)
-        self._batch, self._core = apis.batch, apis.core  # the share's fetches (serve)
         self._namespaced = bool(namespaces)  # an informer per namespace, not one for all
         self._custom = apis.custom  # a taken group is read whole again (serve)
+        # --sharding (``shared``): the groups this replica serves, and the shard buckets its
+        # Job and Pod watches select (kube/narrowed.py); Jobs and Pods of any other group
+        # are not sent, or dropped as they come in (:meth:`serve`, :meth:`unserve`).
+        self._share: OwnedShare | None = None
         # --sharding: a group served elsewhere is kept slim (objects/slim.py).
         slim = self._slim_group if shared else None
-        made = watches.informers(apis, namespaces, admit, slim)
+        admit = self._admits if shared else None
+        made = watches.informers(apis, namespaces, admit, slim, sharded=shared)
         self.groups: list[Informer] = made["runnergroups"]
-        self.jobs: list[Informer] = made["jobs"]
+        self.jobs: list[Informer] = made["jobs"]  # narrowed by bucket under --sharding
         self.pods: list[Informer] = made["pods"]
+        unlabelled = {r: made.get(f"{r}{watches.UNLABELLED}", []) for r in ("jobs", "pods")}
+        if shared:
+            narrowed = {"jobs": self.jobs, "pods": self.pods}
+            listers: dict[str, Callable[..., Any]] = {"jobs": apis.batch.list_namespaced_job}
+            listers["pods"] = apis.core.list_namespaced_pod
+            self._share = OwnedShare(narrowed, unlabelled, listers)
+        self._by_resource = {"jobs": [*self.jobs, *unlabelled["jobs"]]}
+        self._by_resource["pods"] = [*self.pods, *unlabelled["pods"]]
         for inf in self.groups:
             inf.add_handler(self._on_group)
-        for inf in self.jobs:
+        for inf in self._by_resource["jobs"]:
             inf.add_handler(self._on_job)
-        for inf in self.pods:
+        for inf in self._by_resource["pods"]:
             inf.add_handler(self._on_pod)
 
     @property
     def informers(self) -> list[Informer]:
-        return [*self.groups, *self.jobs, *self.pods]
+        return [*self.groups, *self._by_resource["jobs"], *self._by_resource["pods"]]
+
+    def owned_informers(self, resource: str) -> list[Informer]:
+        """Every informer of runner ``jobs`` or ``pods``: under --sharding, the narrowed
+        ones and those of objects without the shard label."""
+        return list(self._by_resource[resource])
 
     def on_group_event(self, listener: Listener) -> None:
         self._group_listeners.append(listener)
@@ -126,7 +135,7 @@ class ClusterCache:
 
     def received(self, resource: str) -> int:
         """Watch events received for ``resource`` (runnergroups, jobs, pods), kept or not."""
-        made = {"runnergroups": self.groups, "jobs": self.jobs, "pods": self.pods}
+        made = {"runnergroups": self.groups, **self._by_resource}
         return sum(inf.received for inf in made[resource])
 
     def group_keys(self) -> list[GroupKey]:
@@ -187,33 +196,41 @@ class ClusterCache:
     # -- the share of a replica (--sharding) ----------------------------------------------------
 
     def _admits(self, obj: Obj) -> bool:
-        key = group_key_of_owned(obj)
-        return key is not None and self._served is not None and key in self._served
+        return self._share is not None and self._share.admits(obj)
 
     def serves(self, key: GroupKey) -> bool:
-        return self._served is None or key in self._served
+        return self._share is None or key in self._share.served
 
-    async def serve(self, keys: Iterable[GroupKey]) -> None:
-        """Begin to keep the Jobs and Pods of ``keys``, and fetch those that exist now: when
-        this returns, the cache holds each group whole (or the watch's newer word), so a
-        first pass of the new owner never acts on a partial view. Raises if a listing
-        failed; the caller tries again before serving those groups."""
-        if self._served is None:
+    @property
+    def share(self) -> OwnedShare | None:
+        """--sharding: the groups served here and the buckets the watches select."""
+        return self._share
+
+    async def serve(self, keys: Iterable[GroupKey], shards: Iterable[str] = ()) -> None:
+        """Begin to keep the Jobs and Pods of ``keys``, whose domains' shard buckets are
+        among ``shards`` (every bucket this replica holds), and fetch those that exist now:
+        when this returns, the cache holds each group whole (or the watch's newer word), so
+        a first pass of the new owner never acts on a partial view (kube/narrowed.py).
+        Raises if a listing failed; the caller tries again before serving those groups."""
+        if self._share is None:
             return
-        wanted = set(keys) - self._fetched  # a retry fetches only what is still missing
-        self._served |= wanted
-        by_namespace: dict[str, list[str]] = {}
-        for key in sorted(wanted):
-            namespace, _, name = key.partition("/")
-            by_namespace.setdefault(namespace, []).append(name)
-        for namespace, names in by_namespace.items():
+        wanted = set(keys) - self._share.fetched
+        self._share.served |= wanted
+        by_namespace: dict[str, set[str]] = {}
+        for key in wanted:
+            namespace = key.partition("/")[0]
+            by_namespace.setdefault(namespace, set()).add(key)
+        for namespace, named in sorted(by_namespace.items()):
             groups = self._informer_for(self.groups, namespace)
             if groups is not None:  # whole again: this replica kept them slim
-                listing = _items(self._groups_in, namespace, None)
-                await groups.refresh(listing, {f"{namespace}/{name}" for name in names})
-            for chunk in _chunks(names, SELECTOR_NAMES):
-                await self._fetch(namespace, chunk)
-                self._fetched.update(f"{namespace}/{name}" for name in chunk)
+                await groups.refresh(_items(self._groups_in, namespace, None), named)
+        await self._share.serve(wanted, shards)
+
+    def narrow(self, shards: Iterable[str]) -> None:
+        """--sharding, after a round: the watches stop selecting buckets no longer held nor
+        needed by a kept object (lazy; kube/narrowed.OwnedShare.narrow)."""
+        if self._share is not None:
+            self._share.narrow(shards)
 
     def _groups_in(self, namespace: str, **options: Any) -> Any:
         g, v, p = constants.GROUP, constants.VERSION, constants.PLURAL
@@ -222,18 +239,6 @@ class ClusterCache:
     def _slim_group(self, obj: Obj) -> Obj:
         return slim_group(obj) if self.serves(object_key(obj)) else slim_unserved_group(obj)
 
-    async def _fetch(self, namespace: str, names: list[str]) -> None:
-        """One listing of the namespace's runner Jobs, then one of its Pods, narrowed to
-        ``names`` by a set-based selector, into the informer that watches there."""
-        sel = f"{constants.MANAGED_SELECTOR},{constants.GROUP_NAME_LABEL} in ({','.join(names)})"
-        for informers, list_func in (
-            (self.jobs, self._batch.list_namespaced_job),
-            (self.pods, self._core.list_namespaced_pod),
-        ):
-            informer = self._informer_for(informers, namespace)
-            if informer is not None:
-                await informer.fetch(_items(list_func, namespace, sel))
-
     def _informer_for(self, informers: list[Informer], namespace: str) -> Informer | None:
         if not self._namespaced:
             return informers[0]
@@ -241,17 +246,10 @@ class ClusterCache:
 
     def unserve(self, keys: Iterable[GroupKey]) -> None:
         """Stop keeping the Jobs and Pods of ``keys`` (served elsewhere now) and forget them."""
-        if self._served is None:
+        if self._share is None:
             return
         gone = set(keys)
-        self._served -= gone
-        self._fetched -= gone
-
-        def theirs(obj: Obj) -> bool:
-            return group_key_of_owned(obj) in gone
-
-        for informer in [*self.jobs, *self.pods]:
-            informer.drop(theirs)
+        self._share.unserve(gone)
         for informer in self.groups:
             informer.reshape(gone)
         for key in gone:
@@ -349,23 +347,6 @@ class ClusterCache:
     def _notify_owned(self, key: GroupKey, kind: str, obj: Obj, before: Obj | None) -> None:
         for listener in self._owned_listeners:
             listener(key, kind, obj, before)
-
-
-# Group names per listing of a group's objects: a selector ``name in (...)`` stays far below
-# any URL limit (names are at most 63 characters).
-SELECTOR_NAMES = 50
-
-
-def _chunks(names: list[str], size: int) -> list[list[str]]:
-    return [names[i : i + size] for i in range(0, len(names), size)]
-
-
-async def _items(list_func: Callable[..., Any], namespace: str, selector: str | None) -> list[Obj]:
-    narrowed = {"label_selector": selector} if selector else {}
-    body = await send(
-        list_func(namespace, **narrowed, _preload_content=False, _request_timeout=LIST_TIMEOUT)
-    )
-    return list(body.get("items") or [])
 
 
 def _holds_slot(job: Obj | None) -> bool:

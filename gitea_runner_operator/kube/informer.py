@@ -6,6 +6,9 @@
 - On every re-list, objects that vanished from the cache get a synthesised DELETED event:
   a lost watch event can delay a decision but never make us forget an object.
 - Failures back off from 0.8 s, doubling to 30 s, and reset after a successful list.
+- A new label selector (:meth:`Informer.reselect`, the share of a ``--sharding`` replica)
+  ends the running list or watch and lists again with it: what the new selector no longer
+  picks leaves the cache as any vanished object does (a DELETED event).
 
 Objects stay raw dicts (camelCase, exactly as the API server sends them) so that the pure
 decision code reads the same shapes as the YAML users write.
@@ -83,6 +86,8 @@ class Informer:
         self.cache: dict[str, Obj] = {}
         self.synced = asyncio.Event()
         self.relists = 0
+        self._cycle: asyncio.Future[None] | None = None  # the list and watch under way
+        self._failures = 0
         # Watch events received (bookmarks aside), kept or dropped by ``admit``: what the API
         # server sends this replica (metrics: watch_events_received).
         self.received = 0
@@ -93,16 +98,41 @@ class Informer:
     def _kwargs(self) -> dict[str, Any]:
         return {"label_selector": self._label_selector} if self._label_selector else {}
 
+    @property
+    def label_selector(self) -> str | None:
+        return self._label_selector
+
+    @property
+    def running(self) -> bool:
+        """Whether :meth:`run` has begun: only then does :attr:`synced` follow a reselect."""
+        return self._cycle is not None
+
+    def reselect(self, label_selector: str) -> bool:
+        """List and watch by ``label_selector`` from now on: the list or watch under way
+        ends, and :attr:`synced` is clear until the list by the new selector is in. True
+        when the selector changed."""
+        if label_selector == self._label_selector:
+            return False
+        self._label_selector = label_selector
+        self.synced.clear()
+        if self._cycle is not None and not self._cycle.done():
+            self._cycle.cancel()
+        return True
+
     async def run(self) -> None:
         """Run until cancelled. Never raises for API trouble; it logs and retries."""
-        failures = 0
         while True:
+            cycle = self._cycle = asyncio.ensure_future(self._list_and_watch())
             try:
-                resource_version = await self._list()
-                failures = 0
-                await self._watch_from(resource_version)
+                await cycle
             except asyncio.CancelledError:
-                raise
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    cycle.cancel()
+                    raise
+                # Only the cycle was cancelled: reselect asked for a list by a new selector.
+                self._failures = 0
+                continue
             except ApiException as exc:
                 if exc.status == 410:
                     log.info("watch expired, listing again", informer=self.name)
@@ -123,9 +153,14 @@ class Informer:
                 )
             except Exception as exc:
                 log.warning("list/watch failed", informer=self.name, error=repr(exc))
-            failures += 1
-            delay = doubling(RETRY_BASE, RETRY_MAX, failures)
+            self._failures += 1
+            delay = doubling(RETRY_BASE, RETRY_MAX, self._failures)
             await asyncio.sleep(jittered(delay, 0.9, 1.1))
+
+    async def _list_and_watch(self) -> None:
+        resource_version = await self._list()
+        self._failures = 0
+        await self._watch_from(resource_version)
 
     async def _list(self) -> str:
         # An error answer raises (send checks the status): it must never read as an empty
@@ -143,6 +178,8 @@ class Informer:
         }
         old, self.cache = self.cache, fresh
         self.relists += 1
+        if self._touched is not None:  # a fetch under way: the list and its watch are newer
+            self._touched.update(fresh)
         for key, obj in old.items():
             if key not in fresh:
                 self._emit("DELETED", obj, obj)
@@ -176,6 +213,8 @@ class Informer:
                     if kind == "BOOKMARK":
                         continue
                     self.received += 1
+                    if kind == "ADDED":  # the trail of what this replica was sent
+                        log.debug("watch added", informer=self.name, object=object_key(obj))
                     self._apply(kind, obj)
             # The server ended the watch at its timeout: resume from where we are.
 
@@ -193,13 +232,16 @@ class Informer:
             self.cache[key] = obj
         self._emit(kind, obj, before)
 
-    async def fetch(self, listing: Awaitable[list[Obj]]) -> int:
+    async def fetch(
+        self, listing: Awaitable[list[Obj]], keep: Callable[[Obj], bool] | None = None
+    ) -> int:
         """Add what ``listing`` returns (raw objects the admit rule now lets in, read by the
         caller with a narrower selector) as if listed, so that a group this replica begins
         to serve is seen whole before anyone acts on it. An object the watch changed or
         deleted while the listing ran keeps the watch's word: the watch is in order and
         will bring whatever followed, while the listing may be older than that event.
-        The number of objects added or changed."""
+        ``keep``: which of the listed objects are this informer's (its selector's). The
+        number of objects added or changed."""
         touched: set[str] = set()
         self._touched = touched
         try:
@@ -210,6 +252,8 @@ class Informer:
         for item in items:
             key = object_key(item)
             if key in touched or (self._admit is not None and not self._admit(item)):
+                continue
+            if keep is not None and not keep(item):
                 continue
             obj = self._transform(item)
             before = self.cache.get(key)

@@ -1,8 +1,10 @@
 """The operator's watches, as one table: what it watches (RunnerGroups, and the runner
 Jobs and Pods it owns), how each is listed (in every namespace, or in one), and how its
 objects are slimmed before they are kept. ClusterCache (kube/cache.py) makes an informer of
-each row per watched namespace, and gives the owned ones the same gate (``admit``) under
-``--sharding``."""
+each row per watched namespace. Under ``--sharding`` each owned row has two: one narrowed by
+the API server to the shard buckets the replica holds (its selector changes with them,
+kube/narrowed.py), one for objects made before the shard label (``!shard``), and both have
+the same gate (``admit``)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from kubernetes_asyncio import client
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube.informer import Informer
+from gitea_runner_operator.kube.narrowed import UNLABELLED_SELECTOR, shard_selector
 from gitea_runner_operator.objects.slim import Obj, slim_group, slim_job, slim_pod
 
 
@@ -67,14 +70,21 @@ WATCHES: tuple[Watch, ...] = (
 )
 
 
+# The name suffix of an owned watch's informers for objects without the shard label.
+UNLABELLED = "-unlabelled"
+
+
 def informers(
     apis: Apis,
     namespaces: Iterable[str] | None,
     admit: Callable[[Obj], bool] | None,
     group_transform: Callable[[Obj], Obj] | None = None,
+    sharded: bool = False,
 ) -> dict[str, list[Informer]]:
     """An informer of each watch per namespace (one for all without ``namespaces``), by
-    the watch's name. ``group_transform``: the RunnerGroups' own, under --sharding."""
+    the watch's name. ``group_transform``: the RunnerGroups' own, under --sharding.
+    ``sharded``: the owned ones select no bucket until told (Informer.reselect), and each
+    has a second informer, named with :data:`UNLABELLED`, for objects without the label."""
     scopes: list[str | None] = [*namespaces] if namespaces else [None]
     made: dict[str, list[Informer]] = {}
     for watch in WATCHES:
@@ -84,7 +94,14 @@ def informers(
             if watch.name == "runnergroups" and group_transform is not None:
                 options["transform"] = group_transform
             if watch.owned:
-                options.update(label_selector=constants.MANAGED_SELECTOR, admit=admit)
+                selector = shard_selector(()) if sharded else constants.MANAGED_SELECTOR
+                options.update(label_selector=selector, admit=admit)
             informer = Informer(f"{watch.name}/{ns or '*'}", list_func, *args, **options)
             made.setdefault(watch.name, []).append(informer)
+            if watch.owned and sharded:
+                options.update(label_selector=UNLABELLED_SELECTOR)
+                name = f"{watch.name}{UNLABELLED}"
+                made.setdefault(name, []).append(
+                    Informer(f"{name}/{ns or '*'}", list_func, *args, **options)
+                )
     return made

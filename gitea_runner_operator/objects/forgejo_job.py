@@ -93,6 +93,7 @@ def render_forgejo_job(
     spec: RunnerGroupSpec,
     job_name: str,
     ttl_seconds_after_finished: int,
+    shard: str | None = None,
 ) -> dict[str, Any]:
     effective = forgejo_spec(spec)
     manifest = render_runner_job(
@@ -102,6 +103,7 @@ def render_forgejo_job(
         spec=effective,
         job_name=job_name,
         ttl_seconds_after_finished=ttl_seconds_after_finished,
+        shard=shard,
     )
     meta = manifest["metadata"]
     meta["annotations"][FORGE_ANNOTATION] = "forgejo"

@@ -21,6 +21,7 @@ from gitea_runner_operator.api.naming import owner_reference
 from gitea_runner_operator.api.pod_template import REGISTER_CONTAINER, RUNNER_CONTAINER
 from gitea_runner_operator.api.runner_config import registers_in_init
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, RunnerMode
+from gitea_runner_operator.api.shard import lone_shard
 from gitea_runner_operator.objects import config_handoff, userns
 from gitea_runner_operator.objects.jobcache_server import runner_config_volume
 from gitea_runner_operator.objects.security import restricted_container_security
@@ -41,12 +42,14 @@ CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 DOCKER_CERTS_DIR = "/certs"
 
 
-def group_labels(group_name: str) -> dict[str, str]:
-    """Labels on every Job and Pod of a group; the informers select on them."""
+def group_labels(group_name: str, shard: str) -> dict[str, str]:
+    """Labels on every Job and Pod of a group; the informers select on them (under
+    --sharding, on the shard too: kube/cache.py)."""
     return {
         constants.APP_LABEL: group_name,
         constants.MANAGED_BY_LABEL: constants.MANAGED_BY_VALUE,
         constants.GROUP_NAME_LABEL: group_name,
+        constants.SHARD_LABEL: shard,
     }
 
 
@@ -365,10 +368,14 @@ def render_runner_job(
     spec: RunnerGroupSpec,
     job_name: str,
     ttl_seconds_after_finished: int = TTL_SECONDS_AFTER_FINISHED,
+    shard: str | None = None,
 ) -> dict[str, Any]:
     """``job_name`` comes from :func:`~gitea_runner_operator.api.naming.new_job_name`: it
-    carries the group's UID hash, which is what proves a registration is this group's."""
-    labels = group_labels(group_name)
+    carries the group's UID hash, which is what proves a registration is this group's.
+    ``shard``: the bucket of the group's capacity domain (api/shard.py), on the Job and in
+    its Pod template (a Job's template cannot change later); without it, the bucket of the
+    group as a domain of its own (one replica)."""
+    labels = group_labels(group_name, shard or lone_shard(f"{namespace}/{group_name}"))
     job_spec: dict[str, Any] = {
         "ttlSecondsAfterFinished": ttl_seconds_after_finished,
         "backoffLimit": BACKOFF_LIMIT,

@@ -187,6 +187,7 @@ READ_LABELS: Final = frozenset(
     {
         constants.GROUP_NAME_LABEL,
         constants.MANAGED_BY_LABEL,
+        constants.SHARD_LABEL,  # --sharding: the buckets a replica's watches follow
         "batch.kubernetes.io/job-name",
         "job-name",
     }

@@ -21,6 +21,7 @@ from gitea_runner_operator.api.loss import LOSSES
 from gitea_runner_operator.api.naming import runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind
 from gitea_runner_operator.api.placement import Placement
+from gitea_runner_operator.api.shard import shard_label
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.kit.group_memory import GroupMemory, Table
 from gitea_runner_operator.metrics import Metrics
@@ -126,7 +127,12 @@ class Reconciler:
             wall_clock=wall_clock,
         )
         self._creator = Creator(
-            cluster, expectations, self._metrics, job_ttl_seconds=job_ttl_seconds, clock=clock
+            cluster,
+            expectations,
+            self._metrics,
+            job_ttl_seconds=job_ttl_seconds,
+            clock=clock,
+            shard=self._shard,
         )
         self._teardown = Teardown(cluster, sources, clock=clock, wall_clock=wall_clock)
         self._status = StatusWriter(
@@ -318,6 +324,12 @@ class Reconciler:
             return True
         placed = self._placement(key)
         return placed is not None and not placed.probation
+
+    def _shard(self, key: str) -> str | None:
+        """--sharding: the bucket of the domain the group is served in, which this replica's
+        Job and Pod watches select (it creates only while it has a placement)."""
+        placed = self._placement(key) if self._placement is not None else None
+        return shard_label(placed.domain) if placed is not None else None
 
     def _part(self, p: GroupPass) -> Part:
         """What the steps and the poll task handed to this pass's status write."""

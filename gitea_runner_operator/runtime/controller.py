@@ -219,7 +219,7 @@ class Controller:
             self.metrics.sharding.bind_received(resource, received)
         self.cache.on_group_event(self._on_group)
         self.cache.on_owned_event(self._on_owned)
-        for informer in self.cache.jobs:
+        for informer in self.cache.owned_informers("jobs"):
             informer.add_handler(self._on_job)
         self.synced = asyncio.Event()
         self.stopped = asyncio.Event()

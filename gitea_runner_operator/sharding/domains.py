@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, Scope
 from gitea_runner_operator.api.scope import fold
+from gitea_runner_operator.api.shard import domain_id
 from gitea_runner_operator.reconcile.capacity.accounting import Claimant
 from gitea_runner_operator.reconcile.capacity.ledger import families
 from gitea_runner_operator.reconcile.capacity.members import Member
-
-_ID_BYTES = 6  # 12 hex digits: collisions among a few thousand domains are negligible
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +66,6 @@ class Domain:
     id: str  # stable while its smallest member stays
     members: frozenset[str]
     whole_gitea: bool  # a global-scope group joined every family of its Gitea
-
-
-def domain_id(members: Iterable[str]) -> str:
-    """Named by its smallest member key, hashed so that the id says nothing of the tenant
-    and has a fixed length for labels and annotations."""
-    digest = hashlib.sha256(min(members).encode()).hexdigest()
-    return f"d-{digest[: 2 * _ID_BYTES]}"
 
 
 def lone_domain(key: str) -> Domain:

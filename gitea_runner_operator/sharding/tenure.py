@@ -1,8 +1,10 @@
 """Which replica serves which capacity domain, and from when: rendezvous hashing over the
 live members, fenced by what each member publishes in its own membership Lease.
 
-Assignment: a domain goes to the member with the highest hash of (member, domain) (highest
-random weight, Thaler and Ravishankar). A member that joins takes exactly the domains whose
+Assignment: a domain goes to the member with the highest hash of (member, the domain's shard
+bucket) (highest random weight, Thaler and Ravishankar; buckets: api/shard.py). Every domain
+of a bucket has the same owner, so a replica holds whole buckets and its Job and Pod watches
+can select them by label (kube/cache.py). A member that joins takes exactly the buckets whose
 hash it wins; a member that leaves gives away only its own. No table is stored: every
 replica computes the same owner from the same member set.
 
@@ -42,6 +44,7 @@ from types import MappingProxyType
 
 from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.api.shard import shard_of
 from gitea_runner_operator.sharding.domains import (
     Shape,
     domains,
@@ -50,22 +53,28 @@ from gitea_runner_operator.sharding.domains import (
 )
 
 ANNOTATION = "gitea-runners.dev/view"  # on each member's Lease: the Published record
-_FORMAT = 1
+# 2: owners bid for a domain's shard bucket (format 1 bid for the domain itself). A replica
+# reads a record of another format as unreadable, which blocks its every gain (rule 3):
+# replicas of the two schemes never both act on a domain, and during a rolling upgrade from
+# format 1 no domain is taken until every replica runs format 2 (those released meanwhile
+# wait for it).
+_FORMAT = 2
 MAX_MEMBERS = 64  # a view longer than this is refused when read (a Lease is shared input)
 
 
-def weight(member: str, domain: str) -> int:
-    """The member's bid for the domain: the first 8 bytes of a hash of both names."""
-    digest = hashlib.sha256(f"{member}\x00{domain}".encode()).digest()
+def weight(member: str, bucket: int) -> int:
+    """The member's bid for a shard bucket: the first 8 bytes of a hash of both."""
+    digest = hashlib.sha256(f"{member}\x00{bucket}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
 
 
 def owner(domain: str, members: Collection[str]) -> str | None:
-    """The domain's owner among ``members`` (ties, which need a hash collision, go to the
-    larger name); None when there is nobody."""
+    """The domain's owner among ``members``: the owner of its shard bucket (ties, which need
+    a hash collision, go to the larger name); None when there is nobody."""
     if not members:
         return None
-    return max(members, key=lambda m: (weight(m, domain), m))
+    bucket = shard_of(domain)
+    return max(members, key=lambda m: (weight(m, bucket), m))
 
 
 def assignment(domain_ids: Iterable[str], members: Collection[str]) -> dict[str, str]:

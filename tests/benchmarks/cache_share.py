@@ -37,8 +37,8 @@ def events(groups: int, per_group: int) -> list[tuple[str, str]]:
 async def kept(raws: list[tuple[str, str]], groups: int, replicas: int | None) -> int:
     async with client.ApiClient() as api:
         cache = ClusterCache(api, ["team-001"], shared=replicas is not None)
-        if replicas is not None:  # this replica serves every N-th group (fetches stubbed out)
-            cache._served = {f"team-001/g{g:04d}" for g in range(0, groups, replicas)}
+        if cache.share is not None:  # this replica serves every N-th group (no fetch)
+            cache.share.served = {f"team-001/g{g:04d}" for g in range(0, groups, replicas or 1)}
         tracemalloc.start()
         for kind, raw in raws:
             informer = cache.jobs[0] if kind == "job" else cache.pods[0]

@@ -31,7 +31,9 @@ pytestmark = pytest.mark.integration
 DURATION = 3  # seconds: the Lease's duration
 DEADLINE = 2.0  # a member that has not renewed for this long acts on nothing
 PERIOD = 0.4  # renew, read and plan this often
-DOMAINS = 12
+# Enough that every member of each stage below wins a bucket (owners bid per shard bucket,
+# api/shard.py): with 12, pod-b won none while three members ran.
+DOMAINS = 16
 LAYOUT = Layout("fp", {f"d{i}": frozenset({f"team/g{i}"}) for i in range(DOMAINS)})
 KEYS = sorted(k for keys in LAYOUT.domains.values() for k in keys)
 

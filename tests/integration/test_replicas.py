@@ -6,7 +6,9 @@ one job and none deleted, and the jobs queued meanwhile wait at most the Lease d
 a poll or two.
 
 Who served which group, and when, is read from each replica's log ("groups taken" and
-"groups released", debug lines of sharding/leases/round.py, with UTC timestamps)."""
+"groups released", debug lines of sharding/leases/round.py, with UTC timestamps); which
+runner Jobs and Pods the API server sent each replica, from its "watch added" lines
+(kube/informer.py): each replica's watches are narrowed to the shard buckets it holds."""
 
 from __future__ import annotations
 
@@ -96,6 +98,28 @@ def queued(gitea: Any, org: str, repo: str) -> dict[str, int]:
     return {g: counts[label] for g, label in zip(GROUPS, LABELS, strict=True)}
 
 
+def owned_objects(kube: KubeClient, ns: str) -> dict[str, str]:
+    """Runner Job and Pod name -> its group."""
+    found: dict[str, str] = {}
+    for path in (f"/apis/batch/v1/namespaces/{ns}/jobs", f"/api/v1/namespaces/{ns}/pods"):
+        for obj in kube.get(path, labelSelector="gitea.bpg.pw/runnergroup-name")["items"]:
+            found[obj["metadata"]["name"]] = obj["metadata"]["labels"][
+                "gitea.bpg.pw/runnergroup-name"
+            ]
+    return found
+
+
+def sent(op: OperatorProcess, ns: str) -> set[str]:
+    """The runner Jobs and Pods of ``ns`` whose ADDED event a watch of ``op`` received."""
+    return {
+        event["object"].partition("/")[2]
+        for event in op.log_events()
+        if event.get("event") == "watch added"
+        and str(event.get("informer", "")).startswith(("jobs", "pods"))
+        and str(event.get("object", "")).startswith(f"{ns}/")
+    }
+
+
 def job_names(kube: KubeClient, ns: str) -> dict[str, set[str]]:
     return {g: {j["metadata"]["uid"] for j in runner_jobs(kube, ns, g)} for g in GROUPS}
 
@@ -137,10 +161,21 @@ def test_two_replicas_share_the_domains_and_hand_over_exactly_after_a_sigkill(
     split = [sorted(g for g, h in held.items() if i in h) for i in range(2)]
     first_jobs = job_names(kube, ns)
 
+    # Each replica was sent the runner Jobs and Pods of its own groups only (issue 46: the
+    # API server narrows its watches to the shard buckets it holds), its own all the same.
+    objects = owned_objects(kube, ns)
+    for i, op in enumerate(ops):
+        ever = set(tenures(op, ns, time.time() + 1))
+        got = {objects[n] for n in sent(op, ns) if n in objects}
+        assert got <= ever, f"replica {i} was sent objects of {sorted(got - ever)}"
+        assert set(split[i]) <= got, f"replica {i} never saw {sorted(set(split[i]) - got)}"
+
     # SIGKILL the replica that serves more: its groups wait for its Lease to lapse.
     victim = 0 if len(split[0]) >= len(split[1]) else 1
     survivor = ops[1 - victim]
     moved = split[victim]
+    first_objects = set(objects)
+    shares = [len(sent(op, ns) & first_objects) for op in ops]
     ops[victim].kill()
     killed_at = time.time()
     killed_mono = time.monotonic()
@@ -168,6 +203,11 @@ def test_two_replicas_share_the_domains_and_hand_over_exactly_after_a_sigkill(
 
     # The survivor took the victim's groups only after the victim's Lease could lapse,
     # and nobody ever acted on one group at the same time as another.
+    # The survivor's narrowed watches took the victim's buckets: it was sent what it made.
+    objects = owned_objects(kube, ns)
+    made = {n for n, g in objects.items() if g in moved and n not in first_objects}
+    assert made and made <= sent(survivor, ns), sorted(made - sent(survivor, ns))
+
     mine = tenures(survivor, ns, float("inf"))
     theirs = tenures(ops[victim], ns, killed_at)
     assert overlaps(mine, theirs) == []
@@ -177,6 +217,10 @@ def test_two_replicas_share_the_domains_and_hand_over_exactly_after_a_sigkill(
     assert all(t >= DURATION - RETRY - 0.5 for t in handover.values()), handover
     waits = {g: round(served_at[g], 1) for g in GROUPS}
     assert all(waits[g] < DURATION + 2 * RETRY + 2 * POLL for g in moved), waits
+    print(
+        f"\n[replicas] runner Jobs and Pods sent to each replica before the kill: {shares}"
+        f" of {len(first_objects)}"
+    )
     print(
         f"\n[replicas] split={[len(s) for s in split]} killed replica {victim} with {len(moved)}"
         f" groups; taken over after {min(handover.values()):.1f}-{max(handover.values()):.1f} s"

@@ -157,4 +157,6 @@ class NoRunnerObjects:
 
 def without_runner_objects(cache: Any) -> None:
     """A sharded ClusterCache whose fetches of taken groups find nothing (no API server)."""
-    cache._batch = cache._core = cache._custom = NoRunnerObjects()
+    none = NoRunnerObjects()
+    cache._custom = none
+    cache.share._listers = {"jobs": none.list_namespaced_job, "pods": none.list_namespaced_pod}

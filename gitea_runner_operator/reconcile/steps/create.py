@@ -49,6 +49,8 @@ class Creator:
     metrics: Metrics
     job_ttl_seconds: int = 600
     clock: Callable[[], float] = time.monotonic
+    # Group key -> the shard label of its domain (api/shard.py); None: the group's own.
+    shard: Callable[[str], str | None] | None = None
 
     async def create(
         self, p: GroupPass, decision: Plan, state: GroupState, on_forgejo: bool = False
@@ -200,6 +202,7 @@ class Creator:
         self, group: dict[str, Any], spec: RunnerGroupSpec, name: str, on_forgejo: bool = False
     ) -> dict[str, Any]:
         meta = group["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
         return (render_forgejo_job if on_forgejo else render_runner_job)(
             group_name=meta["name"],
             namespace=meta["namespace"],
@@ -207,4 +210,5 @@ class Creator:
             spec=spec,
             job_name=name,
             ttl_seconds_after_finished=self.job_ttl_seconds,
+            shard=self.shard(key) if self.shard is not None else None,
         )

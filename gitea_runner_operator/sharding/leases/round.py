@@ -53,6 +53,7 @@ class Sharding:
         take: Callable[[frozenset[str]], None],
         release: Callable[[frozenset[str]], Awaitable[None]],
         prepare: Callable[[frozenset[str]], Awaitable[None]] | None = None,
+        settled: Callable[[], None] | None = None,
         keeper: MemberKeeper | None = None,
         metrics: ShardingMetrics | None = None,
         retry_period: float = 2.0,
@@ -66,6 +67,7 @@ class Sharding:
         self._take = take
         self._release = release
         self._prepare = prepare
+        self._settled = settled  # after each round (the watches' buckets follow the held)
         # The thread that renews our Lease (sharding/leases/keeper.MemberKeeper); without it,
         # each round renews on this loop.
         self._keeper = keeper
@@ -274,6 +276,8 @@ class Sharding:
                 # a lapse or a release the domains move a retry period sooner. Only once in
                 # a row, so that records that keep changing cannot make it spin.
                 again = await self.round() and not again
+                if self._settled is not None:
+                    self._settled()
                 if again:
                     continue
                 # While it holds domains, it wakes by its step-down deadline at the latest.

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from gitea_runner_operator.api.placement import Placement
+from gitea_runner_operator.api.shard import shard_label
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.kube.cache import spec_changed
 from gitea_runner_operator.metrics import ShardingMetrics
@@ -37,9 +38,11 @@ class Groups(Protocol):
 
     def group(self, key: str) -> dict[str, Any] | None: ...
 
-    async def serve(self, keys: Iterable[str]) -> None: ...
+    async def serve(self, keys: Iterable[str], shards: Iterable[str] = ()) -> None: ...
 
     def unserve(self, keys: Iterable[str]) -> None: ...
+
+    def narrow(self, shards: Iterable[str]) -> None: ...
 
 
 class Workers(Protocol):
@@ -88,7 +91,8 @@ class Share:
             take=self._take,
             release=self._release,
             metrics=metrics,
-            prepare=groups.serve,
+            prepare=self._prepare,
+            settled=self.after_round,
             retry_period=settings.retry_period,
             renew_deadline=settings.renew_deadline,
             settle_reads=SETTLE_READS,
@@ -165,6 +169,19 @@ class Share:
         for domain, members in self.round.tenure.held.items():
             self._served.update(dict.fromkeys(members & keys, domain))
         self._workers.take(keys)
+
+    def _shards(self) -> set[str]:
+        """The shard buckets of the domains held: what the Job and Pod watches select."""
+        return {shard_label(d) for d in self.round.tenure.held}
+
+    async def _prepare(self, keys: frozenset[str]) -> None:
+        """Before the groups taken open: their Jobs and Pods whole in the cache, with the
+        watches selecting every bucket held (kube/narrowed.py)."""
+        await self._groups.serve(keys, self._shards())
+
+    def after_round(self) -> None:
+        """After each round: buckets no longer held leave the watches' selector."""
+        self._groups.narrow(self._shards())
 
     async def _release(self, keys: frozenset[str]) -> None:
         await self._workers.release(keys)

@@ -18,16 +18,18 @@ from tests.support.api_response import FakeResponse
 from tests.support.builders import spec_with
 from tests.support.leases import Clock, FakeLeases, NoRunnerObjects
 
+SHARD = "7"  # the bucket of the groups' domains in these tests
 
-def owned(kind: str, group: str, name: str, rv: str = "1") -> dict[str, Any]:
+
+def owned(
+    kind: str, group: str, name: str, rv: str = "1", shard: str | None = SHARD
+) -> dict[str, Any]:
+    labels = {constants.GROUP_NAME_LABEL: group, constants.MANAGED_BY_LABEL: "x"}
+    if shard is not None:
+        labels[constants.SHARD_LABEL] = shard
     return {
         "kind": kind,
-        "metadata": {
-            "name": name,
-            "namespace": "team-a",
-            "resourceVersion": rv,
-            "labels": {constants.GROUP_NAME_LABEL: group, constants.MANAGED_BY_LABEL: "x"},
-        },
+        "metadata": {"name": name, "namespace": "team-a", "resourceVersion": rv, "labels": labels},
         "status": {},
     }
 
@@ -42,7 +44,8 @@ class Listing:
 
     async def __call__(self, namespace: str, label_selector: str, **_: Any) -> FakeResponse:
         self.selectors.append(label_selector)
-        names = label_selector.split(" in (", 1)[1].rstrip(")").split(",")
+        names = label_selector.split(f"{constants.GROUP_NAME_LABEL} in (", 1)[1]
+        names = names.rstrip(")").split(",")
         picked = [
             o for o in self.objects if o["metadata"]["labels"][constants.GROUP_NAME_LABEL] in names
         ]
@@ -51,16 +54,11 @@ class Listing:
         return FakeResponse(200, json.dumps({"items": picked}).encode())
 
 
-class Lists:
-    def __init__(self, jobs: Listing, pods: Listing) -> None:
-        self.list_namespaced_job, self.list_namespaced_pod = jobs, pods
-
-
 async def shared_cache(api: client.ApiClient, namespaces: list[str] | None = None) -> Any:
     cache = ClusterCache(api, namespaces, shared=True)
     jobs = Listing([owned("Job", "g1", "g1-a"), owned("Job", "g2", "g2-a")])
     pods = Listing([owned("Pod", "g1", "g1-a-xxxxx"), owned("Pod", "g2", "g2-a-xxxxx")])
-    cache._batch = cache._core = Lists(jobs, pods)  # type: ignore[assignment]
+    cache.share._listers = {"jobs": jobs, "pods": pods}
     cache._custom = NoRunnerObjects()  # type: ignore[assignment]
     return cache, jobs, pods
 
@@ -72,7 +70,7 @@ async def test_a_replica_keeps_only_the_jobs_and_pods_of_the_groups_it_serves():
             cache.jobs[0]._apply("ADDED", owned("Job", g, f"{g}-b"))
             cache.pods[0]._apply("ADDED", owned("Pod", g, f"{g}-b-xxxxx"))
         assert cache.jobs[0].cache == {} and cache.pods[0].cache == {}
-        await cache.serve(["team-a/g1"])
+        await cache.serve(["team-a/g1"], [SHARD])
         # fetched whole: what existed before serving (g1-b arrived while dropped)
         assert {j["metadata"]["name"] for j in cache.runner_jobs("team-a/g1")} == {"g1-a"}
         assert [p["metadata"]["name"] for p in cache.runner_pods("team-a/g1")] == ["g1-a-xxxxx"]
@@ -91,19 +89,19 @@ async def test_a_watch_event_during_the_fetch_keeps_its_word():
         newer = owned("Job", "g1", "g1-a", rv="9")
         newer["status"] = {"succeeded": 1}
         jobs.during = lambda: cache.jobs[0]._apply("MODIFIED", newer)
-        await cache.serve(["team-a/g1"])
+        await cache.serve(["team-a/g1"], [SHARD])
         assert cache.jobs[0].cache["team-a/g1-a"]["metadata"]["resourceVersion"] == "9"
 
 
 async def test_a_fetch_is_narrowed_to_the_groups_taken_per_namespace():
     async with client.ApiClient() as api:
         cache, jobs, pods = await shared_cache(api, ["team-a", "team-b"])
-        await cache.serve(["team-a/g1", "team-a/g2"])
+        await cache.serve(["team-a/g1", "team-a/g2"], [SHARD])
         assert jobs.selectors == [
             f"{constants.MANAGED_SELECTOR},{constants.GROUP_NAME_LABEL} in (g1,g2)"
         ]
         assert len(pods.selectors) == 1
-        await cache.serve(["team-a/g1", "team-a/g2"])  # fetched already: not listed again
+        await cache.serve(["team-a/g1", "team-a/g2"], [SHARD])  # fetched already: not listed again
         assert len(jobs.selectors) == 1
 
 
@@ -113,7 +111,7 @@ async def test_one_replica_keeps_every_groups_objects_as_before():
         for g in ("g1", "g2"):
             cache.jobs[0]._apply("ADDED", owned("Job", g, f"{g}-b"))
         assert len(cache.jobs[0].cache) == 2
-        await cache.serve(["team-a/g1"])  # no share: nothing changes
+        await cache.serve(["team-a/g1"], [SHARD])  # no share: nothing changes
         cache.unserve(["team-a/g1"])
         assert len(cache.jobs[0].cache) == 2 and cache.runner_jobs("team-a/g1")
 
@@ -194,7 +192,7 @@ async def test_a_replica_keeps_the_groups_it_does_not_serve_slim_and_reads_a_tak
         slim = cache.group("team-a/g2")
         assert slim["spec"] == g2["spec"]
         assert slim["status"] == {"conditions": [{"type": "Ready", "status": "True"}]}
-        await cache.serve(["team-a/g1"])
+        await cache.serve(["team-a/g1"], [SHARD])
         assert cache.group("team-a/g1")["status"] == g1["status"]  # whole before it is served
         assert cache.group("team-a/g2")["status"] != g2["status"]
         changed = {**g1, "metadata": {**g1["metadata"], "resourceVersion": "6"}}

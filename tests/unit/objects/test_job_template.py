@@ -2,8 +2,11 @@ import json
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.runnergroup import parse_spec
+from gitea_runner_operator.api.shard import lone_shard
 from gitea_runner_operator.objects.job_template import render_runner_job
 from tests.support.builders import VALID
+
+SHARD = constants.SHARD_LABEL
 
 
 def render():
@@ -29,8 +32,10 @@ def test_job_metadata_ties_it_to_its_group():
         "app": "ci",
         "gitea.bpg.pw/managed-by": "gitea-runner-operator",
         "gitea.bpg.pw/runnergroup-name": "ci",
+        "gitea.bpg.pw/shard": lone_shard("team-a/ci"),
     }
     assert job["spec"]["template"]["metadata"]["labels"] == meta["labels"]
+
     (owner,) = meta["ownerReferences"]
     assert owner == {
         "apiVersion": "gitea.bpg.pw/v1alpha1",
@@ -94,3 +99,19 @@ def test_host_mode_renders_labels_the_runner_reads_back_as_the_same_names():
     assert rendered == ["linux:host", "app-infra:host"]
     names = [RunnerLabel.parse(raw, set(Schema)).name for raw in rendered]
     assert names == [label.name for label in spec.runner_labels]
+
+
+def test_job_and_its_pods_carry_the_shard_of_the_groups_domain():
+    """Under --sharding each replica's Job and Pod watches select the buckets it holds: a
+    Job's Pods must carry its bucket from the start (a Job's template cannot change)."""
+    job = render_runner_job(
+        group_name="ci",
+        namespace="team-a",
+        group_uid="uid-1",
+        spec=parse_spec(VALID),
+        job_name="ci-0123abcd-bcdfg",
+        shard="17",
+    )
+    assert job["metadata"]["labels"][SHARD] == "17"
+    assert job["spec"]["template"]["metadata"]["labels"][SHARD] == "17"
+    assert render()["metadata"]["labels"][SHARD] == render()["metadata"]["labels"][SHARD]

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.placement import Placement
 from gitea_runner_operator.api.runnergroup import Scope
+from gitea_runner_operator.api.shard import SHARDS
 from gitea_runner_operator.sharding.domains import Shape
 from gitea_runner_operator.sharding.tenure import Layout
 from tests.support import fake_cluster as fake
@@ -152,3 +154,17 @@ async def test_a_group_that_comes_back_remembers_nothing_of_its_earlier_tenure()
     sources.source.latest = fake.snapshot(queued=1)  # back here, with a new queued job
     await reconciler.reconcile(fake.KEY)
     assert cluster.creates == 2
+
+
+async def test_a_runner_job_carries_the_shard_of_the_domain_it_is_served_in():
+    """Each replica's Job and Pod watches select the shard buckets of the domains it holds:
+    a runner Job (and its Pod template) must carry its group's domain's bucket, not the
+    group's own, or the replica serving it would never see it."""
+    world = World(fake.snapshot(queued=1, started_at=fake.T0))
+    sharded(world, {fake.KEY: Placement("d-0000000000ff", "gro-a_1", False)})
+    await world.pass_after(1)
+    world.cluster.sync()
+    (job,) = world.cluster.jobs.values()
+    assert job["metadata"]["labels"][constants.SHARD_LABEL] == str(0xFF % SHARDS)
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels[constants.SHARD_LABEL] == str(0xFF % SHARDS)

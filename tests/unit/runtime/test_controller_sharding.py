@@ -12,7 +12,9 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from gitea_runner_operator.api.shard import shard_label
 from gitea_runner_operator.kube.lease_thread import LeaseTiming
+from gitea_runner_operator.kube.narrowed import shard_selector
 from gitea_runner_operator.reconcile.reconciler import Result
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import Leadership, run_alone
@@ -89,6 +91,40 @@ async def test_each_replica_reconciles_only_its_share() -> None:
                 r.controller.queue.add(key)
         await asyncio.sleep(0.05)
         assert set(a.reconciled) == a.serves() and set(b.reconciled) == b.serves()
+        # Each replica's Job and Pod watches select exactly the buckets of its domains.
+        for r in (a, b):
+            share = r.controller.share
+            assert share is not None and r.controller.cache.share is not None
+            held = {shard_label(d) for d in share.round.tenure.held}
+            assert r.controller.cache.share.selected == held
+            for informer in (*r.controller.cache.jobs, *r.controller.cache.pods):
+                assert informer.label_selector == shard_selector(held)
+        assert not a.controller.cache.share.selected & b.controller.cache.share.selected  # type: ignore[union-attr]
+        await a.close()
+        await b.close()
+
+
+async def test_a_replica_stops_watching_the_buckets_it_gave_away() -> None:
+    """Issue 46: the API server sends a replica the Jobs and Pods of the buckets its watches
+    select; once a joining replica took some of its domains, it must stop selecting their
+    buckets, or it would go on receiving the newcomer's events."""
+    async with client.ApiClient() as api:
+        leases, clock = FakeLeases(), Clock()
+        a = Replica(api, leases, clock, "a")
+        for _ in range(3):
+            await a.round()
+        assert a.serves() == set(KEYS)
+        assert a.controller.share is not None and a.controller.cache.share is not None
+        everything = a.controller.cache.share.selected
+        b = Replica(api, leases, clock, "b")
+        for _ in range(3):
+            await b.round()
+            await a.round()
+            a.controller.share.after_round()  # as its loop does after each round
+        assert b.serves() and a.serves() == set(KEYS) - b.serves()
+        held = {shard_label(d) for d in a.controller.share.round.tenure.held}
+        assert a.controller.cache.share.selected == held < everything
+        assert a.controller.cache.jobs[0].label_selector == shard_selector(held)
         await a.close()
         await b.close()
 

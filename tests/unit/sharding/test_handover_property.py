@@ -349,18 +349,18 @@ def test_a_read_older_than_the_members_own_publication_gives_it_nothing() -> Non
 
 
 def test_a_domain_that_grows_is_released_until_every_replica_sees_the_new_groups() -> None:
-    """g1 (served by r1) and g2 (served by r0) compete with nobody until g1's org changes to
-    that of g2's repository: one domain now, named after g1 as before. r1 must not go on
-    counting for g1 while r0, which has not seen the edit, counts the same job for g2."""
-    before = Shape("ns/g1", URL, Scope.ORG, "beta", None, frozenset({"x"}))
-    after = Shape("ns/g1", URL, Scope.ORG, "acme", None, frozenset({"x"}))
-    app = Shape("ns/g2", URL, Scope.REPO, "acme", "app", frozenset({"x"}))
+    """g3 (served by r1) and g4 (served by r0) compete with nobody until g3's org changes to
+    that of g4's repository: one domain now, named after g3 as before. r1 must not go on
+    counting for g3 while r0, which has not seen the edit, counts the same job for g4."""
+    before = Shape("ns/g3", URL, Scope.ORG, "beta", None, frozenset({"x"}))
+    after = Shape("ns/g3", URL, Scope.ORG, "acme", None, frozenset({"x"}))
+    app = Shape("ns/g4", URL, Scope.REPO, "acme", "app", frozenset({"x"}))
     world = World([[before, app], [after, app]])
     world.join()
     world.join()
     world.settle()
     r0, r1 = world.replicas["r0"], world.replicas["r1"]
-    assert r1.tenure.groups() == {"ns/g1"} and r0.tenure.groups() == {"ns/g2"}
+    assert r1.tenure.groups() == {"ns/g3"} and r0.tenure.groups() == {"ns/g4"}
     world.arrive(("acme", "app"), ("x",))
     world.version = 1
     r1.seen = 1  # r1's informer shows the edit first
@@ -374,4 +374,4 @@ def test_a_domain_that_grows_is_released_until_every_replica_sees_the_new_groups
         _cycle(world, r)
     world.reconcile(r1)
     world.check()
-    assert r1.tenure.groups() == {"ns/g1", "ns/g2"} and r1.counted["ns/g2"] == {1}
+    assert r1.tenure.groups() == {"ns/g3", "ns/g4"} and r1.counted["ns/g4"] == {1}

@@ -177,6 +177,28 @@ def test_having_published_a_replica_reads_again_at_once_not_a_period_later() -> 
     asyncio.run(main())
 
 
+def test_after_each_round_the_loop_lets_the_watches_follow_what_is_held() -> None:
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        a = Replica(api, clock, "a")
+        after: list[int] = []
+        a.sharding._settled = lambda: after.append(len(a.sharding.tenure.held))
+        a.sharding._period = 0.01
+        stop = asyncio.Event()
+        running = asyncio.create_task(a.sharding.run(stop))
+        try:
+            for _ in range(100):
+                if after and after[-1] > 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert after and after[-1] == len(a.sharding.tenure.held) > 0
+        finally:
+            stop.set()
+            await running
+
+    asyncio.run(main())
+
+
 def test_past_its_deadline_a_replica_acts_on_nothing_even_before_its_loop_runs() -> None:
     async def main() -> None:
         api, clock = FakeLeases(), Clock()

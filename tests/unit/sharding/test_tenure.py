@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gitea_runner_operator.api.shard import SHARDS, domain_id, shard_of
 from gitea_runner_operator.sharding.tenure import (
     Arrivals,
     Layout,
@@ -47,7 +48,7 @@ def test_a_leaving_member_gives_away_only_its_own(
 
 
 def test_domains_spread_over_members() -> None:
-    ids = [f"d-{i}" for i in range(3000)]
+    ids = [domain_id([f"ns/g{i}"]) for i in range(3000)]
     counts: dict[str, int] = {}
     for m in assignment(ids, ["r0", "r1", "r2"]).values():
         counts[m] = counts.get(m, 0) + 1
@@ -59,10 +60,42 @@ def test_domains_spread_over_members() -> None:
 def test_published_round_trips_and_refuses_what_it_cannot_read() -> None:
     p = Published(frozenset({"b", "a"}), "f00d")
     assert Published.decode(p.encode()) == p
-    for bad in (None, "", "{", "[]", '{"format":2,"members":[],"groups":"x"}',
-                '{"format":1,"members":"a","groups":"x"}',
-                '{"format":1,"members":[1],"groups":"x"}'):  # fmt: skip
+    for bad in (None, "", "{", "[]", '{"format":3,"members":[],"groups":"x"}',
+                '{"format":2,"members":"a","groups":"x"}',
+                '{"format":2,"members":[1],"groups":"x"}'):  # fmt: skip
         assert Published.decode(bad) is None
+
+
+def test_a_replica_of_the_per_domain_scheme_is_not_agreed_with() -> None:
+    """Format 1 bid for each domain, format 2 for its shard bucket: the two would give one
+    domain two owners, so a record of format 1 reads as unreadable, which blocks every gain
+    (a rolling upgrade takes nothing until every replica runs the new version)."""
+    old = '{"format":1,"members":["a","b"],"groups":"f00d"}'
+    assert Published.decode(old) is None
+    me = Tenure("a")
+    layout = Layout("f00d", {"d-000000000001": frozenset({"ns/g"})})
+    me.published(me.plan(Reading({"b": None}, 0), layout).publish or Published(frozenset(), ""))
+    assert me.plan(Reading({"b": Published.decode(old)}, 1), layout).take == frozenset()
+
+
+def test_a_replica_holds_whole_shard_buckets() -> None:
+    """Every domain of one bucket has the same owner, so a replica's Job and Pod watches can
+    select its buckets by label and see every domain it holds and no other."""
+    ids = [domain_id([f"ns/g{i}"]) for i in range(2000)]
+    members = ["r0", "r1", "r2"]
+    owners: dict[int, set[str | None]] = {}
+    for d in ids:
+        owners.setdefault(shard_of(d), set()).add(owner(d, members))
+    assert len(owners) == SHARDS  # 2,000 domains fill every bucket
+    assert all(len(found) == 1 for found in owners.values()), owners
+
+
+def test_a_join_moves_about_one_nth_of_the_buckets_and_only_to_the_newcomer() -> None:
+    buckets = [f"d-{b:012x}" for b in range(SHARDS)]  # one domain per bucket
+    three, four = ["r0", "r1", "r2"], ["r0", "r1", "r2", "r3"]
+    moved = [d for d in buckets if owner(d, three) != owner(d, four)]
+    assert all(owner(d, four) == "r3" for d in moved)
+    assert SHARDS / 8 <= len(moved) <= SHARDS / 2, len(moved)  # about SHARDS / 4
 
 
 LAYOUT = Layout("fp1", {f"d-{i}": frozenset({f"ns/g{i}"}) for i in range(40)})
