@@ -18,6 +18,7 @@ from kubernetes_asyncio import client, config
 from gitea_runner_operator import __version__
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.health import HealthServer
+from gitea_runner_operator.kube import watches
 from gitea_runner_operator.kube.lease_thread import LeaseTiming
 from gitea_runner_operator.kube.reviews import ApiReviewer, MetricsAccess
 from gitea_runner_operator.kube.secret_store import SecretStore
@@ -213,10 +214,13 @@ async def run(settings: Settings) -> int:
     )
     for warning in startup_warnings(settings):
         log.warning(warning)
-    # Watches get their own connection pool, sized for them, so that three watch streams per
-    # namespace can never take every connection the writes and the Lease need.
+    # Watches get their own connection pool, sized for them, so that the watch streams of
+    # every namespace can never take every connection the writes and the Lease need, nor
+    # wait for one another's.
     watch_config = client.Configuration.get_default_copy()
-    watch_config.connection_pool_maxsize = 3 * max(1, len(settings.namespaces)) + 4
+    watch_config.connection_pool_maxsize = (
+        watches.streams(len(settings.namespaces), sharded=settings.sharding) + 4
+    )
     # The membership Leases (--sharding) have a pool of their own too: a burst of writes
     # queued for connections must never make a replica miss its renew deadline. (The leader
     # Lease has a thread and a client of its own: lease_elector.)

@@ -105,3 +105,11 @@ def informers(
                     Informer(f"{name}/{ns or '*'}", list_func, *args, **options)
                 )
     return made
+
+
+def streams(namespaces: int, *, sharded: bool) -> int:
+    """How many watch streams :func:`informers` keeps open at once: the watch connection
+    pool is sized by it (manager.py), since a stream past the pool's size would wait for a
+    connection for as long as another stream lives, and its objects would never arrive."""
+    per_scope = len(WATCHES) + (sum(w.owned for w in WATCHES) if sharded else 0)
+    return per_scope * max(1, namespaces)
