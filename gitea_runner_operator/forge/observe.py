@@ -11,6 +11,7 @@ the latency metrics (only while the scope lists runners). Every answer is metere
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -32,6 +33,7 @@ from gitea_runner_operator.forge.errors import (
 from gitea_runner_operator.forge.forgejo import ForgejoClient
 from gitea_runner_operator.forge.limits import AnswerBudget
 from gitea_runner_operator.forge.scope import ScopeRef
+from gitea_runner_operator.kit.fair_gate import FairGate
 from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.tenant_budget import Lease, TenantBudget
 
@@ -42,6 +44,11 @@ log = structlog.get_logger(__name__)
 LOG_EVERY = 60.0
 
 PROGRESS_EVERY = 60.0
+# Gitea requests of observations in flight at once, in all and per namespace (the tenant):
+# a tenant with many groups, or a Gitea that answers big pages fast, puts at most
+# PER_NAMESPACE answers on the event loop ahead of another tenant's (kit/fair_gate.py).
+REQUESTS_AT_ONCE = 64
+REQUESTS_PER_NAMESPACE = 4
 # (URL, scope, token fingerprint): the key the caches of resolved scopes and samples share.
 ScopeKey = tuple[str, ScopeRef, str]
 # Every label the groups of a Gitea URL offer (None: not known yet, keep every job): queued
@@ -119,8 +126,12 @@ class ScopeFetcher:
         clock: Callable[[], float] = time.monotonic,
         tenants: TenantBudget | None = None,
         offered: OfferedLabels | None = None,
+        per_namespace: int = REQUESTS_PER_NAMESPACE,
     ) -> None:
         self._deadline = deadline
+        # Each request of an observation holds one of its namespace's places while it is
+        # sent, answered and parsed (the waits between retries hold none).
+        self.turns: FairGate[str] = FairGate(REQUESTS_AT_ONCE, per_namespace)
         self._offered = offered
         self._budget = budget
         # The namespaces' shares of the tenant memory budget (forge/budget.py).
@@ -172,7 +183,7 @@ class ScopeFetcher:
             offered = {*offered, *own}
         try:
             fetched = await self._fetch(
-                client, wanted, fingerprint, forge, lease, list_runners, offered
+                client, wanted, fingerprint, forge, lease, list_runners, offered, namespace
             )
             if fetched.observation is not None:
                 self.kept.keep(
@@ -195,11 +206,13 @@ class ScopeFetcher:
         lease: Lease | None,
         list_runners: bool,
         offered: Collection[str] | None = None,
+        namespace: str = "",
     ) -> Fetched:
         url = client.base_url
         cache_key = (url, wanted, fingerprint)
         handle_client = client
-        client = client.metered(AnswerBudget(*self._budget, tenant=lease))
+        turns = functools.partial(self.turns.turn, namespace)
+        client = client.metered(AnswerBudget(*self._budget, tenant=lease), turns)
         try:
             async with asyncio.timeout(self._deadline):
                 scope = self.resolved.get(cache_key)
