@@ -44,11 +44,13 @@ log = structlog.get_logger(__name__)
 LOG_EVERY = 60.0
 
 PROGRESS_EVERY = 60.0
-# Gitea requests of observations in flight at once, in all and per namespace (the tenant):
-# a tenant with many groups, or a Gitea that answers big pages fast, puts at most
-# PER_NAMESPACE answers on the event loop ahead of another tenant's (kit/fair_gate.py).
-REQUESTS_AT_ONCE = 64
+# Gitea requests of observations in flight at once per namespace (the tenant): a tenant
+# with many groups, or a Gitea that answers big pages fast, puts at most this many answers
+# on the event loop ahead of another tenant's (kit/fair_gate.py).
 REQUESTS_PER_NAMESPACE = 4
+# And in all: only a bound for the process. Low enough to bind, it would let the hung
+# Gitea servers of a few namespaces hold every other namespace's requests back.
+REQUESTS_AT_ONCE = 1024
 # (URL, scope, token fingerprint): the key the caches of resolved scopes and samples share.
 ScopeKey = tuple[str, ScopeRef, str]
 # Every label the groups of a Gitea URL offer (None: not known yet, keep every job): queued
