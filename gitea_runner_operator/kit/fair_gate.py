@@ -31,13 +31,10 @@ class FairGate(Generic[K]):
         self.slots = slots
         self.per_key = per_key
         self.held: dict[K, int] = {}  # key -> slots it holds now
+        self.in_use = 0  # slots held now, by every key
         self._waiting: dict[K, deque[asyncio.Future[None]]] = {}
         self._turns: deque[K] = deque()  # keys with waiters, the next to be served first
         self.most_held: dict[K, int] = {}  # the most each key held at once (tests, benchmarks)
-
-    @property
-    def in_use(self) -> int:
-        return sum(self.held.values())
 
     def _free_for(self, key: K) -> bool:
         return self.in_use < self.slots and self.held.get(key, 0) < self.per_key
@@ -55,6 +52,7 @@ class FairGate(Generic[K]):
             self._leave(key)
 
     def _take(self, key: K) -> None:
+        self.in_use += 1
         held = self.held[key] = self.held.get(key, 0) + 1
         self.most_held[key] = max(self.most_held.get(key, 0), held)
 
@@ -79,6 +77,7 @@ class FairGate(Generic[K]):
             raise
 
     def _leave(self, key: K) -> None:
+        self.in_use -= 1
         held = self.held[key] - 1
         if held:
             self.held[key] = held
