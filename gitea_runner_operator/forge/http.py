@@ -26,6 +26,7 @@ import copy
 import email.utils
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Self, TypeVar, cast
 
 import aiohttp
@@ -59,6 +60,8 @@ from gitea_runner_operator.kit.backoff import doubling, jittered
 P = TypeVar("P", bound=BaseModel)
 RequestHook = Callable[[str, str, int | None, float], None]
 WaitHook = Callable[[float], None]
+# A place among the requests of one tenant (kit/fair_gate.py), held for one request.
+Turns = Callable[[], AbstractAsyncContextManager[None]]
 
 # Per request. An observation as a whole has its own deadline on top (see poll/observer).
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=20, connect=5, sock_read=15)
@@ -142,14 +145,18 @@ class GiteaTransport:
         self._max_body = max_body
         self._sleep = sleep
         self._budget: AnswerBudget | None = None
+        self._turns: Turns | None = None
         # Listed items refused past a per-item cap (api/caps.py) by this client.
         self.refused = 0
 
-    def metered(self, budget: AnswerBudget) -> Self:
+    def metered(self, budget: AnswerBudget, turns: Turns | None = None) -> Self:
         """This client, for one observation: every answer it reads and every item it lists
-        is charged to ``budget`` (the original stays unmetered, for reaping and the like)."""
+        is charged to ``budget`` (the original stays unmetered, for reaping and the like);
+        with ``turns``, each request holds one of its tenant's places (kit/fair_gate.py)
+        from its sending until its answer is parsed."""
         twin = copy.copy(self)
         twin._budget = budget
+        twin._turns = turns
         return twin
 
     def _spend_items(self, count: int, where: str) -> None:
@@ -221,6 +228,14 @@ class GiteaTransport:
             return await self._attempt(method, path, params, json_body)
 
     async def _attempt(
+        self, method: str, path: str, params: Mapping[str, str] | None, json_body: Any
+    ) -> Any:
+        if self._turns is None:
+            return await self._exchange(method, path, params, json_body)
+        async with self._turns():
+            return await self._exchange(method, path, params, json_body)
+
+    async def _exchange(
         self, method: str, path: str, params: Mapping[str, str] | None, json_body: Any
     ) -> Any:
         url = self._base + path

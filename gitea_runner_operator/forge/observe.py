@@ -11,6 +11,7 @@ the latency metrics (only while the scope lists runners). Every answer is metere
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -32,6 +33,7 @@ from gitea_runner_operator.forge.errors import (
 from gitea_runner_operator.forge.forgejo import ForgejoClient
 from gitea_runner_operator.forge.limits import AnswerBudget
 from gitea_runner_operator.forge.scope import ScopeRef
+from gitea_runner_operator.kit.fair_gate import FairGate
 from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.tenant_budget import Lease, TenantBudget
 
@@ -42,6 +44,13 @@ log = structlog.get_logger(__name__)
 LOG_EVERY = 60.0
 
 PROGRESS_EVERY = 60.0
+# Gitea requests of observations in flight at once per namespace (the tenant): a tenant
+# with many groups, or a Gitea that answers big pages fast, puts at most this many answers
+# on the event loop ahead of another tenant's (kit/fair_gate.py).
+REQUESTS_PER_NAMESPACE = 4
+# And in all: only a bound for the process. Low enough to bind, it would let the hung
+# Gitea servers of a few namespaces hold every other namespace's requests back.
+REQUESTS_AT_ONCE = 1024
 # (URL, scope, token fingerprint): the key the caches of resolved scopes and samples share.
 ScopeKey = tuple[str, ScopeRef, str]
 # Every label the groups of a Gitea URL offer (None: not known yet, keep every job): queued
@@ -121,6 +130,9 @@ class ScopeFetcher:
         offered: OfferedLabels | None = None,
     ) -> None:
         self._deadline = deadline
+        # Each request of an observation holds one of its namespace's places while it is
+        # sent, answered and parsed (the waits between retries hold none).
+        self.turns: FairGate[str] = FairGate(REQUESTS_AT_ONCE, REQUESTS_PER_NAMESPACE)
         self._offered = offered
         self._budget = budget
         # The namespaces' shares of the tenant memory budget (forge/budget.py).
@@ -172,7 +184,7 @@ class ScopeFetcher:
             offered = {*offered, *own}
         try:
             fetched = await self._fetch(
-                client, wanted, fingerprint, forge, lease, list_runners, offered
+                client, wanted, fingerprint, forge, lease, list_runners, offered, namespace
             )
             if fetched.observation is not None:
                 self.kept.keep(
@@ -195,11 +207,13 @@ class ScopeFetcher:
         lease: Lease | None,
         list_runners: bool,
         offered: Collection[str] | None = None,
+        namespace: str = "",
     ) -> Fetched:
         url = client.base_url
         cache_key = (url, wanted, fingerprint)
         handle_client = client
-        client = client.metered(AnswerBudget(*self._budget, tenant=lease))
+        turns = functools.partial(self.turns.turn, namespace)
+        client = client.metered(AnswerBudget(*self._budget, tenant=lease), turns)
         try:
             async with asyncio.timeout(self._deadline):
                 scope = self.resolved.get(cache_key)

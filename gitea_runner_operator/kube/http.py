@@ -144,7 +144,18 @@ async def write(
     urgent: bool = False,
 ) -> dict[str, Any]:
     """One write under the write limit (``urgent``: a runner create, served before the
-    writes that only report); a 429 pauses the whole limit and tries again."""
+    writes that only report) and among its namespace's few in flight; a 429 pauses the
+    whole limit and tries again."""
+    async with limiter.in_flight.turn(namespace):
+        return await _write(limiter, namespace, request, urgent)
+
+
+async def _write(
+    limiter: TokenBucket,
+    namespace: str,
+    request: Callable[[], Awaitable[Any]],
+    urgent: bool,
+) -> dict[str, Any]:
     for _ in range(THROTTLE_ATTEMPTS):
         try:
             await limiter.acquire(namespace, urgent=urgent)

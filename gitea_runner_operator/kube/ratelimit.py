@@ -17,6 +17,13 @@ Every wait has a deadline (``deadline``, 30 s by default): past it the write is 
 
 No background task: the first waiter paces the bucket and hands each token to the next key
 in turn; when its own turn comes, it passes that role to another waiter.
+
+Fair turns for tokens are not enough while tokens are plenty: the burst let one tenant's
+first passes put 200 writes at the API server at once (and in the client's connection
+queue, first come first served), and another tenant's runner create waited behind them
+(up to 1.4 s under issue 45's attacks). So a namespace also has at most
+``WRITES_PER_NAMESPACE`` writes in flight (``in_flight``, kit/fair_gate.py): past it, its
+own writes wait.
 """
 
 from __future__ import annotations
@@ -27,11 +34,17 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from gitea_runner_operator.kit.bucket import Bucket
+from gitea_runner_operator.kit.fair_gate import FairGate
 
 _GRANTED = "granted"
 _PACE = "pace"  # the waiter becomes the one that paces the bucket
 # How long a write may wait for its token: at the default 100 writes/s, 3,000 writes ahead.
 WRITE_WAIT_DEADLINE = 30.0
+# Writes of one namespace in flight at once (from its token to the API server's answer):
+# at 10-40 ms an answer, 200-800 writes/s, above the default limit of 100.
+WRITES_PER_NAMESPACE = 8
+# And in all: only a bound for the process (a hung API server holds every write anyway).
+WRITES_AT_ONCE = 1024
 
 
 class NoWriteToken(TimeoutError):
@@ -60,6 +73,8 @@ class TokenBucket:
         self._turns: deque[str] = deque()
         self._pacing = False
         self.waited = 0.0  # seconds the pacer slept for tokens, for tests and benchmarks
+        # Each write holds one of its namespace's places until its answer (kube/http.write).
+        self.in_flight: FairGate[str] = FairGate(WRITES_AT_ONCE, WRITES_PER_NAMESPACE)
 
     def _refill(self) -> None:
         self._level.refill(self._clock())

@@ -24,7 +24,9 @@ their own namespaces with their own RunnerGroups, attack at the same time:
   (``wronghook``); a group deleted, then its token's opt-in label removed (``revoke``: how
   long after the revocation the token was still used).
 
-It prints, per phase, the healthy groups' queued -> runner Job p50 and p99, the genuine
+It prints, per phase, the healthy groups' queued -> runner Job p50 and p99 (the Job as a
+watch of its namespace reports it: before issue 45's pickup work, a list every 0.3 s, which
+added up to 0.3 s and the lists' own time, growing with the run, to each figure), the genuine
 deliveries' answers, the operator's peak RSS (VmHWM of its process), the longest gap between
 answers of a /healthz probe sent every 100 ms (the longest event-loop stall, give or take
 the probe's own 100 ms), the event loop's lag p50 / p99 / max per phase (from the operator's
@@ -34,7 +36,11 @@ deadline) and leader changes. ``--plot FILE`` (matplotlib, the ``bench``
 extra) draws RSS and per-job latency over time. The attackers and the hostile forge run in
 processes of their own, so their work does not slow this process's measuring threads.
 
+With ``--spans DIR`` the operator logs at debug level and the pickup is broken down step by
+step per phase (hostile_spans.py): where a healthy job waits under attack.
+
     python -m tests.benchmarks.hostile [--groups 20] [--baseline 60] [--attack 90] [--plot F]
+        [--spans DIR]
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from gitea_runner_operator.webhook.signature import sign
 from tests.benchmarks import common
 from tests.benchmarks.hostile_plot import plot
 from tests.benchmarks.hostile_servers import Remote
+from tests.benchmarks.hostile_spans import keep_spans, print_spans
 from tests.benchmarks.hostile_tenants import (
     apply_evil_groups,
     foreign_objects,
@@ -130,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--plot", help="draw RSS and latency over time into this PNG")
     parser.add_argument(
+        "--spans",
+        type=Path,
+        help="run the operator with debug logs, keep its log in this directory and print "
+        "where a healthy job's pickup waits, step by step, per phase (hostile_spans.py)",
+    )
+    parser.add_argument(
         "--cpuprobe",
         type=Path,
         help="profile the operator's main thread during the attack into this directory",
@@ -153,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 make_secret(kube, ns, "hook", {"secret": secret})
             prepare_evil(kube, args)
             uids = foreign_objects(kube, "evil-cache")
-            extra = memory_args(args)
+            extra = memory_args(args) + (("--log-level", "debug") if args.spans else ())
             env = {"MALLOC_ARENA_MAX": args.malloc_arena_max} if args.malloc_arena_max else {}
             with MemoryCgroup(args.memory_limit) as cgroup, common.operator(
                 sandbox, healthy + evil, *extra, leader_elect=True, cpuprobe=args.cpuprobe,
@@ -175,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:
                 if "webhook" in args.attacks.split(","):
                     shared = ("--shared-address",) if args.shared_address else ()
                     attack = Remote("--webhook", str(op.webhook_port), *shared)
+                if args.cpuprobe:
+                    op.snapshot()  # sampling starts, before the hostile groups' first passes
                 apply_evil_groups(kube, fake, forge_url, args)
                 if "wronghook" in args.attacks.split(","):
                     run.wrong_hooks()
-                if args.cpuprobe:
-                    op.snapshot()  # sampling starts
                 run.phase("attack", args.attack / 2)
                 if args.memprobe:
                     op.snapshot()  # DIR/snap-1.pickle: where the memory is mid-attack
@@ -200,11 +213,15 @@ def main(argv: list[str] | None = None) -> int:
                 run.peak = _peak_rss(run)
                 run.cgroup = cgroup.figures()
                 after = foreign_objects(kube, "evil-cache")
+                if args.spans:
+                    keep_spans(run, op, args.spans)
                 load = os.getloadavg()
         finally:
             fake.stop()
             counts |= forge.finish()
     report(run, counts, uids, after, load, args)
+    if args.spans:
+        print_spans(args.spans)
     if args.plot:
         plot(run.rss, run.latencies, (run.attack_started, run.attack_ended), args.plot)
     return 0
@@ -225,7 +242,7 @@ class Run:
     ) -> None:
         self.kube, self.op, self.fake, self.args = kube, op, fake, args
         self.namespaces, self.hooks = namespaces, hooks
-        self.t0 = time.monotonic()
+        self.t0, self.wall0 = time.monotonic(), time.time()  # now() + wall0: the wall clock
         self.queued: dict[str, list[tuple[float, str]]] = collections.defaultdict(list)
         self.created: dict[str, dict[str, float]] = collections.defaultdict(dict)
         self.deliveries: dict[str, collections.Counter[int | str]] = {}
@@ -253,6 +270,8 @@ class Run:
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
+        for ns in self.namespaces:  # not joined: a watch ends only with its stream
+            threading.Thread(target=self._watch_jobs, args=(ns,), daemon=True).start()
 
     def mark(self, name: str) -> None:
         """Where a phase starts: the operator's CPU and its loop-lag buckets so far."""
@@ -367,14 +386,33 @@ class Run:
                 self.answers.append(self.now())
             time.sleep(0.1)
 
+    def _watch_jobs(self, namespace: str) -> None:
+        """When each runner Job of ``namespace`` appeared: a watch's ADDED event, read as it
+        arrives. (Until issue 45's pickup work this listed the Jobs every 0.3 s, which added
+        up to 0.3 s plus the lists' own time to every figure; the lists grew with the run's
+        Jobs and slowed with the API server's load, and made most of the attack's p99.)"""
+        path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                listed = self.kube.get(path, labelSelector=SELECTOR)
+                for job in listed["items"]:
+                    self._seen(job)
+                version = listed["metadata"]["resourceVersion"]
+                events = self.kube.watch(
+                    path, labelSelector=SELECTOR, resourceVersion=version, timeoutSeconds=60
+                )
+                for event in events:
+                    if event.get("type") == "ADDED":
+                        self._seen(event["object"])
+            time.sleep(0.1)
+
+    def _seen(self, job: dict[str, Any]) -> None:
+        group = job["metadata"]["labels"].get(GROUP_LABEL, "")
+        self.created[group].setdefault(job["metadata"]["name"], self.now())
+
     def _watch(self) -> None:
         while not self._stop.is_set():
             with contextlib.suppress(Exception):
-                for ns in self.namespaces:
-                    path = f"/apis/batch/v1/namespaces/{ns}/jobs"
-                    for job in self.kube.get(path, labelSelector=SELECTOR)["items"]:
-                        group = job["metadata"]["labels"].get(GROUP_LABEL, "")
-                        self.created[group].setdefault(job["metadata"]["name"], self.now())
                 spec = self.kube.get(LEASE).get("spec") or {}
                 renew = str(spec.get("renewTime"))
                 if not self.renewals or self.renewals[-1][1] != renew:
