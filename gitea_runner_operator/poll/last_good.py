@@ -45,7 +45,7 @@ LAST_GOOD_GRACE = 120.0
 
 # Observer.observe_with: asks again with the handle of an earlier good answer.
 ObserveWithFn = Callable[
-    [RunnerGroupSpec, GiteaHandle], Awaitable[tuple[Snapshot, GiteaHandle | None]]
+    [RunnerGroupSpec, GiteaHandle, str], Awaitable[tuple[Snapshot, GiteaHandle | None]]
 ]
 # kube/namespaces.NamespaceReader.deleting: whether a namespace is being deleted whole.
 NamespaceDeletingFn = Callable[[str], Awaitable[bool]]
@@ -117,7 +117,7 @@ class LastGoodHandle:
                         reason=problem.reason if problem is not None else None,
                         grace=self._grace,
                     )
-                return await self._again(spec, kept)
+                return await self._again(spec, kept, GroupKey.parse(self._key).namespace)
         if handle is not None and snapshot.problem is None:
             self.handle, self._spec, self._gone_since = handle, spec, None
         return snapshot, handle

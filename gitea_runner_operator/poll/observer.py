@@ -218,19 +218,23 @@ class Observer:
             return Snapshot(started, checked, problem=problem), None
 
     async def observe_with(
-        self, spec: RunnerGroupSpec, handle: GiteaHandle
+        self, spec: RunnerGroupSpec, handle: GiteaHandle, namespace: str
     ) -> tuple[Snapshot, GiteaHandle | None]:
         """A snapshot asked with the handle of an earlier good answer, reading no Secret.
         Only for a deleting group whose credentials are gone (GroupPoller): a namespace
         deleted whole takes the tokens Secret and the RoleBinding lending it in the same
         breath as the group, and its runners' registrations must still leave Gitea. Never
-        shared with other groups: the token may be one nobody lends any more."""
+        shared with other groups: the token may be one nobody lends any more. Its requests
+        and answers count against its own namespace's share (``namespace``), as its polls
+        did: a namespace deleted whole must not take the places of every other one."""
         started, checked = self._clock(), utc_now_iso()
         if handle.forge is None or (problem := url_problem(spec.gitea.url, self._allowed)):
             problem = problem or Problem("GiteaError", "no earlier answer to ask again with")
             return Snapshot(started, checked, problem=problem), None
         wanted = ScopeRef.from_spec(spec)
-        fetched = await self._fetcher.fetch(handle.client, wanted, handle.fingerprint, handle.forge)
+        fetched = await self._fetcher.fetch(
+            handle.client, wanted, handle.fingerprint, handle.forge, namespace
+        )
         snapshot = Snapshot(
             started,
             checked,

@@ -40,6 +40,10 @@ class Reaper:
         self.handles.append(handle)
 
 
+# The namespace each ask again was charged to (kit/fair_gate.py, forge/budget.py).
+charged_to: list[str] = []
+
+
 async def _namespace_deleted(namespace: str) -> bool:
     return True
 
@@ -53,14 +57,16 @@ def _poller(
 ) -> GroupPoller:
     """A group whose first answer is good (handle ``first``) and whose Secret then goes."""
     seen = 0
+    charged_to.clear()
 
     async def observe(namespace: str, spec: Any, newer_than: float) -> Any:
         nonlocal seen
         seen += 1
         return (GOOD, "first") if seen == 1 else (_gone(), None)
 
-    async def observe_with(spec: Any, handle: object) -> Any:
+    async def observe_with(spec: Any, handle: object, namespace: str) -> Any:
         asked_again.append(handle)
+        charged_to.append(namespace)
         return GOOD, "again"
 
     return GroupPoller(
@@ -94,6 +100,8 @@ async def test_a_deleting_group_whose_secret_is_gone_reaps_with_its_last_good_ha
     await _rounds(poller, ReapOrder(GROUP, remove_hook=True, deleting=True))
     assert asked_again[0] == "first"  # the token of the last good answer, then its own
     assert set(asked_again) <= {"first", "again"}
+    # Its requests take its own namespace's places and budget share, not a shared one.
+    assert set(charged_to) == {"team-a"}
     assert reaper.handles and set(reaper.handles) == {"again"}
 
 
@@ -109,7 +117,7 @@ async def test_a_group_not_being_deleted_never_asks_with_a_token_nobody_lends_an
 async def test_only_credentials_gone_for_good_ask_again():
     asked: list[object] = []
 
-    async def again(spec: Any, handle: object) -> Any:
+    async def again(spec: Any, handle: object, namespace: str) -> Any:
         asked.append(handle)
         return GOOD, "again"
 
@@ -145,7 +153,7 @@ async def test_a_token_revoked_before_the_group_is_deleted_is_not_used_by_its_te
     asked: list[object] = []
     namespace_gone = False
 
-    async def again(spec: Any, handle: object) -> Any:
+    async def again(spec: Any, handle: object, namespace: str) -> Any:
         asked.append(handle)
         return GOOD, "again"
 
@@ -166,7 +174,7 @@ async def test_the_last_good_handle_serves_only_its_own_spec_and_only_for_its_gr
     clock = Clock()
     asked: list[object] = []
 
-    async def again(spec: Any, handle: object) -> Any:
+    async def again(spec: Any, handle: object, namespace: str) -> Any:
         asked.append(handle)
         return GOOD, "again"
 
