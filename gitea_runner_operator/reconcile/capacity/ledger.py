@@ -25,7 +25,6 @@ runners than can surely find a job (tests/unit/reconcile/test_family_property.py
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -41,6 +40,8 @@ from gitea_runner_operator.reconcile.capacity.accounting import (
     current_jobs,
     headroom,
     job_repository,
+    listed_times,
+    oldest_listing,
     seen_key,
 )
 from gitea_runner_operator.reconcile.capacity.family_changes import (
@@ -120,19 +121,22 @@ def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
     return out
 
 
-def _as_of(claimant: Claimant, oldest: tuple[tuple[float, str], ...]) -> Claimant:
+def _as_of(claimant: Claimant, oldest: float | None) -> Claimant:
     """The claimant with its runners counted as of its peers' answers: a runner first seen
-    busy after the oldest of them may have taken a job that answer still lists as queued,
-    so it still covers one (like a finished runner in churn.py). Once every peer has asked
-    again, it drops out. ``oldest``: the two oldest answers' (started_at, key), so that the
-    oldest of a claimant's peers is found without a pass over every answer per claimant
-    (that pass cost a family of 1,001 groups a million steps per assignment)."""
-    if not claimant.busy_since:
+    busy (or finished) after the oldest listing of a queued job it could run
+    (accounting.oldest_listing) may have taken that job, which that answer still lists as
+    queued, so it still covers one (like a finished runner in churn.py). Once every such job
+    has been listed again since, it drops out.
+
+    Compared with each job's newest listing, not with the oldest answer of any peer: after a
+    hand-over every runner of the family is "first seen" busy on the new owner's first
+    answers, and against the oldest answer it covered a job its own group's answer (asked
+    after) still listed as queued, so the family created nothing until each member had
+    polled again: a job whose only runner that could take it was such a phantom waited one
+    or two more poll intervals."""
+    if not claimant.busy_since or oldest is None:
         return claimant
-    peers = [t for t, key in oldest if key != claimant.key]
-    if not peers:
-        return claimant
-    extra = sum(1 for t in claimant.busy_since if t > peers[0])
+    extra = sum(1 for t in claimant.busy_since if t > oldest)
     return replace(claimant, not_busy=claimant.not_busy + extra) if extra else claimant
 
 
@@ -361,8 +365,8 @@ class Ledger:
         claimants = [m.claimant for m in members]
         answers = [m.answer for m in members if m.answer is not None]
         jobs = current_jobs(answers, claimants)
-        oldest = tuple(heapq.nsmallest(2, ((a.started_at, a.key) for a in answers)))
-        claimants = [_as_of(c, oldest) for c in claimants]
+        oldest = oldest_listing(jobs, listed_times(answers), claimants)
+        claimants = [_as_of(c, oldest.get(c.key)) for c in claimants]
         self._room.update(headroom(jobs, claimants))
         return assign(jobs, claimants)
 
