@@ -225,6 +225,7 @@ class Controller:
         self.stopped = asyncio.Event()
         self._running: set[str] = set()  # groups a worker reconciles now
         self._finished = asyncio.Event()  # set whenever a worker finishes a reconcile
+        self._polling_taken: set[asyncio.Future[None]] = set()  # take(): first polls started
 
     def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         if self.share is not None:
@@ -235,10 +236,30 @@ class Controller:
     def take(self, keys: frozenset[str]) -> None:
         """The share took ``keys``: they are this replica's to reconcile now, and their
         deliveries are unproven here (their polls run at ``spec.pollInterval`` until one
-        arrives: Pollers.handed_over)."""
+        arrives: Pollers.handed_over). Their Gitea is asked at once, not once each group's
+        first pass has come round the queue: after a SIGKILL their jobs have waited a Lease
+        duration already (issue 46)."""
         for key in keys:
             self.pollers.handed_over(key)
             self.queue.add(key)
+        task = asyncio.ensure_future(self._poll_taken(keys))
+        self._polling_taken.add(task)
+        task.add_done_callback(self._polling_taken.discard)
+
+    async def _poll_taken(self, keys: frozenset[str]) -> None:
+        """Start the poll task of each taken group that its pass would start: admitted, not
+        being deleted, and still served here (the pass finds it running, with the same spec)."""
+        for key in sorted(keys):
+            group = self.cache.group(key)
+            if group is None or (self.share is not None and not self.share.serves(key)):
+                continue
+            meta = group.get("metadata") or {}
+            admitted = self.admissions.admit(key, meta, group.get("spec"))
+            spec, deleting = admitted.spec, meta.get("deletionTimestamp")
+            if spec is None or admitted.invalid or admitted.refusal or deleting:
+                continue  # its pass decides (a refused group's poll never starts)
+            if self.pollers.get(key) is None:
+                await self.pollers.ensure(key, spec)
 
     async def release(self, keys: frozenset[str]) -> None:
         """Another replica will serve these groups: finish their reconciles under way, then
@@ -342,7 +363,7 @@ class Controller:
                 log.warning("reconciles still running at the end of the grace period")
         finally:
             self.queue.shut_down()
-            for task in [*workers, *informers]:
+            for task in [*workers, *informers, *self._polling_taken]:
                 task.cancel()
             for task in [*workers, *informers]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
