@@ -28,6 +28,8 @@ from gitea_runner_operator.objects.views import job_finished, runner_exited
 GroupKey = str  # "namespace/name"
 # Releases kept per group: far more than finish between two Gitea answers.
 MAX_RELEASES = 2048
+# A taken share's namespaces fetched at once (ClusterCache.serve).
+FETCH_NAMESPACES_AT_ONCE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,14 +208,28 @@ class ClusterCache:
         for key in sorted(wanted):
             namespace, _, name = key.partition("/")
             by_namespace.setdefault(namespace, []).append(name)
-        for namespace, names in by_namespace.items():
-            groups = self._informer_for(self.groups, namespace)
-            if groups is not None:  # whole again: this replica kept them slim
-                listing = _items(self._groups_in, namespace, None)
-                await groups.refresh(listing, {f"{namespace}/{name}" for name in names})
-            for chunk in _chunks(names, SELECTOR_NAMES):
-                await self._fetch(namespace, chunk)
-                self._fetched.update(f"{namespace}/{name}" for name in chunk)
+        # Namespaces side by side (a few at a time): one after the other, a SIGKILLed
+        # replica's groups in 4 namespaces waited 2.7 s for 12 lists on a busy API server.
+        slots = asyncio.Semaphore(FETCH_NAMESPACES_AT_ONCE)
+
+        async def fetch_in(namespace: str, names: list[str]) -> None:
+            async with slots:
+                groups = self._informer_for(self.groups, namespace)
+                if groups is not None:  # whole again: this replica kept them slim
+                    listing = _items(self._groups_in, namespace, None)
+                    await groups.refresh(listing, {f"{namespace}/{name}" for name in names})
+                for chunk in _chunks(names, SELECTOR_NAMES):
+                    await self._fetch(namespace, chunk)
+                    self._fetched.update(f"{namespace}/{name}" for name in chunk)
+
+        tasks = [asyncio.ensure_future(fetch_in(ns, names)) for ns, names in by_namespace.items()]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:  # one failed (or the round gave up): none goes on alone
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
     def _groups_in(self, namespace: str, **options: Any) -> Any:
         g, v, p = constants.GROUP, constants.VERSION, constants.PLURAL
