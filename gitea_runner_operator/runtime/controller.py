@@ -52,6 +52,7 @@ from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
 from gitea_runner_operator.runtime.shared_by_groups import SharedByGroups
+from gitea_runner_operator.runtime.taken_polls import TakenPolls
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
@@ -225,7 +226,10 @@ class Controller:
         self.stopped = asyncio.Event()
         self._running: set[str] = set()  # groups a worker reconciles now
         self._finished = asyncio.Event()  # set whenever a worker finishes a reconcile
-        self._polling_taken: set[asyncio.Future[None]] = set()  # take(): first polls started
+        serves = self.share.serves if self.share is not None else lambda _key: True
+        self.taken_polls = TakenPolls(
+            self.cache, self.admissions, self.reconciler, self.pollers, serves
+        )
 
     def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         if self.share is not None:
@@ -242,24 +246,7 @@ class Controller:
         for key in keys:
             self.pollers.handed_over(key)
             self.queue.add(key)
-        task = asyncio.ensure_future(self._poll_taken(keys))
-        self._polling_taken.add(task)
-        task.add_done_callback(self._polling_taken.discard)
-
-    async def _poll_taken(self, keys: frozenset[str]) -> None:
-        """Start the poll task of each taken group that its pass would start: admitted, not
-        being deleted, and still served here (the pass finds it running, with the same spec)."""
-        for key in sorted(keys):
-            group = self.cache.group(key)
-            if group is None or (self.share is not None and not self.share.serves(key)):
-                continue
-            meta = group.get("metadata") or {}
-            admitted = self.admissions.admit(key, meta, group.get("spec"))
-            spec, deleting = admitted.spec, meta.get("deletionTimestamp")
-            if spec is None or admitted.invalid or admitted.refusal or deleting:
-                continue  # its pass decides (a refused group's poll never starts)
-            if self.pollers.get(key) is None:
-                await self.pollers.ensure(key, spec)
+        self.taken_polls.start(keys)
 
     async def release(self, keys: frozenset[str]) -> None:
         """Another replica will serve these groups: finish their reconciles under way, then
@@ -363,7 +350,7 @@ class Controller:
                 log.warning("reconciles still running at the end of the grace period")
         finally:
             self.queue.shut_down()
-            for task in [*workers, *informers, *self._polling_taken]:
+            for task in [*workers, *informers, *self.taken_polls.cancel()]:
                 task.cancel()
             for task in [*workers, *informers]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -166,6 +166,7 @@ class Ledger:
         self._dirty: set[str] = set()  # families whose inputs changed since
         self._changes: dict[str, Changes] = {}  # ... and which members' shares that moved
         self._all_dirty = False  # membership changed: every family is recomputed
+        self._answered: set[str] = set()  # families every member just answered: due now
         self.computations = 0  # for tests and benchmarks
         self._holders: dict[str, tuple[int, dict[int, str]]] = {}  # family -> (stamp, holders)
         self._queued: set[str] = set()  # members whose last answer lists a queued job
@@ -226,6 +227,17 @@ class Ledger:
                 for a in (old.answer if old is not None else None, answer)
             )
             self._changes.setdefault(name, Changes()).add(url, claimant, reaches_all=unknown)
+            if answer is not None and (old is None or old.answer is None):
+                self._first_answer(name)
+
+    def _first_answer(self, name: str) -> None:
+        """A member answered for the first time: once every member of the family has, its
+        assignment is computed at once, not ``min_interval`` later (a family taken over, or
+        started, is weighed whole as soon as it can be: issue 46)."""
+        assert self._family_of is not None
+        family = self._family_of[name]
+        if all((m := self._members.get(k)) is not None and m.answer for k in family):
+            self._answered.add(name)
 
     def _lists_unknown(self, answer: Answer) -> bool:
         """:func:`lists_unknown_repository`, worked out once per answer of a member."""
@@ -250,6 +262,7 @@ class Ledger:
         self._computed_at.pop(key, None)
         self._dirty.discard(key)
         self._changes.pop(key, None)
+        self._answered.discard(key)
         self._family_of, self._all_dirty = None, True
         return old
 
@@ -321,10 +334,11 @@ class Ledger:
         name = min(family)
         now = self._clock()
         recent = now - self._computed_at.get(name, float("-inf")) < self._min_interval
-        if name not in self._dirty or recent:
+        if name not in self._dirty or (recent and name not in self._answered):
             return self._shares.get(key, [])  # a new member waits for the next computation
         result = self._compute(family)
         self._computed_at[name] = now
+        self._answered.discard(name)
         self._dirty.discard(name)
         self._changes.pop(name, None)
         self._announce(key, result)

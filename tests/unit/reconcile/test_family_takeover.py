@@ -110,3 +110,58 @@ async def test_a_busy_runner_still_covers_a_job_no_later_answer_lists():
     sources.get(APP).latest = answer((app,), (), clock.now)
     await new.reconcile(APP)
     assert w.created(APP) == 1
+
+
+async def test_a_taken_family_weighs_its_first_answer_with_every_member():
+    """A taken group is polled at once (runtime/taken_polls.py), so the org group's answer
+    may come before the repo groups' first passes: introduced first, they are in the book,
+    and the org group does not count their jobs alone (each team's job is its own first)."""
+    w, clock = world(), Clock(1000.0)
+    new, sources, _ = reconciler(w, ledger=Ledger(min_interval=0.5, clock=clock), clock=clock)
+    for key in (ORG, APP, LIB):
+        new.introduce(key, new._admissions.admit(key, *_meta_spec(w, key)).spec)
+    app, lib = job(2, "acme/app"), job(3, "acme/lib")
+    sources.get(ORG).latest = answer((app, lib), (), clock.now)
+    await new.reconcile(ORG)  # its first pass, with its answer already
+    assert w.created(ORG) == 0
+    sources.get(APP).latest = answer((app,), (), clock.now + 0.1)
+    sources.get(LIB).latest = answer((lib,), (), clock.now + 0.1)
+    clock.now += 0.5
+    for key in (APP, LIB):
+        await new.reconcile(key)
+    assert (w.created(APP), w.created(LIB), w.created(ORG)) == (1, 1, 0)
+
+
+def _meta_spec(w: World, key: str) -> tuple[dict, dict]:
+    obj = w.group(key)
+    assert obj is not None
+    return obj["metadata"], obj["spec"]
+
+
+def test_a_family_is_weighed_at_once_when_its_last_member_first_answers():
+    """The share is computed as soon as every member has answered once, not held back by
+    ``min_interval``: the last member's first answer after a take is weighed by its own
+    pass (before, that pass read a stale share, created nothing and came back 0.5 s
+    later: the breakdown's 0.5 s between a family's first polls and its creates)."""
+    from gitea_runner_operator.api.runnergroup import Scope
+    from tests.support.claims import group, report
+    from tests.support.claims import job as queued
+
+    clock = Clock(1000.0)
+    ledger = Ledger(min_interval=0.5, clock=clock)
+    org = group(ORG, Scope.ORG, "acme")
+    app = group(APP, Scope.REPO, "acme", "app")
+    lib = group(LIB, Scope.REPO, "acme", "lib")
+    for c in (org, app, lib):
+        report(ledger, c, None)  # introduced: no answer yet
+    jobs = [queued(2, "acme/app"), queued(3, "acme/lib")]
+    report(ledger, org, jobs, started=clock.now)
+    ledger.share(ORG)
+    clock.now += 0.1
+    report(ledger, app, jobs[:1], started=clock.now)
+    ledger.share(APP)
+    assert ledger.stale(APP)  # within min_interval, and the family not complete yet
+    clock.now += 0.1
+    report(ledger, lib, jobs[1:], started=clock.now)  # the last one's first answer
+    assert ledger.share(LIB) == jobs[1:]
+    assert not ledger.stale(LIB)  # current: its pass creates now
