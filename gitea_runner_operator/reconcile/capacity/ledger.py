@@ -124,16 +124,11 @@ def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
 def _as_of(claimant: Claimant, oldest: float | None) -> Claimant:
     """The claimant with its runners counted as of its peers' answers: a runner first seen
     busy (or finished) after the oldest listing of a queued job it could run
-    (accounting.oldest_listing) may have taken that job, which that answer still lists as
-    queued, so it still covers one (like a finished runner in churn.py). Once every such job
-    has been listed again since, it drops out.
-
-    Compared with each job's newest listing, not with the oldest answer of any peer: after a
-    hand-over every runner of the family is "first seen" busy on the new owner's first
-    answers, and against the oldest answer it covered a job its own group's answer (asked
-    after) still listed as queued, so the family created nothing until each member had
-    polled again: a job whose only runner that could take it was such a phantom waited one
-    or two more poll intervals."""
+    (accounting.oldest_listing) may have taken that job, which that answer still lists, so
+    it still covers one (like a finished runner in churn.py) until the job is listed again.
+    Not against the family's oldest answer: after a hand-over every runner is "first seen"
+    busy on the new owner's first answers, and a family created nothing until each member
+    had polled again (issue 46)."""
     if not claimant.busy_since or oldest is None:
         return claimant
     extra = sum(1 for t in claimant.busy_since if t > oldest)
@@ -231,9 +226,8 @@ class Ledger:
                 self._first_answer(name)
 
     def _first_answer(self, name: str) -> None:
-        """A member answered for the first time: once every member of the family has, its
-        assignment is computed at once, not ``min_interval`` later (a family taken over, or
-        started, is weighed whole as soon as it can be: issue 46)."""
+        """Once every member has answered, the family is computed at once, not
+        ``min_interval`` later (one taken over is weighed whole as soon as it can be)."""
         assert self._family_of is not None
         family = self._family_of[name]
         if all((m := self._members.get(k)) is not None and m.answer for k in family):
