@@ -29,6 +29,13 @@ info lines ("serving domains" and "gave domains away", each with ``held``).
 Runners are simulated by the fake from the cluster's Pods (kwok runs them): a job runs
 ``--job-seconds`` and its Pod then succeeds.
 
+- ``--families N`` adds N families, each an org group (an org of its own) and
+  ``--family-repos K`` repo groups of that org (past 1, jobs also arrive in a repository
+  only the org group serves), one domain each; the hand-over runs print their jobs'
+  longest wait, and every run the ten slowest jobs with wall-clock times to read beside
+  the replicas' logs (``--logs DIR``, ``--operator-arg=--log-level=debug``: each taken
+  domain's trail). ``--no-rolling``: the SIGKILL alone.
+
     python -m tests.benchmarks.replicas [--groups 600] [--namespaces 20] [--window 60]
         [--fill 200] [--rescale] [--handovers] [--global-toggle] [--json FILE]
 """
