@@ -12,10 +12,16 @@ created until every member had polled again (the platform's run: the survivor's 
 
 from __future__ import annotations
 
+import asyncio
+import random
+
+import pytest
+
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from tests.support.family import CREATED, LABEL, URL, Clock, World, group_spec, reconciler
+from tests.unit.reconcile.test_family_property import FAMILIES, Sim
 
 ORG, APP, LIB = "team-a/org", "team-b/app", "team-c/lib"
 
@@ -165,3 +171,32 @@ def test_a_family_is_weighed_at_once_when_its_last_member_first_answers():
     report(ledger, lib, jobs[1:], started=clock.now)  # the last one's first answer
     assert ledger.share(LIB) == jobs[1:]
     assert not ledger.stale(LIB)  # current: its pass creates now
+
+
+class _TakenSim(Sim):
+    """The property test's schedules with a hand-over half-way: a new Reconciler and Ledger
+    (another replica's) over the same cluster and Gitea, its members introduced before any
+    answer as runtime/taken_polls.py does, every runner then "first seen" by it."""
+
+    async def take_over(self) -> None:
+        self.ledger = Ledger(min_interval=0.5, clock=self.clock)
+        self.rec, self.sources, _ = reconciler(self.world, ledger=self.ledger, clock=self.clock)
+        for key in sorted(self.members):
+            spec = self.rec._admissions.admit(key, *_meta_spec(self.world, key)).spec
+            assert spec is not None
+            self.rec.introduce(key, spec)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_family_taken_over_never_creates_a_runner_for_a_covered_job(family):
+    async def run(sim: _TakenSim) -> None:
+        await sim.run(60)
+        await sim.take_over()
+        await sim.run(80)
+
+    for seed in range(60):
+        sim = _TakenSim(FAMILIES[family], random.Random(seed))  # noqa: S311 - fixed schedule
+        try:
+            asyncio.run(run(sim))
+        except AssertionError as exc:
+            raise AssertionError(f"{family}, seed {seed}: {exc}") from None
