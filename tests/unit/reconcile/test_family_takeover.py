@@ -21,7 +21,7 @@ from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from tests.support.family import CREATED, LABEL, URL, Clock, World, group_spec, reconciler
-from tests.unit.reconcile.test_family_property import FAMILIES, Sim
+from tests.support.family_sim import FAMILIES, Sim
 
 ORG, APP, LIB = "team-a/org", "team-b/app", "team-c/lib"
 
