@@ -21,7 +21,12 @@ from kubernetes_asyncio import client
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.kube import watches
 from gitea_runner_operator.kube.informer import Informer, object_key
-from gitea_runner_operator.kube.narrowed import OwnedShare, _items, group_key_of_owned
+from gitea_runner_operator.kube.narrowed import (
+    OwnedShare,
+    _items,
+    group_key_of_owned,
+    side_by_side,
+)
 from gitea_runner_operator.objects.slim import Obj, slim_group, slim_unserved_group
 from gitea_runner_operator.objects.views import job_finished, runner_exited
 
@@ -220,10 +225,13 @@ class ClusterCache:
         for key in wanted:
             namespace = key.partition("/")[0]
             by_namespace.setdefault(namespace, set()).add(key)
-        for namespace, named in sorted(by_namespace.items()):
+
+        async def refresh(namespace: str, named: set[str]) -> None:
             groups = self._informer_for(self.groups, namespace)
             if groups is not None:  # whole again: this replica kept them slim
                 await groups.refresh(_items(self._groups_in, namespace, None), named)
+
+        await side_by_side(refresh(ns, named) for ns, named in sorted(by_namespace.items()))
         await self._share.serve(wanted, shards)
 
     def narrow(self, shards: Iterable[str]) -> None:

@@ -112,11 +112,13 @@ class OwnedShare:
             for key in sorted(wanted):
                 namespace, _, name = key.partition("/")
                 by_namespace.setdefault(namespace, []).append(name)
-            for namespace, names in by_namespace.items():
-                for chunk in [
-                    names[i : i + SELECTOR_NAMES] for i in range(0, len(names), SELECTOR_NAMES)
-                ]:
-                    found |= await self._fetch(namespace, chunk)
+
+            async def fetch_in(namespace: str, names: list[str]) -> None:
+                nonlocal found
+                for i in range(0, len(names), SELECTOR_NAMES):
+                    found |= await self._fetch(namespace, names[i : i + SELECTOR_NAMES])
+
+            await side_by_side(fetch_in(ns, names) for ns, names in by_namespace.items())
             if found - self.selected:  # older buckets of the groups taken (merged or split)
                 await self._select(self.selected | found)
             self.fetched |= wanted
@@ -211,6 +213,30 @@ class _Shared:
     def cancel(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+# Namespaces fetched at once when a share is taken: one after the other, a SIGKILLed
+# replica's groups in 4 namespaces waited 2.7 s for 12 lists on a busy API server.
+FETCH_NAMESPACES_AT_ONCE = 4
+
+
+async def side_by_side(fetches: Iterable[Awaitable[None]]) -> None:
+    """The fetches of a take, :data:`FETCH_NAMESPACES_AT_ONCE` at a time; one that fails (or
+    the round giving up) cancels the others, so none goes on alone."""
+    slots = asyncio.Semaphore(FETCH_NAMESPACES_AT_ONCE)
+
+    async def one(fetch: Awaitable[None]) -> None:
+        async with slots:
+            await fetch
+
+    tasks = [asyncio.ensure_future(one(fetch)) for fetch in fetches]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def _informer_for(informers: list[Informer], namespace: str) -> Informer | None:

@@ -21,6 +21,7 @@ from gitea_runner_operator.api.loss import LOSSES
 from gitea_runner_operator.api.naming import runner_pattern
 from gitea_runner_operator.api.observation import Problem, ProblemKind
 from gitea_runner_operator.api.placement import Placement
+from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.api.shard import shard_label
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.kit.group_memory import GroupMemory, Table
@@ -363,6 +364,17 @@ class Reconciler:
             self._cluster.emit_event,
             self._unmatched.log_rate,
         )
+
+    def introduce(self, key: str, spec: RunnerGroupSpec) -> None:
+        """A group taken over (--sharding) joins its family's book as its first pass would
+        (no answer yet, its runners from the cache), before its poll starts: a peer whose
+        answer came first must not count the family's jobs alone (a repo group's job is
+        its own team's first) for want of a member its pass has not reached yet."""
+        if self._claims_held.knows(key):
+            return
+        p = read_pass(self._cache, self._expectations, key)
+        if p is not None:
+            self._claims.report(with_answer(self._cache, p, spec, None), self.state(key), True)
 
     def _drop_claims(self, key: str) -> None:
         """The group creates nothing any more: its peers take its jobs."""

@@ -52,6 +52,7 @@ from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
 from gitea_runner_operator.runtime.shared_by_groups import SharedByGroups
+from gitea_runner_operator.runtime.taken_polls import TakenPolls
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
 from gitea_runner_operator.settings import Settings
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
@@ -225,6 +226,10 @@ class Controller:
         self.stopped = asyncio.Event()
         self._running: set[str] = set()  # groups a worker reconciles now
         self._finished = asyncio.Event()  # set whenever a worker finishes a reconcile
+        serves = self.share.serves if self.share is not None else lambda _key: True
+        self.taken_polls = TakenPolls(
+            self.cache, self.admissions, self.reconciler, self.pollers, serves
+        )
 
     def _on_group(self, key: str, kind: str, obj: dict[str, Any], before: Any) -> None:
         if self.share is not None:
@@ -235,10 +240,13 @@ class Controller:
     def take(self, keys: frozenset[str]) -> None:
         """The share took ``keys``: they are this replica's to reconcile now, and their
         deliveries are unproven here (their polls run at ``spec.pollInterval`` until one
-        arrives: Pollers.handed_over)."""
+        arrives: Pollers.handed_over). Their Gitea is asked at once, not once each group's
+        first pass has come round the queue: after a SIGKILL their jobs have waited a Lease
+        duration already (issue 46)."""
         for key in keys:
             self.pollers.handed_over(key)
             self.queue.add(key)
+        self.taken_polls.start(keys)
 
     async def release(self, keys: frozenset[str]) -> None:
         """Another replica will serve these groups: finish their reconciles under way, then
@@ -342,7 +350,7 @@ class Controller:
                 log.warning("reconciles still running at the end of the grace period")
         finally:
             self.queue.shut_down()
-            for task in [*workers, *informers]:
+            for task in [*workers, *informers, *self.taken_polls.cancel()]:
                 task.cancel()
             for task in [*workers, *informers]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -29,6 +29,13 @@ info lines ("serving domains" and "gave domains away", each with ``held``).
 Runners are simulated by the fake from the cluster's Pods (kwok runs them): a job runs
 ``--job-seconds`` and its Pod then succeeds.
 
+- ``--families N`` adds N families, each an org group (an org of its own) and
+  ``--family-repos K`` repo groups of that org (past 1, jobs also arrive in a repository
+  only the org group serves), one domain each; the hand-over runs print their jobs'
+  longest wait, and every run the ten slowest jobs with wall-clock times to read beside
+  the replicas' logs (``--logs DIR``, ``--operator-arg=--log-level=debug``: each taken
+  domain's trail). ``--no-rolling``: the SIGKILL alone.
+
     python -m tests.benchmarks.replicas [--groups 600] [--namespaces 20] [--window 60]
         [--fill 200] [--rescale] [--handovers] [--global-toggle] [--json FILE]
 """
@@ -121,7 +128,8 @@ def replicas(sandbox: Sandbox, namespaces: list[str], n: int) -> Iterator[list[O
     """``n`` replicas started together, as a Deployment's Pods start."""
     with contextlib.ExitStack() as stack:
         starting = [
-            common.operator(sandbox, namespaces, "--sharding", leader_elect=True) for _ in range(n)
+            common.operator(sandbox, namespaces, "--sharding", *EXTRA, leader_elect=True)
+            for _ in range(n)
         ]
         with ThreadPoolExecutor(n) as pool:
             ops = list(pool.map(lambda cm: cm.__enter__(), starting))
@@ -132,12 +140,14 @@ def replicas(sandbox: Sandbox, namespaces: list[str], n: int) -> Iterator[list[O
 
 
 STARTED: list[OperatorProcess] = []  # every replica, for --logs
+EXTRA: list[str] = []  # --operator-arg: more arguments for every replica
 
 
 def replica(
     sandbox: Sandbox, namespaces: list[str], stack: contextlib.ExitStack
 ) -> OperatorProcess:
-    op = stack.enter_context(common.operator(sandbox, namespaces, "--sharding", leader_elect=True))
+    started = common.operator(sandbox, namespaces, "--sharding", *EXTRA, leader_elect=True)
+    op = stack.enter_context(started)
     STARTED.append(op)
     return op
 
@@ -291,8 +301,40 @@ def verdict(
         for i in queued
         if (seen := by_name.get(fake.jobs[i].runner_name.rsplit("-", 1)[0])) is not None
     )
+    # Each job until its runner Job existed, slowest first, with wall-clock times to read
+    # beside the replicas' logs (--logs): owner/repo, queued at, runner Job seen at.
+    wall = time.time() - time.monotonic()
+    slowest = sorted(
+        (
+            (seen.at - fake.jobs[i].queued_at, i, seen)
+            for i in queued
+            if (seen := by_name.get(fake.jobs[i].runner_name.rsplit("-", 1)[0])) is not None
+        ),
+        key=lambda t: -t[0],
+    )[:10]
+    family_until_job = max(
+        (
+            seen.at - fake.jobs[i].queued_at
+            for i in queued
+            if fake.jobs[i].owner in FAMILY_ORGS
+            and (seen := by_name.get(fake.jobs[i].runner_name.rsplit("-", 1)[0])) is not None
+        ),
+        default=None,
+    )
     touched = sorted(fake.busy_lost - busy_before)
     result: dict[str, Any] = {
+        "slowest": [
+            {
+                "job": i,
+                "repository": f"{fake.jobs[i].owner}/{fake.jobs[i].repo}",
+                "queued_at": _clock(fake.jobs[i].queued_at + wall),
+                "runner_job_seen_at": _clock(seen.at + wall),
+                "runner_job": f"{seen.namespace}/{seen.name}",
+                "until_runner_job": round(took, 1),
+            }
+            for took, i, seen in slowest
+        ],
+        "families_longest_until_runner_job": family_until_job,
         "jobs": len(queued),
         "created": len(made),
         "ran_no_job": [f"{s.namespace}/{s.name}" for s in idle],
@@ -319,13 +361,16 @@ def verdict(
         f"runner Job existed {_s(result['longest_until_runner_job'])}; busy runners "
         f"touched {len(touched)}; every job running {_s(drained)} after the arrivals stopped"
         + (
-            f"; jobs of families of an org and a repo group: longest wait "
-            f"{_s(result['families_longest_wait'])}"
+            f"; jobs of families of an org and repo groups: longest wait "
+            f"{_s(result['families_longest_wait'])}, until its runner Job existed "
+            f"{_s(family_until_job)}"
             if FAMILY_ORGS
             else ""
         ),
         flush=True,
     )
+    for row in result["slowest"][:5]:
+        print(f"  slow: {row}", flush=True)
     FIGURES.setdefault("runs", {})[name] = result
     return result
 
@@ -377,10 +422,10 @@ def rescale(
     groups: list[tuple[str, str]],
     rate: float,
     phase: float,
+    total: int,
 ) -> None:
     """Jobs arrive at ``rate`` per second into random groups while the replicas go 1 -> 3 ->
-    1, ``phase`` seconds at each count once every domain is held."""
-    total = len(groups)
+    1, ``phase`` seconds at each count once every domain is held (``total`` domains)."""
     busy_before = set(fake.busy_lost)
     steps: list[str] = []
     with contextlib.ExitStack() as stack:
@@ -428,9 +473,26 @@ def main(argv: list[str] | None = None) -> int:
         "--families", type=int, default=0, help="families of an org and a repo group each"
     )
     parser.add_argument(
+        "--family-repos",
+        type=int,
+        default=1,
+        help="repo groups under each family's org group; past 1, jobs also arrive in a "
+        "repository of the org that no repo group serves (the org group's runners)",
+    )
+    parser.add_argument(
         "--no-cost", action="store_true", help="skip the per-count cost and fill (hand-overs only)"
     )
+    parser.add_argument(
+        "--no-rolling", action="store_true", help="--handovers: the SIGKILL only, no rolling"
+    )
+    parser.add_argument(
+        "--operator-arg",
+        action="append",
+        default=[],
+        help="one more argument for every replica (e.g. --operator-arg=--log-level=debug)",
+    )
     args = parser.parse_args(argv)
+    EXTRA.extend(args.operator_arg)
 
     owner = f"rep-{uuid.uuid4().hex[:4]}"
     fake = SimulatedGitea(job_seconds=args.job_seconds)
@@ -457,19 +519,25 @@ def main(argv: list[str] | None = None) -> int:
                 body = common.group(f"fo{j:03d}", org, fake.url, [LABEL])
                 body["spec"]["pollInterval"] = args.poll_interval
                 manifests.apply(kube, body, namespace=ns)
-                fake.group(ns, f"fr{j:03d}", GroupScope(org, "r", (LABEL,)))
-                body = common.group(f"fr{j:03d}", org, fake.url, [LABEL])
-                body["spec"] |= {"scope": "repo", "repo": "r", "pollInterval": args.poll_interval}
-                manifests.apply(kube, body, namespace=ns)
-                repos.append((org, "r"))
+                for k in range(args.family_repos):  # the first keeps the name of one alone
+                    name, repo = (f"fr{j:03d}", "r") if k == 0 else (f"fr{j:03d}-{k}", f"r{k}")
+                    fake.group(ns, name, GroupScope(org, repo, (LABEL,)))
+                    body = common.group(name, org, fake.url, [LABEL])
+                    body["spec"] |= {"scope": "repo", "repo": repo}
+                    body["spec"]["pollInterval"] = args.poll_interval
+                    manifests.apply(kube, body, namespace=ns)
+                    repos.append((org, repo))
+                if args.family_repos > 1:  # and a repository only the org group serves
+                    repos.append((org, "o"))
             print(
                 f"{args.groups} quiet groups, one domain each, and {args.families} families "
-                "of an org and a repo group",
+                f"of an org group and {args.family_repos} repo group(s) each",
                 flush=True,
             )
+            domains = args.groups + args.families  # a family is one domain
             for n in range(1, 0 if args.no_cost else args.most + 1):
                 with replicas(sandbox, namespaces, n) as ops:
-                    took = until_held(ops, args.groups)
+                    took = until_held(ops, domains)
                     print(f"{n} replica(s): every domain held after {_s(took)}", flush=True)
                     time.sleep(30)  # the first polls of the groups just taken
                     measure(ops, fake, args.window)
@@ -477,9 +545,12 @@ def main(argv: list[str] | None = None) -> int:
                         picked = random.Random(n).sample(repos, len(repos))  # noqa: S311
                         fill(fake, jobs, picked, n, args.fill)
             if args.rescale:
-                rescale(sandbox, namespaces, fake, jobs, repos, args.rate, args.phase)
+                rescale(sandbox, namespaces, fake, jobs, repos, args.rate, args.phase, domains)
             if args.handovers:
-                handovers(sandbox, namespaces, fake, jobs, repos, args.most, args.rate)
+                handovers(
+                    sandbox, namespaces, fake, jobs, repos, args.most, args.rate, domains,
+                    args.no_rolling,
+                )  # fmt: skip
             if args.global_toggle:
                 toggle(sandbox, kube, namespaces, fake.url, owner, args)
             print(f"most domains held at once while waiting: {MOST[0]} of {len(repos)}")
@@ -505,10 +576,12 @@ def handovers(
     groups: list[tuple[str, str]],
     n: int,
     rate: float,
+    total: int,
+    no_rolling: bool = False,
 ) -> None:
     """With jobs arriving at ``rate`` per second: SIGKILL of the replica holding most, then
-    a rolling restart of all ``n`` (a new one first, then an old one stops, per old one)."""
-    total = len(groups)
+    a rolling restart of all ``n`` (a new one first, then an old one stops, per old one).
+    ``total``: the domains (a family is one)."""
     with contextlib.ExitStack() as stack:
         ops = [replica(sandbox, namespaces, stack) for _ in range(n)]
         until_held(ops, total)
@@ -516,6 +589,7 @@ def handovers(
         with Arrivals(fake, groups, rate, seed=39) as arrivals:
             time.sleep(20)  # jobs running on the victim too
             victim = max(ops, key=held)
+            print(f"SIGKILL of {victim.log_path} at {_clock(time.time())} UTC", flush=True)
             victim.kill()
             ops.remove(victim)
             took = until_held(ops, total, limit=120)
@@ -523,6 +597,8 @@ def handovers(
             FIGURES["sigkill_s"] = took
             time.sleep(20)
         verdict(f"SIGKILL of 1 of {n} at {rate:g} jobs/s", fake, jobs, arrivals, busy_before)
+        if no_rolling:
+            return
         ops.append(replica(sandbox, namespaces, stack))
         until_held(ops, total)
         busy_before = set(fake.busy_lost)
@@ -607,6 +683,11 @@ def toggle(
             flush=True,
         )
         FIGURES["global_toggle"] = {"toggles": toggles, "groups_moved": moves}
+
+
+def _clock(wall: float) -> str:
+    """A wall-clock time as the replicas' logs print it (UTC, to the millisecond)."""
+    return time.strftime("%H:%M:%S", time.gmtime(wall)) + f".{int(wall % 1 * 1000):03d}"
 
 
 def _s(seconds: float | None) -> str:

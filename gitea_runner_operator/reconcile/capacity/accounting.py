@@ -260,13 +260,11 @@ def current_jobs(answers: Sequence[Answer], claimants: Sequence[Claimant]) -> li
     that a repo-scope answer from 1 s ago shows gone, and a peer whose token cannot read a
     repository (however fresh it keeps its answers) hides none of that repository's jobs."""
     scope_of = {c.key: c for c in claimants}
-    listed_at: dict[int, float] = {}
+    listed_at = listed_times(answers)
     by_id: dict[int, ActionJob] = {}
     for answer in answers:
         for job in answer.jobs:
             by_id.setdefault(job.id, job)
-            if answer.started_at > listed_at.get(job.id, float("-inf")):
-                listed_at[job.id] = answer.started_at
     index = _index(claimants)
     answer_of = {a.key: a for a in answers}
     authority: dict[Repository | None, float] = {}
@@ -293,3 +291,39 @@ def current_jobs(answers: Sequence[Answer], claimants: Sequence[Claimant]) -> li
         if listed_at[job_id] >= newest:
             kept.append(job)
     return kept
+
+
+def listed_times(answers: Sequence[Answer]) -> dict[int, float]:
+    """When each queued job was last listed: the newest ``started_at`` of the answers that
+    list it."""
+    listed_at: dict[int, float] = {}
+    for answer in answers:
+        for job in answer.jobs:
+            if answer.started_at > listed_at.get(job.id, float("-inf")):
+                listed_at[job.id] = answer.started_at
+    return listed_at
+
+
+def oldest_listing(
+    jobs: Iterable[ActionJob], listed_at: dict[int, float], claimants: Sequence[Claimant]
+) -> dict[str, float]:
+    """For each group, when the job it could run that was listed longest ago was last listed
+    (absent: it could run none of ``jobs``). A runner of the group first seen busy after that
+    may have taken such a job, which the answer listing it still shows as queued; one seen
+    busy before every listing of a job is busy with another (a runner runs one job), so it
+    covers none. Candidates are found once per (labels, repository) pair, as in
+    :func:`assign`."""
+    by_pair: dict[tuple[frozenset[str], Repository | None], float] = {}
+    for job in jobs:
+        at = listed_at.get(job.id)
+        if at is None:
+            continue
+        pair = (frozenset(job.labels), job_repository(job))
+        by_pair[pair] = min(by_pair.get(pair, at), at)
+    index = _index(claimants)
+    oldest: dict[str, float] = {}
+    for (labels, repository), at in by_pair.items():
+        for c in index.covering(repository):
+            if labels_fit(labels, c.offered) and at < oldest.get(c.key, float("inf")):
+                oldest[c.key] = at
+    return oldest

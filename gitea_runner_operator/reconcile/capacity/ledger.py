@@ -25,7 +25,6 @@ runners than can surely find a job (tests/unit/reconcile/test_family_property.py
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -41,6 +40,8 @@ from gitea_runner_operator.reconcile.capacity.accounting import (
     current_jobs,
     headroom,
     job_repository,
+    listed_times,
+    oldest_listing,
     seen_key,
 )
 from gitea_runner_operator.reconcile.capacity.family_changes import (
@@ -120,19 +121,17 @@ def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
     return out
 
 
-def _as_of(claimant: Claimant, oldest: tuple[tuple[float, str], ...]) -> Claimant:
+def _as_of(claimant: Claimant, oldest: float | None) -> Claimant:
     """The claimant with its runners counted as of its peers' answers: a runner first seen
-    busy after the oldest of them may have taken a job that answer still lists as queued,
-    so it still covers one (like a finished runner in churn.py). Once every peer has asked
-    again, it drops out. ``oldest``: the two oldest answers' (started_at, key), so that the
-    oldest of a claimant's peers is found without a pass over every answer per claimant
-    (that pass cost a family of 1,001 groups a million steps per assignment)."""
-    if not claimant.busy_since:
+    busy (or finished) after the oldest listing of a queued job it could run
+    (accounting.oldest_listing) may have taken that job, which that answer still lists, so
+    it still covers one (like a finished runner in churn.py) until the job is listed again.
+    Not against the family's oldest answer: after a hand-over every runner is "first seen"
+    busy on the new owner's first answers, and a family created nothing until each member
+    had polled again (issue 46)."""
+    if not claimant.busy_since or oldest is None:
         return claimant
-    peers = [t for t, key in oldest if key != claimant.key]
-    if not peers:
-        return claimant
-    extra = sum(1 for t in claimant.busy_since if t > peers[0])
+    extra = sum(1 for t in claimant.busy_since if t > oldest)
     return replace(claimant, not_busy=claimant.not_busy + extra) if extra else claimant
 
 
@@ -162,6 +161,7 @@ class Ledger:
         self._dirty: set[str] = set()  # families whose inputs changed since
         self._changes: dict[str, Changes] = {}  # ... and which members' shares that moved
         self._all_dirty = False  # membership changed: every family is recomputed
+        self._answered: set[str] = set()  # families every member just answered: due now
         self.computations = 0  # for tests and benchmarks
         self._holders: dict[str, tuple[int, dict[int, str]]] = {}  # family -> (stamp, holders)
         self._queued: set[str] = set()  # members whose last answer lists a queued job
@@ -222,6 +222,16 @@ class Ledger:
                 for a in (old.answer if old is not None else None, answer)
             )
             self._changes.setdefault(name, Changes()).add(url, claimant, reaches_all=unknown)
+            if answer is not None and (old is None or old.answer is None):
+                self._first_answer(name)
+
+    def _first_answer(self, name: str) -> None:
+        """Once every member has answered, the family is computed at once, not
+        ``min_interval`` later (one taken over is weighed whole as soon as it can be)."""
+        assert self._family_of is not None
+        family = self._family_of[name]
+        if all((m := self._members.get(k)) is not None and m.answer for k in family):
+            self._answered.add(name)
 
     def _lists_unknown(self, answer: Answer) -> bool:
         """:func:`lists_unknown_repository`, worked out once per answer of a member."""
@@ -246,6 +256,7 @@ class Ledger:
         self._computed_at.pop(key, None)
         self._dirty.discard(key)
         self._changes.pop(key, None)
+        self._answered.discard(key)
         self._family_of, self._all_dirty = None, True
         return old
 
@@ -317,10 +328,11 @@ class Ledger:
         name = min(family)
         now = self._clock()
         recent = now - self._computed_at.get(name, float("-inf")) < self._min_interval
-        if name not in self._dirty or recent:
+        if name not in self._dirty or (recent and name not in self._answered):
             return self._shares.get(key, [])  # a new member waits for the next computation
         result = self._compute(family)
         self._computed_at[name] = now
+        self._answered.discard(name)
         self._dirty.discard(name)
         self._changes.pop(name, None)
         self._announce(key, result)
@@ -361,8 +373,8 @@ class Ledger:
         claimants = [m.claimant for m in members]
         answers = [m.answer for m in members if m.answer is not None]
         jobs = current_jobs(answers, claimants)
-        oldest = tuple(heapq.nsmallest(2, ((a.started_at, a.key) for a in answers)))
-        claimants = [_as_of(c, oldest) for c in claimants]
+        oldest = oldest_listing(jobs, listed_times(answers), claimants)
+        claimants = [_as_of(c, oldest.get(c.key)) for c in claimants]
         self._room.update(headroom(jobs, claimants))
         return assign(jobs, claimants)
 

@@ -188,7 +188,8 @@ class Sharding:
         self._arrivals.read(reading, layout, self._clock())
         step = self.tenure.plan(reading, layout)
         self._moved("released", step.release)
-        self._moved("taken", step.take)
+        if self._moved("taken", step.take):  # the hand-over's trail (docs/benchmarks.md)
+            log.debug("domains to take", domains=len(step.take))
         await self._close(before)
         if step.release:
             log.info("gave domains away", released=len(step.release), held=len(self.tenure.held))
@@ -218,6 +219,7 @@ class Sharding:
         if self._prepare is None:
             self._opened(new, taken)
             return
+        log.debug("fetching the taken groups' Jobs and Pods", groups=len(new))
         fetch = asyncio.ensure_future(asyncio.wait_for(self._prepare(new), self._fetch_timeout))
         done, _ = await asyncio.wait({fetch}, timeout=max(0.0, self._budget()))
         if fetch in done:

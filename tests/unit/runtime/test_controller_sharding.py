@@ -163,6 +163,32 @@ async def test_a_moving_group_finishes_its_reconcile_before_the_view_is_publishe
         await b.close()
 
 
+async def test_a_taken_group_s_gitea_is_asked_before_its_first_pass_comes_round() -> None:
+    """Issue 46: after a SIGKILL the taken groups' jobs have waited a Lease duration already;
+    their polls start with the take, not once each group's first pass has come round a
+    queue that may hold hundreds of them."""
+    async with client.ApiClient() as api:
+        a = Replica(api, FakeLeases(), Clock(), "a")
+        asked: list[str] = []
+
+        async def observe(namespace: str, spec: Any, *args: Any) -> Any:
+            asked.append(spec.org)
+            await asyncio.Event().wait()  # the answer never comes: only the asking counts
+
+        a.controller.pollers._observe = observe
+        a.hold = {key: asyncio.Event() for key in KEYS}  # no pass gets past its start
+        await a.round()
+        await a.round()
+        await asyncio.sleep(0.01)
+        assert a.serves() == set(KEYS)
+        assert len(a.reconciled) == 2  # two workers, each on a first pass that waits
+        assert sorted(asked) == sorted(f"org{i}" for i in range(len(KEYS)))
+        for event in a.hold.values():
+            event.set()
+        await a.controller.pollers.stop_all()
+        await a.close()
+
+
 def listed_without_watching(cache: Any) -> None:
     """Informers that list nothing and then wait: the controller runs with no API server."""
 
