@@ -218,7 +218,7 @@ async def test_a_taken_share_s_namespaces_are_fetched_side_by_side():
                 flight["now"] -= 1
                 return await super().__call__(namespace, label_selector)
 
-        cache._batch = cache._core = Lists(Slow(jobs.objects), Slow(pods.objects))
+        cache.share._listers = {"jobs": Slow(jobs.objects), "pods": Slow(pods.objects)}
         await cache.serve([f"{ns}/g1" for ns in namespaces])
         assert flight["most"] > 1
         assert all(cache.serves(f"{ns}/g1") for ns in namespaces)
