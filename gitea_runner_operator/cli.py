@@ -39,6 +39,7 @@ SAME_NAMES = (
     "webhook_host", "webhook_port", "webhook_secret", "webhook_secret_file", "webhook_url",
     "template_policy", "secrets_cluster_role", "metrics_render_interval",
     "metrics_auth", "secret_cache_ttl", "forward_key_file", "max_webhook_poll_interval",
+    "kube_writes_per_namespace", "gitea_requests_per_namespace",
 )  # fmt: skip
 
 
@@ -201,6 +202,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--kube-write-burst", type=int, default=200, help="burst of that limit (default 200)"
     )
     p.add_argument(
+        "--kube-writes-per-namespace",
+        type=int,
+        default=8,
+        metavar="N",
+        help="Kubernetes writes of one namespace in flight at once: past it, that namespace's "
+        "groups wait, not the others' (default 8)",
+    )
+    p.add_argument(
+        "--gitea-requests-per-namespace",
+        type=int,
+        default=4,
+        metavar="N",
+        help="Gitea requests of one namespace's polls in flight at once (sent, answered and "
+        "parsed): past it, that namespace's groups wait, not the others' (default 4)",
+    )
+    p.add_argument(
         "--template-policy",
         default="restricted",
         help="what RunnerGroups' spec.template may ask for: restricted (default), permissive, "
@@ -242,6 +259,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit("--job-ttl-seconds must not be negative")
     if args.kube_write_qps <= 0 or args.kube_write_burst < 1:
         raise SystemExit("--kube-write-qps must be > 0 and --kube-write-burst at least 1")
+    if not 1 <= args.kube_writes_per_namespace <= 1024:
+        raise SystemExit("--kube-writes-per-namespace must be at least 1 and at most 1024")
+    if not 1 <= args.gitea_requests_per_namespace <= 1024:
+        raise SystemExit("--gitea-requests-per-namespace must be at least 1 and at most 1024")
     if args.gitea_backoff_max < 1:
         raise SystemExit("--gitea-backoff-max must be at least 1 second")
     if not 5 <= args.max_webhook_poll_interval <= 3600:

@@ -67,6 +67,11 @@ class Settings:
     # Client-side rate limit on Kubernetes writes (client-go's QPS and burst).
     kube_write_qps: float = 100.0
     kube_write_burst: int = 200
+    # What one namespace (a tenant) may have in flight at once: Kubernetes writes
+    # (kube/ratelimit.py) and Gitea requests of its polls (forge/observe.py). Past it, its own
+    # groups wait, not the others'.
+    kube_writes_per_namespace: int = 8
+    gitea_requests_per_namespace: int = 4
     # Gitea webhooks (POST /hooks/gitea); port 0 turns the receiver off.
     webhook_host: str = "0.0.0.0"  # noqa: S104 - Gitea delivers from off-host, via a Service
     webhook_port: int = 8082

@@ -128,11 +128,12 @@ class ScopeFetcher:
         clock: Callable[[], float] = time.monotonic,
         tenants: TenantBudget | None = None,
         offered: OfferedLabels | None = None,
+        requests_per_namespace: int = REQUESTS_PER_NAMESPACE,
     ) -> None:
         self._deadline = deadline
         # Each request of an observation holds one of its namespace's places while it is
         # sent, answered and parsed (the waits between retries hold none).
-        self.turns: FairGate[str] = FairGate(REQUESTS_AT_ONCE, REQUESTS_PER_NAMESPACE)
+        self.turns: FairGate[str] = FairGate(REQUESTS_AT_ONCE, requests_per_namespace)
         self._offered = offered
         self._budget = budget
         # The namespaces' shares of the tenant memory budget (forge/budget.py).

@@ -60,6 +60,7 @@ class TokenBucket:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         *,
         deadline: float | None = WRITE_WAIT_DEADLINE,
+        per_namespace: int = WRITES_PER_NAMESPACE,
     ) -> None:
         if qps <= 0 or burst < 1:
             raise ValueError("qps must be > 0 and burst >= 1")
@@ -74,7 +75,7 @@ class TokenBucket:
         self._pacing = False
         self.waited = 0.0  # seconds the pacer slept for tokens, for tests and benchmarks
         # Each write holds one of its namespace's places until its answer (kube/http.write).
-        self.in_flight: FairGate[str] = FairGate(WRITES_AT_ONCE, WRITES_PER_NAMESPACE)
+        self.in_flight: FairGate[str] = FairGate(WRITES_AT_ONCE, per_namespace)
 
     def _refill(self) -> None:
         self._level.refill(self._clock())

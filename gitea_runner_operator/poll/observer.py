@@ -42,6 +42,7 @@ from gitea_runner_operator.forge.limits import (
     OBSERVATION_MAX_ITEMS,
 )
 from gitea_runner_operator.forge.observe import (
+    REQUESTS_PER_NAMESPACE,
     Fetched,
     OfferedLabels,
     ScopeFetcher,
@@ -85,6 +86,7 @@ class Observer:
         max_answer_items: int = OBSERVATION_MAX_ITEMS,
         tenant_budget: TenantBudget | None = None,
         offered: OfferedLabels | None = None,
+        requests_per_namespace: int = REQUESTS_PER_NAMESPACE,
     ) -> None:
         self._template_policy = template_policy
         self._budget = (max_answer_bytes, max_answer_items)
@@ -108,6 +110,7 @@ class Observer:
             clock=clock,
             tenants=tenant_budget,
             offered=offered,
+            requests_per_namespace=requests_per_namespace,
         )
         # (URL, scope, token fingerprint, CA bundle id) -> the latest request for it.
         self._shared: dict[tuple[str, ScopeRef, str, str], Shared] = {}

@@ -98,7 +98,11 @@ class Controller:
         self.cache = ClusterCache(
             watch_api or api, settings.namespaces, shared=membership is not None
         )
-        writes = TokenBucket(settings.kube_write_qps, settings.kube_write_burst)
+        writes = TokenBucket(
+            settings.kube_write_qps,
+            settings.kube_write_burst,
+            per_namespace=settings.kube_writes_per_namespace,
+        )
         self.cluster = Cluster(api, settings.identity or "gitea-runner-operator", writes)
         # ``is None``: a store with nothing cached yet may be falsy, and the process's one
         # store must not be replaced by a second.
@@ -144,6 +148,7 @@ class Controller:
             # The ledger's (below): the queued jobs no group of a Gitea could run are counted,
             # not kept (forge/unserved.py).
             offered=lambda url: self.ledger.offered(url),
+            requests_per_namespace=settings.gitea_requests_per_namespace,
         )
         self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
         # Loss records the pass writes with the group's status (reconcile/status/parts.py).

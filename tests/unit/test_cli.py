@@ -19,7 +19,12 @@ def test_namespaces_repeat_and_deduplicate():
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [(["--workers", "0"], "--workers"), (["--job-ttl-seconds", "-1"], "--job-ttl-seconds")],
+    [
+        (["--workers", "0"], "--workers"),
+        (["--job-ttl-seconds", "-1"], "--job-ttl-seconds"),
+        (["--kube-writes-per-namespace", "0"], "--kube-writes-per-namespace"),
+        (["--gitea-requests-per-namespace", "0"], "--gitea-requests-per-namespace"),
+    ],
 )
 def test_bad_flags_are_refused_by_name(argv, message):
     with pytest.raises(SystemExit, match=message):
@@ -61,3 +66,23 @@ def test_a_sharding_replica_offers_its_pod_ip_and_webhook_port_to_its_peers(monk
     assert webhook_address(Settings(sharding=True, webhook_port=0)) is None  # webhooks off
     monkeypatch.delenv("POD_IP")
     assert webhook_address(Settings(sharding=True)) is None  # an old chart: no POD_IP
+
+
+def test_a_platform_with_many_groups_in_one_namespace_can_widen_its_share():
+    """The per-namespace places (kit/fair_gate.py) reach the Gitea fetcher and the write
+    limiter: one namespace alone polls at most that many requests at a time."""
+    from unittest.mock import MagicMock
+
+    from gitea_runner_operator.kube.ratelimit import TokenBucket
+    from gitea_runner_operator.poll.observer import Observer
+
+    args = ["--gitea-requests-per-namespace", "32", "--kube-writes-per-namespace", "64"]
+    settings = settings_from_args(build_parser().parse_args(args))
+    observer = Observer(
+        MagicMock(), MagicMock(), requests_per_namespace=settings.gitea_requests_per_namespace
+    )
+    assert observer._fetcher.turns.per_key == 32
+    writes = TokenBucket(1, 1, per_namespace=settings.kube_writes_per_namespace)
+    assert writes.in_flight.per_key == 64
+    defaults = settings_from_args(build_parser().parse_args([]))
+    assert (defaults.gitea_requests_per_namespace, defaults.kube_writes_per_namespace) == (4, 8)
