@@ -376,10 +376,18 @@ def verdict(
 
 
 def fill(
-    fake: SimulatedGitea, jobs: RunnerJobs, groups: list[tuple[str, str]], n: int, count: int
+    fake: SimulatedGitea,
+    jobs: RunnerJobs,
+    groups: list[tuple[str, str]],
+    ops: list[OperatorProcess],
+    count: int,
 ) -> None:
     """One job queued in each of ``count`` groups at once: until a runner Job exists for
-    each (created), and until each job runs (taken)."""
+    each (created), and until each job runs (taken); and the runner Job and Pod events each
+    replica received meanwhile (narrowed by the API server, each event reaches the one
+    replica whose buckets hold it: the sum is what every replica would receive unnarrowed)."""
+    n = len(ops)
+    received_before = [events(op)[1] for op in ops]
     start = time.monotonic()
     ids = [fake.queue(owner, repo, (LABEL,))[0] for owner, repo in groups[:count]]
     done = wait(lambda: jobs.since(start) >= count, 300)
@@ -395,14 +403,24 @@ def fill(
         f"every job running after {_s(taken)}; {len(made)} runner Jobs, {idle} ran no job",
         flush=True,
     )
+    wait(lambda: fake.count("in_progress") == 0, 300)  # the next step starts quiet
+    time.sleep(3)  # the Pods' last events
+    received = [events(op)[1] - before for op, before in zip(ops, received_before, strict=True)]
+    total = sum(received) or 1.0
+    print(
+        "  runner Job and Pod events received during the fill: "
+        + ", ".join(f"replica {i}: {r:.0f} ({r / total:.0%})" for i, r in enumerate(received))
+        + f"; {total:.0f} in all",
+        flush=True,
+    )
     FIGURES["fill"][n] = {
         "jobs": count,
         "created_s": created,
         "taken_s": taken,
         "created": len(made),
         "ran_no_job": idle,
+        "events_received": received,
     }
-    wait(lambda: fake.count("in_progress") == 0, 300)  # the next step starts quiet
 
 
 def wait(predicate: Any, limit: float) -> float | None:
@@ -455,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespaces", type=int, default=20)
     parser.add_argument("--window", type=float, default=60.0, help="steady-state seconds")
     parser.add_argument("--most", type=int, default=3, help="replicas at the most")
+    parser.add_argument(
+        "--counts", help="replica counts to measure (e.g. 3 or 1,3; default 1..most)"
+    )
     parser.add_argument("--poll-interval", default="15s")
     parser.add_argument("--logs", help="copy every replica's log into this directory")
     parser.add_argument("--fill", type=int, default=200, help="groups given one job each")
@@ -535,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             domains = args.groups + args.families  # a family is one domain
-            for n in range(1, 0 if args.no_cost else args.most + 1):
+            counts = [int(c) for c in args.counts.split(",")] if args.counts else []
+            for n in counts or range(1, 0 if args.no_cost else args.most + 1):
                 with replicas(sandbox, namespaces, n) as ops:
                     took = until_held(ops, domains)
                     print(f"{n} replica(s): every domain held after {_s(took)}", flush=True)
@@ -543,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
                     measure(ops, fake, args.window)
                     if args.fill:
                         picked = random.Random(n).sample(repos, len(repos))  # noqa: S311
-                        fill(fake, jobs, picked, n, args.fill)
+                        fill(fake, jobs, picked, ops, args.fill)
             if args.rescale:
                 rescale(sandbox, namespaces, fake, jobs, repos, args.rate, args.phase, domains)
             if args.handovers:
