@@ -9,7 +9,7 @@ import asyncio
 
 from gitea_runner_operator.sharding.leases.round import Sharding, layout_of
 from tests.support.leases import Clock, FakeLeases
-from tests.unit.sharding.test_round import GROUPS, Replica, exclusive, rounds
+from tests.support.rounds import GROUPS, Replica, exclusive, rounds
 
 PERIOD = 2.0
 
