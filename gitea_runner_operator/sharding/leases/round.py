@@ -217,6 +217,7 @@ class Sharding:
             self.tenure.published(step.publish)
             self._renewed_at = asked
             published = True
+            log.debug("view published", members=len(step.publish.view))
         await self._open_held(len(step.take))
         self._look_ahead(reading, layout, step)
         return published
@@ -241,6 +242,7 @@ class Sharding:
         )
         self._quick = self._quick + 1 if waiting else 0
         if waiting and self._quick <= QUICK_READS:
+            log.debug("peers yet to agree with this view: reading again soon", reads=self._quick)
             quick = self._period / QUICK_READS
             self._next_read = min(self._next_read or quick, quick)
 
