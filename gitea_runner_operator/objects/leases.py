@@ -100,6 +100,14 @@ class Sightings:
             self._seen[record.name] = seen
         return (now if asked is None else asked) - seen[1] >= duration
 
+    def lapse_in(self, record: LeaseRecord, duration: float, asked: float) -> float:
+        """Seconds from ``asked`` until ``record``, seen by :meth:`lapsed` already, would
+        count as lapsed were it to stay unchanged: a reader that reads again then sees the
+        lapse when it falls due, not up to a read period later. The wait is the same."""
+        seen = self._seen.get(record.name)
+        first = seen[1] if seen is not None else asked
+        return max(0.0, first + duration - asked)
+
     def retain(self, names: Iterable[str]) -> None:
         """Forget Leases no longer listed (deleted ones: they are simply gone)."""
         keep = set(names)

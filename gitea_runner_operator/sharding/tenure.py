@@ -176,6 +176,10 @@ class Reading:
 
     fresh: Mapping[str, Published | None]
     publication: int  # the reader's own publication count when the read began
+    # Seconds from the read's start until each fresh member's record would count as lapsed
+    # were it to stay unchanged (objects/leases.Sightings): when to read again so a lapse
+    # is seen when it falls due, and whose domains to read ahead (:func:`ahead`).
+    lapse_in: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +266,17 @@ class Tenure:
         for d in lost:
             del self.held[d]
         return lost
+
+
+def ahead(
+    me: str, reading: Reading, layout: Layout, held: Collection[str], fading: Collection[str]
+) -> frozenset[str]:
+    """The domains ``me`` does not hold that the members of ``reading``, less ``fading``
+    (those about to lapse), give it: what it expects to take next. Reading a domain's Jobs
+    and Pods gives no right to act on it (rule 3 alone does), so that reading may begin
+    before the take, and the take need not wait for it."""
+    members = frozenset({me, *reading.fresh}) - frozenset(fading)
+    return frozenset(d for d in layout.domains if d not in held and owner(d, members) == me)
 
 
 @dataclass

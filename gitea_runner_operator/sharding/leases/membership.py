@@ -133,21 +133,24 @@ class MembershipLeases:
             log.warning("membership leases not listed", error=type(exc).__name__)
             return None
         fresh: dict[str, Published | None] = {}
+        lapse_in: dict[str, float] = {}
         addresses: dict[str, str | None] = {}
         lapsed: list[LeaseRecord] = []
         for lease in found:
             holder = lease.holder
             if lease.name == self.name or not holder or holder == self.identity:
                 continue
-            if not self._sightings.lapsed(lease, lease.duration or self._duration, asked):
+            duration = lease.duration or self._duration
+            if not self._sightings.lapsed(lease, duration, asked):
                 fresh[holder] = Published.decode(lease.annotations.get(ANNOTATION))
+                lapse_in[holder] = self._sightings.lapse_in(lease, duration, asked)
                 addresses[holder] = parse_address(lease.annotations.get(WEBHOOK_ANNOTATION))
             else:
                 lapsed.append(lease)
         self._sightings.retain(lease.name for lease in found)
         self.addresses = addresses
         await self._collect(lapsed[:COLLECT_PER_READ])
-        return Reading(fresh, publication)
+        return Reading(fresh, publication, lapse_in)
 
     async def _collect(self, lapsed: list[LeaseRecord]) -> None:
         """Delete Leases that lapsed on our clock: a replica killed before it could release

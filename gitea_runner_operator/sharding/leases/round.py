@@ -23,10 +23,11 @@ import structlog
 
 from gitea_runner_operator.kube.lease_thread import LeaseThreadFailed
 from gitea_runner_operator.metrics import ShardingMetrics
+from gitea_runner_operator.sharding.leases.ahead import ReadAhead
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
 from gitea_runner_operator.sharding.leases.membership import MembershipLeases
 from gitea_runner_operator.sharding.shapes import layout_of
-from gitea_runner_operator.sharding.tenure import Arrivals, Layout, Tenure
+from gitea_runner_operator.sharding.tenure import Arrivals, Layout, Reading, Step, Tenure, ahead
 
 __all__ = ["SETTLE_READS", "Sharding", "layout_of"]
 
@@ -39,6 +40,15 @@ SETTLE_READS = 3
 # How long a taken domain's fetch (its Jobs and Pods, sharding/leases/share.py) may take in
 # all, past the round that started it; past it the domain is released and taken afresh.
 FETCH_TIMEOUT = 60.0
+# Having published a view that gives it domains its peers do not give it yet, a replica
+# reads again every eighth of the period, this many times in a row at most, instead of a
+# period later: it takes them about one read after the last peer publishes the same view.
+QUICK_READS = 8
+# Past this many seconds before a peer's record would count as lapsed (its duration less
+# the renew deadline, by default: a live peer renews every retry period, one that has not
+# renewed within the deadline has stepped down), the domains it would leave to this
+# replica are read ahead (sharding/leases/ahead.py).
+READ_AHEAD = 5.0
 
 
 class Sharding:
@@ -53,6 +63,7 @@ class Sharding:
         take: Callable[[frozenset[str]], None],
         release: Callable[[frozenset[str]], Awaitable[None]],
         prepare: Callable[[frozenset[str]], Awaitable[None]] | None = None,
+        unprepare: Callable[[frozenset[str]], None] | None = None,
         settled: Callable[[], None] | None = None,
         keeper: MemberKeeper | None = None,
         metrics: ShardingMetrics | None = None,
@@ -60,6 +71,7 @@ class Sharding:
         renew_deadline: float = 10.0,
         settle_reads: int = 0,
         fetch_timeout: float = FETCH_TIMEOUT,
+        read_ahead: float = READ_AHEAD,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._leases = leases
@@ -87,6 +99,10 @@ class Sharding:
         self._fetching: frozenset[str] = frozenset()
         self._renewed_at: float | None = None
         self._fenced = False  # acts_on has refused for a passed deadline since the renewal
+        self.ahead = ReadAhead(prepare, unprepare)
+        self._read_ahead = read_ahead
+        self._next_read: float | None = None  # sooner than the period (:meth:`next_read_in`)
+        self._quick = 0  # quick reads in a row
 
     def acts_on(self, key: str) -> bool:
         """Whether a worker may reconcile ``key`` now. Past the step-down deadline it may
@@ -171,6 +187,8 @@ class Sharding:
                 self._keeper.active = False
             before = self.tenure.groups()
             self._arrivals.forget()
+            self._next_read = None
+            self.ahead.forget(frozenset())
             if self._moved("stepped_down", self.tenure.step_down()):
                 log.warning(
                     "membership lease removed by another replica: serving no group"
@@ -199,8 +217,40 @@ class Sharding:
             self.tenure.published(step.publish)
             self._renewed_at = asked
             published = True
+            log.debug("view published", members=len(step.publish.view))
         await self._open_held(len(step.take))
+        self._look_ahead(reading, layout, step)
         return published
+
+    def _look_ahead(self, reading: Reading, layout: Layout, step: Step) -> None:
+        """Read ahead the domains this replica expects next, and say when to read again:
+        when a peer's record falls due to lapse, or soon while peers are yet to publish the
+        view this one published (the take waits for their agreement, rule 3)."""
+        me, held = self.tenure.me, self.tenure.held
+        fading = [m for m, left in reading.lapse_in.items() if left <= self._read_ahead]
+        # Not while starting alone: peers starting too would take most of it a moment later
+        # (the reason for Tenure.settle_reads), and the memory of that peak would stay.
+        expected = ahead(me, reading, layout, held, fading) if held or reading.fresh else set()
+        self.ahead.follow(frozenset(expected), layout, self.tenure.groups())
+        due = [left for left in reading.lapse_in.values() if left < self._period]
+        self._next_read = min(due) + 0.02 if due else None  # read begun once it is due
+        waiting = (
+            bool(reading.fresh)
+            and step.publish is None
+            and not step.take
+            and bool(ahead(me, reading, layout, held, ()))
+        )
+        self._quick = self._quick + 1 if waiting else 0
+        if waiting and self._quick <= QUICK_READS:
+            log.debug("peers yet to agree with this view: reading again soon", reads=self._quick)
+            quick = self._period / QUICK_READS
+            self._next_read = min(self._next_read or quick, quick)
+
+    def next_read_in(self) -> float:
+        """Seconds to wait before the next round."""
+        budget = max(0.05, self._budget())
+        pause = min(self._period, budget) if self.tenure.held else self._period
+        return pause if self._next_read is None else min(pause, self._next_read)
 
     async def _open_held(self, taken: int) -> None:
         """Open to the workers the held groups not open yet, once ``prepare`` has fetched
@@ -219,6 +269,7 @@ class Sharding:
         if self._prepare is None:
             self._opened(new, taken)
             return
+        await self.ahead.settle(new, self._budget())
         log.debug("fetching the taken groups' Jobs and Pods", groups=len(new))
         fetch = asyncio.ensure_future(asyncio.wait_for(self._prepare(new), self._fetch_timeout))
         done, _ = await asyncio.wait({fetch}, timeout=max(0.0, self._budget()))
@@ -283,13 +334,12 @@ class Sharding:
                 if again:
                     continue
                 # While it holds domains, it wakes by its step-down deadline at the latest.
-                budget = max(0.05, self._budget())
-                pause = min(self._period, budget) if self.tenure.held else self._period
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), pause)
+                    await asyncio.wait_for(stop.wait(), self.next_read_in())
         finally:
             for fetch in self._fetches:
                 fetch.cancel()
+            self.ahead.forget(frozenset())
             before = self.tenure.groups()
             self._moved("stopping", self.tenure.step_down())
             with contextlib.suppress(Exception):

@@ -92,10 +92,12 @@ class Share:
             release=self._release,
             metrics=metrics,
             prepare=self._prepare,
+            unprepare=self._unprepare,
             settled=self.after_round,
             retry_period=settings.retry_period,
             renew_deadline=settings.renew_deadline,
             settle_reads=SETTLE_READS,
+            read_ahead=max(0.0, settings.lease_duration - settings.renew_deadline),
         )
 
     # -- who serves group X, and where --------------------------------------------------------
@@ -171,13 +173,19 @@ class Share:
         self._workers.take(keys)
 
     def _shards(self) -> set[str]:
-        """The shard buckets of the domains held: what the Job and Pod watches select."""
-        return {shard_label(d) for d in self.round.tenure.held}
+        """The shard buckets of the domains held or read ahead (sharding/leases/ahead.py):
+        what the Job and Pod watches select."""
+        return {shard_label(d) for d in (*self.round.tenure.held, *self.round.ahead.domains)}
 
     async def _prepare(self, keys: frozenset[str]) -> None:
         """Before the groups taken open: their Jobs and Pods whole in the cache, with the
         watches selecting every bucket held (kube/narrowed.py)."""
         await self._groups.serve(keys, self._shards())
+
+    def _unprepare(self, keys: frozenset[str]) -> None:
+        """Groups read ahead that this replica will not take after all: their Jobs and Pods
+        leave its memory (their buckets leave the watches after the round)."""
+        self._groups.unserve(keys)
 
     def after_round(self) -> None:
         """After each round: buckets no longer held leave the watches' selector."""

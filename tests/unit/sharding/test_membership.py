@@ -79,6 +79,22 @@ def test_a_lease_lapses_after_its_duration_unchanged_on_the_readers_clock() -> N
     assert "pod-a" in run(late.read(0)).fresh
 
 
+def test_a_reading_says_when_each_fresh_lease_would_lapse_on_the_readers_clock() -> None:
+    """Issue 46: a reader reads again when a lapse falls due, not up to a period later; the
+    lapse itself still waits the whole duration from the first sighting."""
+    api, clock = FakeLeases(), Clock()
+    a, b = member(api, "pod-a", clock), member(api, "pod-b", clock)
+    run(a.renew(None))
+    assert run(b.read(0)).lapse_in == {"pod-a": 15}  # first sighting: a whole duration
+    clock.now += 13.5
+    assert run(b.read(0)).lapse_in == {"pod-a": 1.5}
+    run(a.renew(None))
+    assert run(b.read(0)).lapse_in == {"pod-a": 15}  # renewed: counted afresh
+    clock.now += 15
+    reading = run(b.read(0))
+    assert reading.fresh == {} and reading.lapse_in == {}
+
+
 def test_failures_are_not_renewals_and_a_failed_list_is_no_reading() -> None:
     api, clock = FakeLeases(), Clock()
     a = member(api, "pod-a", clock)
