@@ -9,7 +9,7 @@ the largest bucket reached, from the operator's own histogram, as Prometheus wou
 them). It asserts nothing.
 
     python -m tests.benchmarks.platform_burst [--repos 150] [--jobs 300] [--namespaces 15]
-        [--poll-interval 10s] [--rounds 1]
+        [--poll-interval 10s] [--rounds 1] [--operator-arg=--kube-write-qps=1000 ...]
 """
 
 from __future__ import annotations
@@ -76,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-interval", default="10s")
     parser.add_argument("--job-seconds", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=1, help="bursts, one after another")
+    parser.add_argument(
+        "--operator-arg",
+        action="append",
+        default=[],
+        help="a flag for the operator (repeat), e.g. --operator-arg=--kube-write-qps=1000",
+    )
     args = parser.parse_args(argv)
 
     owner = f"acme-{uuid.uuid4().hex[:4]}"
@@ -101,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                 body["spec"] |= {"scope": "repo", "repo": repo}
                 manifests.apply(kube, body, namespace=ns)
             print(f"1 org group and {args.repos} repo groups on one Gitea", flush=True)
-            with common.operator(sandbox, namespaces) as op:
+            with common.operator(sandbox, namespaces, *args.operator_arg) as op:
                 time.sleep(40)  # every group admitted and polled once
                 for n in range(args.rounds):
                     before = op.metrics()
