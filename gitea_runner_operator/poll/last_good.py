@@ -11,7 +11,11 @@ which holds the token it last read.
 That token is one nobody lends any more, so it serves only what it was kept for (issue 45):
 - only while the group's *namespace* is being deleted (kube/namespaces.py): a Secret, its
   RoleBinding or its opt-in label revoked while the namespace stays is a revocation, and the
-  handle is forgotten at once, deleting group or not;
+  handle is never used while it stays, deleting group or not. It is kept for the rest of the
+  grace, not forgotten at once: a GitOps prune deletes the Secret and the RoleBinding
+  before the Namespace (Flux deletes namespaces last), and with the handle forgotten in
+  that window the teardown left a busy runner's registration in Gitea
+  (`tests/gitops/test_gitops_namespace_prune.py`);
 - only for the spec it came from (its scope, its generation): a scope edited after the
   revocation never gets it;
 - only for :data:`LAST_GOOD_GRACE` seconds after the credentials were first found gone.
@@ -134,6 +138,9 @@ class LastGoodHandle:
             return False
         namespace = GroupKey.parse(self._key).namespace
         if not await self._namespace_deleting(namespace):
-            self.forget()  # revoked while the namespace stays: never used again
+            # Revoked while the namespace stays: not used now, nor ever while it stays. Kept
+            # for the rest of the grace, not forgotten: a GitOps prune (Flux, Argo CD)
+            # deletes a team's Secret and RoleBinding before its Namespace, and the
+            # teardown that follows must still reach Gitea once the Namespace goes.
             return False
         return deleting

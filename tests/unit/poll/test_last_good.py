@@ -142,13 +142,13 @@ async def test_a_token_revoked_while_the_namespace_stays_is_never_used_again():
     poller = _poller(reaper, asked_again, namespace_deleting=_namespace_stays)
     await _rounds(poller, ReapOrder(GROUP, remove_hook=True, deleting=True))
     assert asked_again == []
-    assert reaper.handles == []
-    assert poller.last_good.handle is None  # forgotten, not kept for later
+    assert reaper.handles == []  # (kept for the rest of the grace only: the test below)
 
 
 async def test_a_token_revoked_before_the_group_is_deleted_is_not_used_by_its_teardown():
-    """Revoked while the group was alive (its polls fail), then the group is deleted: the
-    handle was forgotten at the revocation (before: kept, and used by the teardown)."""
+    """Revoked while the group was alive (its polls fail), then the group is deleted and its
+    namespace goes only after the grace: never used (before issue 45: kept, and used by the
+    teardown)."""
     clock = Clock()
     asked: list[object] = []
     namespace_gone = False
@@ -165,9 +165,40 @@ async def test_a_token_revoked_before_the_group_is_deleted_is_not_used_by_its_te
     await last.after(spec, False, GOOD, "first")  # type: ignore[arg-type]
     revoked = _gone("SecretNotAllowed")
     assert await last.after(spec, False, revoked, None) == (revoked, None)
-    namespace_gone = True  # even if the namespace goes later
+    assert await last.after(spec, True, revoked, None) == (revoked, None)  # the namespace stays
+    clock.now += LAST_GOOD_GRACE + 1
+    namespace_gone = True  # the namespace goes, past the grace
     assert await last.after(spec, True, revoked, None) == (revoked, None)
+    assert asked == [] and last.handle is None
+
+
+async def test_a_gitops_prune_that_deletes_the_secret_before_the_namespace_still_tears_down():
+    """Flux prunes a team's folder: the Secret and the RoleBinding go first, the Namespace
+    a few seconds later. The poll in between finds the credentials gone while the namespace
+    stays: the handle is not used then, but kept, and serves the teardown once the
+    namespace is being deleted (before: forgotten in that window, and the busy runner's
+    registration stayed in Gitea)."""
+    clock = Clock()
+    asked: list[object] = []
+    namespace_deleting = False
+
+    async def again(spec: Any, handle: object, namespace: str) -> Any:
+        asked.append(handle)
+        return GOOD, "again"
+
+    async def deleting(namespace: str) -> bool:
+        return namespace_deleting
+
+    last = LastGoodHandle("team-a/ci", again, deleting, clock=clock)  # type: ignore[arg-type]
+    spec = parse_spec(VALID)
+    await last.after(spec, False, GOOD, "first")  # type: ignore[arg-type]
+    gone = _gone("SecretNotFound")
+    assert await last.after(spec, True, gone, None) == (gone, None)  # the Namespace stays yet
     assert asked == []
+    clock.now += 3.0
+    namespace_deleting = True
+    assert await last.after(spec, True, gone, None) == (GOOD, "again")
+    assert asked == ["first"]
 
 
 async def test_the_last_good_handle_serves_only_its_own_spec_and_only_for_its_grace():
