@@ -15,8 +15,10 @@ them). It asserts nothing.
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 import uuid
+from pathlib import Path
 
 from tests.benchmarks import common
 from tests.benchmarks.replicas import RunnerJobs, wait
@@ -82,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="a flag for the operator (repeat), e.g. --operator-arg=--kube-write-qps=1000",
     )
+    parser.add_argument("--logs", help="copy the operator's log into this directory")
     args = parser.parse_args(argv)
 
     owner = f"acme-{uuid.uuid4().hex[:4]}"
@@ -123,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
                     wait(lambda: fake.count("in_progress") == 0, 300)
+                if args.logs and op.log_path is not None:
+                    Path(args.logs).mkdir(parents=True, exist_ok=True)
+                    shutil.copy(op.log_path, args.logs)
         finally:
             jobs.__exit__()
             fake.stop()
