@@ -17,6 +17,7 @@ from gitea_runner_operator.forge.client import GiteaClient, SessionPool
 from gitea_runner_operator.forge.observe import REQUESTS_PER_NAMESPACE, ScopeFetcher
 from gitea_runner_operator.forge.scope import ScopeRef
 from tests.support.fake_gitea import SimulatedGitea
+from tests.support.local_http import LocalServers
 
 GROUPS = 40  # one tenant's groups, each on an org of its own
 GITEA = ForgeInfo(Flavor.GITEA)
@@ -47,21 +48,15 @@ class CountingGitea:
 
 @pytest.fixture
 async def serve() -> AsyncIterator[Callable[[CountingGitea], Awaitable[str]]]:
-    runners: list[web.AppRunner] = []
+    servers = LocalServers()
 
     async def start(fake: CountingGitea) -> str:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", fake.handle)
-        runner = web.AppRunner(app, shutdown_timeout=0.1)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        return await servers.start(app)
 
     yield start
-    for runner in runners:
-        await runner.cleanup()
+    await servers.close()
 
 
 async def test_another_tenant_s_poll_is_answered_after_a_few_of_a_busy_tenant_s_answers(serve):

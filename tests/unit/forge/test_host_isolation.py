@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from gitea_runner_operator.forge.client import GiteaClient, SessionPool
+from tests.support.local_http import LocalServers
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HUNG = 60  # more than one session's connection limit (SessionPool: 50)
@@ -19,21 +20,15 @@ HUNG = 60  # more than one session's connection limit (SessionPool: 50)
 
 @pytest.fixture
 async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
-    runners: list[web.AppRunner] = []
+    servers = LocalServers()
 
     async def start(handler: Handler) -> str:
         app = web.Application()
         app.router.add_get("/api/v1/version", handler)
-        runner = web.AppRunner(app, shutdown_timeout=0.1)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        return await servers.start(app)
 
     yield start
-    for runner in runners:
-        await runner.cleanup()
+    await servers.close()
 
 
 async def test_a_hung_gitea_does_not_delay_another_gitea(serve):

@@ -145,31 +145,43 @@ async def test_a_token_revoked_while_the_namespace_stays_is_never_used_again():
     assert reaper.handles == []  # (kept for the rest of the grace only: the test below)
 
 
+class Namespace:
+    """A handle whose group's namespace is or is not being deleted, as the test says, and
+    the handles it asked Gitea again with."""
+
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.deleting = False
+        self.asked: list[object] = []
+        self.last = LastGoodHandle(
+            "team-a/ci",
+            self._again,  # type: ignore[arg-type]
+            self._deleting,
+            clock=self.clock,
+        )
+
+    async def _again(self, spec: Any, handle: object, namespace: str) -> Any:
+        self.asked.append(handle)
+        return GOOD, "again"
+
+    async def _deleting(self, namespace: str) -> bool:
+        return self.deleting
+
+
 async def test_a_token_revoked_before_the_group_is_deleted_is_not_used_by_its_teardown():
     """Revoked while the group was alive (its polls fail), then the group is deleted and its
     namespace goes only after the grace: never used (before issue 45: kept, and used by the
     teardown)."""
-    clock = Clock()
-    asked: list[object] = []
-    namespace_gone = False
-
-    async def again(spec: Any, handle: object, namespace: str) -> Any:
-        asked.append(handle)
-        return GOOD, "again"
-
-    async def deleting(namespace: str) -> bool:
-        return namespace_gone
-
-    last = LastGoodHandle("team-a/ci", again, deleting, clock=clock)  # type: ignore[arg-type]
+    ns = Namespace()
     spec = parse_spec(VALID)
-    await last.after(spec, False, GOOD, "first")  # type: ignore[arg-type]
+    await ns.last.after(spec, False, GOOD, "first")  # type: ignore[arg-type]
     revoked = _gone("SecretNotAllowed")
-    assert await last.after(spec, False, revoked, None) == (revoked, None)
-    assert await last.after(spec, True, revoked, None) == (revoked, None)  # the namespace stays
-    clock.now += LAST_GOOD_GRACE + 1
-    namespace_gone = True  # the namespace goes, past the grace
-    assert await last.after(spec, True, revoked, None) == (revoked, None)
-    assert asked == [] and last.handle is None
+    assert await ns.last.after(spec, False, revoked, None) == (revoked, None)
+    assert await ns.last.after(spec, True, revoked, None) == (revoked, None)  # it stays
+    ns.clock.now += LAST_GOOD_GRACE + 1
+    ns.deleting = True  # the namespace goes, past the grace
+    assert await ns.last.after(spec, True, revoked, None) == (revoked, None)
+    assert ns.asked == [] and ns.last.handle is None
 
 
 async def test_a_gitops_prune_that_deletes_the_secret_before_the_namespace_still_tears_down():
@@ -178,27 +190,16 @@ async def test_a_gitops_prune_that_deletes_the_secret_before_the_namespace_still
     stays: the handle is not used then, but kept, and serves the teardown once the
     namespace is being deleted (before: forgotten in that window, and the busy runner's
     registration stayed in Gitea)."""
-    clock = Clock()
-    asked: list[object] = []
-    namespace_deleting = False
-
-    async def again(spec: Any, handle: object, namespace: str) -> Any:
-        asked.append(handle)
-        return GOOD, "again"
-
-    async def deleting(namespace: str) -> bool:
-        return namespace_deleting
-
-    last = LastGoodHandle("team-a/ci", again, deleting, clock=clock)  # type: ignore[arg-type]
+    ns = Namespace()
     spec = parse_spec(VALID)
-    await last.after(spec, False, GOOD, "first")  # type: ignore[arg-type]
+    await ns.last.after(spec, False, GOOD, "first")  # type: ignore[arg-type]
     gone = _gone("SecretNotFound")
-    assert await last.after(spec, True, gone, None) == (gone, None)  # the Namespace stays yet
-    assert asked == []
-    clock.now += 3.0
-    namespace_deleting = True
-    assert await last.after(spec, True, gone, None) == (GOOD, "again")
-    assert asked == ["first"]
+    assert await ns.last.after(spec, True, gone, None) == (gone, None)  # it stays yet
+    assert ns.asked == []
+    ns.clock.now += 3.0
+    ns.deleting = True
+    assert await ns.last.after(spec, True, gone, None) == (GOOD, "again")
+    assert ns.asked == ["first"]
 
 
 async def test_the_last_good_handle_serves_only_its_own_spec_and_only_for_its_grace():
