@@ -13,8 +13,12 @@ import asyncio
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
+import structlog
+
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.reconcile.steps.admission import Admissions
+
+log = structlog.get_logger(__name__)
 
 
 class Groups(Protocol):
@@ -49,7 +53,14 @@ class TakenPolls:
     def start(self, keys: Collection[str]) -> None:
         task = asyncio.ensure_future(self._start(keys))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Future[None]) -> None:
+        """A start that failed is said, not left as an exception nobody retrieves: the
+        groups' passes start their polls anyway, only later."""
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("early polls of taken groups failed", error=f"{type(exc).__name__}: {exc}")
 
     def cancel(self) -> list[asyncio.Future[None]]:
         """Cancel the starts under way (the controller stops); returns them to await."""
