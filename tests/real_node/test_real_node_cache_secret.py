@@ -158,7 +158,7 @@ def test_a_job_cannot_read_the_cache_secret_and_its_cache_still_hits(real, case)
     log = real.job_log("probe")
     probes = "\n".join(line for line in log.splitlines() if "PROBE" in line and "echo" not in line)
     print(f"\n--- {case}: what the job could reach\n{probes}")
-    assert done == {"probe": "success"}, f"{log}\n{real.pods_report()}"
+    assert done == {"probe": "success"}, real.failed_job_report(log)
     assert value not in log, f"the job read the cache secret:\n{probes}"
     assert token not in log, f"the job read the registration token:\n{probes}"
     assert "CACHE HIT probe-" in log  # the runner still registered the job's token

@@ -129,6 +129,17 @@ class Real:
                 lines.append(f"--- {c['name']} log:\n{self.container_log(p, c['name'])}")
         return "\n".join(lines) + "\n--- kubelet:\n" + self.node.log_tail("kubelet", 15)
 
+    def failed_job_report(self, log: str, tail: int = 80) -> str:
+        """Why a probe job failed, for an assertion message: the Pods first, then the job log's
+        last ``tail`` lines with each step's echoed script cut to one short line. A CI log keeps
+        a long message's start and end only, and the script echo (a few KB per step) used to
+        push the failing step's own lines into the part it cut."""
+        lines = [
+            ln[:200] + " [...]" if "\u2b50 Run" in ln and len(ln) > 200 else ln
+            for ln in log.splitlines()
+        ]
+        return f"{self.pods_report()}\n--- job log, last {tail} lines:\n" + "\n".join(lines[-tail:])
+
     def container_log(self, pod: dict[str, Any], container: str) -> str:
         """``pods/log`` through the API server (which asks the kubelet on its InternalIP)."""
         name = pod["metadata"]["name"]
