@@ -274,11 +274,20 @@ class Arrivals:
 
 
 def verdict(
-    name: str, fake: SimulatedGitea, jobs: RunnerJobs, arrivals: Arrivals, busy_before: set[str]
+    name: str,
+    fake: SimulatedGitea,
+    jobs: RunnerJobs,
+    arrivals: Arrivals,
+    busy_before: set[str],
+    since: float | None = None,
 ) -> dict[str, Any]:
     """What a run of arrivals came to, once every job it queued runs: jobs, runner Jobs
     created since it began, which of those ran a job and which never did (each of those is
-    one runner too many), the longest and median wait, and busy runners touched."""
+    one runner too many), the longest and median wait, and busy runners touched. ``since``
+    (a SIGKILL's monotonic time): also until each runner Job existed counted from the kill
+    for the jobs queued before it, which is how the issue states the recovery bound (the
+    Lease duration plus one poll after the kill); a job queued before the kill has already
+    waited for the dead replica's next poll, which no hand-over can give back."""
     queued = arrivals.queued
     drained = wait(lambda: all(fake.jobs[i].started_at is not None for i in queued), 300)
     time.sleep(2)  # the watcher's next list
@@ -321,6 +330,13 @@ def verdict(
         ),
         default=None,
     )
+    since_kill = {
+        i: seen.at - max(fake.jobs[i].queued_at, since)
+        for i in queued
+        if since is not None
+        and (seen := by_name.get(fake.jobs[i].runner_name.rsplit("-", 1)[0])) is not None
+    }
+    families_since_kill = [t for i, t in since_kill.items() if fake.jobs[i].owner in FAMILY_ORGS]
     touched = sorted(fake.busy_lost - busy_before)
     result: dict[str, Any] = {
         "slowest": [
@@ -352,6 +368,8 @@ def verdict(
         ),
         "touched": touched,
         "drained_s": drained,
+        "longest_since_kill": max(since_kill.values(), default=None),
+        "families_longest_since_kill": max(families_since_kill, default=None),
     }
     print(
         f"{name}: {result['jobs']} jobs, {result['created']} runner Jobs created, "
@@ -369,6 +387,13 @@ def verdict(
         ),
         flush=True,
     )
+    if since is not None:
+        print(
+            f"  until its runner Job existed, counted from the kill for jobs queued before it: "
+            f"longest {_s(result['longest_since_kill'])}, jobs of families "
+            f"{_s(result['families_longest_since_kill'])}",
+            flush=True,
+        )
     for row in result["slowest"][:5]:
         print(f"  slow: {row}", flush=True)
     FIGURES.setdefault("runs", {})[name] = result
@@ -612,13 +637,21 @@ def handovers(
             time.sleep(20)  # jobs running on the victim too
             victim = max(ops, key=held)
             print(f"SIGKILL of {victim.log_path} at {_clock(time.time())} UTC", flush=True)
+            killed_at = time.monotonic()
             victim.kill()
             ops.remove(victim)
             took = until_held(ops, total, limit=120)
             print(f"SIGKILL of 1 of {n}: its domains held again after {_s(took)}", flush=True)
             FIGURES["sigkill_s"] = took
             time.sleep(20)
-        verdict(f"SIGKILL of 1 of {n} at {rate:g} jobs/s", fake, jobs, arrivals, busy_before)
+        verdict(
+            f"SIGKILL of 1 of {n} at {rate:g} jobs/s",
+            fake,
+            jobs,
+            arrivals,
+            busy_before,
+            since=killed_at,
+        )
         if no_rolling:
             return
         ops.append(replica(sandbox, namespaces, stack))
