@@ -70,7 +70,7 @@ class GroupSeries:
             [*g, "reason"],
         )
         self._failed = series.counter(
-            "runner_jobs_failed", "Runner Jobs seen Failed for the first time.", g
+            "runner_jobs_failed", "Runner Jobs seen turning Failed.", g
         )
         self._startup = series.histogram(
             "job_startup_latency_seconds",

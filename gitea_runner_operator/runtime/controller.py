@@ -280,14 +280,17 @@ class Controller:
         return any(not job_finished(job) for job in self.cache.runner_jobs(key))
 
     def _on_job(self, kind: str, obj: dict[str, Any], before: dict[str, Any] | None) -> None:
-        """``runner_jobs_failed_total``: a runner Job seen Failed for the first time (the
-        Job controller gave up on its Pod: the runner never took its job, or crashed)."""
-        if kind == "DELETED" or not job_finished(obj, ("Failed",)):
+        """``runner_jobs_failed_total``: a runner Job seen turning Failed (the Job controller
+        gave up on its Pod: the runner never took its job, or crashed). Only a change this
+        replica watched, of a group it serves: a Job listed already Failed (after a restart, a
+        take, or a peer's Jobs read ahead under ``--sharding``) was counted by whoever saw it
+        fail, and counting it again made every restart look like a burst of failures."""
+        if kind == "DELETED" or before is None or not job_finished(obj, ("Failed",)):
             return
-        if before is not None and job_finished(before, ("Failed",)):
+        if job_finished(before, ("Failed",)):
             return
         key = group_key_of_owned(obj)
-        if key is not None:
+        if key is not None and (self.share is None or self.share.serves(key)):
             namespace, name = GroupKey.parse(key)
             self.metrics.runner_job_failed(namespace, name)
 

@@ -1,6 +1,7 @@
-"""runner_jobs_failed_total counts each runner Job the watch shows Failed, once: not again
-for a later event of the same Failed Job, not for its deletion, and not for one that
-completed."""
+"""runner_jobs_failed_total counts each runner Job the watch shows turning Failed, once: not
+again for a later event of the same Failed Job, not for its deletion, not for one that
+completed, and not for one first listed Failed (after a restart or a take: whoever saw it
+fail counted it)."""
 
 from __future__ import annotations
 
@@ -44,4 +45,16 @@ async def test_a_runner_job_seen_failed_is_counted_once() -> None:
         watch._apply("DELETED", job("ci-a", "4", "Failed"))
         watch._apply("ADDED", job("ci-b", "5"))
         watch._apply("MODIFIED", job("ci-b", "6", "Complete"))
+        assert failed_total(controller) == 1
+
+
+async def test_a_runner_job_first_listed_failed_is_not_counted_again() -> None:
+    async with client.ApiClient() as api:
+        controller = Controller(api, Settings())
+        watch = controller.cache.jobs[0]
+        watch._apply("ADDED", job("ci-old", "1", "Failed"))  # a restart's first list
+        watch._apply("MODIFIED", job("ci-old", "2", "Failed"))
+        assert failed_total(controller) == 0
+        watch._apply("ADDED", job("ci-new", "3"))
+        watch._apply("MODIFIED", job("ci-new", "4", "Failed"))
         assert failed_total(controller) == 1
