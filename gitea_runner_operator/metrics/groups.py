@@ -69,9 +69,7 @@ class GroupSeries:
             "Gitea jobs re-run because their runner was lost, by cause (docs/lost-runners.md).",
             [*g, "reason"],
         )
-        self._failed = series.counter(
-            "runner_jobs_failed", "Runner Jobs seen turning Failed.", g
-        )
+        self._failed = series.counter("runner_jobs_failed", "Runner Jobs seen turning Failed.", g)
         self._startup = series.histogram(
             "job_startup_latency_seconds",
             "Gitea job created -> taken by one of the group's runners (Gitea's timestamps).",
