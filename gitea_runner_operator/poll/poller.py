@@ -5,18 +5,15 @@ and enqueues the group; it then carries out the reaps the reconciler proposed. R
 only read the latest snapshot and never wait for Gitea, so a slow or hanging Gitea URL
 delays its own group and nobody else's.
 
-When it asks again after a failure is poll/pacing.py's rule.
-
-A step that fails unexpectedly (a bug, or a Gitea answer nobody foresaw) is logged with its
-traceback the first time only, per group, step and exception type; after that at most one
-line per ``FAILURE_LOG_EVERY`` with the count held back (kit/lograte.py). A tenant whose Gitea
-answers something odd on every poll must not fill the log every team shares.
+When it asks again after a failure is poll/pacing.py's rule; how its own faults (an end, a
+hang, an unexpected failure) are noticed and logged is poll/task_faults.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypedDict
@@ -32,7 +29,7 @@ from gitea_runner_operator.forge.observe import GiteaHandle
 from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kit.lograte import LogRate
-from gitea_runner_operator.kit.tasks import cancelled_itself, how_ended
+from gitea_runner_operator.kit.tasks import cancelled_itself
 from gitea_runner_operator.poll.deliveries import Deliveries
 from gitea_runner_operator.poll.last_good import (
     LastGoodHandle,
@@ -41,6 +38,7 @@ from gitea_runner_operator.poll.last_good import (
 )
 from gitea_runner_operator.poll.pacing import Pacing, next_delay
 from gitea_runner_operator.poll.steps import GiteaStep, HookState, HookStep, Turn
+from gitea_runner_operator.poll.task_faults import WatchedTask, failure_log, log_failure, run_step
 from gitea_runner_operator.poll.triggers import answer_key, lists_queued, new_queued
 from gitea_runner_operator.reconcile.ports import ReapOrder
 
@@ -52,17 +50,7 @@ SHARE_WINDOW = 5.0
 # A quiet group's runner list is asked again at least this often (seconds), though no runner
 # Job of it started or ended since: registrations left from before, or made by hand.
 RUNNER_LIST_MAX_AGE = 1800.0
-# How late past its own bound a step may end before the task counts as hung (the
-# observer's housekeeping, the scheduler under load).
-BEAT_SLACK = 30.0
-FAILURE_LOG_EVERY = 60.0
 DEFAULT_PACING = Pacing()
-
-
-def failure_log() -> LogRate:
-    """The rate of unexpected-failure lines: one table for every group's poller, so a group
-    restarted by a spec change does not write its first traceback again."""
-    return LogRate(FAILURE_LOG_EVERY)
 
 
 class PollerOptions(TypedDict, total=False):
@@ -114,10 +102,10 @@ class GroupPoller:
         # write of the task just before it leaves (kit/fence.py).
         self._right = right
         self._left = left  # and how long that right has left at most (kit/fence.bounded)
-        self._failures = failures if failures is not None else failure_log()
-        # When the task must next be seen to move (each step's own bound, or the end of its
-        # sleep, plus BEAT_SLACK): past it, the task is hung and ``Pollers.ensure`` restarts it.
-        self._due = float("inf")
+        # One line per unexpected failure, at a rate shared by every group's poller.
+        self._failed: Callable[[str, BaseException], None] = functools.partial(
+            log_failure, failures if failures is not None else failure_log(), key
+        )
         # Whether an unchanged answer must still reach the reconcile (Ledger.must_weigh).
         self._every_answer = every_answer
         self._handed: tuple[object, ...] | None = None  # answer_key of the last one handed
@@ -144,7 +132,7 @@ class GroupPoller:
         self._last_start = float("-inf")  # when the latest observation started
         self._wanted_after = float("-inf")
         self._order: ReapOrder | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task = WatchedTask(clock)  # seen ended or hung, ``Pollers.ensure`` restarts it
         self.observations = 0
         self.asking = False  # an observation is in flight
 
@@ -217,10 +205,10 @@ class GroupPoller:
         """Start the task; its first poll waits ``after`` seconds (Pollers spreads a burst
         of new tasks) unless a wake-up comes first."""
         right, left, key = self._right, self._left, self.key
-        self._expect_within(after)
-        self._task = asyncio.create_task(
+        self._task.start(
             self._loop(after),
             name=f"poll:{key}",
+            within=after,
             context=fence.context(
                 None if right is None else lambda: right(key),
                 None if left is None else lambda: left(key),
@@ -230,30 +218,23 @@ class GroupPoller:
     @property
     def running(self) -> bool:
         """Started and not ended (a stopped poller is not running either)."""
-        return self._task is not None and not self._task.done()
+        return self._task.running
 
     @property
     def hung(self) -> bool:
         """Past the time by which the current step or sleep must have ended: every await of
         the loop has a deadline, so only a fault makes this true."""
-        return self._clock() > self._due
-
-    def _expect_within(self, seconds: float) -> None:
-        self._due = self._clock() + seconds + BEAT_SLACK
+        return self._task.hung
 
     @property
     def ended(self) -> str:
         """How the task ended, for the log line that restarts it."""
-        return how_ended(self._task)
+        return self._task.ended
 
     async def stop(self) -> None:
         """Cancel the task and wait for it. A task that had already ended with an error
         does not raise it here (``ensure`` logs it): stopping a group must not fail for it."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await self._task.stop()
 
     async def _loop(self, after: float = 0.0) -> None:
         if after > 0:
@@ -270,7 +251,7 @@ class GroupPoller:
             handle: GiteaHandle | None = None
             interval = self.spec.poll_interval_seconds
             newer_than = max(self._wanted_after, started - min(interval / 2, SHARE_WINDOW))
-            self._expect_within(self._pacing.observe_deadline)
+            self._task.expect_within(self._pacing.observe_deadline)
             self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
             try:
                 since = self._runners_since(started)
@@ -332,7 +313,7 @@ class GroupPoller:
                 interval, failures, retry_after, kind, pacing.backoff_max, pacing.secret_retry
             )
             delay = jittered(delay, 0.95, 1.05)
-            self._expect_within(max(delay, pacing.min_refresh))
+            self._task.expect_within(max(delay, pacing.min_refresh))
             await self._sleep(started, delay)
 
     def _runners_since(self, now: float) -> float | None:
@@ -371,22 +352,6 @@ class GroupPoller:
             self._on_cadence(self.key, before, cadence)
         return cadence if before is not None else None
 
-    def _failed(self, what: str, exc: BaseException) -> None:
-        """One line for an unexpected failure, within its rate (see the module's doc): the
-        first of its kind with the traceback, the later ones with the error and the count."""
-        if isinstance(exc, fence.Fenced):  # the right lapsed mid-step: expected, not a fault
-            log.info("write refused: the group's domain is no longer held", group=self.key)
-            return
-        cause = (self.key, what, type(exc).__name__)
-        first = cause not in self._failures
-        held = self._failures.admit(cause)
-        if held is None:
-            return
-        if first:
-            log.error(what, group=self.key, exc_info=exc)
-        else:
-            log.error(what, group=self.key, error=repr(exc), held_back=held)
-
     def _hand_over(self, snapshot: Snapshot | None, asked: bool) -> None:
         """Queue the group's reconcile when this answer may change a decision: it differs
         from the last one handed over, someone asked for it, the resync is due, or peers
@@ -412,17 +377,8 @@ class GroupPoller:
         for step in self._steps:
             if not step.wanted(turn):
                 continue
-            self._expect_within(deadline)
-            tell = False
-            try:
-                async with asyncio.timeout(deadline):
-                    tell = await step.run(turn)
-            except TimeoutError as exc:
-                tell = step.timed_out(turn, deadline)
-                self._failed(f"{step.what} did not finish within {deadline:.0f}s", exc)
-            except Exception as exc:
-                self._failed(f"{step.what} failed unexpectedly", exc)
-            if tell:
+            self._task.expect_within(deadline)
+            if await run_step(step, turn, deadline, self._failed):
                 self._notify(self.key)
 
     async def _sleep(self, started: float, delay: float) -> None:

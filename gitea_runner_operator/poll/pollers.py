@@ -23,8 +23,9 @@ from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.kit.bucket import Bucket
 from gitea_runner_operator.kit.lru import LRU
 from gitea_runner_operator.poll.deliveries import GiteaDeliveries
-from gitea_runner_operator.poll.poller import GroupPoller, ObserveFn, PollerOptions, failure_log
+from gitea_runner_operator.poll.poller import GroupPoller, ObserveFn, PollerOptions
 from gitea_runner_operator.poll.steps import GiteaStep
+from gitea_runner_operator.poll.task_faults import failure_log
 
 log = structlog.get_logger(__name__)
 

@@ -3,9 +3,10 @@ runners, keep the hook.
 
 Each is a :class:`GiteaStep`: whether it has work in this turn, the work, and what a timeout
 means for it. The task's loop (poll/poller.py) runs them in order, each under one deadline
-(``Pacing.step_deadline``) and one error policy (a failure is a rate-limited log line and the
-next step still runs): a step does not carry its own timeout or its own ``try``. A step that
-changed what the reconcile reads (the hook's status) says so, and the loop queues the group.
+(``Pacing.step_deadline``) and one error policy (poll/task_faults.py: a failure is a
+rate-limited log line and the next step still runs): a step does not carry its own timeout or
+its own ``try``. A step that changed what the reconcile reads (the hook's status) says so,
+and the loop queues the group.
 
 The steps are shared by every group's task; what one group's hook step must remember between
 turns is the task's :class:`HookState`, handed in with the turn.

@@ -3,6 +3,8 @@
 watch streams ──> ClusterCache ──┐
                                  ├──> WorkQueue ──> workers ──> Reconciler ──> Jobs, status
 Gitea poll tasks (one per group) ┘        (snapshots)      reap orders ──> poll tasks
+
+How a worker runs a pass, and retries it, is runtime/workers.py's.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import time
 from typing import Any
 
 import structlog
@@ -19,7 +20,6 @@ from kubernetes_asyncio import client
 from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.sessions import SessionPool
-from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.group_memory import GroupMemory, Table
 from gitea_runner_operator.kit.tenant_budget import TenantBudget, default_budget, memory_limit
 from gitea_runner_operator.kube.cache import ClusterCache, group_key_of_owned, spec_changed
@@ -53,7 +53,8 @@ from gitea_runner_operator.reconcile.steps.jobcache import CacheServers
 from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
 from gitea_runner_operator.runtime.shared_by_groups import SharedByGroups
 from gitea_runner_operator.runtime.taken_polls import TakenPolls
-from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
+from gitea_runner_operator.runtime.workers import ReconcileWorkers
+from gitea_runner_operator.runtime.workqueue import WorkQueue
 from gitea_runner_operator.settings import Settings
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
 from gitea_runner_operator.sharding.leases.membership import MembershipLeases
@@ -229,8 +230,7 @@ class Controller:
             informer.add_handler(self._on_job)
         self.synced = asyncio.Event()
         self.stopped = asyncio.Event()
-        self._running: set[str] = set()  # groups a worker reconciles now
-        self._finished = asyncio.Event()  # set whenever a worker finishes a reconcile
+        self.workers = ReconcileWorkers(self.queue, self.reconciler, self.metrics, self.share)
         serves = self.share.serves if self.share is not None else lambda _key: True
         self.taken_polls = TakenPolls(
             self.cache, self.admissions, self.reconciler, self.pollers, serves
@@ -256,9 +256,7 @@ class Controller:
     async def release(self, keys: frozenset[str]) -> None:
         """Another replica will serve these groups: finish their reconciles under way, then
         forget what this replica kept to act on them (kit/group_memory.py)."""
-        while self._running & keys:
-            self._finished.clear()
-            await self._finished.wait()
+        await self.workers.finish(keys)
         for key in keys:
             await self.memory.handed_over(key)
 
@@ -339,10 +337,7 @@ class Controller:
             )
             for key in self.cache.group_keys():
                 self.queue.add(key)
-            workers = [
-                asyncio.create_task(self._worker(), name=f"worker:{i}")
-                for i in range(self.settings.workers)
-            ]
+            workers = self.workers.start(self.settings.workers)
             if self.share is not None:
                 self.share.start()
                 sharding = asyncio.create_task(self.share.run(stop), name="sharding")
@@ -376,47 +371,3 @@ class Controller:
             await self.sessions.close()
             self.metrics.set_leader(False)
             self.stopped.set()
-
-    async def _worker(self) -> None:
-        while True:
-            try:
-                key = await self.queue.get()
-            except ShutDown:
-                return
-            if self.share is not None and not self.share.serves(key):
-                self.queue.forget(key)  # another replica's group
-                self.queue.done(key)
-                continue
-            started = time.monotonic()
-            self._running.add(key)
-            right = None if self.share is None else functools.partial(self.share.serves, key)
-            until = None if self.share is None else functools.partial(self.share.left, key)
-            try:
-                with fence.fenced_by(right, until):  # each write of the pass asks again
-                    result = await self.reconciler.reconcile(key)
-            except fence.Fenced:
-                self.metrics.reconcile_done(time.monotonic() - started, error=False)
-                log.info("pass cut: the group's domain is no longer held", group=key)
-                self.queue.forget(key)
-            except Exception as exc:
-                self.metrics.reconcile_done(time.monotonic() - started, error=True)
-                retries = self.queue.limiter.retries(key)
-                log.warning(
-                    "reconcile failed, will retry",
-                    group=key,
-                    error=f"{type(exc).__name__}: {exc}",
-                    retries=retries,
-                )
-                log.debug("reconcile failure detail", group=key, exc_info=True)
-                self.queue.add_rate_limited(key)
-            else:
-                took = time.monotonic() - started
-                self.metrics.reconcile_done(took, error=False)
-                log.debug("reconciled", group=key, took=round(took, 4))
-                self.queue.forget(key)
-                if result.requeue_after is not None:
-                    self.queue.add_after(key, result.requeue_after)
-            finally:
-                self._running.discard(key)
-                self._finished.set()
-                self.queue.done(key)

@@ -1,11 +1,11 @@
 """Capacity domains: the sets of groups that must be served by one replica.
 
 The exact accounting (accounting.py) hands each queued job to one group among all that could
-take it, and it can only do so where all of them are counted together: the ledger's families
-(ledger.families: same Gitea, nesting scopes, a label in common). A domain is a family, with
-one widening: a ``scope: global`` group joins every family of its Gitea into one domain, once
-it is admitted and its polls work (:attr:`Shape.widens`). A
-global group may take jobs of any repository, so its family already reaches every group with
+take it, and it can only do so where all of them are counted together: the families
+(reconcile/capacity/families.py: same Gitea, nesting scopes, a label in common). A domain
+is a family, with one widening: a ``scope: global`` group joins every family of its Gitea
+into one domain, once it is admitted and its polls work (:attr:`Shape.widens`). A global
+group may take jobs of any repository, so its family already reaches every group with
 which it shares a label; making it the whole Gitea keeps a domain put when someone adds a
 label to the global group or to a peer, so a label edit does not move half a Gitea between
 replicas (docs/decisions/0005-sharding-by-capacity-domain.md).
@@ -26,7 +26,7 @@ from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, Scope
 from gitea_runner_operator.api.scope import fold
 from gitea_runner_operator.api.shard import domain_id
 from gitea_runner_operator.reconcile.capacity.accounting import Claimant
-from gitea_runner_operator.reconcile.capacity.ledger import families
+from gitea_runner_operator.reconcile.capacity.families import families
 from gitea_runner_operator.reconcile.capacity.members import Member
 
 
@@ -74,8 +74,9 @@ def lone_domain(key: str) -> Domain:
 
 
 def domains(shapes: Iterable[Shape]) -> dict[str, Domain]:
-    """Each group's domain, by group key. The families come from the ledger's own rule
-    (ledger.families), so the accounting and the sharding cannot disagree on who competes."""
+    """Each group's domain, by group key. The families come from the accounting's own rule
+    (capacity/families.py), so the accounting and the sharding cannot disagree on who
+    competes."""
     by_key = {s.key: s for s in shapes}
     members = {
         key: Member(

@@ -1,13 +1,13 @@
 """When to run the accounting, and for whom: one assignment per family of groups that could
 compete for the same jobs, recomputed only when a member's answer or capacity changed.
 
-A family is a connected set of groups on one Gitea instance whose scopes nest (global >
-org > repo) and whose labels intersect: only those can count the same job. A group alone in
-its family counts its own answer (no share). Each group's reconcile reports what it knows
-of itself (its answer, its starting and idle runners, its spare capacity) and reads its share
-back; the assignment of a family is computed at most once per change of its inputs, so a
-reconcile costs its own group's jobs and runners, and a family's assignment its jobs and
-groups once, instead of every group times every job on every pass.
+Who is in a family (groups on one Gitea whose scopes nest and whose labels intersect) is
+reconcile/capacity/families.py's rule. A group alone in its family counts its own answer
+(no share). Each group's reconcile reports what it knows of itself (its answer, its starting
+and idle runners, its spare capacity) and reads its share back; the assignment of a family
+is computed at most once per change of its inputs, so a reconcile costs its own group's
+jobs and runners, and a family's assignment its jobs and groups once, instead of every
+group times every job on every pass.
 
 A peer whose share grew (it must create) is told so through ``notify``; shares that shrink
 need no pass: a group never creates for a share it no longer has.
@@ -32,7 +32,6 @@ from dataclasses import replace
 from gitea_runner_operator.api.credentials import normalise_url
 from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import Scope
-from gitea_runner_operator.api.scope import fold
 from gitea_runner_operator.reconcile.capacity.accounting import (
     Answer,
     Claimant,
@@ -44,6 +43,7 @@ from gitea_runner_operator.reconcile.capacity.accounting import (
     oldest_listing,
     seen_key,
 )
+from gitea_runner_operator.reconcile.capacity.families import families
 from gitea_runner_operator.reconcile.capacity.family_changes import (
     Changes,
     lists_unknown_repository,
@@ -66,59 +66,6 @@ MIN_SEEN_PER_GROUP = 200
 MAX_OWNER_LENGTH = 40
 MAX_NAME_LENGTH = 100
 MIN_INTERVAL = 0.5
-
-
-def families(members: Mapping[str, Member]) -> dict[str, frozenset[str]]:
-    """Each group's family: groups joined when their scopes nest and labels intersect
-    (groups that do not couple, :attr:`Member.couples`, stay alone).
-
-    Union-find over one representative per (instance, scope target, label), linking each
-    level to the levels that contain it: linear in groups times labels."""
-    parent = {key: key for key in members}
-
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(a: str, b: str) -> None:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-
-    repo_rep: dict[tuple[str, str, str, str], str] = {}
-    org_rep: dict[tuple[str, str, str], str] = {}
-    global_rep: dict[tuple[str, str], str] = {}
-    for key in sorted(members):
-        if not members[key].couples:
-            continue
-        c = members[key].claimant
-        url, org, repo = members[key].url, fold(c.org), fold(c.repo)
-        for label in c.offered:
-            if c.scope is Scope.REPO:
-                union(key, repo_rep.setdefault((url, org, repo, label), key))
-            elif c.scope is Scope.ORG:
-                union(key, org_rep.setdefault((url, org, label), key))
-            else:
-                union(key, global_rep.setdefault((url, label), key))
-    for (url, org, _repo, label), rep in repo_rep.items():
-        if (above := org_rep.get((url, org, label))) is not None:
-            union(rep, above)
-        if (top := global_rep.get((url, label))) is not None:
-            union(rep, top)
-    for (url, _org, label), rep in org_rep.items():
-        if (top := global_rep.get((url, label))) is not None:
-            union(rep, top)
-    grouped: dict[str, set[str]] = {}
-    for key in members:
-        grouped.setdefault(find(key), set()).add(key)
-    out: dict[str, frozenset[str]] = {}
-    for keys in grouped.values():
-        family = frozenset(keys)
-        for key in keys:
-            out[key] = family
-    return out
 
 
 def _as_of(claimant: Claimant, oldest: float | None) -> Claimant:

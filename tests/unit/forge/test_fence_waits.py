@@ -140,7 +140,7 @@ async def test_a_replicas_pass_cannot_write_after_its_renew_deadline_while_a_wri
         obj = {"metadata": {"namespace": "team", "name": "app"}, "spec": spec_with()}
         controller.cache.groups[0].cache["team/app"] = obj
         controller.reconciler.reconcile = reconcile  # type: ignore[method-assign]
-        worker = asyncio.create_task(controller._worker())
+        worker = asyncio.create_task(controller.workers.work())
         try:
             await controller.share.round.round()
             await controller.share.round.round()  # takes the group: the worker's pass starts

@@ -279,8 +279,8 @@ async def test_a_poll_task_that_ended_on_its_own_is_restarted_by_the_next_pass()
 
 async def test_a_poll_task_hung_past_its_deadlines_is_restarted_by_the_next_pass():
     from gitea_runner_operator.api.runnergroup import parse_spec
-    from gitea_runner_operator.poll.poller import BEAT_SLACK
     from gitea_runner_operator.poll.pollers import Pollers
+    from gitea_runner_operator.poll.task_faults import BEAT_SLACK
 
     now = [1000.0]
     calls = 0

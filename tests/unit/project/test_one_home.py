@@ -79,4 +79,5 @@ def test_kubernetes_timeouts_outside_kube_http_have_no_number_of_their_own(path)
 
 def test_the_poll_tasks_steps_take_the_settings_deadline():
     assert _numbers_given_to(PACKAGE / "poll" / "poller.py", {"timeout"}) == []
+    assert _numbers_given_to(PACKAGE / "poll" / "task_faults.py", {"timeout"}) == []
     assert REQUEST_TIMEOUT == 10.0

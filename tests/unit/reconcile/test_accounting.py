@@ -12,7 +12,8 @@ from gitea_runner_operator.reconcile.capacity.accounting import (
     overlaps,
     seen_key,
 )
-from gitea_runner_operator.reconcile.capacity.ledger import Ledger, families
+from gitea_runner_operator.reconcile.capacity.families import families
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from tests.support.claims import group, job, report
 
 ORG = group("team-a/org", Scope.ORG, "acme")

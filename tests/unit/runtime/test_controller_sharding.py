@@ -53,7 +53,7 @@ class Replica:
         self.reconciled: list[str] = []
         self.hold: dict[str, asyncio.Event] = {}
         self.controller.reconciler.reconcile = self._reconcile  # type: ignore[method-assign]
-        self.workers = [asyncio.create_task(self.controller._worker()) for _ in range(2)]
+        self.workers = [asyncio.create_task(self.controller.workers.work()) for _ in range(2)]
 
     async def _reconcile(self, key: str) -> Result:
         self.reconciled.append(key)
