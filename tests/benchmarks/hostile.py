@@ -53,16 +53,14 @@ import json
 import os
 import threading
 import time
-import urllib.error
 import urllib.request
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gitea_runner_operator.webhook.signature import sign
 from tests.benchmarks import common
+from tests.benchmarks.hostile_gitea import GiteaProcess
 from tests.benchmarks.hostile_plot import plot
 from tests.benchmarks.hostile_servers import Remote
 from tests.benchmarks.hostile_spans import keep_spans, print_spans
@@ -74,7 +72,6 @@ from tests.benchmarks.hostile_tenants import (
     set_cache,
 )
 from tests.support import manifests
-from tests.support.fake_gitea import SimulatedGitea
 from tests.support.launcher import OPERATOR_NS, OperatorProcess
 from tests.support.testbed import make_secret
 from tests.testbed.kube import KubeClient
@@ -149,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    fake, forge = SimulatedGitea(), Remote("--forge")
+    fake, forge = GiteaProcess(), Remote("--forge")
     forge_url = forge.line()
     attack, counts = None, {}
     healthy = [f"ok-{i}" for i in range(4)]
@@ -157,7 +154,6 @@ def main(argv: list[str] | None = None) -> int:
     evil += ["evil-caps", "evil-urls", "evil-revoke"]  # issue 45
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)
-        fake.start(None)
         try:
             hooks = {ns: uuid.uuid4().hex for ns in healthy}
             for ns in healthy + evil:  # each team its own token, as in a real cluster
@@ -192,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                     op.snapshot()  # sampling starts, before the hostile groups' first passes
                 apply_evil_groups(kube, fake, forge_url, args)
                 if "wronghook" in args.attacks.split(","):
-                    run.wrong_hooks()
+                    fake.wrong_hooks(op.webhook_port, args.wronghook_every)
                 run.phase("attack", args.attack / 2)
                 if args.memprobe:
                     op.snapshot()  # DIR/snap-1.pickle: where the memory is mid-attack
@@ -209,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 run.mark("drain")
                 run.drain(30)
                 run.stop()
+                run.adopt(fake.finish())
                 counts |= _log_counts(op.log())
                 run.peak = _peak_rss(run)
                 run.cgroup = cgroup.figures()
@@ -217,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                     keep_spans(run, op, args.spans)
                 load = os.getloadavg()
         finally:
-            fake.stop()
+            fake.finish()  # at once if finished above
             counts |= forge.finish()
     report(run, counts, uids, after, load, args)
     if args.spans:
@@ -228,14 +225,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class Run:
-    """Queues the healthy groups' jobs and watches the operator: runner Jobs, /healthz, the
-    Lease and the process's RSS."""
+    """Has the healthy groups' Gitea (its own process, hostile_gitea.py) queue their jobs and
+    send their deliveries, and watches the operator: runner Jobs, /healthz, the Lease and the
+    process's RSS."""
 
     def __init__(
         self,
         kube: KubeClient,
         op: OperatorProcess,
-        fake: SimulatedGitea,
+        fake: GiteaProcess,
         namespaces: list[str],
         hooks: dict[str, str],
         args: argparse.Namespace,
@@ -245,7 +243,9 @@ class Run:
         self.t0, self.wall0 = time.monotonic(), time.time()  # now() + wall0: the wall clock
         self.queued: dict[str, list[tuple[float, str]]] = collections.defaultdict(list)
         self.created: dict[str, dict[str, float]] = collections.defaultdict(dict)
-        self.deliveries: dict[str, collections.Counter[int | str]] = {}
+        self.deliveries: dict[str, dict[str, int]] = {}
+        # phase -> each genuine delivery's queued -> answered, seconds (Gitea's side)
+        self.round_trips: dict[str, list[float]] = collections.defaultdict(list)
         self.answers: list[float] = []
         self.rss: list[tuple[float, float]] = []
         self.renewals: list[tuple[float, str, str]] = []
@@ -256,10 +256,9 @@ class Run:
         self.peak = 0.0
         self.cgroup = ""
         self.revoked_at: float | None = None  # wall time the revoke attack revoked its token
-        self.wrong: collections.Counter[int | str] = collections.Counter()
+        self.wrong: dict[str, int] = {}
         self._n = 0
         self._stop = threading.Event()
-        self._pool = ThreadPoolExecutor(max_workers=8)
         self._threads = [
             threading.Thread(target=f, daemon=True) for f in (self._probe, self._watch)
         ]
@@ -285,7 +284,6 @@ class Run:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=40)
-        self._pool.shutdown(wait=True)
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -294,50 +292,29 @@ class Run:
         self.mark(name)
         if name == "attack" and self.attack_started is None:
             self.attack_started = self.now()
-        counter = self.deliveries.setdefault(name, collections.Counter())
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             i = self._n % self.args.groups
             self._n += 1
-            self.fake.queue("healthy", "app", (f"h{i}",))
+            secret = self.hooks[self.namespace_of(i)]
+            self.fake.job(f"h{i}", secret, self.op.webhook_port, name)
+            # For drain() meanwhile; adopt() puts Gitea's own stamps in their place.
             self.queued[f"h{i}"].append((self.now(), name))
-            self._pool.submit(self._deliver, i, counter)
             time.sleep(self.args.every)
 
-    def wrong_hooks(self) -> None:
-        """A tenant's hook with a wrong secret, on its own repository, sending from Gitea's
-        address (127.0.0.1, as every genuine delivery here) until the run stops."""
-        threading.Thread(target=self._wrong_hooks, daemon=True).start()
-
-    def _wrong_hooks(self) -> None:
-        body = json.dumps(
-            {
-                "action": "queued",
-                "repository": {"full_name": "evil/app", "html_url": f"{self.fake.url}/evil/app"},
-                "workflow_job": {"labels": ["e"], "name": "j"},
-                "sender": {"login": "evil"},
-            }
-        ).encode()
-        while not self._stop.is_set():
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{self.op.webhook_port}/hooks/gitea",
-                data=body,
-                method="POST",
-                headers={
-                    "X-Gitea-Event": "workflow_job",
-                    "X-Gitea-Delivery": str(uuid.uuid4()),
-                    "X-Gitea-Signature": sign(b"not-the-secret", body),
-                    "Content-Type": "application/json",
-                },
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=30) as resp:
-                    self.wrong[resp.status] += 1
-            except urllib.error.HTTPError as exc:
-                self.wrong[exc.code] += 1
-            except Exception as exc:
-                self.wrong[type(exc).__name__] += 1
-            time.sleep(self.args.wronghook_every)
+    def adopt(self, record: dict[str, Any]) -> None:
+        """What the healthy groups' Gitea recorded: when it queued each job (its own clock,
+        time.monotonic, the machine's one), its deliveries' answers and round trips, and the
+        wrong-secret hook's answers."""
+        if not record:
+            return  # the Gitea process died: the bench's own stamps stay
+        self.queued = collections.defaultdict(list)
+        for group, stamps in record["queued"].items():
+            self.queued[group] = [(at - self.t0, phase) for at, phase in stamps]
+        self.deliveries = {phase: dict(counts) for phase, counts in record["answers"].items()}
+        for phase, queued, answered in record["round_trips"]:
+            self.round_trips[phase].append(answered - queued)
+        self.wrong = dict(record["wrong"])
 
     def drain(self, seconds: float) -> None:
         """Wait until every queued job has its runner Job (or ``seconds`` pass)."""
@@ -346,37 +323,6 @@ class Run:
             len(self.created[g]) < len(q) for g, q in self.queued.items()
         ):
             time.sleep(0.5)
-
-    def _deliver(self, i: int, counter: collections.Counter[int | str]) -> None:
-        body = json.dumps(
-            {
-                "action": "queued",
-                "repository": {
-                    "full_name": "healthy/app",
-                    "html_url": f"{self.fake.url}/healthy/app",
-                },
-                "workflow_job": {"labels": [f"h{i}"], "name": "j"},
-                "sender": {"login": "bench"},
-            }
-        ).encode()
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.op.webhook_port}/hooks/gitea",
-            data=body,
-            method="POST",
-            headers={
-                "X-Gitea-Event": "workflow_job",
-                "X-Gitea-Delivery": str(uuid.uuid4()),
-                "X-Gitea-Signature": sign(self.hooks[self.namespace_of(i)].encode(), body),
-                "Content-Type": "application/json",
-            },
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as resp:
-                counter[resp.status] += 1
-        except urllib.error.HTTPError as exc:
-            counter[exc.code] += 1
-        except Exception as exc:
-            counter[type(exc).__name__] += 1
 
     def _probe(self) -> None:
         url = f"http://127.0.0.1:{self.op.health_port}/healthz"
@@ -479,6 +425,13 @@ def report(
             f"{phase:>9} {len(values):>3}/{queued:<3} {p50:7.2f}s {p99:7.2f}s "
             f"{max(values, default=float('nan')):7.2f}s {run.stall(phase):12.2f}s  "
             f"{dict(run.deliveries.get(phase, {}))}"
+        )
+    for phase in ("baseline", "attack"):
+        trips = run.round_trips.get(phase) or [float("nan")]
+        print(
+            f"genuine deliveries, {phase}: queued -> answered (Gitea's side) p50 "
+            f"{common.percentile(trips, 0.5) * 1e3:.0f} ms, p99 "
+            f"{common.percentile(trips, 0.99) * 1e3:.0f} ms, max {max(trips) * 1e3:.0f} ms"
         )
     for (phase, a), (_, b) in itertools.pairwise(run.lag.items()):
         p50, p99, worst = _lag_figures({le: b[le] - a.get(le, 0.0) for le in b})
