@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.benchmarks import common
+from tests.benchmarks.cpu_share import CpuShare
 from tests.benchmarks.hostile_gitea import GiteaProcess
 from tests.benchmarks.hostile_plot import plot
 from tests.benchmarks.hostile_servers import Remote
@@ -170,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                 env=env, cgroup=cgroup.path if args.memory_limit else None,
             ) as op:  # fmt: skip
                 run = Run(kube, op, fake, healthy, hooks, args)
+                run.share.track("hostile forge", forge.proc.pid)
                 for i in range(args.groups):
                     spec = {
                         "pollInterval": args.poll,
@@ -184,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 if "webhook" in args.attacks.split(","):
                     shared = ("--shared-address",) if args.shared_address else ()
                     attack = Remote("--webhook", str(op.webhook_port), *shared)
+                    run.share.track("webhook attacker", attack.proc.pid)
                 if args.cpuprobe:
                     op.snapshot()  # sampling starts, before the hostile groups' first passes
                 apply_evil_groups(kube, fake, forge_url, args)
@@ -259,6 +262,10 @@ class Run:
         self.wrong: dict[str, int] = {}
         self._n = 0
         self._stop = threading.Event()
+        self.share = CpuShare()  # who used the machine's cores, per phase
+        self.share.track("operator", op.proc.pid)
+        self.share.track("healthy Gitea", fake.proc.pid)
+        self.share.track("bench", os.getpid())
         self._threads = [
             threading.Thread(target=f, daemon=True) for f in (self._probe, self._watch)
         ]
@@ -274,6 +281,8 @@ class Run:
 
     def mark(self, name: str) -> None:
         """Where a phase starts: the operator's CPU and its loop-lag buckets so far."""
+        if name not in self.cpu:
+            self.share.mark(name, self.now())
         self.cpu.setdefault(name, (self.now(), self.op.cpu_seconds()))
         if name not in self.lag:
             with contextlib.suppress(Exception):
@@ -445,6 +454,8 @@ def report(
     cores = [(c1 - c0) / max(1e-9, t1 - t0) for (t0, c0), (t1, c1) in itertools.pairwise(marks)]
     phases = ", ".join(f"{n} {c:.2f}" for n, c in zip(run.cpu, cores, strict=False))
     print(f"operator CPU, cores used per phase (the attack's includes the drain): {phases}")
+    for line in run.share.lines():
+        print(line)
     missed, longest, changes = run.lease()
     peak = run.peak
     print(
