@@ -1,6 +1,7 @@
 """Where a benchmark machine's CPU went, per phase: each process the benchmark started (the
-operator, fake Gitea servers, attackers, the benchmark itself) and the rest of the machine
-(the testbed's API server, etcd, controller-manager and kwok, and anything else running).
+operator, fake Gitea servers, attackers, the benchmark itself), the testbed's (API server,
+etcd, controller-manager, scheduler, kwok, found by name), and the rest of the machine
+(anything else running: on a shared machine, others' work).
 
 On a 2-core machine the harness's own processes take CPU the operator would otherwise get:
 this says how much, so a figure can be read as the operator's or the harness's.
@@ -22,6 +23,25 @@ def process_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+# The testbed's processes, by the name the kernel keeps (15 characters at most).
+TESTBED = ("kube-apiserver", "etcd", "kube-controller", "kube-scheduler", "kwok")
+
+
+def named_seconds(names: tuple[str, ...]) -> float:
+    """CPU seconds of every process running now whose name is one of ``names``."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() not in names:
+                continue
+        except OSError:
+            continue
+        total += process_seconds(int(entry.name)) or 0.0
+    return total
 
 
 def machine_seconds() -> float:
@@ -48,6 +68,7 @@ class CpuShare:
             seconds = process_seconds(pid)
             if seconds is not None:
                 self._last[name] = seconds
+        self._last["testbed"] = named_seconds(TESTBED)
         self._marks.append((phase, at, machine_seconds(), dict(self._last)))
 
     def lines(self) -> list[str]:
