@@ -180,15 +180,6 @@ def main(argv: list[str] | None = None) -> int:
                     }
                     body = common.group(f"h{i}", "healthy", fake.url, [f"h{i}"], **spec)
                     manifests.apply(kube, body, run.namespace_of(i))
-                groups = [
-                    (run.namespace_of(i), f"h{i}", "healthy", [f"h{i}"]) for i in range(args.groups)
-                ]
-                access = (
-                    str(sandbox.apiserver_url),
-                    str(sandbox.admin_token),
-                    str(sandbox.ca_file),
-                )
-                fake.simulate(access, groups)  # their runners take their jobs (hostile_gitea.py)
                 time.sleep(15)
                 run.start()
                 run.phase("baseline", args.baseline)

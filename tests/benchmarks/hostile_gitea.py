@@ -14,12 +14,6 @@ hook on its own repository, from the same address, as Gitea would). The hostile 
 name this Gitea (1 MiB Secrets, CA bundles, the cache group) still poll it, as on a platform
 with one Gitea for everyone; it answers them with its own interpreter.
 
-And the healthy groups' runners take their jobs (:meth:`GiteaProcess.simulate`: the fake's
-runner simulation, from the runner Pods kwok runs, each job ``JOB_SECONDS`` long). Before,
-no job ever left the queue: every healthy refresh listed every job queued since the run
-began, 1-2 pages in the baseline and 2-6 pages under attack, so the attack's "Gitea's
-answer" grew with the run's length, not with the attack.
-
 The benchmark drives it over the child's stdin and stdout (:class:`GiteaProcess`), one JSON
 line a command; ``finish`` returns what it recorded.
 """
@@ -39,11 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gitea_runner_operator.webhook.signature import sign
-from tests.support.fake_gitea import GroupScope, SimulatedGitea
-from tests.testbed.kube import KubeClient
+from tests.support.fake_gitea import SimulatedGitea
 
 HOOK_PATH = "/hooks/gitea"
-JOB_SECONDS = 5.0  # how long a healthy job runs once its runner took it
 
 
 class Sender:
@@ -51,7 +43,7 @@ class Sender:
     deliveries, and the wrong-secret hook."""
 
     def __init__(self) -> None:
-        self.fake = SimulatedGitea(job_seconds=JOB_SECONDS)
+        self.fake = SimulatedGitea()
         self.queued: dict[str, list[tuple[float, str]]] = collections.defaultdict(list)
         self.answers: dict[str, collections.Counter[str]] = collections.defaultdict(
             collections.Counter
@@ -154,10 +146,6 @@ def serve() -> int:
             print(json.dumps({"ids": ids}), flush=True)
         elif op == "wronghook":
             sender.wrong_hooks(command["port"], command["every"])
-        elif op == "simulate":
-            for namespace, name, owner, labels in command["groups"]:
-                sender.fake.group(namespace, name, GroupScope(owner, None, tuple(labels)))
-            sender.fake.simulate(KubeClient(*command["kube"]))
         elif op == "finish":
             break
     print(json.dumps(sender.stop()), flush=True)
@@ -206,14 +194,6 @@ class GiteaProcess:
     def wrong_hooks(self, port: int, every: float) -> None:
         with self._lock:
             self._send(op="wronghook", port=port, every=every)
-
-    def simulate(
-        self, kube: tuple[str, str, str], groups: list[tuple[str, str, str, list[str]]]
-    ) -> None:
-        """Runners for ``groups`` (namespace, name, org, labels) take their jobs, from the
-        runner Pods the cluster runs (``kube``: its API server's URL, a token, its CA file)."""
-        with self._lock:
-            self._send(op="simulate", kube=list(kube), groups=groups)
 
     def finish(self) -> dict[str, Any]:
         """Stop it; what it recorded (see :meth:`Sender.stop`), empty if it died. Once

@@ -115,13 +115,9 @@ class SimulatedGitea:
         serve.start()
         self._threads.append(serve)
         if kube is not None:
-            self.simulate(kube)
-
-    def simulate(self, kube: KubeClient) -> None:
-        """Start simulating the runners from ``kube``'s Pods (when started without)."""
-        sim = threading.Thread(target=self._simulate, args=(kube,), daemon=True)
-        sim.start()
-        self._threads.append(sim)
+            sim = threading.Thread(target=self._simulate, args=(kube,), daemon=True)
+            sim.start()
+            self._threads.append(sim)
 
     def stop(self) -> None:
         self._stop.set()
