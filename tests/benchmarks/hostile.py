@@ -108,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"which attacks to run (comma-separated, default all: {ATTACKS})",
     )
     parser.add_argument(
+        "--healthy-orgs",
+        choices=("shared", "own"),
+        default="shared",
+        help="the healthy groups share one Gitea organisation (its queue holds every healthy "
+        "job, none of which a runner takes: it grows with the run), or have one each",
+    )
+    parser.add_argument(
         "--shared-address",
         action="store_true",
         help="the attackers send from Gitea's address (127.0.0.1), as behind one ingress",
@@ -178,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                         "maxActiveRunners": 200,
                         "webhook": {"secretRef": {"name": "hook", "key": "secret"}},
                     }
-                    body = common.group(f"h{i}", "healthy", fake.url, [f"h{i}"], **spec)
+                    body = common.group(f"h{i}", run.org_of(i), fake.url, [f"h{i}"], **spec)
                     manifests.apply(kube, body, run.namespace_of(i))
                 time.sleep(15)
                 run.start()
@@ -273,6 +280,10 @@ class Run:
     def namespace_of(self, i: int) -> str:
         return self.namespaces[i % len(self.namespaces)]
 
+    def org_of(self, i: int) -> str:
+        """The healthy group's Gitea organisation (``--healthy-orgs``)."""
+        return "healthy" if self.args.healthy_orgs == "shared" else f"healthy-{i}"
+
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
@@ -306,7 +317,7 @@ class Run:
             i = self._n % self.args.groups
             self._n += 1
             secret = self.hooks[self.namespace_of(i)]
-            self.fake.job(f"h{i}", secret, self.op.webhook_port, name)
+            self.fake.job(f"h{i}", secret, self.op.webhook_port, name, self.org_of(i))
             # For drain() meanwhile; adopt() puts Gitea's own stamps in their place.
             self.queued[f"h{i}"].append((self.now(), name))
             time.sleep(self.args.every)

@@ -55,16 +55,18 @@ class Sender:
         self._pool = ThreadPoolExecutor(max_workers=8)
         self._stop = threading.Event()
 
-    def job(self, group: str, secret: str, port: int, phase: str) -> None:
-        """Queue a job with label ``group`` in ``healthy/app``, then send its delivery."""
-        self.fake.queue("healthy", "app", (group,))
+    def job(self, group: str, secret: str, port: int, phase: str, owner: str) -> None:
+        """Queue a job with label ``group`` in ``{owner}/app``, then send its delivery."""
+        self.fake.queue(owner, "app", (group,))
         at = time.monotonic()
         with self._lock:
             self.queued[group].append((at, phase))
-        self._pool.submit(self._deliver, group, secret, port, phase, at)
+        self._pool.submit(self._deliver, group, secret, port, phase, at, owner)
 
-    def _deliver(self, group: str, secret: str, port: int, phase: str, at: float) -> None:
-        body = self._body("healthy/app", group, "bench")
+    def _deliver(
+        self, group: str, secret: str, port: int, phase: str, at: float, owner: str
+    ) -> None:
+        body = self._body(f"{owner}/app", group, "bench")
         status = _post(port, body, sign(secret.encode(), body))
         with self._lock:
             self.answers[phase][status] += 1
@@ -178,9 +180,9 @@ class GiteaProcess:
             raise RuntimeError("the fake Gitea's process ended")
         return dict(json.loads(line))
 
-    def job(self, group: str, secret: str, port: int, phase: str) -> None:
+    def job(self, group: str, secret: str, port: int, phase: str, owner: str) -> None:
         with self._lock:
-            self._send(op="job", group=group, secret=secret, port=port, phase=phase)
+            self._send(op="job", group=group, secret=secret, port=port, phase=phase, owner=owner)
 
     def queue(self, owner: str, repo: str, labels: tuple[str, ...], n: int = 1) -> list[int]:
         """Queue ``n`` jobs (answered: they are in the queue when this returns)."""
