@@ -1,10 +1,11 @@
 """Benchmark: what a hostile tenant can do to everyone else (issue 24).
 
 On the testbed (real API server, controller-manager, kwok) one operator, holding the Lease,
-serves GROUPS healthy groups (a fake Gitea, fake_gitea.py, with one job queued every EVERY
-seconds, round robin, each announced by a correctly signed webhook delivery as Gitea would
-send it). Phase "baseline" runs that alone; phase "attack" runs it while hostile tenants, in
-their own namespaces with their own RunnerGroups, attack at the same time:
+serves GROUPS healthy groups (a fake Gitea, fake_gitea.py, in a process of its own,
+hostile_gitea.py, with one job queued every EVERY seconds, round robin, each announced by a
+correctly signed webhook delivery that process sends as Gitea would). Phase "baseline" runs
+that alone; phase "attack" runs it while hostile tenants, in their own namespaces with their
+own RunnerGroups, attack at the same time:
 
 - the webhook: forged deliveries built to make the pre-signature parse expensive, and
   connections that send headers and then nothing (hostile_servers.WebhookAttack);
@@ -33,14 +34,28 @@ the probe's own 100 ms), the event loop's lag p50 / p99 / max per phase (from th
 ``event_loop_lag_seconds`` histogram: the max is the bound of the highest bucket reached),
 and the Lease's renewals missed (gaps between renewTimes longer than the 10 s renew
 deadline) and leader changes. ``--plot FILE`` (matplotlib, the ``bench``
-extra) draws RSS and per-job latency over time. The attackers and the hostile forge run in
-processes of their own, so their work does not slow this process's measuring threads.
+extra) draws RSS and per-job latency over time.
+
+What is the harness and what is the operator: the healthy groups' Gitea, the attackers and
+the hostile forge each run in a process of their own, so none shares an interpreter (a GIL)
+with another or with this process's measuring threads (until issue 45's pickup round the
+healthy Gitea and the senders of its deliveries and of the wrong-secret hook were threads of
+this process). The healthy Gitea stamps each job when it queues it and sends its delivery
+itself; the run prints each genuine delivery's round trip as Gitea saw it, and the cores
+each process used per phase (cpu_share.py: the operator, the healthy Gitea, the hostile
+forge, the webhook attacker, this process, the testbed's processes and the rest of the
+machine, which on a shared machine is others' work). The hostile forge builds each job page
+once and serves its bytes to every group asking (the same answers as before). No runner
+takes a healthy job here, so the healthy queue grows with the run; ``--healthy-orgs own``
+gives each healthy group an organisation of its own, whose queue then stays within one page
+in both phases (with the default, ``shared``, a refresh lists 1-2 pages in the baseline and
+2-6 under attack).
 
 With ``--spans DIR`` the operator logs at debug level and the pickup is broken down step by
 step per phase (hostile_spans.py): where a healthy job waits under attack.
 
     python -m tests.benchmarks.hostile [--groups 20] [--baseline 60] [--attack 90] [--plot F]
-        [--spans DIR]
+        [--spans DIR] [--memory-limit MIB] [--healthy-orgs shared|own]
 """
 
 from __future__ import annotations
