@@ -46,10 +46,11 @@ each process used per phase (cpu_share.py: the operator, the healthy Gitea, the 
 forge, the webhook attacker, this process, the testbed's processes and the rest of the
 machine, which on a shared machine is others' work). The hostile forge builds each job page
 once and serves its bytes to every group asking (the same answers as before). No runner
-takes a healthy job here, so the healthy queue grows with the run; ``--healthy-orgs own``
-gives each healthy group an organisation of its own, whose queue then stays within one page
-in both phases (with the default, ``shared``, a refresh lists 1-2 pages in the baseline and
-2-6 under attack).
+takes a healthy job here, so a healthy queue grows with the run: each healthy group has a
+Gitea organisation of its own (``--healthy-orgs own``, the default), whose queue stays
+within one page in both phases. Until issue 45's pickup round they shared one
+(``--healthy-orgs shared``): a refresh then listed 1-2 pages in the baseline and 2-6 under
+attack, which made the attack's "Gitea's answer" grow with the run, not with the attack.
 
 With ``--spans DIR`` the operator logs at debug level and the pickup is broken down step by
 step per phase (hostile_spans.py): where a healthy job waits under attack.
@@ -125,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--healthy-orgs",
         choices=("shared", "own"),
-        default="shared",
-        help="the healthy groups share one Gitea organisation (its queue holds every healthy "
-        "job, none of which a runner takes: it grows with the run), or have one each",
+        default="own",
+        help="the healthy groups have a Gitea organisation each (default), or share one, "
+        "as before issue 45's pickup round: its queue then holds every healthy job queued "
+        "since the start (no runner takes one here), 1-2 pages in the baseline, 2-6 under attack",
     )
     parser.add_argument(
         "--shared-address",
