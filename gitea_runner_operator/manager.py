@@ -24,7 +24,7 @@ from gitea_runner_operator.kube.reviews import ApiReviewer, MetricsAccess
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
-from gitea_runner_operator.runtime import gc_tuning
+from gitea_runner_operator.runtime import gc_tuning, gil
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import (
     Leadership,
@@ -188,6 +188,7 @@ def webhook_server(
 
 async def run(settings: Settings) -> int:
     gc_tuning.tune_thresholds()  # the caches' heap: runtime/gc_tuning.py
+    gil.tune_switch_interval()  # the loop beside computing threads: runtime/gil.py
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -11,13 +11,15 @@ from gitea_runner_operator.runtime.leadership import Leadership
 from gitea_runner_operator.sharding.forwards import Split
 from gitea_runner_operator.webhook.descriptors import Descriptors
 from gitea_runner_operator.webhook.routing import GroupDescriptor, SecretLocation
-from gitea_runner_operator.webhook.secrets import SecretProvider
+from gitea_runner_operator.webhook.secrets import CachedSecretReader
 
 
 class OperatorPort:
     """``secrets``: a cached reader of the groups' hook secrets (one GET per TTL)."""
 
-    def __init__(self, leadership: Leadership, secrets: SecretProvider, metrics: Metrics) -> None:
+    def __init__(
+        self, leadership: Leadership, secrets: CachedSecretReader, metrics: Metrics
+    ) -> None:
         self._leadership = leadership
         self._secrets = secrets
         self._metrics = metrics
@@ -39,6 +41,9 @@ class OperatorPort:
 
     async def secret(self, where: SecretLocation) -> bytes | None:
         return await self._secrets(where)
+
+    def secret_at_hand(self, where: SecretLocation) -> bytes | None:
+        return self._secrets.at_hand(where)
 
     def split(self, keys: Sequence[str]) -> Split:
         """Who serves each group (the share, sharding/leases/share.py); all here without

@@ -24,6 +24,11 @@ class Operator(Protocol):
         """A group's hook secret (cached: a flood must not become a flood of reads)."""
         ...
 
+    def secret_at_hand(self, where: SecretLocation) -> bytes | None:
+        """The same secret if it was read lately, answered without a read or a wait; None:
+        ask :meth:`secret`."""
+        ...
+
     def split(self, keys: Sequence[str]) -> Split:
         """Which of ``keys`` this replica serves, and which replica serves the others."""
         ...

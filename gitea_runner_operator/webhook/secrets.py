@@ -115,6 +115,11 @@ class CachedSecretReader:
             ttl, max_entries=MAX_REMEMBERED, max_bytes=MAX_REMEMBERED_BYTES, clock=clock
         )
 
+    def at_hand(self, where: SecretLocation) -> bytes | None:
+        """The key kept for ``where`` while it is fresh, else None (unknown, expired, or
+        unusable: :meth:`__call__` then answers, reading if need be)."""
+        return self._cache.get(where)
+
     async def __call__(self, where: SecretLocation) -> bytes | None:
         hit = self._cache.entry(where)
         if hit is not None:

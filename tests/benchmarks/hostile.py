@@ -1,10 +1,11 @@
 """Benchmark: what a hostile tenant can do to everyone else (issue 24).
 
 On the testbed (real API server, controller-manager, kwok) one operator, holding the Lease,
-serves GROUPS healthy groups (a fake Gitea, fake_gitea.py, with one job queued every EVERY
-seconds, round robin, each announced by a correctly signed webhook delivery as Gitea would
-send it). Phase "baseline" runs that alone; phase "attack" runs it while hostile tenants, in
-their own namespaces with their own RunnerGroups, attack at the same time:
+serves GROUPS healthy groups (a fake Gitea, fake_gitea.py, in a process of its own,
+hostile_gitea.py, with one job queued every EVERY seconds, round robin, each announced by a
+correctly signed webhook delivery that process sends as Gitea would). Phase "baseline" runs
+that alone; phase "attack" runs it while hostile tenants, in their own namespaces with their
+own RunnerGroups, attack at the same time:
 
 - the webhook: forged deliveries built to make the pre-signature parse expensive, and
   connections that send headers and then nothing (hostile_servers.WebhookAttack);
@@ -33,14 +34,29 @@ the probe's own 100 ms), the event loop's lag p50 / p99 / max per phase (from th
 ``event_loop_lag_seconds`` histogram: the max is the bound of the highest bucket reached),
 and the Lease's renewals missed (gaps between renewTimes longer than the 10 s renew
 deadline) and leader changes. ``--plot FILE`` (matplotlib, the ``bench``
-extra) draws RSS and per-job latency over time. The attackers and the hostile forge run in
-processes of their own, so their work does not slow this process's measuring threads.
+extra) draws RSS and per-job latency over time.
+
+What is the harness and what is the operator: the healthy groups' Gitea, the attackers and
+the hostile forge each run in a process of their own, so none shares an interpreter (a GIL)
+with another or with this process's measuring threads (until issue 45's pickup round the
+healthy Gitea and the senders of its deliveries and of the wrong-secret hook were threads of
+this process). The healthy Gitea stamps each job when it queues it and sends its delivery
+itself; the run prints each genuine delivery's round trip as Gitea saw it, and the cores
+each process used per phase (cpu_share.py: the operator, the healthy Gitea, the hostile
+forge, the webhook attacker, this process, the testbed's processes and the rest of the
+machine, which on a shared machine is others' work). The hostile forge builds each job page
+once and serves its bytes to every group asking (the same answers as before). No runner
+takes a healthy job here, so a healthy queue grows with the run: each healthy group has a
+Gitea organisation of its own (``--healthy-orgs own``, the default), whose queue stays
+within one page in both phases. Until issue 45's pickup round they shared one
+(``--healthy-orgs shared``): a refresh then listed 1-2 pages in the baseline and 2-6 under
+attack, which made the attack's "Gitea's answer" grow with the run, not with the attack.
 
 With ``--spans DIR`` the operator logs at debug level and the pickup is broken down step by
 step per phase (hostile_spans.py): where a healthy job waits under attack.
 
     python -m tests.benchmarks.hostile [--groups 20] [--baseline 60] [--attack 90] [--plot F]
-        [--spans DIR]
+        [--spans DIR] [--memory-limit MIB] [--healthy-orgs shared|own]
 """
 
 from __future__ import annotations
@@ -53,16 +69,15 @@ import json
 import os
 import threading
 import time
-import urllib.error
 import urllib.request
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gitea_runner_operator.webhook.signature import sign
 from tests.benchmarks import common
+from tests.benchmarks.cpu_share import CpuShare
+from tests.benchmarks.hostile_gitea import GiteaProcess
 from tests.benchmarks.hostile_plot import plot
 from tests.benchmarks.hostile_servers import Remote
 from tests.benchmarks.hostile_spans import keep_spans, print_spans
@@ -74,7 +89,6 @@ from tests.benchmarks.hostile_tenants import (
     set_cache,
 )
 from tests.support import manifests
-from tests.support.fake_gitea import SimulatedGitea
 from tests.support.launcher import OPERATOR_NS, OperatorProcess
 from tests.support.testbed import make_secret
 from tests.testbed.kube import KubeClient
@@ -108,6 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         "--attacks",
         default=ATTACKS,
         help=f"which attacks to run (comma-separated, default all: {ATTACKS})",
+    )
+    parser.add_argument(
+        "--healthy-orgs",
+        choices=("shared", "own"),
+        default="own",
+        help="the healthy groups have a Gitea organisation each (default), or share one, "
+        "as before issue 45's pickup round: its queue then holds every healthy job queued "
+        "since the start (no runner takes one here), 1-2 pages in the baseline, 2-6 under attack",
     )
     parser.add_argument(
         "--shared-address",
@@ -149,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    fake, forge = SimulatedGitea(), Remote("--forge")
+    fake, forge = GiteaProcess(), Remote("--forge")
     forge_url = forge.line()
     attack, counts = None, {}
     healthy = [f"ok-{i}" for i in range(4)]
@@ -157,7 +179,6 @@ def main(argv: list[str] | None = None) -> int:
     evil += ["evil-caps", "evil-urls", "evil-revoke"]  # issue 45
     with Sandbox(gitea=False, harness_node=False) as sandbox:
         kube = common.install(sandbox)
-        fake.start(None)
         try:
             hooks = {ns: uuid.uuid4().hex for ns in healthy}
             for ns in healthy + evil:  # each team its own token, as in a real cluster
@@ -174,13 +195,14 @@ def main(argv: list[str] | None = None) -> int:
                 env=env, cgroup=cgroup.path if args.memory_limit else None,
             ) as op:  # fmt: skip
                 run = Run(kube, op, fake, healthy, hooks, args)
+                run.share.track("hostile forge", forge.proc.pid)
                 for i in range(args.groups):
                     spec = {
                         "pollInterval": args.poll,
                         "maxActiveRunners": 200,
                         "webhook": {"secretRef": {"name": "hook", "key": "secret"}},
                     }
-                    body = common.group(f"h{i}", "healthy", fake.url, [f"h{i}"], **spec)
+                    body = common.group(f"h{i}", run.org_of(i), fake.url, [f"h{i}"], **spec)
                     manifests.apply(kube, body, run.namespace_of(i))
                 time.sleep(15)
                 run.start()
@@ -188,11 +210,12 @@ def main(argv: list[str] | None = None) -> int:
                 if "webhook" in args.attacks.split(","):
                     shared = ("--shared-address",) if args.shared_address else ()
                     attack = Remote("--webhook", str(op.webhook_port), *shared)
+                    run.share.track("webhook attacker", attack.proc.pid)
                 if args.cpuprobe:
                     op.snapshot()  # sampling starts, before the hostile groups' first passes
                 apply_evil_groups(kube, fake, forge_url, args)
                 if "wronghook" in args.attacks.split(","):
-                    run.wrong_hooks()
+                    fake.wrong_hooks(op.webhook_port, args.wronghook_every)
                 run.phase("attack", args.attack / 2)
                 if args.memprobe:
                     op.snapshot()  # DIR/snap-1.pickle: where the memory is mid-attack
@@ -209,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                 run.mark("drain")
                 run.drain(30)
                 run.stop()
+                run.adopt(fake.finish())
                 counts |= _log_counts(op.log())
                 run.peak = _peak_rss(run)
                 run.cgroup = cgroup.figures()
@@ -217,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                     keep_spans(run, op, args.spans)
                 load = os.getloadavg()
         finally:
-            fake.stop()
+            fake.finish()  # at once if finished above
             counts |= forge.finish()
     report(run, counts, uids, after, load, args)
     if args.spans:
@@ -228,14 +252,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class Run:
-    """Queues the healthy groups' jobs and watches the operator: runner Jobs, /healthz, the
-    Lease and the process's RSS."""
+    """Has the healthy groups' Gitea (its own process, hostile_gitea.py) queue their jobs and
+    send their deliveries, and watches the operator: runner Jobs, /healthz, the Lease and the
+    process's RSS."""
 
     def __init__(
         self,
         kube: KubeClient,
         op: OperatorProcess,
-        fake: SimulatedGitea,
+        fake: GiteaProcess,
         namespaces: list[str],
         hooks: dict[str, str],
         args: argparse.Namespace,
@@ -245,7 +270,9 @@ class Run:
         self.t0, self.wall0 = time.monotonic(), time.time()  # now() + wall0: the wall clock
         self.queued: dict[str, list[tuple[float, str]]] = collections.defaultdict(list)
         self.created: dict[str, dict[str, float]] = collections.defaultdict(dict)
-        self.deliveries: dict[str, collections.Counter[int | str]] = {}
+        self.deliveries: dict[str, dict[str, int]] = {}
+        # phase -> each genuine delivery's queued -> answered, seconds (Gitea's side)
+        self.round_trips: dict[str, list[float]] = collections.defaultdict(list)
         self.answers: list[float] = []
         self.rss: list[tuple[float, float]] = []
         self.renewals: list[tuple[float, str, str]] = []
@@ -256,16 +283,23 @@ class Run:
         self.peak = 0.0
         self.cgroup = ""
         self.revoked_at: float | None = None  # wall time the revoke attack revoked its token
-        self.wrong: collections.Counter[int | str] = collections.Counter()
+        self.wrong: dict[str, int] = {}
         self._n = 0
         self._stop = threading.Event()
-        self._pool = ThreadPoolExecutor(max_workers=8)
+        self.share = CpuShare()  # who used the machine's cores, per phase
+        self.share.track("operator", op.proc.pid)
+        self.share.track("healthy Gitea", fake.proc.pid)
+        self.share.track("bench", os.getpid())
         self._threads = [
             threading.Thread(target=f, daemon=True) for f in (self._probe, self._watch)
         ]
 
     def namespace_of(self, i: int) -> str:
         return self.namespaces[i % len(self.namespaces)]
+
+    def org_of(self, i: int) -> str:
+        """The healthy group's Gitea organisation (``--healthy-orgs``)."""
+        return "healthy" if self.args.healthy_orgs == "shared" else f"healthy-{i}"
 
     def start(self) -> None:
         for thread in self._threads:
@@ -275,6 +309,8 @@ class Run:
 
     def mark(self, name: str) -> None:
         """Where a phase starts: the operator's CPU and its loop-lag buckets so far."""
+        if name not in self.cpu:
+            self.share.mark(name, self.now())
         self.cpu.setdefault(name, (self.now(), self.op.cpu_seconds()))
         if name not in self.lag:
             with contextlib.suppress(Exception):
@@ -285,7 +321,6 @@ class Run:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=40)
-        self._pool.shutdown(wait=True)
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -294,50 +329,29 @@ class Run:
         self.mark(name)
         if name == "attack" and self.attack_started is None:
             self.attack_started = self.now()
-        counter = self.deliveries.setdefault(name, collections.Counter())
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             i = self._n % self.args.groups
             self._n += 1
-            self.fake.queue("healthy", "app", (f"h{i}",))
+            secret = self.hooks[self.namespace_of(i)]
+            self.fake.job(f"h{i}", secret, self.op.webhook_port, name, self.org_of(i))
+            # For drain() meanwhile; adopt() puts Gitea's own stamps in their place.
             self.queued[f"h{i}"].append((self.now(), name))
-            self._pool.submit(self._deliver, i, counter)
             time.sleep(self.args.every)
 
-    def wrong_hooks(self) -> None:
-        """A tenant's hook with a wrong secret, on its own repository, sending from Gitea's
-        address (127.0.0.1, as every genuine delivery here) until the run stops."""
-        threading.Thread(target=self._wrong_hooks, daemon=True).start()
-
-    def _wrong_hooks(self) -> None:
-        body = json.dumps(
-            {
-                "action": "queued",
-                "repository": {"full_name": "evil/app", "html_url": f"{self.fake.url}/evil/app"},
-                "workflow_job": {"labels": ["e"], "name": "j"},
-                "sender": {"login": "evil"},
-            }
-        ).encode()
-        while not self._stop.is_set():
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{self.op.webhook_port}/hooks/gitea",
-                data=body,
-                method="POST",
-                headers={
-                    "X-Gitea-Event": "workflow_job",
-                    "X-Gitea-Delivery": str(uuid.uuid4()),
-                    "X-Gitea-Signature": sign(b"not-the-secret", body),
-                    "Content-Type": "application/json",
-                },
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=30) as resp:
-                    self.wrong[resp.status] += 1
-            except urllib.error.HTTPError as exc:
-                self.wrong[exc.code] += 1
-            except Exception as exc:
-                self.wrong[type(exc).__name__] += 1
-            time.sleep(self.args.wronghook_every)
+    def adopt(self, record: dict[str, Any]) -> None:
+        """What the healthy groups' Gitea recorded: when it queued each job (its own clock,
+        time.monotonic, the machine's one), its deliveries' answers and round trips, and the
+        wrong-secret hook's answers."""
+        if not record:
+            return  # the Gitea process died: the bench's own stamps stay
+        self.queued = collections.defaultdict(list)
+        for group, stamps in record["queued"].items():
+            self.queued[group] = [(at - self.t0, phase) for at, phase in stamps]
+        self.deliveries = {phase: dict(counts) for phase, counts in record["answers"].items()}
+        for phase, queued, answered in record["round_trips"]:
+            self.round_trips[phase].append(answered - queued)
+        self.wrong = dict(record["wrong"])
 
     def drain(self, seconds: float) -> None:
         """Wait until every queued job has its runner Job (or ``seconds`` pass)."""
@@ -346,37 +360,6 @@ class Run:
             len(self.created[g]) < len(q) for g, q in self.queued.items()
         ):
             time.sleep(0.5)
-
-    def _deliver(self, i: int, counter: collections.Counter[int | str]) -> None:
-        body = json.dumps(
-            {
-                "action": "queued",
-                "repository": {
-                    "full_name": "healthy/app",
-                    "html_url": f"{self.fake.url}/healthy/app",
-                },
-                "workflow_job": {"labels": [f"h{i}"], "name": "j"},
-                "sender": {"login": "bench"},
-            }
-        ).encode()
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.op.webhook_port}/hooks/gitea",
-            data=body,
-            method="POST",
-            headers={
-                "X-Gitea-Event": "workflow_job",
-                "X-Gitea-Delivery": str(uuid.uuid4()),
-                "X-Gitea-Signature": sign(self.hooks[self.namespace_of(i)].encode(), body),
-                "Content-Type": "application/json",
-            },
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as resp:
-                counter[resp.status] += 1
-        except urllib.error.HTTPError as exc:
-            counter[exc.code] += 1
-        except Exception as exc:
-            counter[type(exc).__name__] += 1
 
     def _probe(self) -> None:
         url = f"http://127.0.0.1:{self.op.health_port}/healthz"
@@ -480,6 +463,13 @@ def report(
             f"{max(values, default=float('nan')):7.2f}s {run.stall(phase):12.2f}s  "
             f"{dict(run.deliveries.get(phase, {}))}"
         )
+    for phase in ("baseline", "attack"):
+        trips = run.round_trips.get(phase) or [float("nan")]
+        print(
+            f"genuine deliveries, {phase}: queued -> answered (Gitea's side) p50 "
+            f"{common.percentile(trips, 0.5) * 1e3:.0f} ms, p99 "
+            f"{common.percentile(trips, 0.99) * 1e3:.0f} ms, max {max(trips) * 1e3:.0f} ms"
+        )
     for (phase, a), (_, b) in itertools.pairwise(run.lag.items()):
         p50, p99, worst = _lag_figures({le: b[le] - a.get(le, 0.0) for le in b})
         print(f"event loop lag, {phase}: p50 {p50}, p99 {p99}, max {worst}")
@@ -492,6 +482,8 @@ def report(
     cores = [(c1 - c0) / max(1e-9, t1 - t0) for (t0, c0), (t1, c1) in itertools.pairwise(marks)]
     phases = ", ".join(f"{n} {c:.2f}" for n, c in zip(run.cpu, cores, strict=False))
     print(f"operator CPU, cores used per phase (the attack's includes the drain): {phases}")
+    for line in run.share.lines():
+        print(line)
     missed, longest, changes = run.lease()
     peak = run.peak
     print(

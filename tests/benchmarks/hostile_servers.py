@@ -37,6 +37,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -50,6 +51,7 @@ TINY_ITEMS = 5_000_000
 LABEL_JOBS = 4_000
 LABEL_EVERY = 5.0
 HUGE_BYTES = 200 << 20
+PAGES_KEPT = 1024  # answers kept built (_memo): a generation of labels' pages, and caps'
 PREFIX = 1 << 16  # what the receiver's repository hint reads
 # The attackers' own addresses (tenant Pods have theirs; Gitea sends from 127.0.0.1): the
 # receiver caps bodies read at once per peer address, so the silent connections come from
@@ -63,6 +65,10 @@ FORGED_BODIES = (
     (b'{"repository":{"a":[' + b'{"repository":{"b":[' * 4000)[:PREFIX],
     b'{"repository":{"x":[1,' + b'"repository": {"y":[2,' * 3000,
 )
+
+
+def _parse(query: str) -> dict[str, list[str]]:
+    return urllib.parse.parse_qs(query)
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -83,6 +89,7 @@ class HostileForge:
             "bare": b"[" + items + b"]",
         }
         self._names = itertools.count()
+        self._pages: dict[tuple[object, str], bytes] = {}  # see _memo
         self.last: dict[str, float] = {}  # mode -> wall time of its latest request
         self._server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -112,13 +119,17 @@ class HostileForge:
         if mode == "longnames" and "/actions/jobs" in path:
             return 200, json.dumps(self._long_jobs(50)).encode()
         if mode == "caps" and path.endswith("/actions/jobs"):
-            return 200, self._caps_jobs(urllib.parse.parse_qs(query))
+            return 200, self._memo(("caps", query), lambda: self._caps_jobs(_parse(query)))
         if mode == "revoke" and path.endswith("/actions/jobs") and "status=queued" in query:
             job = {"id": 1, "run_id": 1, "name": "j", "status": "queued", "labels": ["rv"],
                    "url": f"{self.url}/revoke/api/v1/repos/evil/app/actions/jobs/1"}  # fmt: skip
             return 200, json.dumps({"jobs": [job], "total_count": 1}).encode()
         if mode == "labels" and path.endswith("/actions/jobs"):
-            return 200, json.dumps(self._label_jobs(urllib.parse.parse_qs(query))).encode()
+            generation = int(time.monotonic() // LABEL_EVERY)
+            return 200, self._memo(
+                (generation, query),
+                lambda: json.dumps(self._label_jobs(_parse(query), generation)).encode(),
+            )
         return 200, b'{"runners":[],"jobs":[],"total_count":0}'
 
     def _long_jobs(self, n: int) -> dict[str, Any]:
@@ -148,12 +159,23 @@ class HostileForge:
             )  # fmt: skip
         return json.dumps({"jobs": jobs, "total_count": CAPS_TOTAL}).encode()
 
-    def _label_jobs(self, query: dict[str, list[str]]) -> dict[str, Any]:
+    def _memo(self, key: tuple[object, str], build: Callable[[], bytes]) -> bytes:
+        """The same answer's bytes built once, not once per request: 48 groups list the
+        same pages (the label groups and every URL of ``urls``), and on a 2-core machine
+        building them again took CPU from the operator, the one measured. What the operator
+        is sent is unchanged; pages of an older generation are dropped."""
+        body = self._pages.get(key)
+        if body is None:
+            if len(self._pages) >= PAGES_KEPT:
+                self._pages.clear()
+            body = self._pages[key] = build()
+        return body
+
+    def _label_jobs(self, query: dict[str, list[str]], generation: int) -> dict[str, Any]:
         """One page of the queue: every job a label of its own, all new each LABEL_EVERY."""
         if query.get("status") != ["queued"]:
             return {"jobs": [], "total_count": 0}
         page, limit = int(query.get("page", ["1"])[0]), int(query.get("limit", ["50"])[0])
-        generation = int(time.monotonic() // LABEL_EVERY)
         jobs = []
         for i in range((page - 1) * limit, min(page * limit, LABEL_JOBS)):
             job_id = generation * LABEL_JOBS + i + 1

@@ -76,7 +76,8 @@ def spans(where: Path) -> dict[str, dict[str, list[float]]]:
         except ValueError:
             continue
         name = line.get("event")
-        if name == "webhook delivery accepted" and line.get("repository") == "healthy/app":
+        repository = str(line.get("repository"))
+        if name == "webhook delivery accepted" and repository.startswith("healthy"):
             for label in line.get("labels") or ():
                 events[("accepted", label)].append((_at(line), 0.0))
         elif name in ("group woken", "creating runner jobs", "created runner jobs"):

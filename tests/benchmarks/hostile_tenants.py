@@ -13,9 +13,9 @@ import tempfile
 import time
 
 from tests.benchmarks import common
+from tests.benchmarks.hostile_gitea import GiteaProcess
 from tests.benchmarks.hostile_servers import MODES
 from tests.support import manifests
-from tests.support.fake_gitea import SimulatedGitea
 from tests.support.testbed import allow_cache, make_secret
 from tests.testbed.kube import KubeClient
 
@@ -83,7 +83,7 @@ def prepare_evil(kube: KubeClient, args: argparse.Namespace) -> None:
 
 
 def apply_evil_groups(
-    kube: KubeClient, fake: SimulatedGitea, forge_url: str, args: argparse.Namespace
+    kube: KubeClient, fake: GiteaProcess, forge_url: str, args: argparse.Namespace
 ) -> None:
     """The hostile tenants' groups, for the attacks ``args.attacks`` names."""
     attacks = set(args.attacks.split(","))

@@ -74,6 +74,12 @@ class FakeOperator:
     async def secret(self, where):
         return None if self.secret_provider is None else await self.secret_provider(where)
 
+    def secret_at_hand(self, where):
+        """What a provider with a cache (webhook/secrets.CachedSecretReader) has at hand;
+        a plain provider has nothing, and every secret is asked for."""
+        at_hand = getattr(self.secret_provider, "at_hand", None)
+        return None if at_hand is None else at_hand(where)
+
     def split(self, keys):
         return Split(tuple(keys)) if self.splits is None else self.splits(keys)
 

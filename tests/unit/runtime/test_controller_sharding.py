@@ -24,6 +24,7 @@ from gitea_runner_operator.sharding.forwards import Split
 from gitea_runner_operator.sharding.leases.keeper import MemberKeeper
 from gitea_runner_operator.sharding.leases.membership import MembershipLeases, lease_name
 from gitea_runner_operator.sharding.tenure import owner
+from gitea_runner_operator.webhook.secrets import CachedSecretReader, WebhookSecretError
 from tests.support.builders import spec_with
 from tests.support.leases import Clock, FakeLeases, without_runner_objects
 
@@ -230,10 +231,10 @@ def port_of(controller: Controller) -> OperatorPort:
     leadership = Leadership()
     leadership.controller = controller
 
-    async def no_secret(where: object) -> None:
-        return None
+    async def no_secret(where: object) -> bytes:
+        raise WebhookSecretError("no hook secrets here")
 
-    return OperatorPort(leadership, no_secret, controller.metrics)
+    return OperatorPort(leadership, CachedSecretReader(None, read=no_secret), controller.metrics)
 
 
 async def test_a_webhook_delivery_s_groups_are_split_by_the_replica_serving_them() -> None:
