@@ -19,7 +19,9 @@ MARKS_REQUEUE = 0.05
 Write = Callable[[str, str, dict[str, str]], Awaitable[None]]
 
 
-async def mark(cluster: ClusterWrites, p: GroupPass, decision: Plan) -> bool:
+async def mark(
+    cluster: ClusterWrites, p: GroupPass, decision: Plan, *, every: bool = False
+) -> bool:
     """A runner that took a job never covers demand again (its Job says so, for the next
     pass and the next process). A node autoscaler must not evict a running CI job; idle and
     starting runners never get that guard, so they never hold a node.
@@ -27,7 +29,8 @@ async def mark(cluster: ClusterWrites, p: GroupPass, decision: Plan) -> bool:
     At most ``MARKS_PER_PASS`` writes, concurrently: when a wave of runners turns busy at once,
     one pass writing them all one after the other took 10 s and more, and a runner finishing
     meanwhile waited that long for its replacement (issue 27). True when some are left for the
-    next pass, which should then come at once (``MARKS_REQUEUE``)."""
+    next pass, which should then come at once (``MARKS_REQUEUE``). ``every``: all of them,
+    ``MARKS_PER_PASS`` at a time (the group's writer, which holds no pass)."""
     took = {constants.TOOK_JOB_ANNOTATION: "true"}
     writes: list[tuple[Write, str, dict[str, str]]] = [
         (cluster.annotate_job, name, took) for name in decision.mark_took_job
@@ -38,11 +41,24 @@ async def mark(cluster: ClusterWrites, p: GroupPass, decision: Plan) -> bool:
         if decision.states.get(view.name) is RunnerState.BUSY
         for pod in view.unguarded_pods
     ]
-    now, later = writes[:MARKS_PER_PASS], writes[MARKS_PER_PASS:]
-    results = await asyncio.gather(
-        *(write(p.namespace, name, body) for write, name, body in now), return_exceptions=True
+    while writes:
+        now, writes = writes[:MARKS_PER_PASS], writes[MARKS_PER_PASS:]
+        results = await asyncio.gather(
+            *(write(p.namespace, name, body) for write, name, body in now),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        if not every:
+            break
+    return bool(writes)
+
+
+def wanted(p: GroupPass, decision: Plan) -> bool:
+    """Whether the pass has any mark to write."""
+    return bool(decision.mark_took_job) or any(
+        view.unguarded_pods
+        for view in p.views
+        if decision.states.get(view.name) is RunnerState.BUSY
     )
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return bool(later)
