@@ -26,6 +26,7 @@ from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.api.shard import shard_label
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.kit.group_memory import GroupMemory, Table
+from gitea_runner_operator.kit.together import all_of
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
@@ -232,13 +233,13 @@ class Reconciler:
             return Result(requeue_after=held)
         finalizers = p.meta.get("finalizers") or []
         if FINALIZER not in finalizers:
-            version = str(p.meta.get("resourceVersion") or "")
-            await self._cluster.set_finalizers(
-                p.namespace, p.name, [*finalizers, FINALIZER], version
-            )
+            version, wanted = str(p.meta.get("resourceVersion") or ""), [*finalizers, FINALIZER]
             # A new group has a status from its first pass on: with none, kstatus (a GitOps
-            # tool's health check) has nothing to read and calls it Current.
-            await self._status.applying(p)
+            # tool's health check) has nothing to read and calls it Current. Both at once.
+            await all_of(
+                self._cluster.set_finalizers(p.namespace, p.name, wanted, version),
+                self._status.applying(p),
+            )
             return Result()  # the update's watch event brings us back with the new object
         # spec.cache: runners mount its config Secret, so none start before it is written.
         cache_ok = self._jobcache is None or await self._jobcache.ensure(p.group, spec)
@@ -291,9 +292,7 @@ class Reconciler:
             requeue = STATUS_EVERY
         # Creates and marks: sent by the group's writer after the pass (steps/runner_writes.py).
         creates = decision.create if cache_ok else 0
-        written = await self._writes.carry_out(
-            p, decision, state, creates, forgejo.is_forgejo(snapshot)
-        )
+        written = await self._writes.carry_out(p, decision, state, creates)
         created = written.created
         if creates > 0:
             p = p.created(created)

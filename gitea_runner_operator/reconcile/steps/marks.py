@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
+from gitea_runner_operator.kit.together import all_of
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ports import ClusterWrites
 from gitea_runner_operator.reconcile.scaling import Plan, RunnerState
@@ -43,13 +43,7 @@ async def mark(
     ]
     while writes:
         now, writes = writes[:MARKS_PER_PASS], writes[MARKS_PER_PASS:]
-        results = await asyncio.gather(
-            *(write(p.namespace, name, body) for write, name, body in now),
-            return_exceptions=True,
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        await all_of(*(write(p.namespace, name, body) for write, name, body in now))
         if not every:
             break
     return bool(writes)

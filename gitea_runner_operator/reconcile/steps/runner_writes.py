@@ -32,6 +32,7 @@ import structlog
 from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.tasks import STOP_GRACE, finish_or_cancel
 from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ports import ClusterWrites, Requeue
 from gitea_runner_operator.reconcile.scaling import Plan
@@ -84,9 +85,10 @@ class RunnerWrites:
         self._asked: set[str] = set()  # groups whose pass wrote nothing while one was busy
 
     async def carry_out(
-        self, p: GroupPass, decision: Plan, state: GroupState, creates: int, on_forgejo: bool
+        self, p: GroupPass, decision: Plan, state: GroupState, creates: int
     ) -> Written:
         """Create ``creates`` runner Jobs and write the pass's marks, or hand them over."""
+        on_forgejo = forgejo.is_forgejo(p.snapshot)
         if self._queue is None:
             created = 0
             if creates > 0:
