@@ -26,7 +26,6 @@ from gitea_runner_operator.api.runnergroup import RunnerGroupSpec
 from gitea_runner_operator.api.shard import shard_label
 from gitea_runner_operator.api.template_policy import RESTRICTED, TemplatePolicy
 from gitea_runner_operator.kit.group_memory import GroupMemory, Table
-from gitea_runner_operator.kit.together import all_of
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
@@ -234,12 +233,11 @@ class Reconciler:
         finalizers = p.meta.get("finalizers") or []
         if FINALIZER not in finalizers:
             version, wanted = str(p.meta.get("resourceVersion") or ""), [*finalizers, FINALIZER]
+            await self._cluster.set_finalizers(p.namespace, p.name, wanted, version)
             # A new group has a status from its first pass on: with none, kstatus (a GitOps
-            # tool's health check) has nothing to read and calls it Current. Both at once.
-            await all_of(
-                self._cluster.set_finalizers(p.namespace, p.name, wanted, version),
-                self._status.applying(p),
-            )
+            # tool's health check) has nothing to read and calls it Current. Not together
+            # with the finalizer: a status patch moves the version its compare-and-swap names.
+            await self._status.applying(p)
             return Result()  # the update's watch event brings us back with the new object
         # spec.cache: runners mount its config Secret, so none start before it is written.
         cache_ok = self._jobcache is None or await self._jobcache.ensure(p.group, spec)

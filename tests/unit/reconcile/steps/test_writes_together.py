@@ -1,7 +1,8 @@
 """Writes a pass awaits that do not depend on each other are sent together, so the pass waits
-for one answer of the API server, not for one after another (kit/together.py): a new group's
-finalizer and its first status, a teardown's deletes. Each write here waits until the test
-lets the API server answer, and counts as sent when it reaches it."""
+for one answer of the API server, not for one after another (kit/together.py): a teardown's
+deletes; those that do depend on each other are not: a new group's finalizer, then its first
+status. Each write here waits until the test lets the API server answer, and counts as sent
+when it reaches it."""
 
 from __future__ import annotations
 
@@ -51,12 +52,15 @@ async def _sent_before_any_answer(cluster: WaitingApiServer, coro: Any) -> list[
     return sent
 
 
-async def test_a_new_groups_finalizer_and_first_status_are_sent_together():
+async def test_a_new_groups_first_status_waits_for_its_finalizer():
+    """Not together: the finalizer is a compare-and-swap on the version the pass read, and a
+    status patch moves that version (sent together, 63 first passes of the platform's burst
+    failed with 409 Conflict and were retried with back-off)."""
     cluster = WaitingApiServer()
     cluster.finalizers = []  # a group the operator has not seen before
     reconciler, _, _ = make(cluster, snapshot(queued=1))
     sent = await _sent_before_any_answer(cluster, reconciler.reconcile(KEY))
-    assert sorted(sent) == ["finalizer", "status"]
+    assert sent == ["finalizer"]
     assert FINALIZER in cluster.finalizers
     assert cluster.status is not None  # Reconciling, for a GitOps tool's health check
 
