@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
 from gitea_runner_operator.kit.together import all_of
@@ -15,8 +13,6 @@ from gitea_runner_operator.reconcile.scaling import Plan, RunnerState
 # pass comes for the rest: a pass stays short, so a finished runner is replaced at once.
 MARKS_PER_PASS = 20
 MARKS_REQUEUE = 0.05
-
-Write = Callable[[str, str, dict[str, str]], Awaitable[None]]
 
 
 async def mark(
@@ -31,15 +27,9 @@ async def mark(
     meanwhile waited that long for its replacement (issue 27). True when some are left for the
     next pass, which should then come at once (``MARKS_REQUEUE``). ``every``: all of them,
     ``MARKS_PER_PASS`` at a time (the group's writer, which holds no pass)."""
-    took = {constants.TOOK_JOB_ANNOTATION: "true"}
-    writes: list[tuple[Write, str, dict[str, str]]] = [
-        (cluster.annotate_job, name, took) for name in decision.mark_took_job
-    ]
-    writes += [
-        (cluster.annotate_pod, pod, dict(SCALE_DOWN_ANNOTATIONS))
-        for view in p.views
-        if decision.states.get(view.name) is RunnerState.BUSY
-        for pod in view.unguarded_pods
+    writes = [
+        (cluster.annotate_job if on_job else cluster.annotate_pod, name, body)
+        for on_job, name, body in wanted(p, decision)
     ]
     while writes:
         now, writes = writes[:MARKS_PER_PASS], writes[MARKS_PER_PASS:]
@@ -49,10 +39,14 @@ async def mark(
     return bool(writes)
 
 
-def wanted(p: GroupPass, decision: Plan) -> bool:
-    """Whether the pass has any mark to write."""
-    return bool(decision.mark_took_job) or any(
-        view.unguarded_pods
+def wanted(p: GroupPass, decision: Plan) -> list[tuple[bool, str, dict[str, str]]]:
+    """The marks the pass asks for: (on a Job rather than a Pod, its name, the annotations)."""
+    took = {constants.TOOK_JOB_ANNOTATION: "true"}
+    marks = [(True, name, took) for name in decision.mark_took_job]
+    marks += [
+        (False, pod, dict(SCALE_DOWN_ANNOTATIONS))
         for view in p.views
         if decision.states.get(view.name) is RunnerState.BUSY
-    )
+        for pod in view.unguarded_pods
+    ]
+    return marks

@@ -4,7 +4,7 @@ that a pass holds its group for its reads and decisions, not for the API server'
 In the platform's burst of issue 45 (one org group and 150 repo groups, 300 jobs at once) the
 API server, busy with 300 runner Pods beside the Job controller, took 0.3 to 3 s to answer
 one create or one annotation; a pass that awaited them held its group that long, and one
-pass in five of the burst did (reconcile p99 2.2 to 3.4 s, p50 3 ms). Now the pass decides,
+pass in six of the burst did (reconcile p99 2.2 to 3.4 s, p50 3 ms). Now the pass decides,
 reserves the names of the runner Jobs it creates (expected from then on, so every later pass
 counts them: reconcile/expectations.py) and hands the writes to the group's writer; the writer
 sends the creates (in the create step's batches, kube/ratelimit.py's urgent turns), then
@@ -16,8 +16,8 @@ group back to the work queue when it is done, so that pass's wishes are looked a
 with the answers in. A refused create backs creation off as before (the create step), and
 the group is given back to report it. A create or mark that failed otherwise gives the
 group back with back-off, as a failed pass did; the retry pass decides again from the
-cache, so nothing is written twice and nothing is forgotten. A restart forgets the order:
-what was created is listed, what was not is decided again.
+cache and the names still expected, so no runner is created twice and none forgotten. A
+restart forgets the order: what was created is listed, what was not is decided again.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class RunnerWrites:
         self._queue = queue
         self._clock = clock
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._asked: set[str] = set()  # groups whose pass wrote nothing while one was busy
+        self._asked: set[str] = set()  # groups with a pass that had writes while one was busy
 
     async def carry_out(
         self, p: GroupPass, decision: Plan, state: GroupState, creates: int
@@ -94,15 +94,15 @@ class RunnerWrites:
             if creates > 0:
                 created = await self._creator.create(p, decision, state, on_forgejo)
             return Written(created, await mark(self._cluster, p, decision))
+        marks = bool(wanted(p, decision))
+        if creates <= 0 and not marks:
+            return Written()
         if p.key in self._tasks:
             self._asked.add(p.key)  # given back when the order under way is written
             return Written()
-        order = Order(
-            p, decision, state, on_forgejo, self._creator.reserve(p, creates), wanted(p, decision)
-        )
-        if order.names or order.marks:
-            task = asyncio.create_task(self._write(order), name=f"runner-writes:{p.key}")
-            self._tasks[p.key] = task
+        order = Order(p, decision, state, on_forgejo, self._creator.reserve(p, creates), marks)
+        task = asyncio.create_task(self._write(order), name=f"runner-writes:{p.key}")
+        self._tasks[p.key] = task
         return Written(len(order.names))
 
     async def _write(self, order: Order) -> None:
