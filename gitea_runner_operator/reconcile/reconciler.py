@@ -5,7 +5,8 @@ it keeps per group is registered in one place (kit/group_memory.py) and forgotte
 Like controller-runtime's Reconcile, it takes a key, trusts no event payload, and is safe to
 run any number of times: every decision is recomputed from what the cluster and Gitea say now.
 It awaits only the Kubernetes API (each call with a timeout), never Gitea: the group's poll
-task owns every Gitea call, including the reaps proposed here.
+task owns every Gitea call, including the reaps proposed here. Nor does it await its runner
+creates and marks: the group's writer sends them after it (steps/runner_writes.py).
 """
 
 from __future__ import annotations
@@ -266,8 +267,8 @@ class Reconciler:
         self, p: GroupPass, source: GroupSource, state: GroupState, cache_ok: bool, blocked: bool
     ) -> Result:
         """The steps of a pass with an answer from Gitea: plan, hand the reaps to the poll
-        task, record losses, create, mark, and write the status last (so it counts the new
-        runners)."""
+        task, record losses, hand creates and marks to the group's writer, and write the
+        status last (so it counts the new runners)."""
         key, spec, snapshot, observation = p.key, p.spec, p.snapshot, p.observation
         assert spec is not None and snapshot is not None and observation is not None
         held_back = self._clock() < state.blocked_until
