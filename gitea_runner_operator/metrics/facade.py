@@ -94,6 +94,13 @@ class Metrics(GroupSeries):
             ["result"],
             buckets=REQUEST_BUCKETS,
         )
+        self._runner_writes = series.histogram(
+            "runner_writes_duration_seconds",
+            "Runner Job creates or marks a pass handed to its group's writer: from the"
+            " hand-over to the last answer.",
+            ["kind"],
+            buckets=REQUEST_BUCKETS,
+        )
         self._reconcile_errors = series.counter(
             "reconcile_errors", "Reconcile passes that raised (and were retried)."
         )
@@ -145,6 +152,10 @@ class Metrics(GroupSeries):
         self._reconcile.labels("error" if error else "success").observe(max(0.0, seconds))
         if error:
             self._reconcile_errors.inc()
+
+    def runner_writes_done(self, kind: str, seconds: float) -> None:
+        """``kind``: ``create`` or ``mark`` (reconcile/steps/runner_writes.py)."""
+        self._runner_writes.labels(kind).observe(max(0.0, seconds))
 
     def webhook_delivery(self, outcome: str) -> None:
         self._webhook.labels(outcome).inc()

@@ -5,11 +5,13 @@ it keeps per group is registered in one place (kit/group_memory.py) and forgotte
 Like controller-runtime's Reconcile, it takes a key, trusts no event payload, and is safe to
 run any number of times: every decision is recomputed from what the cluster and Gitea say now.
 It awaits only the Kubernetes API (each call with a timeout), never Gitea: the group's poll
-task owns every Gitea call, including the reaps proposed here.
+task owns every Gitea call, including the reaps proposed here. Nor does it await its runner
+creates and marks: the group's writer sends them after it (steps/runner_writes.py).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ from gitea_runner_operator.reconcile.ports import (
     ClusterWrites,
     GroupSource,
     ReapOrder,
+    Requeue,
     Sources,
 )
 from gitea_runner_operator.reconcile.scaling import START_BOUND, queued_matching
@@ -47,14 +50,15 @@ from gitea_runner_operator.reconcile.steps.admission import Admissions
 from gitea_runner_operator.reconcile.steps.create import CREATE_BACKOFF_MAX, Creator
 from gitea_runner_operator.reconcile.steps.jobcache import STATUS_EVERY, CacheServers
 from gitea_runner_operator.reconcile.steps.losses import record_losses
-from gitea_runner_operator.reconcile.steps.marks import MARKS_REQUEUE, mark
+from gitea_runner_operator.reconcile.steps.marks import MARKS_REQUEUE
 from gitea_runner_operator.reconcile.steps.planning import decide
+from gitea_runner_operator.reconcile.steps.runner_writes import RunnerWrites
 from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
 from gitea_runner_operator.reconcile.steps.status_write import StatusWriter
 from gitea_runner_operator.reconcile.steps.stuck import STUCK_BACKOFF_MAX, note_stuck
 from gitea_runner_operator.reconcile.steps.teardown import FINALIZER, Teardown
 from gitea_runner_operator.reconcile.timers import next_due
-from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook, Verdict
+from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook
 from gitea_runner_operator.reconcile.why.unmatched_book import publish as publish_unmatched
 from gitea_runner_operator.reconcile.why.unmatched_flight import Evaluations
 
@@ -89,6 +93,7 @@ class Reconciler:
         placement: Callable[[str], Placement | None] | None = None,
         admissions: Admissions | None = None,
         peer_offers: Callable[[str], Sequence[Claimant]] | None = None,
+        queue: Requeue | None = None,
     ) -> None:
         self._template_policy = template_policy
         self._placement = placement
@@ -116,9 +121,18 @@ class Reconciler:
         # --sharding: the peers' groups of a Gitea offer too (the layout's shapes).
         self._unmatched = UnmatchedBook(self._ledger.members, clock=clock, peers=peer_offers)
         self._why_metrics = WhyMetrics.of(self._metrics.registry)
-        # Run in the background, never awaited by a pass (reconcile/why/unmatched_flight.py).
+        # Run in the background, never awaited by a pass (reconcile/why/unmatched_flight.py);
+        # each Gitea's verdict is published as a metric and Events when done.
         self.unmatched = Evaluations(
-            self._unmatched, self._ledger.members.of_url, self._publish_unmatched
+            self._unmatched,
+            self._ledger.members.of_url,
+            functools.partial(
+                publish_unmatched,
+                metrics=self._why_metrics,
+                group_of=self._cache.group,
+                emit=self._cluster.emit_event,
+                log_rate=self._unmatched.log_rate,
+            ),
         )
         self._claims = claims.Claims(
             self._ledger,
@@ -135,6 +149,8 @@ class Reconciler:
             clock=clock,
             shard=self._shard,
         )
+        # With the work queue, the group's writer sends creates and marks after the pass.
+        self._writes = RunnerWrites(self._creator, cluster, self._metrics, queue, clock)
         self._teardown = Teardown(cluster, sources, clock=clock, wall_clock=wall_clock)
         self._status = StatusWriter(
             cluster,
@@ -147,12 +163,12 @@ class Reconciler:
             later=status_writes,
             placement=placement,
         )
-        self._claims_held = _Claims(self._ledger, self._unmatched)
         # What a pass keeps per group, forgotten in this order (kit/group_memory.py): the
         # poll task first, so that it notes nothing more once the rest is forgotten.
         self.memory = memory if memory is not None else GroupMemory()
         keep = self.memory.keep
         keep(_PollTask(sources))
+        keep(self._writes)  # its writes under way are cancelled
         keep(self._losses, handed_over=False)  # written with the next status, wherever
         keep(self._admissions, handed_over=False)  # a verdict on the spec, not on the replica
         # What it expected of the group's Jobs and its backoffs: this replica no longer
@@ -160,7 +176,7 @@ class Reconciler:
         # for may be long gone (GroupState: losing it costs a retry at most).
         keep(expectations)
         keep(Table(self._states))
-        keep(self._claims_held)  # it leaves this replica's book of members
+        keep(self._claims)  # it leaves this replica's book of members
         keep(self._status)
         if status_writes is not None:
             keep(status_writes)
@@ -178,7 +194,8 @@ class Reconciler:
         return result
 
     async def close(self) -> None:
-        """Stop the background evaluations (the controller, when it stops)."""
+        """Stop the runner writes and the background evaluations (the controller stops)."""
+        await self._writes.close()
         await self.unmatched.close()
 
     async def _reconcile(self, key: str) -> Result:
@@ -188,12 +205,12 @@ class Reconciler:
             return Result()
         state = self.state(key)
         if p.meta.get("deletionTimestamp"):
-            self._drop_claims(key)
+            self._claims.forget(key)
             return Result(requeue_after=await self._teardown.run(p, state))
         if (detach := detaching(p.meta, self._wall())) is not None:
             # helm uninstall leaves the group (api/detach.py): torn down as if deleted, then
             # left alone, looked at again when the mark runs out (a hook that died half-way).
-            self._drop_claims(key)
+            self._claims.forget(key)
             again = await self._teardown.run(p, state, since=detach.since)
             left = max(detach.until - self._wall(), 0.0) + 1.0
             return Result(requeue_after=left if again is None else min(again, left))
@@ -204,24 +221,23 @@ class Reconciler:
         admitted = self._admissions.admit(key, p.meta, p.group.get("spec"))
         spec = admitted.spec
         if spec is None or admitted.invalid is not None:
-            self._drop_claims(key)
+            self._claims.forget(key)
             await self._sources.stop(key)
             problem = admitted.invalid or Problem("InvalidSpec", "spec", ProblemKind.CONFIG)
             held = await self._status.write(p, problem, state, part=self._part(p))
             return Result(requeue_after=held)
         if (refusal := admitted.refusal) is not None:
-            self._drop_claims(key)  # it creates nothing: its peers take its jobs
+            self._claims.forget(key)  # it creates nothing: its peers take its jobs
             await self._sources.stop(key)  # no Gitea calls, no Jobs: nothing to do for it
             held = await self._status.write(p, refusal, state, part=self._part(p))
             return Result(requeue_after=held)
         finalizers = p.meta.get("finalizers") or []
         if FINALIZER not in finalizers:
-            version = str(p.meta.get("resourceVersion") or "")
-            await self._cluster.set_finalizers(
-                p.namespace, p.name, [*finalizers, FINALIZER], version
-            )
+            version, wanted = str(p.meta.get("resourceVersion") or ""), [*finalizers, FINALIZER]
+            await self._cluster.set_finalizers(p.namespace, p.name, wanted, version)
             # A new group has a status from its first pass on: with none, kstatus (a GitOps
-            # tool's health check) has nothing to read and calls it Current.
+            # tool's health check) has nothing to read and calls it Current. Not together
+            # with the finalizer: a status patch moves the version its compare-and-swap names.
             await self._status.applying(p)
             return Result()  # the update's watch event brings us back with the new object
         # spec.cache: runners mount its config Secret, so none start before it is written.
@@ -251,8 +267,8 @@ class Reconciler:
         self, p: GroupPass, source: GroupSource, state: GroupState, cache_ok: bool, blocked: bool
     ) -> Result:
         """The steps of a pass with an answer from Gitea: plan, hand the reaps to the poll
-        task, record losses, create, mark, and write the status last (so it counts the new
-        runners)."""
+        task, record losses, hand creates and marks to the group's writer, and write the
+        status last (so it counts the new runners)."""
         key, spec, snapshot, observation = p.key, p.spec, p.snapshot, p.observation
         assert spec is not None and snapshot is not None and observation is not None
         held_back = self._clock() < state.blocked_until
@@ -270,12 +286,14 @@ class Reconciler:
         record_losses(self._losses, p, self._wall())
         note_stuck(decision, spec, state, self._clock())
         requeue: float | None = None
-        created = 0
         if not cache_ok or (self._jobcache is not None and self._jobcache.settling(key)):
             # A refused config is retried, a starting server read, every STATUS_EVERY.
             requeue = STATUS_EVERY
-        if cache_ok and decision.create > 0:
-            created = await self._creator.create(p, decision, state, forgejo.is_forgejo(snapshot))
+        # Creates and marks: sent by the group's writer after the pass (steps/runner_writes.py).
+        creates = decision.create if cache_ok else 0
+        written = await self._writes.carry_out(p, decision, state, creates)
+        created = written.created
+        if creates > 0:
             p = p.created(created)
             # The ledger learns of the new runners (or of a refusal) now, not at the next
             # pass: a peer reconciled in between must not create for the same jobs.
@@ -285,7 +303,7 @@ class Reconciler:
         if blocked and self._ledger.share(key) is not None:
             # Holding no share, it still reports the demand it sees (status.queuedJobs).
             seen = len(queued_matching(observation, spec.label_names))
-        if await mark(self._cluster, p, decision):
+        if written.marks_left:
             # More marks are left: come back at once, after the events queued meanwhile.
             requeue = min(requeue or MARKS_REQUEUE, MARKS_REQUEUE)
         due = next_due(
@@ -354,46 +372,16 @@ class Reconciler:
             requeue = min(requeue or CREATE_BACKOFF_MAX, state.create_retry_at - now)
         return requeue
 
-    async def _publish_unmatched(self, verdict: Verdict) -> None:
-        """The unmatched jobs of one Gitea (reconcile/why/unmatched.py), as a metric and
-        Events; called by the background evaluations when one is done."""
-        await publish_unmatched(
-            verdict,
-            self._why_metrics,
-            self._cache.group,
-            self._cluster.emit_event,
-            self._unmatched.log_rate,
-        )
-
     def introduce(self, key: str, spec: RunnerGroupSpec) -> None:
         """A group taken over (--sharding) joins its family's book as its first pass would
         (no answer yet, its runners from the cache), before its poll starts: a peer whose
         answer came first must not count the family's jobs alone (a repo group's job is
         its own team's first) for want of a member its pass has not reached yet."""
-        if self._claims_held.knows(key):
+        if self._claims.knows(key):
             return
         p = read_pass(self._cache, self._expectations, key)
         if p is not None:
             self._claims.report(with_answer(self._cache, p, spec, None), self.state(key), True)
-
-    def _drop_claims(self, key: str) -> None:
-        """The group creates nothing any more: its peers take its jobs."""
-        self._claims_held.forget(key)
-
-
-@dataclass(frozen=True, slots=True)
-class _Claims:
-    """A group's place in the book of members, for the ledger and the unmatched-jobs
-    evaluation alike: once it goes, its peers take its jobs."""
-
-    ledger: Ledger
-    unmatched: UnmatchedBook
-
-    def forget(self, key: str) -> None:
-        self.unmatched.changed(self.ledger.remove(key), None)
-
-    def knows(self, key: str) -> bool:
-        return key in self.ledger.members
 
 
 @dataclass(frozen=True, slots=True)

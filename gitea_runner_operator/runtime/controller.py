@@ -212,6 +212,7 @@ class Controller:
             placement=self.share.placement if self.share is not None else None,
             admissions=self.admissions,
             peer_offers=self.share.offers if self.share is not None else None,
+            queue=self.queue,  # runner creates and marks: written after the pass, by group
         )
         # Kept until the group is deleted: a hand-over leaves these to the watch events
         # and to the poll task that stops with it.

@@ -6,7 +6,8 @@ Prints what a platform would look at: whether capacity stayed exact (runner Jobs
 against jobs, and how many never ran a job), how long until every job had its runner Job and
 ran, and the reconcile passes' ``reconcile_duration_seconds`` over the burst (p50, p99 and
 the largest bucket reached, from the operator's own histogram, as Prometheus would compute
-them). It asserts nothing.
+them), and the runner creates and marks the groups' writers sent after those passes
+(``runner_writes_duration_seconds``, by kind). It asserts nothing.
 
     python -m tests.benchmarks.platform_burst [--repos 150] [--jobs 300] [--namespaces 15]
         [--poll-interval 10s] [--rounds 1] [--operator-arg=--kube-write-qps=1000 ...]
@@ -28,13 +29,26 @@ from tests.testbed.sandbox import Sandbox
 
 LABEL = "ubuntu-latest"
 DURATION = "gitea_runner_operator_reconcile_duration_seconds"
+WRITES = "gitea_runner_operator_runner_writes_duration_seconds"
 Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def delta(after: Metrics, before: Metrics) -> Metrics:
+def delta(after: Metrics, before: Metrics, histogram: str = DURATION) -> Metrics:
     """The histogram's buckets of what happened between two scrapes."""
-    name = f"{DURATION}_bucket"
+    name = f"{histogram}_bucket"
     return {k: v - before.get(k, 0.0) for k, v in after.items() if k[0] == name}
+
+
+def writes_line(after: Metrics, before: Metrics) -> str:
+    """The group writers' creates and marks, sent after the passes that decided them."""
+    buckets = delta(after, before, WRITES)
+    parts = []
+    for kind in ("create", "mark"):
+        mine = {k: v for k, v in buckets.items() if dict(k[1]).get("kind") == kind}
+        p50 = common.histogram_quantile(mine, WRITES, 0.5) or 0.0
+        p99 = common.histogram_quantile(mine, WRITES, 0.99) or 0.0
+        parts.append(f"{kind} {passes(mine):.0f}, p50 {p50:.3f} s, p99 {p99:.3f} s")
+    return "  runner writes after the pass (runner_writes_duration_seconds): " + "; ".join(parts)
 
 
 def largest_bucket(buckets: Metrics) -> float | None:
@@ -115,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                 for n in range(args.rounds):
                     before = op.metrics()
                     burst(fake, jobs, owner, args.repos, args.jobs)
-                    buckets = delta(op.metrics(), before)
+                    after = op.metrics()
+                    buckets = delta(after, before)
                     p50 = common.histogram_quantile(buckets, DURATION, 0.5)
                     p99 = common.histogram_quantile(buckets, DURATION, 0.99)
                     print(
@@ -125,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"RSS {op.rss_mb():.0f} MB, load {common_load():.1f}",
                         flush=True,
                     )
+                    print(writes_line(after, before), flush=True)
                     wait(lambda: fake.count("in_progress") == 0, 300)
                 if args.logs and op.log_path is not None:
                     Path(args.logs).mkdir(parents=True, exist_ok=True)

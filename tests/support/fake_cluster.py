@@ -265,15 +265,16 @@ def fresh_reconciler(
     sources: Any,
     clock: Clock | None,
     wall_clock: Callable[[], float],
+    expectations: Expectations | None = None,
     **options: Any,
 ) -> Reconciler:
     """The real Reconciler over fakes, with no expectations yet: what a started (or
-    restarted) operator runs."""
+    restarted) operator runs. ``expectations``: an empty one the test reads too."""
     clock = clock or Clock()
+    expectations = expectations if expectations is not None else Expectations(clock=clock)
     return Reconciler(
-        cache, cluster, sources, Expectations(clock=clock), clock=clock, wall_clock=wall_clock,
-        **options,
-    )  # fmt: skip
+        cache, cluster, sources, expectations, clock=clock, wall_clock=wall_clock, **options
+    )
 
 
 async def first_runner(cluster: FakeCluster) -> str:

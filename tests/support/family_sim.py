@@ -6,12 +6,14 @@ maximum matching of the not-busy runners to the queued jobs they can run."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass, field
 
 from gitea_runner_operator.api.gitea import ActionJob, ActionRunner
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.reconcile.capacity.ledger import Ledger
+from gitea_runner_operator.reconcile.expectations import Expectations
 from tests.support.family import CREATED, LABEL, URL, Clock, World, group_spec, reconciler
 
 REPOS = ("acme/app", "acme/lib")
@@ -62,8 +64,26 @@ class Gitea:
     next_id: int = 1
 
 
+class _Queue:
+    """The work queue the group writers give groups back to; the schedule reconciles anyway."""
+
+    def add(self, key: str) -> None:
+        pass
+
+    def add_rate_limited(self, key: str) -> None:
+        pass
+
+
 class Sim:
-    def __init__(self, members: tuple[Member, ...], rng: random.Random) -> None:
+    """``later``: the runner creates are sent by the group writers after the passes, as the
+    controller runs them (reconcile/steps/runner_writes.py), when the schedule yields (at
+    random), so jobs arrive, polls answer and runners take jobs between a pass's decision and
+    its creates; a runner counts from its pass's decision on, and registers once its Job
+    exists."""
+
+    def __init__(
+        self, members: tuple[Member, ...], rng: random.Random, later: bool = False
+    ) -> None:
         self.members = {m.key: m for m in members}
         self.rng = rng
         self.world = World()
@@ -74,7 +94,15 @@ class Sim:
             self.world.add(m.namespace, m.name, spec)
         self.clock = Clock(1000.0)
         self.ledger = Ledger(min_interval=0.5, clock=self.clock)
-        self.rec, self.sources, _ = reconciler(self.world, ledger=self.ledger, clock=self.clock)
+        self.later = later
+        self.expectations = Expectations(clock=self.clock)
+        self.rec, self.sources, _ = reconciler(
+            self.world,
+            ledger=self.ledger,
+            clock=self.clock,
+            expectations=self.expectations,
+            **({"queue": _Queue()} if later else {}),
+        )
         self.gitea = Gitea()
         self.runners: dict[str, Runner] = {}
 
@@ -109,7 +137,11 @@ class Sim:
         )
 
     def register(self) -> None:
-        waiting = [r for r in self.runners.values() if not r.registered and not r.done]
+        waiting = [
+            r
+            for r in self.runners.values()
+            if not r.registered and not r.done and r.job in self.world.groups[r.group].jobs
+        ]
         if waiting:
             runner = self.rng.choice(waiting)
             runner.registered = True
@@ -156,9 +188,11 @@ class Sim:
 
     async def reconcile(self, key: str) -> None:
         before = self.matched()
-        known = set(self.world.groups[key].jobs)
+        known = set(self.world.groups[key].jobs) | set(self.runners)
         await self.rec.reconcile(key)
-        new = [n for n in self.world.groups[key].jobs if n not in known]
+        # Created, or reserved by the pass and on their way (``later``).
+        made = [*self.world.groups[key].jobs, *sorted(self.expectations.names(key))]
+        new = [n for n in dict.fromkeys(made) if n not in known]
         for name in new:
             self.runners[name] = Runner(key, name)
         after = self.matched()
@@ -191,6 +225,8 @@ class Sim:
     async def run(self, steps: int) -> None:
         keys = sorted(self.members)
         for _ in range(steps):
+            if self.later and self.rng.random() < 0.3:
+                await asyncio.sleep(0)  # the API server answers the writers' creates
             move = self.rng.random()
             key = self.rng.choice(keys)
             self.clock.now += self.rng.choice((0.0, 0.1, 0.6))
@@ -211,3 +247,5 @@ class Sim:
             else:  # a webhook wake-up: a poll, and the reconcile it enqueues
                 self.poll(key)
                 await self.reconcile(key)
+        if self.later:
+            await self.rec.close()  # the writes under way, and the evaluations

@@ -134,3 +134,11 @@ class Claims:
         self.unmatched.changed(before, self.ledger.members.get(p.key))
         late = late_runners(p.views, states, self.wall_clock(), self.start_bound)
         return blocked or late > 0
+
+    def forget(self, key: str) -> None:
+        """The group creates nothing any more: it leaves the book of members (the ledger's
+        and the unmatched-jobs evaluation's alike), and its peers take its jobs."""
+        self.unmatched.changed(self.ledger.remove(key), None)
+
+    def knows(self, key: str) -> bool:
+        return key in self.ledger.members

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,20 +52,41 @@ class Creator:
     # Group key -> the shard label of its domain (api/shard.py); None: the group's own.
     shard: Callable[[str], str | None] | None = None
 
+    def reserve(self, p: GroupPass, count: int) -> tuple[str, ...]:
+        """Choose the names of ``count`` runner Jobs and expect them, before they are sent
+        (by the group's writer, reconcile/steps/runner_writes.py): from now on every pass
+        counts them as being created, never creates for them again."""
+        names = tuple(new_job_name(p.name, p.uid) for _ in range(count))
+        for name in names:
+            self.expectations.expect(p.key, name)
+        return names
+
     async def create(
-        self, p: GroupPass, decision: Plan, state: GroupState, on_forgejo: bool = False
+        self,
+        p: GroupPass,
+        decision: Plan,
+        state: GroupState,
+        on_forgejo: bool = False,
+        reserved: Sequence[str] | None = None,
     ) -> int:
-        """Create ``decision.create`` runner Jobs; returns how many the API server took."""
+        """Create ``decision.create`` runner Jobs, or those ``reserved`` for them;
+        returns how many the API server took. Reserved names never sent (a refusal stopped
+        the batches) are no longer expected."""
         assert p.spec is not None
         key, group, spec = p.key, p.group, p.spec
         created: list[str] = []
-        remaining, batch = decision.create, max(1, state.create_batch)
+        unsent = list(reserved) if reserved is not None else None
+        remaining = decision.create if unsent is None else len(unsent)
+        batch = max(1, state.create_batch)
         error: CreateRefused | None = None
         if remaining > 0:  # the wake-up path's spans (tests/benchmarks/webhook_latency.py)
             log.debug("creating runner jobs", group=key, count=remaining)
         while remaining > 0 and error is None:
             size = min(batch, remaining)
-            names = [new_job_name(p.name, p.uid) for _ in range(size)]
+            if unsent is None:
+                names = [new_job_name(p.name, p.uid) for _ in range(size)]
+            else:
+                names, unsent = unsent[:size], unsent[size:]
             for name in names:  # before the create: the watch may beat the response
                 self.expectations.expect(key, name)
             results = await asyncio.gather(
@@ -97,6 +118,7 @@ class Creator:
                 else:
                     created.append(name)
             if unsure is not None:
+                self._unreserve(key, unsent)
                 state.create_batch = 1
                 if created:
                     self.metrics.runners_created(p.namespace, p.name, len(created))
@@ -105,6 +127,7 @@ class Creator:
                 state.create_batch = min(BATCH_START_MAX, max(state.create_batch, size))
             remaining -= size
             batch *= 2
+        self._unreserve(key, unsent)
         logger = log.bind(group=key)
         self.metrics.runners_created(p.namespace, p.name, len(created))
         if created:
@@ -136,6 +159,10 @@ class Creator:
         elif created:
             state.create_error, state.create_failures = None, 0
         return len(created)
+
+    def _unreserve(self, key: str, unsent: Sequence[str] | None) -> None:
+        for name in unsent or ():
+            self.expectations.lower(key, name)
 
     async def _again(
         self,

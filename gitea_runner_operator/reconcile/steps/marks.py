@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-
 from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.pod_template import SCALE_DOWN_ANNOTATIONS
+from gitea_runner_operator.kit.together import all_of
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.ports import ClusterWrites
 from gitea_runner_operator.reconcile.scaling import Plan, RunnerState
@@ -16,10 +14,10 @@ from gitea_runner_operator.reconcile.scaling import Plan, RunnerState
 MARKS_PER_PASS = 20
 MARKS_REQUEUE = 0.05
 
-Write = Callable[[str, str, dict[str, str]], Awaitable[None]]
 
-
-async def mark(cluster: ClusterWrites, p: GroupPass, decision: Plan) -> bool:
+async def mark(
+    cluster: ClusterWrites, p: GroupPass, decision: Plan, *, every: bool = False
+) -> bool:
     """A runner that took a job never covers demand again (its Job says so, for the next
     pass and the next process). A node autoscaler must not evict a running CI job; idle and
     starting runners never get that guard, so they never hold a node.
@@ -27,22 +25,28 @@ async def mark(cluster: ClusterWrites, p: GroupPass, decision: Plan) -> bool:
     At most ``MARKS_PER_PASS`` writes, concurrently: when a wave of runners turns busy at once,
     one pass writing them all one after the other took 10 s and more, and a runner finishing
     meanwhile waited that long for its replacement (issue 27). True when some are left for the
-    next pass, which should then come at once (``MARKS_REQUEUE``)."""
-    took = {constants.TOOK_JOB_ANNOTATION: "true"}
-    writes: list[tuple[Write, str, dict[str, str]]] = [
-        (cluster.annotate_job, name, took) for name in decision.mark_took_job
+    next pass, which should then come at once (``MARKS_REQUEUE``). ``every``: all of them,
+    ``MARKS_PER_PASS`` at a time (the group's writer, which holds no pass)."""
+    writes = [
+        (cluster.annotate_job if on_job else cluster.annotate_pod, name, body)
+        for on_job, name, body in wanted(p, decision)
     ]
-    writes += [
-        (cluster.annotate_pod, pod, dict(SCALE_DOWN_ANNOTATIONS))
+    while writes:
+        now, writes = writes[:MARKS_PER_PASS], writes[MARKS_PER_PASS:]
+        await all_of(*(write(p.namespace, name, body) for write, name, body in now))
+        if not every:
+            break
+    return bool(writes)
+
+
+def wanted(p: GroupPass, decision: Plan) -> list[tuple[bool, str, dict[str, str]]]:
+    """The marks the pass asks for: (on a Job rather than a Pod, its name, the annotations)."""
+    took = {constants.TOOK_JOB_ANNOTATION: "true"}
+    marks = [(True, name, took) for name in decision.mark_took_job]
+    marks += [
+        (False, pod, dict(SCALE_DOWN_ANNOTATIONS))
         for view in p.views
         if decision.states.get(view.name) is RunnerState.BUSY
         for pod in view.unguarded_pods
     ]
-    now, later = writes[:MARKS_PER_PASS], writes[MARKS_PER_PASS:]
-    results = await asyncio.gather(
-        *(write(p.namespace, name, body) for write, name, body in now), return_exceptions=True
-    )
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return bool(later)
+    return marks

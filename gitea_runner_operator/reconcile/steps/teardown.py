@@ -14,6 +14,7 @@ from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.credentials import CREDENTIALS_GONE
 from gitea_runner_operator.api.observation import Observation
 from gitea_runner_operator.api.runnergroup import InvalidSpec, RunnerGroupSpec, parse_spec
+from gitea_runner_operator.kit.together import all_of
 from gitea_runner_operator.objects.views import parse_time
 from gitea_runner_operator.reconcile.inputs import GroupPass
 from gitea_runner_operator.reconcile.leftovers import Leftovers, describe
@@ -82,13 +83,12 @@ class Teardown:
                 ReapOrder(p.group, plan_.reap, plan_.orphans, remove_hook=hooked, deleting=True)
             )
             source.wake()
-        for job_name in plan_.force_delete:
-            await self.cluster.delete_job(p.namespace, job_name)
+        # Deletes at once, not one answer after another (kit/together.py).
+        doomed = list(plan_.force_delete)
         if not spec:
             # Nothing to ask Gitea with: clean the cluster side and let the object go.
-            for view in p.views:
-                if view.alive:
-                    await self.cluster.delete_job(p.namespace, view.name)
+            doomed += [view.name for view in p.views if view.alive]
+        await all_of(*(self.cluster.delete_job(p.namespace, n) for n in dict.fromkeys(doomed)))
         # Never wedge: after the drain timeout (plus a short grace for the last removals)
         # the finalizer goes whatever Gitea says, refusal and silence alike; at once when
         # Gitea answered with a failure, or when no runner is left and the credentials are

@@ -28,3 +28,16 @@ def test_a_family_never_creates_a_runner_for_a_covered_job(family):
             asyncio.run(sim.run(120))
         except AssertionError as exc:
             raise AssertionError(f"{family}, seed {seed}: {exc}") from None
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_nor_when_its_runner_creates_are_sent_after_the_pass(family):
+    """The same schedules with the creates sent by the group writers after the passes: the
+    world moves between a pass's decision and its creates, and a pass may find its group's
+    writes still under way."""
+    for seed in range(100):
+        sim = Sim(FAMILIES[family], random.Random(seed), later=True)  # noqa: S311
+        try:
+            asyncio.run(sim.run(120))
+        except AssertionError as exc:
+            raise AssertionError(f"{family}, seed {seed}: {exc}") from None
