@@ -149,8 +149,9 @@ class Reconciler:
             clock=clock,
             shard=self._shard,
         )
-        # With the work queue, the group's writer sends creates and marks after the pass.
-        self._writes = RunnerWrites(self._creator, cluster, self._metrics, queue, clock)
+        # With the work queue, the group's writer sends creates and marks after the pass; a
+        # hand-over waits for them (Controller.release).
+        self.writes = RunnerWrites(self._creator, cluster, self._metrics, queue, clock)
         self._teardown = Teardown(cluster, sources, clock=clock, wall_clock=wall_clock)
         self._status = StatusWriter(
             cluster,
@@ -168,7 +169,7 @@ class Reconciler:
         self.memory = memory if memory is not None else GroupMemory()
         keep = self.memory.keep
         keep(_PollTask(sources))
-        keep(self._writes)  # its writes under way are cancelled
+        keep(self.writes)  # its writes under way are cancelled
         keep(self._losses, handed_over=False)  # written with the next status, wherever
         keep(self._admissions, handed_over=False)  # a verdict on the spec, not on the replica
         # What it expected of the group's Jobs and its backoffs: this replica no longer
@@ -195,7 +196,7 @@ class Reconciler:
 
     async def close(self) -> None:
         """Stop the runner writes and the background evaluations (the controller stops)."""
-        await self._writes.close()
+        await self.writes.close()
         await self.unmatched.close()
 
     async def _reconcile(self, key: str) -> Result:
@@ -291,7 +292,7 @@ class Reconciler:
             requeue = STATUS_EVERY
         # Creates and marks: sent by the group's writer after the pass (steps/runner_writes.py).
         creates = decision.create if cache_ok else 0
-        written = await self._writes.carry_out(p, decision, state, creates)
+        written = await self.writes.carry_out(p, decision, state, creates)
         created = written.created
         if creates > 0:
             p = p.created(created)

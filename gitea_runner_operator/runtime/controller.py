@@ -255,9 +255,10 @@ class Controller:
         self.taken_polls.start(keys)
 
     async def release(self, keys: frozenset[str]) -> None:
-        """Another replica will serve these groups: finish their reconciles under way, then
-        forget what this replica kept to act on them (kit/group_memory.py)."""
+        """Another replica will serve these groups: finish their reconciles and runner writes
+        under way, then forget what this replica kept to act on them (kit/group_memory.py)."""
         await self.workers.finish(keys)
+        await self.reconciler.writes.finish(keys)
         for key in keys:
             await self.memory.handed_over(key)
 

@@ -164,6 +164,14 @@ class RunnerWrites:
     def knows(self, key: str) -> bool:
         return key in self._tasks or key in self._asked
 
+    async def finish(self, keys: frozenset[str], grace: float = STOP_GRACE) -> None:
+        """Wait for the writes under way of ``keys``, which this replica hands over
+        (``--sharding``): their right is withdrawn first, so what has not left is cut at its
+        next write (kit/fence.py), but a create already sent is answered before the next owner
+        is told to list the group's Jobs, or it could decide without it and create again.
+        Cancelled only past ``grace``, as a pass under way would be."""
+        await finish_or_cancel([t for k, t in self._tasks.items() if k in keys], grace)
+
     async def close(self, grace: float = STOP_GRACE) -> None:
         """Let the writes under way finish (at most ``grace`` seconds), then cancel the rest."""
         await finish_or_cancel(self._tasks.values(), grace)
