@@ -272,7 +272,7 @@ class Reconciler:
         status last (so it counts the new runners)."""
         key, spec, snapshot, observation = p.key, p.spec, p.snapshot, p.observation
         assert spec is not None and snapshot is not None and observation is not None
-        held_back = self._clock() < state.blocked_until
+        held_back = state.creation_held(self._clock())
         if state.unsure_creates:  # creates whose answer was lost: settle them by name first
             p = await self._creator.settle(p, state, forgejo.is_forgejo(snapshot))
         decision = decide(p, self._ledger, now=self._wall(), held_back=held_back)
@@ -320,9 +320,11 @@ class Reconciler:
         if due is not None:  # a runner's timer: no poll queues this pass any more
             requeue = min(requeue or due, due)
         part = self._part(p)
+        # After a refusal, creates not yet answered are no starting runners (status.waiting).
+        starting = 0 if state.create_error is not None else created
         held = await self._status.write(
             p, None, state, spec=spec, decision=decision, snapshot=snapshot, seen=seen,
-            created=created, part=part,
+            created=starting, part=part,
         )  # fmt: skip
         if LOSSES in part.fields:
             # The poll task follows the losses up in Gitea, and retires a lost runner once

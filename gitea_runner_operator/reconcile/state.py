@@ -35,3 +35,11 @@ class GroupState:
     released_uid: str | None = None
     # Runner Job -> the started_at of the first answer that showed its runner busy.
     busy_since: dict[str, float] = field(default_factory=dict)
+
+    def creation_held(self, now: float) -> bool:
+        """Whether creation waits out a back-off (``now`` on the monotonic clock): runners
+        that could not start, or a create the API server refused (its writer gives the group
+        back at once to report it; a pass that created again would loop on refusals)."""
+        return now < self.blocked_until or (
+            self.create_error is not None and now < self.create_retry_at
+        )

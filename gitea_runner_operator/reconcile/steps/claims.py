@@ -75,9 +75,7 @@ def can_create(p: GroupPass, state: GroupState, cache_ok: bool, now: float) -> b
         return False  # not Ready: Gitea, a Secret or the configuration is at fault
     if not cache_ok:
         return False  # runners would not start before its cache config exists
-    if now < state.blocked_until:
-        return False  # backing off after runners that could not start
-    return state.create_error is None or now >= state.create_retry_at
+    return not state.creation_held(now)  # backing off: runners that could not start, a refusal
 
 
 @dataclass(frozen=True, slots=True)

@@ -289,6 +289,9 @@ async def test_a_refused_create_is_reported_backs_off_and_tries_one_not_all():
     cluster.refuse = None
     clock.now += 1.0  # a group's status is patched at most once a second
     await reconciler.reconcile(KEY)
+    assert cluster.creates == 1  # within the back-off: not tried again
+    clock.now += result.requeue_after  # the pass the back-off asked for
+    await reconciler.reconcile(KEY)
     assert condition(cluster, "RunnersHealthy")["status"] == "True"
 
 

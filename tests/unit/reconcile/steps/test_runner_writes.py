@@ -214,3 +214,24 @@ async def test_a_hand_over_waits_for_a_create_already_sent_to_be_answered():
     await asyncio.wait_for(handing, 5)
     assert cluster.all_created == 1
     await rec.close()
+
+
+async def test_a_refused_create_waits_out_its_back_off_and_the_status_says_held_back():
+    # The writer gives the group back at once to report a refusal: a pass that created again
+    # made that a loop of refused creates, and each showed the job as a starting runner.
+    cluster = SlowApiServer()
+    cluster.answer.set()
+    cluster.refuse = 'jobs "x" is forbidden: exceeded quota'
+    clock = Clock()
+    rec, _, queue, _ = _world(cluster, queued=1, clock=clock)
+    await rec.reconcile(KEY)
+    await _answered()
+    assert cluster.asked == 1 and queue.added == [KEY]
+    for _ in range(3):  # the passes the refusal and the status writes bring, within back-off
+        clock.now += 0.5
+        await rec.reconcile(KEY)
+        await _answered()
+    assert cluster.asked == 1  # not sent again before the back-off ends
+    waiting = cluster.status["waiting"]
+    assert waiting["heldBack"]["count"] == 1 and waiting["startingRunner"] == 0
+    await rec.close()
