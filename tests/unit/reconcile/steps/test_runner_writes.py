@@ -142,14 +142,20 @@ async def test_a_pass_returns_before_the_api_server_answers_its_marks():
     assert _count(metrics, "mark") == 1 and queue.added == queue.retried == []
 
 
-async def test_a_create_refused_after_the_pass_is_reported_by_the_group_given_back():
+async def _refused(queued: int) -> tuple[Any, SlowApiServer, Queue, Clock]:
+    """A group's first pass, whose creates the API server refuses (a quota), answered."""
     cluster = SlowApiServer()
     cluster.answer.set()
     cluster.refuse = 'jobs "x" is forbidden: exceeded quota'
     clock = Clock()
-    rec, _, queue, _ = _world(cluster, queued=2, clock=clock)
+    rec, _, queue, _ = _world(cluster, queued=queued, clock=clock)
     await rec.reconcile(KEY)
     await _answered()
+    return rec, cluster, queue, clock
+
+
+async def test_a_create_refused_after_the_pass_is_reported_by_the_group_given_back():
+    rec, cluster, queue, clock = await _refused(queued=2)
     assert queue.added == [KEY]  # to report the refusal, not wait for the next poll
     clock.now += 2  # past the status writes' interval
     await rec.reconcile(KEY)
@@ -219,13 +225,7 @@ async def test_a_hand_over_waits_for_a_create_already_sent_to_be_answered():
 async def test_a_refused_create_waits_out_its_back_off_and_the_status_says_held_back():
     # The writer gives the group back at once to report a refusal: a pass that created again
     # made that a loop of refused creates, and each showed the job as a starting runner.
-    cluster = SlowApiServer()
-    cluster.answer.set()
-    cluster.refuse = 'jobs "x" is forbidden: exceeded quota'
-    clock = Clock()
-    rec, _, queue, _ = _world(cluster, queued=1, clock=clock)
-    await rec.reconcile(KEY)
-    await _answered()
+    rec, cluster, queue, clock = await _refused(queued=1)
     assert cluster.asked == 1 and queue.added == [KEY]
     for _ in range(3):  # the passes the refusal and the status writes bring, within back-off
         clock.now += 0.5
