@@ -40,6 +40,11 @@ SANDBOX_GRACE = 60.0
 # How long a runner may take to start (Pod scheduled, image pulled, registered) before it
 # stops covering a job in its family's accounting (claims.py).
 START_BOUND = 120.0
+# How long a runner counts as on its way to its job: a wider group's runner made meanwhile
+# could take that job first, so the wider group waits for it (capacity/races.py). A runner
+# Pod starts in 5 to 10 s on a real node; a peer whose runners never ask for work holds a
+# wider group back this long at most.
+RACE_HOLD = 60.0
 
 
 class RunnerState(StrEnum):

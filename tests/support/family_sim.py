@@ -158,14 +158,25 @@ class Sim:
             )
 
     def take(self) -> None:
+        """A registered runner, at random, takes the oldest job it can run, as Gitea hands
+        them. The take must not strand another runner: the maximum matching of not-busy
+        runners to jobs falls by the one pair taken, never by two (a runner of a wider scope
+        that took the job a narrower group's runner was made for, leaving that one nothing
+        it can run)."""
         idle = [r for r in self.runners.values() if r.registered and not r.busy and not r.done]
         self.rng.shuffle(idle)
         for runner in idle:
             m = self.members[runner.group]
             fits = [i for i, repo in sorted(self.gitea.queued.items()) if m.covers(repo)]
             if fits:
+                before = self.matched()
                 del self.gitea.queued[fits[0]]
                 runner.busy = True
+                assert self.matched() >= before - 1, (
+                    f"{runner.group}'s runner took job {fits[0]}, the one another group's "
+                    f"runner was made for: that runner has no job left to take; "
+                    f"queued={self.gitea.queued}"
+                )
                 return
 
     def quick(self) -> None:

@@ -58,6 +58,9 @@ class Claimant:
     # When each busy runner was first seen busy (its group's answer's ``started_at``): one
     # that turned busy after a peer's answer may have taken a job that answer still lists.
     busy_since: tuple[float, ...] = ()
+    # Of ``not_busy``, the runners made recently (scaling.RACE_HOLD): they may not have
+    # asked Gitea for their job yet, so a wider runner started now could take it (races.py).
+    young: int = 0
 
     @classmethod
     def of(
@@ -69,6 +72,7 @@ class Claimant:
         alive: int,
         blocked: bool,
         busy_since: tuple[float, ...] = (),
+        young: int = 0,
     ) -> Claimant:
         """What a group offers (its scope and labels, from its spec) and its room. The one
         builder for the reconcile and for ``why``, so both weigh a group alike: a group that
@@ -82,6 +86,7 @@ class Claimant:
             not_busy=not_busy,
             spare=0 if blocked else spec.max_active_runners - alive,
             busy_since=busy_since,
+            young=young,
         )
 
     def covers(self, repository: Repository | None) -> bool:
@@ -176,17 +181,38 @@ def _index(claimants: Iterable[Claimant]) -> ScopeIndex[Claimant]:
     return index
 
 
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """Which group counts each job, and what :mod:`.races` needs to keep wider runners off
+    the jobs narrower ones were made for."""
+
+    shares: dict[str, list[ActionJob]]  # each list in id order (oldest first)
+    # Jobs whose runner may not have asked Gitea yet: covered by a young runner of their
+    # holder, or to be created for (its spare capacity). Not those nobody has room for.
+    on_the_way: frozenset[int]
+    # job id -> the groups that could run it, best first (only jobs some group can run)
+    candidates: dict[int, list[Claimant]]
+
+
 def assign(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str, list[ActionJob]]:
+    """Which queued jobs each group counts as its demand (:func:`assignment`)."""
+    return assignment(jobs, claimants).shares
+
+
+def assignment(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> Assignment:
     """Which queued jobs each group counts as its demand. Every job that at least one group
     can run is counted exactly once; jobs no group can run are counted by none.
 
     Runners that exist cover jobs first, in whichever group they are (a starting or idle
     runner will take one); only then does spare capacity count, so a group that started
-    runners for jobs before another group appeared is not joined by a second set."""
+    runners for jobs before another group appeared is not joined by a second set. A group's
+    older runners cover its oldest jobs (they asked Gitea first), its young ones the next."""
     index = _index(claimants)
     covering = {c.key: max(0, c.not_busy) for c in claimants}
+    settled = {c.key: max(0, c.not_busy - c.young) for c in claimants}
     spare = {c.key: max(0, c.spare) for c in claimants}
     assigned: dict[str, list[ActionJob]] = {c.key: [] for c in claimants}
+    on_the_way: set[int] = set()
     unique = {job.id: job for job in jobs if job.status == "queued"}
     # Candidates depend only on the job's labels and repository: computed once per pair.
     ranked_for: dict[tuple[frozenset[str], Repository | None], list[Claimant]] = {}
@@ -214,10 +240,18 @@ def assign(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str
                 continue
             room[chosen.key] -= 1
             assigned[chosen.key].append(unique[job_id])
+            if room is spare:
+                on_the_way.add(job_id)
+            elif settled[chosen.key] > 0:
+                settled[chosen.key] -= 1
+            else:
+                on_the_way.add(job_id)
         waiting = left
     for job_id in waiting:  # nobody has room: the first choice counts it (AtCapacity)
         assigned[candidates_of[job_id][0].key].append(unique[job_id])
-    return assigned  # each list is in id order: ``waiting`` was
+    for share in assigned.values():
+        share.sort(key=lambda job: job.id)
+    return Assignment(assigned, frozenset(on_the_way), candidates_of)
 
 
 def headroom(jobs: Iterable[ActionJob], claimants: Sequence[Claimant]) -> dict[str, int]:

@@ -35,7 +35,7 @@ from gitea_runner_operator.api.runnergroup import Scope
 from gitea_runner_operator.reconcile.capacity.accounting import (
     Answer,
     Claimant,
-    assign,
+    assignment,
     current_jobs,
     headroom,
     job_repository,
@@ -49,6 +49,7 @@ from gitea_runner_operator.reconcile.capacity.family_changes import (
     lists_unknown_repository,
 )
 from gitea_runner_operator.reconcile.capacity.members import Member, Members
+from gitea_runner_operator.reconcile.capacity.races import race_room
 
 # An org-scope token's known-readable repositories, learned from the group's own Gitea
 # answers (which its tenant controls), so bounded: per group by the org's repositories and
@@ -104,6 +105,7 @@ class Ledger:
         self._family_of: dict[str, frozenset[str]] | None = None
         self._shares: dict[str, list[ActionJob]] = {}  # each member's last computed share
         self._room: dict[str, int] = {}  # each member's last computed headroom
+        self._grown: set[str] = set()  # members whose headroom the last computation raised
         self._computed_at: dict[str, float] = {}  # family name -> when
         self._dirty: set[str] = set()  # families whose inputs changed since
         self._changes: dict[str, Changes] = {}  # ... and which members' shares that moved
@@ -322,14 +324,23 @@ class Ledger:
         jobs = current_jobs(answers, claimants)
         oldest = oldest_listing(jobs, listed_times(answers), claimants)
         claimants = [_as_of(c, oldest.get(c.key)) for c in claimants]
-        self._room.update(headroom(jobs, claimants))
-        return assign(jobs, claimants)
+        result = assignment(jobs, claimants)
+        room = headroom(jobs, claimants)
+        for key, limit in race_room(result, claimants).items():
+            room[key] = min(room.get(key, 0), limit)
+        self._grown = {k for k, n in room.items() if n > self._room.get(k, 0)}
+        self._room.update(room)
+        return result.shares
 
     def _announce(self, caller: str, result: Mapping[str, list[ActionJob]]) -> None:
+        """Tell each peer whose share or room grew: it has runners to add. A room grows when
+        a runner it waited for took its job (races.py), with no job added to its share."""
+        grown, self._grown = self._grown, set()
         for key, jobs in result.items():
             before = len(self._shares.get(key, ()))
             self._shares[key] = jobs
-            if len(jobs) > before and key != caller and self._notify is not None:
+            more = len(jobs) > before or (key in grown and bool(jobs))
+            if more and key != caller and self._notify is not None:
                 self._notify(key)
 
     def seen_bound(self) -> int:

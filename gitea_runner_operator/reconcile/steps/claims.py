@@ -21,7 +21,7 @@ from gitea_runner_operator.objects.views import RunnerJobView
 from gitea_runner_operator.reconcile.capacity.accounting import Answer, Claimant
 from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.inputs import GroupPass
-from gitea_runner_operator.reconcile.scaling import START_BOUND, RunnerState
+from gitea_runner_operator.reconcile.scaling import RACE_HOLD, START_BOUND, RunnerState
 from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook
 
@@ -57,14 +57,21 @@ def claimant(
     assert p.spec is not None
     states = p.states
     late = late_runners(p.views, states, now, start_bound)
-    covering = sum(1 for v in p.views if states[v.name] in (RunnerState.STARTING, RunnerState.IDLE))
+    not_busy = [v for v in p.views if states[v.name] in (RunnerState.STARTING, RunnerState.IDLE)]
+    # Pending Jobs are being made now; a runner late to start covers nothing (below).
+    young = p.pending + sum(
+        1
+        for v in not_busy
+        if now - v.created_at <= RACE_HOLD and not overdue(v, states[v.name], now, start_bound)
+    )
     return Claimant.of(
         p.key,
         p.spec,
-        not_busy=p.pending + p.released + covering - late,
+        not_busy=p.pending + p.released + len(not_busy) - late,
         alive=p.alive,
         blocked=blocked or late > 0,
         busy_since=busy_since,
+        young=young,
     )
 
 
