@@ -42,7 +42,7 @@ from gitea_runner_operator.reconcile.ports import (
     Requeue,
     Sources,
 )
-from gitea_runner_operator.reconcile.scaling import START_BOUND, queued_matching
+from gitea_runner_operator.reconcile.scaling import RACE_RECHECK, START_BOUND, queued_matching
 from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.status.parts import Part, PendingLosses
 from gitea_runner_operator.reconcile.steps import claims
@@ -304,6 +304,10 @@ class Reconciler:
         if blocked and self._ledger.share(key) is not None:
             # Holding no share, it still reports the demand it sees (status.queuedJobs).
             seen = len(queued_matching(observation, spec.label_names))
+        if self._ledger.held_by_race(key):  # waits for a peer's runner (capacity/races.py)
+            if self._clock() - snapshot.started_at >= RACE_RECHECK:
+                source.wake()
+            requeue = min(requeue or RACE_RECHECK, RACE_RECHECK)
         if written.marks_left:
             # More marks are left: come back at once, after the events queued meanwhile.
             requeue = min(requeue or MARKS_REQUEUE, MARKS_REQUEUE)

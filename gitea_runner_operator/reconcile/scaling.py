@@ -45,6 +45,9 @@ START_BOUND = 120.0
 # Pod starts in 5 to 10 s on a real node; a peer whose runners never ask for work holds a
 # wider group back this long at most.
 RACE_HOLD = 60.0
+# While held so, the group asks Gitea again this often (its own answer shows the peer's job
+# taken), instead of waiting a whole poll interval to learn it may create.
+RACE_RECHECK = 2.0
 
 
 class RunnerState(StrEnum):

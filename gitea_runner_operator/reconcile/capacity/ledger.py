@@ -106,6 +106,7 @@ class Ledger:
         self._shares: dict[str, list[ActionJob]] = {}  # each member's last computed share
         self._room: dict[str, int] = {}  # each member's last computed headroom
         self._grown: set[str] = set()  # members whose headroom the last computation raised
+        self._race_held: set[str] = set()  # members a peer's runner on its way holds back
         self._computed_at: dict[str, float] = {}  # family name -> when
         self._dirty: set[str] = set()  # families whose inputs changed since
         self._changes: dict[str, Changes] = {}  # ... and which members' shares that moved
@@ -202,6 +203,7 @@ class Ledger:
         self._queued.discard(key)
         self._shares.pop(key, None)
         self._room.pop(key, None)
+        self._race_held.discard(key)
         self._computed_at.pop(key, None)
         self._dirty.discard(key)
         self._changes.pop(key, None)
@@ -311,15 +313,22 @@ class Ledger:
             return None
         return self._room.get(key, 0)
 
+    def held_by_race(self, key: str) -> bool:
+        """Whether the group's headroom was cut, as of its last share, to keep its runners
+        off the job a narrower peer's runner is on its way to (races.py)."""
+        return key in self._race_held
+
     def _compute(self, family: frozenset[str]) -> dict[str, list[ActionJob]]:
         self.computations += 1
         if not any(key in family for key in self._queued):
+            self._race_held.difference_update(family)
             # No answer lists a queued job: every share is empty and every headroom 0 (the
             # resync's reports of a quiet family of 1,001 groups, twice a second).
             self._room.update(dict.fromkeys(family, 0))
             return {key: [] for key in family}
         members = [self._members[k] for k in sorted(family)]
         claimants = [m.claimant for m in members]
+        self._race_held.difference_update(family)
         answers = [m.answer for m in members if m.answer is not None]
         jobs = current_jobs(answers, claimants)
         oldest = oldest_listing(jobs, listed_times(answers), claimants)
@@ -327,7 +336,11 @@ class Ledger:
         result = assignment(jobs, claimants)
         room = headroom(jobs, claimants)
         for key, limit in race_room(result, claimants).items():
-            room[key] = min(room.get(key, 0), limit)
+            if limit < room.get(key, 0):
+                room[key] = limit
+                self._race_held.add(key)
+            else:
+                self._race_held.discard(key)
         self._grown = {k for k, n in room.items() if n > self._room.get(k, 0)}
         self._room.update(room)
         return result.shares

@@ -12,10 +12,11 @@ from gitea_runner_operator.api.runnergroup import Scope, parse_spec
 from gitea_runner_operator.objects.views import RunnerJobView
 from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.inputs import GroupPass
-from gitea_runner_operator.reconcile.scaling import RACE_HOLD, RunnerState
+from gitea_runner_operator.reconcile.scaling import RACE_HOLD, RACE_RECHECK, RunnerState
 from gitea_runner_operator.reconcile.steps.claims import claimant
-from tests.support.builders import spec_with
+from tests.support.builders import queued_job, spec_with
 from tests.support.claims import group, job, report
+from tests.support.family import Clock, World, answer, group_spec, reconciler
 
 ORG, REPO = "platform/org", "team-a/app"
 
@@ -105,3 +106,36 @@ def test_a_group_counts_as_young_only_its_runners_made_within_the_hold() -> None
     )
     c = claimant(p, blocked=False, now=now)
     assert (c.not_busy, c.young) == (4, 3)  # 2 pending + fresh; the old idle one is not
+
+
+async def test_a_held_org_group_asks_gitea_again_soon_and_creates_once_the_job_is_taken() -> None:
+    """With the real Reconciler: the org group held back looks again within
+    scaling.RACE_RECHECK, asking its poll for an answer newer than the hold, not a whole
+    poll interval later; the answer that shows the repo's job taken lets it create."""
+    world = World()
+    world.add("team-a", "app", group_spec("repo", "acme", "app"))
+    world.add("platform", "org", group_spec("org", "acme"))
+    repo, org = "team-a/app", "platform/org"
+    clock = Clock(100.0)
+    rec, sources, _ = reconciler(world, clock=clock)
+    sources.get(repo).latest = answer((queued_job(1, "acme/app"),), started_at=100.0)
+    sources.get(org).latest = answer(
+        (queued_job(1, "acme/app"), queued_job(2, "acme/lib")), started_at=100.0
+    )
+    await rec.reconcile(repo)
+    assert world.created(repo) == 1  # its runner is on its way to job 1
+
+    result = await rec.reconcile(org)
+    assert world.created(org) == 0
+    assert result.requeue_after is not None and result.requeue_after <= RACE_RECHECK
+    assert sources.get(org).woken == 0  # its answer is fresh: no second ask yet
+
+    clock.now += RACE_RECHECK
+    await rec.reconcile(org)
+    assert world.created(org) == 0
+    assert sources.get(org).woken == 1  # an answer newer than the hold is asked for
+
+    # That answer shows job 1 taken by the repo's runner: the org group creates for job 2.
+    sources.get(org).latest = answer((queued_job(2, "acme/lib"),), started_at=clock.now)
+    await rec.reconcile(org)
+    assert world.created(org) == 1
