@@ -304,7 +304,8 @@ class Reconciler:
         if blocked and self._ledger.share(key) is not None:
             # Holding no share, it still reports the demand it sees (status.queuedJobs).
             seen = len(queued_matching(observation, spec.label_names))
-        if self._ledger.held_by_race(key):  # waits for a peer's runner (capacity/races.py)
+        if self._ledger.held_by_race(key) and not forgejo.is_forgejo(snapshot):
+            # Waits for a peer's runner to take its job (capacity/races.py): ask again soon.
             if self._clock() - snapshot.started_at >= RACE_RECHECK:
                 source.wake()
             requeue = min(requeue or RACE_RECHECK, RACE_RECHECK)

@@ -106,7 +106,8 @@ class Ledger:
         self._shares: dict[str, list[ActionJob]] = {}  # each member's last computed share
         self._room: dict[str, int] = {}  # each member's last computed headroom
         self._grown: set[str] = set()  # members whose headroom the last computation raised
-        self._race_held: set[str] = set()  # members a peer's runner on its way holds back
+        # Members a peer's runner on its way holds back -> their headroom without that hold.
+        self._race_held: dict[str, int] = {}
         self._computed_at: dict[str, float] = {}  # family name -> when
         self._dirty: set[str] = set()  # families whose inputs changed since
         self._changes: dict[str, Changes] = {}  # ... and which members' shares that moved
@@ -203,7 +204,7 @@ class Ledger:
         self._queued.discard(key)
         self._shares.pop(key, None)
         self._room.pop(key, None)
-        self._race_held.discard(key)
+        self._race_held.pop(key, None)
         self._computed_at.pop(key, None)
         self._dirty.discard(key)
         self._changes.pop(key, None)
@@ -305,12 +306,16 @@ class Ledger:
         self._holders[name] = (self.computations, found)
         return found
 
-    def room(self, key: str) -> int | None:
+    def room(self, key: str, *, races: bool = True) -> int | None:
         """How many runners the group may add at most (accounting.headroom), as of the share
-        last read; None when it is alone in its family (or has not reported)."""
+        last read; None when it is alone in its family (or has not reported). ``races``:
+        kept off the jobs narrower peers' runners are on their way to (races.py); a runner
+        bound to its job (Forgejo's handles) takes no other, so it needs no such hold."""
         family = (self._family_of or {}).get(key)
         if family is None or len(family) == 1:
             return None
+        if not races and key in self._race_held:
+            return self._race_held[key]
         return self._room.get(key, 0)
 
     def held_by_race(self, key: str) -> bool:
@@ -318,17 +323,21 @@ class Ledger:
         off the job a narrower peer's runner is on its way to (races.py)."""
         return key in self._race_held
 
+    def _drop_holds(self, family: frozenset[str]) -> None:
+        for key in family:
+            self._race_held.pop(key, None)
+
     def _compute(self, family: frozenset[str]) -> dict[str, list[ActionJob]]:
         self.computations += 1
         if not any(key in family for key in self._queued):
-            self._race_held.difference_update(family)
+            self._drop_holds(family)
             # No answer lists a queued job: every share is empty and every headroom 0 (the
             # resync's reports of a quiet family of 1,001 groups, twice a second).
             self._room.update(dict.fromkeys(family, 0))
             return {key: [] for key in family}
         members = [self._members[k] for k in sorted(family)]
         claimants = [m.claimant for m in members]
-        self._race_held.difference_update(family)
+        self._drop_holds(family)
         answers = [m.answer for m in members if m.answer is not None]
         jobs = current_jobs(answers, claimants)
         oldest = oldest_listing(jobs, listed_times(answers), claimants)
@@ -337,10 +346,8 @@ class Ledger:
         room = headroom(jobs, claimants)
         for key, limit in race_room(result, claimants).items():
             if limit < room.get(key, 0):
+                self._race_held[key] = room[key]
                 room[key] = limit
-                self._race_held.add(key)
-            else:
-                self._race_held.discard(key)
         self._grown = {k for k, n in room.items() if n > self._room.get(k, 0)}
         self._room.update(room)
         return result.shares

@@ -38,11 +38,12 @@ def decide(p: GroupPass, ledger: Ledger, *, now: float, held_back: bool) -> Plan
         warm_max_age=spec.warm_runner_max_age_seconds,
         unsettled=p.released,
     )
-    room = ledger.room(p.key)
+    bound = forgejo.is_forgejo(p.snapshot)  # each runner takes the job it is bound to
+    room = ledger.room(p.key, races=not bound)
     if room is not None and decision.create > room + spec.min_idle_runners:
         # Whichever runner asks first takes a job: never more than can surely find one.
         decision = dataclasses.replace(decision, create=room + spec.min_idle_runners)
-    if forgejo.is_forgejo(p.snapshot):
+    if bound:
         decision = forgejo_reaps(p, decision)
     return decision
 

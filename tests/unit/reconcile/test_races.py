@@ -139,3 +139,13 @@ async def test_a_held_org_group_asks_gitea_again_soon_and_creates_once_the_job_i
     sources.get(org).latest = answer((queued_job(2, "acme/lib"),), started_at=clock.now)
     await rec.reconcile(org)
     assert world.created(org) == 1
+
+
+def test_runners_bound_to_their_job_are_not_held_back() -> None:
+    """Forgejo 15's runners take the job they are bound to (``one-job --handle``), never an
+    older one: the org group's room without the hold is what its plan reads there."""
+    ledger, _ = _family(True, [job(1, "acme/app"), job(2, "acme/lib")])
+    ledger.share(ORG)
+    assert ledger.room(ORG) == 0
+    assert ledger.room(ORG, races=False) == 1
+    assert ledger.held_by_race(ORG)
