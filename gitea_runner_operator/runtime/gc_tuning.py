@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import time
 from collections.abc import Callable
 from typing import Final
 
@@ -64,12 +65,20 @@ def settle_heap() -> None:
     """What is alive now lives long (the caches just filled): collect once, then move it out
     of the collections' way."""
     global _thawed_at, _resident_at
+    wall, cpu, before = time.perf_counter(), time.thread_time(), resident_bytes()
     gc.unfreeze()
-    gc.collect()
+    found = gc.collect()
     gc.freeze()
     _thawed_at = gc.get_freeze_count()
     _resident_at = resident_bytes()
-    log.debug("heap settled", frozen=_thawed_at)
+    log.debug(
+        "heap settled",
+        frozen=_thawed_at,
+        unreachable=found,
+        took=round(time.perf_counter() - wall, 4),
+        cpu=round(time.thread_time() - cpu, 4),
+        resident_mib=(before >> 20, _resident_at >> 20),
+    )
 
 
 def refreeze(resident: Callable[[], int] = resident_bytes) -> bool:
@@ -82,8 +91,16 @@ def refreeze(resident: Callable[[], int] = resident_bytes) -> bool:
     if gc.get_freeze_count() > grown * _thawed_at or resident() > grown * _resident_at:
         settle_heap()
         return True
-    gc.collect()  # walks only what is not frozen: what was promoted since the last freeze
+    wall, cpu = time.perf_counter(), time.thread_time()
+    found = gc.collect()  # walks only what is not frozen: what was promoted since the last freeze
     gc.freeze()
+    log.debug(
+        "heap refrozen",
+        frozen=gc.get_freeze_count(),
+        unreachable=found,
+        took=round(time.perf_counter() - wall, 4),
+        cpu=round(time.thread_time() - cpu, 4),
+    )
     return False
 
 
