@@ -15,7 +15,7 @@ async def test_the_heap_is_frozen_once_the_caches_are_synced_then_refrozen(monke
     settled: list[int] = []
     refrozen: list[int] = []
     monkeypatch.setattr(gc_tuning, "settle_heap", lambda: settled.append(1))
-    monkeypatch.setattr(gc_tuning, "refreeze", lambda: bool(refrozen.append(1)))
+    monkeypatch.setattr(gc_tuning, "refreeze", lambda limit=None: bool(refrozen.append(1)))
     monkeypatch.setattr(gc_tuning, "REFREEZE_EVERY", 0.01)
     synced = asyncio.Event()
     gc_tuning.settle_after(synced)
@@ -114,3 +114,50 @@ def test_a_frozen_cycle_holding_a_large_answer_is_freed_once_resident_memory_gre
         assert dead() is None
     finally:
         gc.unfreeze()
+
+
+MIB = 1 << 20
+
+
+def test_live_data_growing_far_below_the_memory_limit_does_not_pause_everyone_again(
+    monkeypatch,
+):
+    """Under issue 45's attacks the RSS grew from 76 to 232 MiB of live data in 90 s, and a
+    settle at each quarter of growth paused the loop four times (each 107-146 ms of CPU, a
+    healthy job queued then waiting for it), freeing 0-14 MiB each."""
+    monkeypatch.setattr(gc_tuning, "_resident_at", 76 * MIB)
+    monkeypatch.setattr(gc_tuning, "_thawed_at", 74_000)
+    limit = 384 * MIB
+    # A third more resident memory, and more frozen objects: the attacks' live data.
+    assert not gc_tuning.settle_due(115_000, 100 * MIB, limit)
+    assert not gc_tuning.settle_due(115_000, 150 * MIB, limit)
+    assert gc_tuning.settle_due(115_000, 153 * MIB, limit)  # doubled: settled
+    # Near the limit a few MiB of growth is a quarter of the room left.
+    monkeypatch.setattr(gc_tuning, "_resident_at", 300 * MIB)
+    assert not gc_tuning.settle_due(0, 320 * MIB, limit)
+    assert gc_tuning.settle_due(0, 322 * MIB, limit)
+
+
+def test_without_a_limit_a_quarter_more_memory_settles_and_without_proc_the_object_count(
+    monkeypatch,
+):
+    monkeypatch.setattr(gc_tuning, "_resident_at", 100 * MIB)
+    monkeypatch.setattr(gc_tuning, "_thawed_at", 1000)
+    assert not gc_tuning.settle_due(10_000, 125 * MIB, None)
+    assert gc_tuning.settle_due(0, 126 * MIB, None)
+    assert not gc_tuning.settle_due(1250, 0, None)  # /proc not there: the frozen objects
+    assert gc_tuning.settle_due(1251, 0, None)
+
+
+async def test_the_refreeze_loop_measures_against_the_limit_it_was_given(monkeypatch):
+    limits: list[int | None] = []
+    monkeypatch.setattr(gc_tuning, "settle_heap", lambda: None)
+    monkeypatch.setattr(gc_tuning, "refreeze", lambda limit=None: bool(limits.append(limit)))
+    monkeypatch.setattr(gc_tuning, "REFREEZE_EVERY", 0.01)
+    synced = asyncio.Event()
+    synced.set()
+    gc_tuning.settle_after(synced, 384 * MIB)
+    await asyncio.sleep(0.05)
+    assert limits and set(limits) == {384 * MIB}
+    assert gc_tuning._settling is not None
+    gc_tuning._settling.cancel()
