@@ -273,7 +273,7 @@ async def run(settings: Settings) -> int:
                 member_keeper=keeper,
             )
             # Once its caches are full, the heap is moved out of the collector's way.
-            gc_tuning.settle_after(controller.synced, memory_limit())
+            gc_tuning.settle_after(controller.synced, memory_limit(), lambda: controller.woken_at)
             return controller
 
         def ready() -> bool:
