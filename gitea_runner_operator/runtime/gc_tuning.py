@@ -22,8 +22,9 @@ counted as objects) has grown by a quarter of the room that was left under the c
 memory limit (at most doubled), by a quarter without a limit, or the frozen objects by a
 quarter where the memory is not known, the heap is thawed, collected whole and frozen again
 (``settle_due``). That whole collection is one pause of the loop for every tenant (up to
-150 ms under issue 45's attacks), so it is not paid for the growth of live data more often
-than the memory calls for.
+176 ms of CPU under issue 45's attacks), so it is not paid for the growth of live data more
+often than the memory calls for, and it waits for a moment when no woken pickup is under
+way (``quiet_moment``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def settle_heap() -> None:
 
 def settle_due(frozen: int, resident: int, limit: int | None) -> bool:
     """Whether the cyclic garbage the freezes may have kept can now cost enough memory to
-    pay a whole collection's pause for (up to 150 ms of CPU at 120,000 objects, issue 45).
+    pay a whole collection's pause for (up to 176 ms of CPU at 120,000 objects, issue 45).
 
     Where the resident memory is known, its growth since the last settle is the measure,
     whatever holds it (objects, or an answer's bytes that no object count sees). Under a
@@ -163,7 +164,7 @@ async def quiet_moment(
     woken_at: Callable[[], float], clock: Callable[[], float] = time.monotonic
 ) -> None:
     """Until no delivery has woken a group for ``QUIET_AFTER`` seconds, at most
-    ``QUIET_WAIT``: a whole collection pauses the loop for every tenant (up to 177 ms of CPU
+    ``QUIET_WAIT``: a whole collection pauses the loop for every tenant (up to 176 ms of CPU
     under issue 45's attacks), and one started while a woken group's refresh, pass or
     runner create was under way made that job the slowest of its run. A pause started
     after the pickup misses it; what it still delays is a delivery that arrives during it.

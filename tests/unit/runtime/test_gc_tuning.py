@@ -123,7 +123,7 @@ def test_live_data_growing_far_below_the_memory_limit_does_not_pause_everyone_ag
     monkeypatch,
 ):
     """Under issue 45's attacks the RSS grew from 76 to 232 MiB of live data in 90 s, and a
-    settle at each quarter of growth paused the loop four times (each 107-146 ms of CPU, a
+    settle at each quarter of growth paused the loop four times (each 61-146 ms of CPU, a
     healthy job queued then waiting for it), freeing 0-14 MiB each."""
     monkeypatch.setattr(gc_tuning, "_resident_at", 76 * MIB)
     monkeypatch.setattr(gc_tuning, "_thawed_at", 74_000)
