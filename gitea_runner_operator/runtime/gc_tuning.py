@@ -166,9 +166,10 @@ async def quiet_moment(
     """Until no delivery has woken a group for ``QUIET_AFTER`` seconds, at most
     ``QUIET_WAIT``: a whole collection pauses the loop for every tenant (up to 176 ms of CPU
     under issue 45's attacks), and one started while a woken group's refresh, pass or
-    runner create was under way made that job the slowest of its run. A pause started
-    after the pickup misses it; what it still delays is a delivery that arrives during it.
-    The wait is bounded, so a steady stream of deliveries cannot put the memory's bound off."""
+    runner create was under way made that job one of the two slowest of its run (233 and
+    274 ms). A pause started after the pickup misses it; what it still delays is a delivery
+    that arrives during it. The wait is bounded, so a steady stream of deliveries cannot put
+    the memory's bound off."""
     deadline = clock() + QUIET_WAIT
     while True:
         left = min(woken_at() + QUIET_AFTER, deadline) - clock()
