@@ -49,21 +49,53 @@ CGROUP_FILES: Final = (
 )
 
 
-def memory_limit(files: tuple[Path, ...] = CGROUP_FILES) -> int | None:
-    """The container's memory limit in bytes, or None when it has none (or none is known)."""
-    for path in files:
-        try:
-            text = path.read_text().strip()
-        except OSError:
+PROC_CGROUP: Final = Path("/proc/self/cgroup")
+
+
+def memory_limit(
+    files: tuple[Path, ...] | None = None,
+    proc_cgroup: Path = PROC_CGROUP,
+    mounts: tuple[Path, Path] = CGROUP_FILES,
+) -> int | None:
+    """The container's memory limit in bytes, or None when it has none (or none is known).
+
+    The lowest limit of the process's own cgroup and those above it, as far as the mount
+    shows them (without a cgroup namespace the mount shows the whole tree, and the process's
+    limit is its own cgroup's, not the root's), then the mounts' roots: ``mounts``, cgroup
+    v2's file and v1's; ``files`` instead, those files alone."""
+    if files is None:
+        files = (*_own_cgroup_files(proc_cgroup, mounts), *mounts)
+    limits = [value for path in files if (value := _limit_in(path)) is not None]
+    return min(limits, default=None)
+
+
+def _limit_in(path: Path) -> int | None:
+    try:
+        value = int(path.read_text().strip())
+    except (OSError, ValueError):  # missing, or "max": no limit there
+        return None
+    return value if 0 < value < _NO_LIMIT else None
+
+
+def _own_cgroup_files(proc_cgroup: Path, mounts: tuple[Path, Path]) -> list[Path]:
+    """The limit files of the process's cgroup and of each one above it (cgroup v2's line
+    ``0::/path``, v1's ``N:memory:/path``); none where the path is the root or unreadable."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return []
+    out: list[Path] = []
+    for line in lines:
+        hierarchy, controllers, where = [*line.split(":", 2), "", ""][:3]
+        if hierarchy == "0" and not controllers:
+            root, name = mounts[0].parent, mounts[0].name
+        elif "memory" in controllers.split(","):
+            root, name = mounts[1].parent, mounts[1].name
+        else:
             continue
-        if text == "max":
-            return None
-        try:
-            value = int(text)
-        except ValueError:
-            continue
-        return value if 0 < value < _NO_LIMIT else None
-    return None
+        parts = [part for part in where.split("/") if part and part != ".."]
+        out += [root.joinpath(*parts[:depth], name) for depth in range(len(parts), 0, -1)]
+    return out
 
 
 def default_budget(limit: int | None) -> int:

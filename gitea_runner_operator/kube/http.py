@@ -12,13 +12,17 @@ into a decision lost."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kube.ratelimit import NoWriteToken, TokenBucket
+
+log = structlog.get_logger(__name__)
 
 # Every Kubernetes API request's timeout (seconds): a request that hangs must not hold a
 # reconcile, a Secret read or a cache write for longer.
@@ -146,8 +150,9 @@ async def write(
     """One write under the write limit (``urgent``: a runner create, served before the
     writes that only report) and among its namespace's few in flight; a 429 pauses the
     whole limit and tries again."""
+    asked = time.monotonic()
     async with limiter.in_flight.turn(namespace):
-        return await _write(limiter, namespace, request, urgent)
+        return await _write(limiter, namespace, request, urgent, asked)
 
 
 async def _write(
@@ -155,12 +160,23 @@ async def _write(
     namespace: str,
     request: Callable[[], Awaitable[Any]],
     urgent: bool,
+    asked: float,
 ) -> dict[str, Any]:
     for _ in range(THROTTLE_ATTEMPTS):
+        placed = time.monotonic()
         try:
             await limiter.acquire(namespace, urgent=urgent)
         except NoWriteToken as exc:
             raise Throttled(str(exc)) from None
+        if urgent:  # a runner create: how long it waited before it left (the pickup's spans)
+            now = time.monotonic()
+            log.debug(
+                "urgent write sent",
+                namespace=namespace,
+                place_waited=round(placed - asked, 4),
+                token_waited=round(now - placed, 4),
+                in_flight=limiter.in_flight.in_use,
+            )
         # After the token's wait, just before the request leaves, and bounded by what the
         # right has left: it may lapse there, or while the request waits for a connection.
         try:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
+import time
 from typing import Any
 
 import structlog
@@ -230,6 +232,7 @@ class Controller:
         for informer in self.cache.owned_informers("jobs"):
             informer.add_handler(self._on_job)
         self.synced = asyncio.Event()
+        self.woken_at = -math.inf  # when a delivery last woke a group (monotonic)
         self.stopped = asyncio.Event()
         self.workers = ReconcileWorkers(self.queue, self.reconciler, self.metrics, self.share)
         serves = self.share.serves if self.share is not None else lambda _key: True
@@ -301,6 +304,7 @@ class Controller:
     def wake(self, key: str) -> None:
         """Something outside (a webhook delivery) says the group's demand changed: have its
         Gitea task look now. A trigger, never a count: the answer comes from Gitea."""
+        self.woken_at = time.monotonic()  # a pickup under way: runtime/gc_tuning waits it out
         poller = self.pollers.get(key)
         log.debug("group woken", group=key)  # the wake-up path's spans (webhook_latency.py)
         if poller is not None:

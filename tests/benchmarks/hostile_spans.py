@@ -44,6 +44,8 @@ STEPS = (
 )
 # "group woken" is written just before the delivery's own "accepted" line.
 WOKEN_SLACK = 0.05
+# The group's writer starts the pass's creates once the pass has ended.
+WRITER_SLACK = 1.0
 
 
 def keep_spans(run: Any, op: Any, where: Path) -> None:
@@ -131,7 +133,10 @@ def _steps(
         return None
     sent = _next(events[("creating runner jobs", group)], rec[0])
     done = _next(events[("created runner jobs", group)], sent[0] if sent else rec[0])
-    if sent is None or done is None or done[0] > rec[1] + 1e-3:
+    # The pass hands its creates to its group's writer, which logs "creating" once the pass
+    # has ended: the creates are the first ones after the pass's start, if they came at once
+    # (else the pass created nothing, and these are a later job's).
+    if sent is None or done is None or sent[0] > rec[1] + WRITER_SLACK:
         return None
     points = [queued, accepted[0], woken[0], begin, refresh[1], rec[0], sent[0], seen]
     steps = [max(0.0, b - a) for a, b in itertools.pairwise(points)]

@@ -130,6 +130,33 @@ def test_the_budget_comes_from_the_containers_memory_limit(tmp_path: Path):
     assert memory_limit((tmp_path / "missing",)) is None
 
 
+def test_the_limit_is_the_processs_own_cgroups_where_the_mount_shows_the_whole_tree(
+    tmp_path: Path,
+):
+    """Without a cgroup namespace (a cgroup made for the operator on a host, v1 or v2) the
+    mount's root file is the host's, unlimited: the budget would be the unlimited one."""
+    v1 = tmp_path / "memory"
+    v2 = tmp_path / "unified"
+    mounts = (v2 / "memory.max", v1 / "memory.limit_in_bytes")
+    for root in (v1 / "pods" / "operator", v2 / "pods" / "operator"):
+        root.mkdir(parents=True)
+    mounts[0].write_text("max\n")
+    mounts[1].write_text("9223372036854771712\n")
+    (v1 / "pods" / "memory.limit_in_bytes").write_text(f"{1024 * MIB}\n")
+    (v1 / "pods" / "operator" / "memory.limit_in_bytes").write_text(f"{384 * MIB}\n")
+    proc = tmp_path / "cgroup"
+    proc.write_text("5:cpu,cpuacct:/elsewhere\n4:memory:/pods/operator\n0::/\n")
+    assert memory_limit(proc_cgroup=proc, mounts=mounts) == 384 * MIB
+    (v1 / "pods" / "operator" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert memory_limit(proc_cgroup=proc, mounts=mounts) == 1024 * MIB  # the one above
+    (v2 / "pods" / "operator" / "memory.max").write_text(f"{256 * MIB}\n")
+    proc.write_text("0::/pods/operator\n")
+    assert memory_limit(proc_cgroup=proc, mounts=mounts) == 256 * MIB
+    proc.write_text("0::/\n")  # a cgroup namespace: the mount's root is the container's
+    assert memory_limit(proc_cgroup=proc, mounts=mounts) is None
+    assert memory_limit(proc_cgroup=tmp_path / "missing", mounts=mounts) is None
+
+
 def test_a_share_is_the_budget_divided_by_the_namespaces_that_poll():
     clock = [0.0]
     budget = TenantBudget(100, active_for=60, clock=lambda: clock[0])

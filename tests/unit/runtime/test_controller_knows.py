@@ -4,6 +4,8 @@ the delivery's job already."""
 
 from __future__ import annotations
 
+import time
+
 from kubernetes_asyncio import client
 
 from gitea_runner_operator.api.gitea import ActionJob
@@ -28,3 +30,13 @@ async def test_the_controller_knows_the_jobs_its_groups_latest_answers_list():
         )
         assert controller.knows("team-a/ci", 7)
         assert not controller.knows("team-a/ci", 8)  # news: queued after that answer
+
+
+async def test_the_controller_notes_when_a_delivery_last_woke_a_group():
+    """The whole-heap collection waits out a woken pickup (runtime/gc_tuning.quiet_moment)."""
+    async with client.ApiClient() as api:
+        controller = Controller(api, Settings())
+        assert controller.woken_at == float("-inf")
+        before = time.monotonic()
+        controller.wake("team-a/ci")  # no poller: the key is queued
+        assert before <= controller.woken_at <= time.monotonic()

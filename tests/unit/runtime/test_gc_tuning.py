@@ -15,7 +15,7 @@ async def test_the_heap_is_frozen_once_the_caches_are_synced_then_refrozen(monke
     settled: list[int] = []
     refrozen: list[int] = []
     monkeypatch.setattr(gc_tuning, "settle_heap", lambda: settled.append(1))
-    monkeypatch.setattr(gc_tuning, "refreeze", lambda: bool(refrozen.append(1)))
+    monkeypatch.setattr(gc_tuning, "refreeze", lambda limit=None: bool(refrozen.append(1)))
     monkeypatch.setattr(gc_tuning, "REFREEZE_EVERY", 0.01)
     synced = asyncio.Event()
     gc_tuning.settle_after(synced)
@@ -114,3 +114,102 @@ def test_a_frozen_cycle_holding_a_large_answer_is_freed_once_resident_memory_gre
         assert dead() is None
     finally:
         gc.unfreeze()
+
+
+MIB = 1 << 20
+
+
+def test_live_data_growing_far_below_the_memory_limit_does_not_pause_everyone_again(
+    monkeypatch,
+):
+    """Under issue 45's attacks the RSS grew from 76 to 232 MiB of live data in 90 s, and a
+    settle at each quarter of growth paused the loop four times (each 61-146 ms of CPU, a
+    healthy job queued then waiting for it), freeing 0-14 MiB each."""
+    monkeypatch.setattr(gc_tuning, "_resident_at", 76 * MIB)
+    monkeypatch.setattr(gc_tuning, "_thawed_at", 74_000)
+    limit = 384 * MIB
+    # A third more resident memory, and more frozen objects: the attacks' live data.
+    assert not gc_tuning.settle_due(115_000, 100 * MIB, limit)
+    assert not gc_tuning.settle_due(115_000, 150 * MIB, limit)
+    assert gc_tuning.settle_due(115_000, 153 * MIB, limit)  # doubled: settled
+    # Near the limit a few MiB of growth is a quarter of the room left.
+    monkeypatch.setattr(gc_tuning, "_resident_at", 300 * MIB)
+    assert not gc_tuning.settle_due(0, 320 * MIB, limit)
+    assert gc_tuning.settle_due(0, 322 * MIB, limit)
+
+
+def test_without_a_limit_a_quarter_more_memory_settles_and_without_proc_the_object_count(
+    monkeypatch,
+):
+    monkeypatch.setattr(gc_tuning, "_resident_at", 100 * MIB)
+    monkeypatch.setattr(gc_tuning, "_thawed_at", 1000)
+    assert not gc_tuning.settle_due(10_000, 125 * MIB, None)
+    assert gc_tuning.settle_due(0, 126 * MIB, None)
+    assert not gc_tuning.settle_due(1250, 0, None)  # /proc not there: the frozen objects
+    assert gc_tuning.settle_due(1251, 0, None)
+
+
+async def test_the_refreeze_loop_measures_against_the_limit_it_was_given(monkeypatch):
+    limits: list[int | None] = []
+    monkeypatch.setattr(gc_tuning, "settle_heap", lambda: None)
+    monkeypatch.setattr(gc_tuning, "refreeze", lambda limit=None: bool(limits.append(limit)))
+    monkeypatch.setattr(gc_tuning, "REFREEZE_EVERY", 0.01)
+    synced = asyncio.Event()
+    synced.set()
+    gc_tuning.settle_after(synced, 384 * MIB)
+    await asyncio.sleep(0.05)
+    assert limits and set(limits) == {384 * MIB}
+    assert gc_tuning._settling is not None
+    gc_tuning._settling.cancel()
+
+
+async def test_a_whole_collection_waits_until_a_woken_pickup_is_done(monkeypatch):
+    """Under every attack at once, a whole collection started while a woken group's refresh,
+    pass or runner create was under way made that job the slowest of its run (233 and
+    274 ms): it now starts once no delivery woke a group for QUIET_AFTER seconds."""
+    monkeypatch.setattr(gc_tuning, "QUIET_AFTER", 0.05)
+    loop = asyncio.get_running_loop()
+    woken = [loop.time()]  # a delivery woke a group just now
+    waiting = asyncio.ensure_future(gc_tuning.quiet_moment(lambda: woken[0], loop.time))
+    await asyncio.sleep(0.03)
+    woken[0] = loop.time()  # and another
+    await asyncio.sleep(0.03)
+    assert not waiting.done()  # 0.06 s after the first, 0.03 s after the second
+    await asyncio.sleep(0.05)
+    assert waiting.done()
+    started = loop.time()
+    await gc_tuning.quiet_moment(lambda: -1e9, loop.time)  # no wake for long: at once
+    assert loop.time() - started < 0.01
+
+
+async def test_a_stream_of_deliveries_does_not_put_the_collection_off_for_long(monkeypatch):
+    monkeypatch.setattr(gc_tuning, "QUIET_WAIT", 0.05)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await gc_tuning.quiet_moment(loop.time, loop.time)  # a delivery at every moment
+    assert 0.04 < loop.time() - started < 0.5
+
+
+async def test_the_refreeze_loop_settles_at_a_quiet_moment_only_when_due(monkeypatch):
+    quiet: list[int] = []
+    refrozen: list[int] = []
+
+    async def quiet_moment(woken_at):
+        quiet.append(1)
+
+    monkeypatch.setattr(gc_tuning, "settle_heap", lambda: None)
+    monkeypatch.setattr(gc_tuning, "refreeze", lambda limit=None: bool(refrozen.append(1)))
+    monkeypatch.setattr(gc_tuning, "quiet_moment", quiet_moment)
+    monkeypatch.setattr(gc_tuning, "REFREEZE_EVERY", 0.01)
+    due = [False]
+    monkeypatch.setattr(gc_tuning, "settle_due", lambda *args: due[0])
+    synced = asyncio.Event()
+    synced.set()
+    gc_tuning.settle_after(synced, None, lambda: 0.0)
+    await asyncio.sleep(0.05)
+    assert refrozen and not quiet
+    due[0] = True
+    await asyncio.sleep(0.05)
+    assert quiet
+    assert gc_tuning._settling is not None
+    gc_tuning._settling.cancel()
