@@ -149,10 +149,6 @@ class RunnerWrites:
         self._asked.discard(key)
         return asked
 
-    def busy(self, key: str) -> bool:
-        """Whether the group's writes are under way (a pass of it writes none meanwhile)."""
-        return key in self._tasks
-
     def forget(self, key: str) -> None:
         """The group is gone or handed over: its writes under way are cancelled (a create
         the API server took is listed by the next owner; one it did not is decided again)."""
