@@ -323,21 +323,17 @@ class Ledger:
         off the job a narrower peer's runner is on its way to (races.py)."""
         return key in self._race_held
 
-    def _drop_holds(self, family: frozenset[str]) -> None:
-        for key in family:
-            self._race_held.pop(key, None)
-
     def _compute(self, family: frozenset[str]) -> dict[str, list[ActionJob]]:
         self.computations += 1
+        for key in family:  # each hold is decided again below, or none is left
+            self._race_held.pop(key, None)
         if not any(key in family for key in self._queued):
-            self._drop_holds(family)
             # No answer lists a queued job: every share is empty and every headroom 0 (the
             # resync's reports of a quiet family of 1,001 groups, twice a second).
             self._room.update(dict.fromkeys(family, 0))
             return {key: [] for key in family}
         members = [self._members[k] for k in sorted(family)]
         claimants = [m.claimant for m in members]
-        self._drop_holds(family)
         answers = [m.answer for m in members if m.answer is not None]
         jobs = current_jobs(answers, claimants)
         oldest = oldest_listing(jobs, listed_times(answers), claimants)
