@@ -31,7 +31,7 @@ from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.metrics.why import WhyMetrics
 from gitea_runner_operator.reconcile import forgejo
 from gitea_runner_operator.reconcile.capacity.accounting import Claimant
-from gitea_runner_operator.reconcile.capacity.ledger import MIN_INTERVAL, Ledger
+from gitea_runner_operator.reconcile.capacity.ledger import Ledger
 from gitea_runner_operator.reconcile.expectations import Expectations
 from gitea_runner_operator.reconcile.inputs import GroupPass, read_pass, with_answer
 from gitea_runner_operator.reconcile.ports import (
@@ -47,7 +47,8 @@ from gitea_runner_operator.reconcile.state import GroupState
 from gitea_runner_operator.reconcile.status.parts import Part, PendingLosses
 from gitea_runner_operator.reconcile.steps import claims
 from gitea_runner_operator.reconcile.steps.admission import Admissions
-from gitea_runner_operator.reconcile.steps.create import CREATE_BACKOFF_MAX, Creator
+from gitea_runner_operator.reconcile.steps.backoffs import come_back
+from gitea_runner_operator.reconcile.steps.create import Creator
 from gitea_runner_operator.reconcile.steps.jobcache import STATUS_EVERY, CacheServers
 from gitea_runner_operator.reconcile.steps.losses import record_losses
 from gitea_runner_operator.reconcile.steps.marks import MARKS_REQUEUE
@@ -55,7 +56,7 @@ from gitea_runner_operator.reconcile.steps.planning import decide
 from gitea_runner_operator.reconcile.steps.runner_writes import RunnerWrites
 from gitea_runner_operator.reconcile.steps.status_later import LaterWrites
 from gitea_runner_operator.reconcile.steps.status_write import StatusWriter
-from gitea_runner_operator.reconcile.steps.stuck import STUCK_BACKOFF_MAX, note_stuck
+from gitea_runner_operator.reconcile.steps.stuck import note_stuck
 from gitea_runner_operator.reconcile.steps.teardown import FINALIZER, Teardown
 from gitea_runner_operator.reconcile.timers import next_due
 from gitea_runner_operator.reconcile.why.unmatched_book import UnmatchedBook
@@ -341,7 +342,8 @@ class Reconciler:
         # members' answers change it on every poll, would otherwise bring every member back
         # twice a second (567 reconciles a second at 1,001 quiet groups of one family).
         wants = decision.demand > 0 or bool(queued_matching(observation, spec.label_names))
-        return Result(requeue_after=self._requeue(key, state, requeue, wants=wants))
+        stale = wants and self._ledger.stale(key)
+        return Result(requeue_after=come_back(requeue, state, self._clock(), stale_share=stale))
 
     def _may_create(self, key: str) -> bool:
         """--sharding: not while the group's domain is about to move (this layout has
@@ -362,23 +364,6 @@ class Reconciler:
         """What the steps and the poll task handed to this pass's status write."""
         part = self._losses.part(p.key, p.group)
         return part if self._jobcache is None else self._jobcache.part(p.group) + part
-
-    def _requeue(
-        self, key: str, state: GroupState, requeue: float | None, *, wants: bool
-    ) -> float | None:
-        """When to look again: at the end of a back-off, or once a stale share may be
-        recomputed (when the group has jobs it could serve), whichever comes first."""
-        now = self._clock()
-        if now < state.blocked_until:
-            requeue = min(requeue or STUCK_BACKOFF_MAX, state.blocked_until - now)
-        if wants and self._ledger.stale(key):
-            # Read a share computed before the latest change in its family: look again once
-            # the family's assignment may be recomputed (ledger.MIN_INTERVAL).
-            requeue = min(requeue or MIN_INTERVAL, MIN_INTERVAL)
-        if state.create_error is not None and now < state.create_retry_at:
-            # Try again, and claim jobs again (accounting), once the create back-off ends.
-            requeue = min(requeue or CREATE_BACKOFF_MAX, state.create_retry_at - now)
-        return requeue
 
     def introduce(self, key: str, spec: RunnerGroupSpec) -> None:
         """A group taken over (--sharding) joins its family's book as its first pass would
