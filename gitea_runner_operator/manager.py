@@ -18,7 +18,6 @@ from kubernetes_asyncio import client, config
 from gitea_runner_operator import __version__
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.health import HealthServer
-from gitea_runner_operator.kit.tenant_budget import memory_limit
 from gitea_runner_operator.kube import watches
 from gitea_runner_operator.kube.lease_thread import LeaseTiming
 from gitea_runner_operator.kube.reviews import ApiReviewer, MetricsAccess
@@ -273,7 +272,9 @@ async def run(settings: Settings) -> int:
                 member_keeper=keeper,
             )
             # Once its caches are full, the heap is moved out of the collector's way.
-            gc_tuning.settle_after(controller.synced, memory_limit(), lambda: controller.woken_at)
+            gc_tuning.settle_after(
+                controller.synced, controller.memory_limit, lambda: controller.woken_at
+            )
             return controller
 
         def ready() -> bool:

@@ -122,9 +122,12 @@ class Controller:
         self.template_policy = TemplatePolicy.parse(
             settings.template_policy, settings.template_service_accounts
         )
+        # The container's memory limit, read once: the tenant budget's default and the
+        # collector's settles (runtime/gc_tuning.py) are shares of it.
+        self.memory_limit = memory_limit()
         # What tenants' Gitea answers may hold at once, shared by namespace.
         self.tenant_budget = TenantBudget(
-            settings.tenant_memory_budget or default_budget(memory_limit())
+            settings.tenant_memory_budget or default_budget(self.memory_limit)
         )
         log.info("tenant memory budget", mib=self.tenant_budget.total // (1024 * 1024))
         # Each group's parsed spec and verdict, by uid and generation: the reconciler's, and
