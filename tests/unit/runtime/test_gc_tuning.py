@@ -166,20 +166,43 @@ async def test_the_refreeze_loop_measures_against_the_limit_it_was_given(monkeyp
 async def test_a_whole_collection_waits_until_a_woken_pickup_is_done(monkeypatch):
     """Under every attack at once, a whole collection started while a woken group's refresh,
     pass or runner create was under way made that job the slowest of its run (233 and
-    274 ms): it now starts once no delivery woke a group for QUIET_AFTER seconds."""
+    274 ms): it starts once no delivery woke a group for QUIET_AFTER seconds."""
     monkeypatch.setattr(gc_tuning, "QUIET_AFTER", 0.05)
     loop = asyncio.get_running_loop()
-    woken = [loop.time()]  # a delivery woke a group just now
+    woken = [loop.time() - 10.0]
     waiting = asyncio.ensure_future(gc_tuning.quiet_moment(lambda: woken[0], loop.time))
+    await asyncio.sleep(0.03)
+    woken[0] = loop.time()  # a delivery woke a group just now
     await asyncio.sleep(0.03)
     woken[0] = loop.time()  # and another
     await asyncio.sleep(0.03)
     assert not waiting.done()  # 0.06 s after the first, 0.03 s after the second
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.06)
     assert waiting.done()
+
+
+async def test_a_whole_collection_starts_right_behind_a_pickup_not_before_the_next(monkeypatch):
+    """A quiet moment alone is not enough: a 119 ms pause begun 0.46 s after the last wake,
+    with deliveries every 0.5 s, met the next pickup. The collection waits for the next
+    wake and goes QUIET_AFTER behind it."""
+    monkeypatch.setattr(gc_tuning, "QUIET_AFTER", 0.05)
+    loop = asyncio.get_running_loop()
+    woken = [loop.time() - 0.3]  # the last pickup is long done
+    waiting = asyncio.ensure_future(gc_tuning.quiet_moment(lambda: woken[0], loop.time))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # quiet for 0.4 s, and still it waits for the next wake
+    woken[0] = loop.time()
     started = loop.time()
-    await gc_tuning.quiet_moment(lambda: -1e9, loop.time)  # no wake for long: at once
-    assert loop.time() - started < 0.01
+    await waiting
+    assert 0.04 < loop.time() - started < 0.15
+
+
+async def test_no_delivery_at_all_puts_the_collection_off_for_quiet_wait_only(monkeypatch):
+    monkeypatch.setattr(gc_tuning, "QUIET_WAIT", 0.05)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await gc_tuning.quiet_moment(lambda: -1e9, loop.time)  # webhooks off: no wake ever
+    assert 0.04 < loop.time() - started < 0.2
 
 
 async def test_a_stream_of_deliveries_does_not_put_the_collection_off_for_long(monkeypatch):
