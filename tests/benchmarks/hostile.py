@@ -65,7 +65,6 @@ import argparse
 import collections
 import contextlib
 import itertools
-import json
 import os
 import threading
 import time
@@ -78,7 +77,16 @@ from typing import Any
 from tests.benchmarks import common
 from tests.benchmarks.cpu_share import CpuShare
 from tests.benchmarks.hostile_gitea import GiteaProcess
+from tests.benchmarks.hostile_memory import MemoryCgroup, memory_args
 from tests.benchmarks.hostile_plot import plot
+from tests.benchmarks.hostile_report import (
+    RENEW_DEADLINE,
+    api_figures,
+    lag_buckets,
+    log_counts,
+    peak_rss,
+    report,
+)
 from tests.benchmarks.hostile_servers import Remote
 from tests.benchmarks.hostile_spans import keep_spans, print_spans
 from tests.benchmarks.hostile_tenants import (
@@ -97,8 +105,6 @@ from tests.testbed.sandbox import Sandbox
 LEASE_NS = OPERATOR_NS
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/gitea-runner-operator"
 ATTACKS = "webhook,forge,secrets,cache,ca,labels,caps,urls,wronghook,revoke"
-LAG = "gitea_runner_operator_event_loop_lag_seconds"
-RENEW_DEADLINE = 10.0  # settings.renew_deadline
 SELECTOR = "gitea.bpg.pw/managed-by=gitea-runner-operator"
 GROUP_LABEL = "gitea.bpg.pw/runnergroup-name"
 
@@ -233,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                 run.drain(30)
                 run.stop()
                 run.adopt(fake.finish())
-                counts |= _log_counts(op.log())
-                run.peak = _peak_rss(run)
+                counts |= log_counts(op.log())
+                run.peak = peak_rss(run)
                 run.cgroup = cgroup.figures()
                 after = foreign_objects(kube, "evil-cache")
                 if args.spans:
@@ -280,6 +286,8 @@ class Run:
         self.attack_ended: float | None = None
         self.cpu: dict[str, tuple[float, float]] = {}  # phase -> (started at, CPU seconds)
         self.lag: dict[str, dict[float, float]] = {}  # phase -> lag buckets when it started
+        # phase -> the API server's request counts and Job-create latency buckets then
+        self.api: dict[str, dict[tuple[str, ...], float]] = {}
         self.peak = 0.0
         self.cgroup = ""
         self.revoked_at: float | None = None  # wall time the revoke attack revoked its token
@@ -314,7 +322,10 @@ class Run:
         self.cpu.setdefault(name, (self.now(), self.op.cpu_seconds()))
         if name not in self.lag:
             with contextlib.suppress(Exception):
-                self.lag[name] = _lag_buckets(self.op.metrics())
+                self.lag[name] = lag_buckets(self.op.metrics())
+        if name not in self.api:
+            with contextlib.suppress(Exception):
+                self.api[name] = api_figures(self.kube.text("/metrics"))
 
     def stop(self) -> None:
         self.mark("end")
@@ -435,183 +446,6 @@ class Run:
 
 def _parse(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
-# -- the figures ----------------------------------------------------------------------------
-
-
-def report(
-    run: Run,
-    counts: dict[str, Any],
-    before: dict[str, str],
-    after: dict[str, str],
-    load: tuple[float, float, float],
-    args: argparse.Namespace,
-) -> None:
-    print()
-    print(
-        f"{'phase':>9} {'jobs':>5} {'p50':>8} {'p99':>8} {'max':>8} {'/healthz gap':>13}"
-        "  genuine deliveries"
-    )
-    lat = run.latencies
-    for phase in ("baseline", "attack"):
-        values = [d for _, d, p in lat if p == phase]
-        queued = sum(1 for q in run.queued.values() for _, p in q if p == phase)
-        p50, p99 = (common.percentile(values, q) if values else float("nan") for q in (0.5, 0.99))
-        print(
-            f"{phase:>9} {len(values):>3}/{queued:<3} {p50:7.2f}s {p99:7.2f}s "
-            f"{max(values, default=float('nan')):7.2f}s {run.stall(phase):12.2f}s  "
-            f"{dict(run.deliveries.get(phase, {}))}"
-        )
-    for phase in ("baseline", "attack"):
-        trips = run.round_trips.get(phase) or [float("nan")]
-        print(
-            f"genuine deliveries, {phase}: queued -> answered (Gitea's side) p50 "
-            f"{common.percentile(trips, 0.5) * 1e3:.0f} ms, p99 "
-            f"{common.percentile(trips, 0.99) * 1e3:.0f} ms, max {max(trips) * 1e3:.0f} ms"
-        )
-    for (phase, a), (_, b) in itertools.pairwise(run.lag.items()):
-        p50, p99, worst = _lag_figures({le: b[le] - a.get(le, 0.0) for le in b})
-        print(f"event loop lag, {phase}: p50 {p50}, p99 {p99}, max {worst}")
-    print(
-        f"operator log: {counts.get('stalled', 0)} 'event loop stalled' lines (worst "
-        f"{counts.get('worst_stall', 0.0):.2f} s), {counts.get('unmatched', 0)} 'unmatched "
-        f"jobs' lines, {counts.get('tracebacks', 0)} tracebacks"
-    )
-    marks = list(run.cpu.values())
-    cores = [(c1 - c0) / max(1e-9, t1 - t0) for (t0, c0), (t1, c1) in itertools.pairwise(marks)]
-    phases = ", ".join(f"{n} {c:.2f}" for n, c in zip(run.cpu, cores, strict=False))
-    print(f"operator CPU, cores used per phase (the attack's includes the drain): {phases}")
-    for line in run.share.lines():
-        print(line)
-    missed, longest, changes = run.lease()
-    peak = run.peak
-    print(
-        f"operator peak RSS {peak:.0f} MiB (chart limit 384 Mi); Lease: {missed} renewals "
-        f"missed (gap > {RENEW_DEADLINE:.0f} s), longest gap {longest:.1f} s, {changes} "
-        "leader changes"
-    )
-    if run.cgroup:
-        print(run.cgroup)
-    print(
-        f"forged deliveries {counts.get('forged')}; silent connections ended by "
-        f"{counts.get('held')}; hostile forge requests {counts.get('requests')}"
-    )
-    if run.wrong:
-        print(f"wrong-secret hook deliveries from Gitea's address: {dict(run.wrong)}")
-    if run.revoked_at is not None:
-        last = (counts.get("last") or {}).get("revoke")
-        after_revoked = None if last is None else last - run.revoked_at
-        used = "never" if after_revoked is None or after_revoked < 0 else f"{after_revoked:.1f} s"
-        print(f"revoked token (group deleted, then its label removed): last used after: {used}")
-    kept = sorted(k for k in before if after.get(k) == before[k])
-    print(
-        f"the other application's db-cache objects intact after cache on/off: {kept} "
-        f"of {sorted(before)}"
-    )
-    print(
-        f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
-        f"{args.groups} healthy groups, a job every {args.every}s, poll {args.poll}"
-    )
-
-
-def _lag_buckets(
-    metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float],
-) -> dict[float, float]:
-    """The loop-lag histogram's cumulative buckets: upper bound -> wakes at most that late."""
-    return {
-        float(dict(labels)["le"]): value
-        for (name, labels), value in metrics.items()
-        if name == f"{LAG}_bucket"
-    }
-
-
-def _lag_figures(buckets: dict[float, float]) -> tuple[str, str, str]:
-    """p50, p99 and max of a phase's wakes, each as the bucket bound it falls under."""
-    bounds = sorted(buckets)
-    count = buckets.get(float("inf"), 0.0)
-    if not count:
-        return ("n/a",) * 3
-
-    def under(rank: float) -> str:
-        le = next(b for b in bounds if buckets[b] >= rank)
-        return "> 10 s" if le == float("inf") else f"<= {le * 1000:g} ms"
-
-    return under(0.5 * count), under(0.99 * count), under(count)
-
-
-def _log_counts(text: str) -> dict[str, Any]:
-    """What the operator's JSON log says of stalls, unmatched jobs and tracebacks."""
-    stalled, unmatched, tracebacks, worst = 0, 0, 0, 0.0
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):
-            entry = json.loads(line)
-            event = entry.get("event")
-            if event == "event loop stalled":
-                stalled += 1
-                worst = max(worst, entry.get("lag_s", 0.0), entry.get("worst_held_back_s", 0.0))
-            elif event == "unmatched jobs":
-                unmatched += 1
-            if "exception" in entry:
-                tracebacks += 1
-    return {
-        "stalled": stalled,
-        "worst_stall": worst,
-        "unmatched": unmatched,
-        "tracebacks": tracebacks,
-    }
-
-
-def memory_args(args: argparse.Namespace) -> tuple[str, ...]:
-    """With a memory limit, the budget a chart install of that limit gets (40 %)."""
-    budget = args.tenant_memory_budget or int(args.memory_limit * 0.4)
-    return ("--tenant-memory-budget", str(budget)) if budget else ()
-
-
-class MemoryCgroup:
-    """The operator in a memory cgroup (v1) of ``limit`` MiB, as in a container with
-    ``resources.limits.memory``: past it the kernel OOM-kills it (0: no cgroup)."""
-
-    ROOT = Path("/sys/fs/cgroup/memory")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.path = self.ROOT / f"gro-hostile-{os.getpid()}"
-
-    def __enter__(self) -> MemoryCgroup:
-        if self.limit:
-            self.path.mkdir()
-            (self.path / "memory.limit_in_bytes").write_text(str(self.limit * 2**20))
-        return self
-
-    def figures(self) -> str:
-        if not self.limit:
-            return ""
-        peak = int((self.path / "memory.max_usage_in_bytes").read_text()) / 2**20
-        oom = (self.path / "memory.oom_control").read_text().split()
-        kills = oom[oom.index("oom_kill") + 1] if "oom_kill" in oom else "?"
-        return (
-            f"memory cgroup: limit {self.limit} MiB, peak usage {peak:.0f} MiB (RSS and page "
-            f"cache), OOM kills {kills}"
-        )
-
-    def __exit__(self, *_exc: object) -> None:
-        if not self.limit:
-            return
-        for pid in (self.path / "cgroup.procs").read_text().split():  # back to the root
-            with contextlib.suppress(OSError):
-                (self.ROOT / "cgroup.procs").write_text(pid)
-        with contextlib.suppress(OSError):
-            self.path.rmdir()
-
-
-def _peak_rss(run: Run) -> float:
-    """The operator's peak RSS (VmHWM: the kernel's high-water mark, no sample missed)."""
-    with contextlib.suppress(OSError):
-        for line in open(f"/proc/{run.op.proc.pid}/status"):  # noqa: SIM115
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return max((r for _, r in run.rss), default=0.0)
 
 
 if __name__ == "__main__":

@@ -79,6 +79,14 @@ class KubeClient:
         """GET a path; keyword arguments become the query string."""
         return self.request("GET", path, query=query or None)
 
+    def text(self, path: str, timeout: float = 30.0) -> str:
+        """GET a path that is not JSON (``/metrics``: the API server's own figures)."""
+        req = urllib.request.Request(f"{self.server}{path}", method="GET")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(req, context=self._ctx, timeout=timeout) as resp:
+            return str(resp.read().decode(errors="replace"))
+
     def watch(self, path: str, timeout: float = 330.0, **query: Any) -> Iterator[dict[str, Any]]:
         """A watch's events (``{"type": ..., "object": ...}``), each as it arrives, until the
         API server ends the stream (``timeoutSeconds`` in ``query``) or ``timeout`` passes
