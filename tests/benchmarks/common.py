@@ -67,6 +67,7 @@ def operator(
     cpuprobe: Path | None = None,
     env: dict[str, str] | None = None,
     cgroup: Path | None = None,
+    cpus: set[int] | None = None,
 ) -> Iterator[OperatorProcess]:
     """The operator as a subprocess; with ``memprobe`` (a directory) under tracemalloc, with
     ``cpuprobe`` under a sampling CPU profiler."""
@@ -86,6 +87,7 @@ def operator(
         cpuprobe=cpuprobe,
         env=env,
         cgroup=cgroup,
+        cpus=cpus,
     )
     try:
         for _ in range(120):

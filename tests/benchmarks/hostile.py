@@ -52,11 +52,18 @@ within one page in both phases. Until issue 45's pickup round they shared one
 (``--healthy-orgs shared``): a refresh then listed 1-2 pages in the baseline and 2-6 under
 attack, which made the attack's "Gitea's answer" grow with the run, not with the attack.
 
+The run prints the API server's writes a second by verb and resource per phase and its own
+time per Job create (its /metrics): what the attacks cost the API server every tenant shares.
+With ``--operator-cpu N`` the operator runs alone on CPU N and everything else (the API
+server, the Gitea servers, the attackers, the benchmark) on the other CPUs, as in a cluster,
+where the operator does not share its node's cores with the control plane: on the 2-core
+machine, unpinned, the operator's CPU under attack competes with the API server's.
+
 With ``--spans DIR`` the operator logs at debug level and the pickup is broken down step by
 step per phase (hostile_spans.py): where a healthy job waits under attack.
 
     python -m tests.benchmarks.hostile [--groups 20] [--baseline 60] [--attack 90] [--plot F]
-        [--spans DIR] [--memory-limit MIB] [--healthy-orgs shared|own]
+        [--spans DIR] [--memory-limit MIB] [--healthy-orgs shared|own] [--operator-cpu N]
 """
 
 from __future__ import annotations
@@ -163,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="run the operator under tracemalloc; snapshots mid-attack and at its end here",
     )
+    parser.add_argument(
+        "--operator-cpu",
+        type=int,
+        help="the operator alone on this CPU, all else (the API server, the Gitea servers, "
+        "the attackers, this process) on the others, as in a cluster",
+    )
     parser.add_argument("--plot", help="draw RSS and latency over time into this PNG")
     parser.add_argument(
         "--spans",
@@ -176,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         help="profile the operator's main thread during the attack into this directory",
     )
     args = parser.parse_args(argv)
+    operator_cpus = None
+    if args.operator_cpu is not None:  # before any thread or process starts: they inherit it
+        operator_cpus = {args.operator_cpu}
+        os.sched_setaffinity(0, os.sched_getaffinity(0) - operator_cpus)
 
     fake, forge = GiteaProcess(), Remote("--forge")
     forge_url = forge.line()
@@ -198,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             with MemoryCgroup(args.memory_limit) as cgroup, common.operator(
                 sandbox, healthy + evil, *extra, leader_elect=True, cpuprobe=args.cpuprobe,
                 memprobe=args.memprobe,
-                env=env, cgroup=cgroup.path if args.memory_limit else None,
+                env=env, cgroup=cgroup.path if args.memory_limit else None, cpus=operator_cpus,
             ) as op:  # fmt: skip
                 run = Run(kube, op, fake, healthy, hooks, args)
                 run.share.track("hostile forge", forge.proc.pid)

@@ -94,6 +94,7 @@ def report(
     print(
         f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
         f"{args.groups} healthy groups, a job every {args.every}s, poll {args.poll}"
+        + ("" if args.operator_cpu is None else f"; the operator alone on CPU {args.operator_cpu}")
     )
 
 
@@ -198,6 +199,8 @@ def api_lines(
             reverse=True,
         )
         total = sum(rate for rate, _ in writes)
+        if not total:
+            continue  # a phase of no time (the drain, when nothing was left to drain)
         busiest = ", ".join(f"{name} {rate:.1f}" for rate, name in writes[:6] if rate > 0)
         lines.append(f"API server writes/s, {phase}: {total:.1f} in all; {busiest}")
         buckets = {float(k[1]): v for k, v in delta.items() if k[0] == "create jobs"}

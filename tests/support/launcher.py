@@ -125,6 +125,7 @@ def launch(
     memprobe: Path | None = None,
     cpuprobe: Path | None = None,
     cgroup: Path | None = None,
+    cpus: set[int] | None = None,
 ) -> OperatorProcess:
     """Start the operator; ``leader_election_namespace=None`` runs it without leader
     election, ``log_path=None`` leaves its log on this process's terminal. The caller's
@@ -133,7 +134,7 @@ def launch(
     snapshots written there on ``OperatorProcess.snapshot()``; with ``cpuprobe`` under a
     sampling CPU profiler (tests/benchmarks/cpuprobe.py), started and dumped the same way.
     With ``cgroup`` (a cgroup directory) it starts in that cgroup, so all it allocates is
-    charged there."""
+    charged there. With ``cpus``, it runs on those CPUs only (every thread it starts too)."""
     health, hook = free_port(), free_port()
     election = (
         ["--leader-election-namespace", leader_election_namespace]
@@ -165,6 +166,8 @@ def launch(
         def before_exec() -> None:
             if cgroup is not None:
                 (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+            if cpus:
+                os.sched_setaffinity(0, cpus)
             if main:
                 _die_with_parent()
 
@@ -173,7 +176,7 @@ def launch(
             stdout=out,
             stderr=subprocess.STDOUT,
             env=environ,
-            preexec_fn=before_exec if main or cgroup is not None else None,
+            preexec_fn=before_exec if main or cgroup is not None or cpus else None,
         )
     finally:
         if out is not None:
