@@ -160,13 +160,21 @@ _SAMPLE = re.compile(r"^(\w+)\{(.*)\} ([0-9.e+-]+|\+Inf)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 READS = {"GET", "LIST", "WATCH", "WATCHLIST", "CONNECT", "APPLY_READ"}
 CREATE_DURATION = "apiserver_request_duration_seconds_bucket"
+QUEUE_WAIT = "apiserver_flowcontrol_request_wait_duration_seconds_bucket"
 
 
 def api_figures(text: str) -> dict[tuple[str, ...], float]:
-    """From the API server's /metrics: ("writes", verb, resource) -> requests so far, and
-    ("create jobs", le) -> Job creates answered within ``le`` seconds so far (the API
-    server's own time for each, which a runner create's round trip includes)."""
+    """From the API server's /metrics: ("writes" or "reads", verb, resource) -> requests so
+    far; ("create jobs", le) -> Job creates answered within ``le`` seconds so far (the API
+    server's own time for each, which a runner create's round trip includes); ("queued",
+    priority level, le) -> requests that waited at most ``le`` seconds in its flow control's
+    queues (API Priority and Fairness: a tenant's requests made by the operator share its
+    flow with the runner creates)."""
     out: dict[tuple[str, ...], float] = {}
+
+    def add(key: tuple[str, ...], value: str) -> None:
+        out[key] = out.get(key, 0.0) + float(value)
+
     for line in text.splitlines():
         match = _SAMPLE.match(line)
         if match is None:
@@ -176,35 +184,46 @@ def api_figures(text: str) -> dict[tuple[str, ...], float]:
         verb, resource = labels.get("verb", ""), labels.get("resource", "")
         if labels.get("subresource"):
             resource += "/" + labels["subresource"]
-        if name == "apiserver_request_total" and verb not in READS:
-            key = ("writes", verb, resource)
-            out[key] = out.get(key, 0.0) + float(value)
+        if name == "apiserver_request_total":
+            add(("reads" if verb in READS else "writes", verb, resource), value)
         elif name == CREATE_DURATION and verb == "POST" and resource == "jobs":
-            key = ("create jobs", labels.get("le", ""))
-            out[key] = out.get(key, 0.0) + float(value)
+            add(("create jobs", labels.get("le", "")), value)
+        elif name == QUEUE_WAIT and labels.get("execute") == "true":
+            add(("queued", labels.get("priority_level", ""), labels.get("le", "")), value)
     return out
 
 
 def api_lines(
     marks: dict[str, dict[tuple[str, ...], float]], started: dict[str, float]
 ) -> list[str]:
-    """Per phase: the API server's writes a second by verb and resource (the busiest), and
-    its own time for Job creates (p50 and p99 as the bucket bound they fall under)."""
+    """Per phase: the API server's writes and reads a second by verb and resource (the
+    busiest), its own time for Job creates and the flow-control queues' wait (p50 and p99 as
+    the bucket bound they fall under)."""
     lines = []
     for (phase, a), (after, b) in itertools.pairwise(marks.items()):
         seconds = max(1e-9, started.get(after, 0.0) - started.get(phase, 0.0))
         delta = {k: v - a.get(k, 0.0) for k, v in b.items()}
-        writes = sorted(
-            ((v / seconds, f"{k[1]} {k[2]}") for k, v in delta.items() if k[0] == "writes"),
-            reverse=True,
-        )
-        total = sum(rate for rate, _ in writes)
-        if not total:
+        if not any(v for k, v in delta.items() if k[0] == "writes"):
             continue  # a phase of no time (the drain, when nothing was left to drain)
-        busiest = ", ".join(f"{name} {rate:.1f}" for rate, name in writes[:6] if rate > 0)
-        lines.append(f"API server writes/s, {phase}: {total:.1f} in all; {busiest}")
+        for kind in ("writes", "reads"):
+            rates = sorted(
+                ((v / seconds, f"{k[1]} {k[2]}") for k, v in delta.items() if k[0] == kind),
+                reverse=True,
+            )
+            total = sum(rate for rate, _ in rates)
+            busiest = ", ".join(f"{name} {rate:.1f}" for rate, name in rates[:6] if rate > 0)
+            lines.append(f"API server {kind}/s, {phase}: {total:.1f} in all; {busiest}")
         buckets = {float(k[1]): v for k, v in delta.items() if k[0] == "create jobs"}
         if buckets:
             p50, p99, _ = _lag_figures(buckets)
             lines.append(f"API server's own time per Job create, {phase}: p50 {p50}, p99 {p99}")
+        levels = sorted({k[1] for k in delta if k[0] == "queued"})
+        waits = []
+        for level in levels:
+            queued = {float(k[2]): v for k, v in delta.items() if k[:2] == ("queued", level)}
+            if queued.get(float("inf")):
+                p50, p99, _ = _lag_figures(queued)
+                waits.append(f"{level} p99 {p99}")
+        if waits:
+            lines.append(f"API server flow-control wait, {phase}: {', '.join(waits)}")
     return lines
