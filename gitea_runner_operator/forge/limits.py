@@ -17,6 +17,10 @@ dicts (about 430 MB), so
   process-wide budget (kit/tenant_budget.py): :class:`AnswerBudget` charges each chunk as it
   arrives and ``PARSED_PER_BYTE`` times the body before it is parsed; past the share, the
   group says ``TenantMemoryBudget``;
+- answers above ``HEAVY_BYTES`` (a page of many jobs; a healthy poll's answer is a few KiB)
+  are parsed, and their page processed, one per turn of the event loop (kit/turnstile.py):
+  an answer of another tenant that arrives meanwhile is read before the next, not after
+  every page in flight;
 - answers above ``OFF_LOOP_BYTES`` are counted, parsed and checked in one thread of their own
   (:func:`decode`). ``json.loads`` holds the GIL, so that thread does not make a parse free
   for the event loop: the value cap is what bounds each stall (a parse of
@@ -38,6 +42,7 @@ from gitea_runner_operator.forge.errors import (
 )
 from gitea_runner_operator.kit.jsonlimits import too_deep
 from gitea_runner_operator.kit.tenant_budget import Lease, OverShare
+from gitea_runner_operator.kit.turnstile import Turnstile
 
 # A page of 50 runners or jobs is tens of KiB; Forgejo's unpaged job list a few MiB.
 ANSWER_MAX_BYTES: Final = 16 * 1024 * 1024
@@ -49,6 +54,7 @@ MAX_JSON_DEPTH: Final = 32
 OBSERVATION_MAX_BYTES: Final = 32 * 1024 * 1024
 OBSERVATION_MAX_ITEMS: Final = 25_000
 OFF_LOOP_BYTES: Final = 256 * 1024
+HEAVY_BYTES: Final = 16 * 1024
 # What a parsed answer holds in Python objects per byte of its JSON, at most: measured with
 # tracemalloc, 2.1 for a Gitea job page with 64 labels of 45 characters, 4.1 for one with a
 # short label per job.
@@ -57,6 +63,8 @@ PARSED_PER_BYTE: Final = 4
 _SLICE: Final = 1024 * 1024
 
 _PARSING = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-json")
+# One for the process: every tenant's heavy answers take their turns here.
+HEAVY_ANSWERS = Turnstile()
 
 
 class AnswerBudget:
@@ -142,7 +150,11 @@ def parse(body: bytes, where: str) -> Any:
 
 
 async def decode(body: bytes, where: str) -> Any:
-    """:func:`parse`, in the parsing thread when the body is big."""
+    """:func:`parse`, in its turn when the body is heavy (what the caller does with the value
+    runs in the same step of the loop, so the turn covers it too), in the parsing thread when
+    it is big."""
+    if len(body) > HEAVY_BYTES:
+        await HEAVY_ANSWERS.turn()
     if len(body) <= OFF_LOOP_BYTES:
         return parse(body, where)
     loop = asyncio.get_running_loop()

@@ -6,6 +6,7 @@ and big answers are parsed off the event loop. Past a bound the group says
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -125,3 +126,19 @@ async def test_a_big_answer_is_parsed_off_the_event_loop(session, monkeypatch):
         await client.call("GET", "/api/v1/version")
     main = threading.current_thread().name
     assert threads[0] == main and threads[1] != main
+
+
+async def test_heavy_answers_take_turns_of_the_loop_and_a_small_one_never_waits() -> None:
+    """Twelve pages of many jobs that arrived together are parsed one per turn of the loop,
+    so another tenant's answer that arrives meanwhile is read between two (kit/turnstile.py);
+    a healthy poll's few KiB pass at once."""
+    page = json.dumps({"jobs": [{"id": i, "labels": ["x" * 45] * 8} for i in range(50)]})
+    assert len(page) > limits.HEAVY_BYTES
+    waited = limits.HEAVY_ANSWERS.waited
+    small = json.dumps({"jobs": [], "total_count": 0}).encode()
+    values = await asyncio.gather(
+        *(limits.decode(page.encode(), "GET page") for _ in range(12)),
+        limits.decode(small, "GET small"),
+    )
+    assert len(values) == 13 and values[-1] == {"jobs": [], "total_count": 0}
+    assert limits.HEAVY_ANSWERS.waited - waited == 11  # all but the first, none the small one
