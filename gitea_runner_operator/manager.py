@@ -24,7 +24,7 @@ from gitea_runner_operator.kube.reviews import ApiReviewer, MetricsAccess
 from gitea_runner_operator.kube.secret_store import SecretStore
 from gitea_runner_operator.kube.write_metrics import instrument_writes
 from gitea_runner_operator.metrics import Metrics
-from gitea_runner_operator.runtime import gc_tuning, gil
+from gitea_runner_operator.runtime import gc_tuning, gil, malloc_tuning
 from gitea_runner_operator.runtime.controller import Controller
 from gitea_runner_operator.runtime.leadership import (
     Leadership,
@@ -187,6 +187,7 @@ def webhook_server(
 
 
 async def run(settings: Settings) -> int:
+    malloc_tuning.fix_mmap_threshold()  # big answers' buffers: runtime/malloc_tuning.py
     gc_tuning.tune_thresholds()  # the caches' heap: runtime/gc_tuning.py
     gil.tune_switch_interval()  # the loop beside computing threads: runtime/gil.py
     stop = asyncio.Event()
