@@ -215,8 +215,12 @@ def api_lines(
             lines.append(f"API server {kind}/s, {phase}: {total:.1f} in all; {busiest}")
         buckets = {float(k[1]): v for k, v in delta.items() if k[0] == "create jobs"}
         if buckets:
-            p50, p99, _ = _lag_figures(buckets)
-            lines.append(f"API server's own time per Job create, {phase}: p50 {p50}, p99 {p99}")
+            p50, p99, worst = _lag_figures(buckets)
+            slow = buckets.get(float("inf"), 0.0) - buckets.get(0.025, 0.0)
+            lines.append(
+                f"API server's own time per Job create, {phase}: p50 {p50}, p99 {p99}, max "
+                f"{worst}; {slow:.0f} of {buckets.get(float('inf'), 0.0):.0f} over 25 ms"
+            )
         levels = sorted({k[1] for k in delta if k[0] == "queued"})
         waits = []
         for level in levels:
