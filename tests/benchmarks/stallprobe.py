@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import gc
 import heapq
+import os
 import selectors
 import sys
 import threading
@@ -32,7 +33,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-STALL = 0.05
+# Seconds; GRO_STALL_MS lowers it to find the shorter stalls a runner create's answer waits for.
+STALL = float(os.environ.get("GRO_STALL_MS", "50")) / 1000
 STEP = 0.005
 DEPTH = 40
 OURS = "gitea_runner_operator/"
