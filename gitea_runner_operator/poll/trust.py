@@ -6,6 +6,11 @@ order or comments shares it too), so 1,000 groups behind one internal CA share o
 and one HTTP session.
 Contexts are kept by content hash while some group uses them: a bundle's old contents, once
 nobody has asked for them for a while, go (with their session, see SessionPool.expire).
+
+A context is built in a thread of its own (kit/offload.py), once for every group asking
+meanwhile: loading the system's CAs is about 27 ms of CPU, mostly without the interpreter's
+lock, and twenty tenants' bundle variants at once held the event loop for every tenant
+(one turn of 142 ms under issue 45's attacks).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Callable
 from gitea_runner_operator.api.observation import Problem
 from gitea_runner_operator.api.refs import GiteaRef
 from gitea_runner_operator.forge.tls import CABundleError, bundle_id, ssl_context_for
+from gitea_runner_operator.kit.offload import Offload
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem, unusable_secret
 
 
@@ -26,6 +32,7 @@ class GiteaTrust:
         self._clock = clock
         self._contexts: dict[str, ssl.SSLContext] = {}
         self._used: dict[str, float] = {}
+        self._builds: Offload[str, ssl.SSLContext | bool] = Offload("tls-context")
 
     def __len__(self) -> int:
         return len(self._contexts)
@@ -51,7 +58,7 @@ class GiteaTrust:
         context = self._contexts.get(trust_id)
         if context is None:
             try:
-                built = ssl_context_for(pem)
+                built = await self._builds.run(trust_id, lambda: ssl_context_for(pem))
             except CABundleError as exc:
                 ref = bundle.ref
                 if bundle.kind == "Secret":  # say nothing of what a Secret holds
