@@ -16,6 +16,7 @@ async def test_the_heap_is_frozen_once_the_caches_are_synced_then_refrozen(monke
     refrozen: list[int] = []
     monkeypatch.setattr(gc_tuning, "settle_heap", lambda: settled.append(1))
     monkeypatch.setattr(gc_tuning, "refreeze", lambda limit=None: bool(refrozen.append(1)))
+    monkeypatch.setattr(gc_tuning, "QUIET_WAIT", 0.001)  # no delivery here: no wait
     monkeypatch.setattr(gc_tuning, "REFREEZE_EVERY", 0.01)
     synced = asyncio.Event()
     gc_tuning.settle_after(synced)
@@ -153,6 +154,7 @@ async def test_the_refreeze_loop_measures_against_the_limit_it_was_given(monkeyp
     limits: list[int | None] = []
     monkeypatch.setattr(gc_tuning, "settle_heap", lambda: None)
     monkeypatch.setattr(gc_tuning, "refreeze", lambda limit=None: bool(limits.append(limit)))
+    monkeypatch.setattr(gc_tuning, "QUIET_WAIT", 0.001)  # no delivery here: no wait
     monkeypatch.setattr(gc_tuning, "REFREEZE_EVERY", 0.01)
     synced = asyncio.Event()
     synced.set()
@@ -213,7 +215,9 @@ async def test_a_stream_of_deliveries_does_not_put_the_collection_off_for_long(m
     assert 0.04 < loop.time() - started < 0.5
 
 
-async def test_the_refreeze_loop_settles_at_a_quiet_moment_only_when_due(monkeypatch):
+async def test_every_refreeze_and_settle_waits_for_the_moment_behind_a_pickup(monkeypatch):
+    """A refreeze walks what survived since the last one, 20-40 ms of the loop under issue
+    45's attacks (up to 91 ms): like a whole collection, it goes right behind a pickup."""
     quiet: list[int] = []
     refrozen: list[int] = []
 
@@ -224,15 +228,10 @@ async def test_the_refreeze_loop_settles_at_a_quiet_moment_only_when_due(monkeyp
     monkeypatch.setattr(gc_tuning, "refreeze", lambda limit=None: bool(refrozen.append(1)))
     monkeypatch.setattr(gc_tuning, "quiet_moment", quiet_moment)
     monkeypatch.setattr(gc_tuning, "REFREEZE_EVERY", 0.01)
-    due = [False]
-    monkeypatch.setattr(gc_tuning, "settle_due", lambda *args: due[0])
     synced = asyncio.Event()
     synced.set()
     gc_tuning.settle_after(synced, None, lambda: 0.0)
     await asyncio.sleep(0.05)
-    assert refrozen and not quiet
-    due[0] = True
-    await asyncio.sleep(0.05)
-    assert quiet
+    assert refrozen and len(quiet) >= len(refrozen)
     assert gc_tuning._settling is not None
     gc_tuning._settling.cancel()
