@@ -13,25 +13,39 @@ tenant's answer waits for one heavy step, not for every one in flight. Nothing i
 reordered within the heavy steps (first come, first served); a tenant with many heavy
 answers waits for its own.
 
-No task and no lock: the loop's own turns (two ``call_soon`` hops) open the turnstile again.
+One step per turn is not enough while heavy answers keep coming: a runner create takes ten
+or so turns of the loop from its request to its answer read (each await of the client that
+yields is one), and with a 5-10 ms page parsed in every turn it took 50-90 ms under issue
+45's attacks (the API server's own part at most 25 ms; traced on the loop's thread). So
+after a step that took ``d`` the turnstile rests ``REST * d``: heavy steps take at most a
+third of the loop's time, and the turns between them are light.
+
+No task and no lock: the loop's own turns (a ``call_soon`` hop, then a timer) open the
+turnstile again.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Final
+
+# The turnstile rests this many times a heavy step's duration after it.
+REST: Final = 2.0
 
 
 class Turnstile:
     def __init__(self) -> None:
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._passed = False  # a heavy step passed, and the loop has not turned twice since
+        self._passed = False  # a heavy step passed, and the turnstile has not opened since
+        self._passed_at = 0.0
         self.waited = 0  # steps that waited for their turn (tests, benchmarks)
 
     async def turn(self) -> None:
-        """Return when a heavy step may run: at once when none ran since the loop last turned
-        twice and none waits; otherwise once the loop has turned (read its I/O) twice."""
+        """Return when a heavy step may run: at once when the turnstile is open and none
+        waits; otherwise once the loop has turned (read its I/O) at least twice and rested
+        after the step before."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a new loop (tests): the last one's turns never come
             self._loop, self._passed = loop, False
@@ -46,7 +60,14 @@ class Turnstile:
 
     def _pass(self, loop: asyncio.AbstractEventLoop) -> None:
         self._passed = True
-        loop.call_soon(loop.call_soon, self._open)  # the turn after next: I/O read twice
+        self._passed_at = loop.time()
+        loop.call_soon(self._rest, loop)  # the next turn: the step has run
+
+    def _rest(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Open again after a rest in proportion to the step (a timer: after the I/O of the
+        turn it falls in, even when the rest is nothing)."""
+        took = loop.time() - self._passed_at
+        loop.call_later(REST * took, self._open)
 
     def _open(self) -> None:
         self._passed = False
@@ -54,6 +75,6 @@ class Turnstile:
             future = self._waiting.popleft()
             if not future.done():
                 assert self._loop is not None
-                self._pass(self._loop)
-                future.set_result(None)
+                future.set_result(None)  # its step runs in the next turn, before the rest
+                self._pass(self._loop)  # begins to be measured
                 return
