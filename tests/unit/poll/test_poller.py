@@ -398,3 +398,32 @@ async def test_a_burst_of_new_poll_tasks_asks_gitea_spread_out_and_a_wake_up_goe
         assert not any(p.hung for p in (pollers.get(f"team-{i:02d}/ci") for i in range(20)) if p)
     finally:
         await pollers.stop_all()
+
+
+async def test_one_tenants_many_new_groups_do_not_all_ask_gitea_in_the_same_instant():
+    """Issue 45's attacks: one tenant's 91 new groups polled at once (a burst of 100), and
+    their first answers and passes set the healthy pickups' p99 at the onset. Now 20 ask at
+    once, the rest at 100 a second: all within a second."""
+    from gitea_runner_operator.api.runnergroup import parse_spec
+    from gitea_runner_operator.poll import pollers as pollers_module
+
+    asked: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def observe(namespace: str, spec: Any, newer_than: float) -> tuple[Snapshot, None]:
+        asked.append(loop.time())
+        return _snap(), None
+
+    pollers = pollers_module.Pollers(observe, lambda key: None, pacing=Pacing(min_refresh=0.0))
+    spec = parse_spec({**VALID, "pollInterval": "600s"})
+    started = loop.time()
+    try:
+        for i in range(91):
+            await pollers.ensure(f"evil-urls/url-{i:02d}", spec)
+        await asyncio.sleep(0.02)
+        assert len(asked) <= 25  # the burst (and what 20 ms refilled), not 91
+        await asyncio.sleep(1.2)
+        assert len(asked) == 91  # every one within a second
+        assert max(asked) - started < 1.2
+    finally:
+        await pollers.stop_all()
