@@ -8,8 +8,9 @@ import argparse
 import contextlib
 import itertools
 import json
-import re
 from typing import TYPE_CHECKING, Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.benchmarks import common
 
@@ -156,40 +157,29 @@ def peak_rss(run: Run) -> float:
 
 # -- the API server every tenant shares --------------------------------------------------------
 
-_SAMPLE = re.compile(r"^(\w+)\{(.*)\} ([0-9.e+-]+|\+Inf)$")
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
 READS = {"GET", "LIST", "WATCH", "WATCHLIST", "CONNECT", "APPLY_READ"}
 CREATE_DURATION = "apiserver_request_duration_seconds_bucket"
-QUEUE_WAIT = "apiserver_flowcontrol_request_wait_duration_seconds_bucket"
 
 
 def api_figures(text: str) -> dict[tuple[str, ...], float]:
     """From the API server's /metrics: ("writes" or "reads", verb, resource) -> requests so
     far; ("create jobs", le) -> Job creates answered within ``le`` seconds so far (the API
-    server's own time for each, which a runner create's round trip includes); ("queued",
-    priority level, le) -> requests that waited at most ``le`` seconds in its flow control's
-    queues (API Priority and Fairness: a tenant's requests made by the operator share its
-    flow with the runner creates)."""
+    server's own time for each, which a runner create's round trip includes)."""
     out: dict[tuple[str, ...], float] = {}
-
-    def add(key: tuple[str, ...], value: str) -> None:
-        out[key] = out.get(key, 0.0) + float(value)
-
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        name, raw, value = match.groups()
-        labels = dict(_LABEL.findall(raw))
-        verb, resource = labels.get("verb", ""), labels.get("resource", "")
-        if labels.get("subresource"):
-            resource += "/" + labels["subresource"]
-        if name == "apiserver_request_total":
-            add(("reads" if verb in READS else "writes", verb, resource), value)
-        elif name == CREATE_DURATION and verb == "POST" and resource == "jobs":
-            add(("create jobs", labels.get("le", "")), value)
-        elif name == QUEUE_WAIT and labels.get("execute") == "true":
-            add(("queued", labels.get("priority_level", ""), labels.get("le", "")), value)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            verb, resource = labels.get("verb", ""), labels.get("resource", "")
+            if labels.get("subresource"):
+                resource += "/" + labels["subresource"]
+            key: tuple[str, ...]
+            if sample.name == "apiserver_request_total":
+                key = ("reads" if verb in READS else "writes", verb, resource)
+            elif sample.name == CREATE_DURATION and verb == "POST" and resource == "jobs":
+                key = ("create jobs", labels.get("le", ""))
+            else:
+                continue
+            out[key] = out.get(key, 0.0) + sample.value
     return out
 
 
@@ -197,8 +187,8 @@ def api_lines(
     marks: dict[str, dict[tuple[str, ...], float]], started: dict[str, float]
 ) -> list[str]:
     """Per phase: the API server's writes and reads a second by verb and resource (the
-    busiest), its own time for Job creates and the flow-control queues' wait (p50 and p99 as
-    the bucket bound they fall under)."""
+    busiest) and its own time for Job creates (p50, p99 and max as the bucket bound they fall
+    under)."""
     lines = []
     for (phase, a), (after, b) in itertools.pairwise(marks.items()):
         seconds = max(1e-9, started.get(after, 0.0) - started.get(phase, 0.0))
@@ -221,13 +211,4 @@ def api_lines(
                 f"API server's own time per Job create, {phase}: p50 {p50}, p99 {p99}, max "
                 f"{worst}; {slow:.0f} of {buckets.get(float('inf'), 0.0):.0f} over 25 ms"
             )
-        levels = sorted({k[1] for k in delta if k[0] == "queued"})
-        waits = []
-        for level in levels:
-            queued = {float(k[2]): v for k, v in delta.items() if k[:2] == ("queued", level)}
-            if queued.get(float("inf")):
-                p50, p99, _ = _lag_figures(queued)
-                waits.append(f"{level} p99 {p99}")
-        if waits:
-            lines.append(f"API server flow-control wait, {phase}: {', '.join(waits)}")
     return lines
