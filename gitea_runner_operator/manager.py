@@ -19,6 +19,7 @@ from gitea_runner_operator import __version__
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.health import HealthServer
 from gitea_runner_operator.kube import watches
+from gitea_runner_operator.kube.clients import api_client
 from gitea_runner_operator.kube.lease_thread import LeaseTiming
 from gitea_runner_operator.kube.reviews import ApiReviewer, MetricsAccess
 from gitea_runner_operator.kube.secret_store import SecretStore
@@ -100,7 +101,7 @@ def on_own_client(
 
     @asynccontextmanager
     async def opened() -> AsyncIterator[T]:
-        async with client.ApiClient(lease_config) as api:
+        async with api_client(lease_config) as api:
             yield make(api)
 
     return opened
@@ -235,10 +236,10 @@ async def run(settings: Settings) -> int:
     metrics = Metrics()
     async with (
         LoopWatch(observe=metrics.loop_lag) as watch,
-        client.ApiClient() as api,
-        client.ApiClient(watch_config) as watch_api,
-        client.ApiClient(lease_config) as lease_api,
-        client.ApiClient(review_config) as review_api,
+        api_client() as api,
+        api_client(watch_config) as watch_api,
+        api_client(lease_config) as lease_api,
+        api_client(review_config) as review_api,
     ):
         instrument_writes(api, metrics.kube_write)
         leadership = Leadership()

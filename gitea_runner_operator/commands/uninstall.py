@@ -44,6 +44,7 @@ from gitea_runner_operator.api import constants
 from gitea_runner_operator.api.detach import ANNOTATIONS as DETACH_ANNOTATIONS
 from gitea_runner_operator.api.detach import marks as detach_marks
 from gitea_runner_operator.api.naming import GroupKey
+from gitea_runner_operator.kube.clients import api_client
 from gitea_runner_operator.kube.http import MERGE_PATCH
 from gitea_runner_operator.reconcile.steps.teardown import FINALIZER
 
@@ -279,7 +280,7 @@ async def run(args: argparse.Namespace) -> int:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     else:
         await config.load_kube_config(config_file=args.kubeconfig)
-    async with client.ApiClient() as api:
+    async with api_client() as api:
         groups = KubeGroups(client.CustomObjectsApi(api))
         if args.command == "detach-groups":
             operator = KubeOperator(api, args.deployment_namespace, args.deployment)

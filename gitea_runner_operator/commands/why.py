@@ -33,6 +33,7 @@ from gitea_runner_operator.api.gitea import ActionJob
 from gitea_runner_operator.api.runnergroup import InvalidSpec, parse_spec
 from gitea_runner_operator.forge.client import GiteaClient
 from gitea_runner_operator.forge.errors import GiteaError
+from gitea_runner_operator.kube.clients import api_client
 from gitea_runner_operator.reconcile.why.explain import GroupView, explain, render
 
 _API = re.compile(r"^(?P<base>https?://.+?)/api/v1/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)"
@@ -106,7 +107,7 @@ def groups_from_cluster(
 ) -> ReadGroups:
     async def read() -> list[dict[str, Any]]:
         await config.load_kube_config(config_file=kubeconfig, context=context)
-        async with client.ApiClient() as api:
+        async with api_client() as api:
             custom = client.CustomObjectsApi(api)
             if namespace:
                 listed = await custom.list_namespaced_custom_object(

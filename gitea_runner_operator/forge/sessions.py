@@ -6,23 +6,11 @@ import asyncio
 import ssl as ssl_module
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit
-from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
 
 from gitea_runner_operator.forge.http import DEFAULT_TIMEOUT
-
-
-def proxied(base_url: str) -> bool:
-    """Whether the environment sends requests to ``base_url`` through a proxy
-    (``HTTPS_PROXY``/``HTTP_PROXY``, less ``NO_PROXY``). Asked once per session: a session
-    that trusts the environment looks the proxy (and a netrc file) up again in a thread on
-    every request, which cost 1,000 quiet groups' polls a tenth of the operator's CPU."""
-    parts = urlsplit(base_url)
-    if parts.hostname is None or proxy_bypass(parts.hostname):
-        return False
-    return parts.scheme in getproxies()  # as aiohttp reads them
+from gitea_runner_operator.kit.proxies import proxied
 
 
 class SessionPool:
@@ -31,7 +19,7 @@ class SessionPool:
 
     Sessions keep no cookies: a cookie that Gitea set for one tenant's token must never ride
     along on another tenant's request. They honour ``HTTPS_PROXY``/``NO_PROXY`` from the
-    environment, as other cluster tools do (asked once per session: :func:`proxied`).
+    environment, as other cluster tools do (asked once per session: kit/proxies.py).
     Sessions no group uses any more are closed by :meth:`retain`.
     """
 
