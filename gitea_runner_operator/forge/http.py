@@ -54,6 +54,7 @@ from gitea_runner_operator.forge.limits import ANSWER_MAX_BYTES, AnswerBudget, d
 from gitea_runner_operator.forge.refusals import REFUSALS
 from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.backoff import doubling, jittered
+from gitea_runner_operator.kit.priority import PICKUPS
 
 # Optional observers (metrics): (method, path, HTTP status or None, seconds) per request, and
 # the seconds of each wait that Gitea asked for with Retry-After.
@@ -232,6 +233,7 @@ class GiteaTransport:
     ) -> Any:
         if self._turns is None:
             return await self._exchange(method, path, params, json_body)
+        await PICKUPS.make_way()  # a poll's request, unless a wake asked for it
         async with self._turns():
             return await self._exchange(method, path, params, json_body)
 

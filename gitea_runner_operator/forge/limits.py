@@ -41,6 +41,7 @@ from gitea_runner_operator.forge.errors import (
     GiteaTenantBudget,
 )
 from gitea_runner_operator.kit.jsonlimits import too_deep
+from gitea_runner_operator.kit.priority import PICKUPS
 from gitea_runner_operator.kit.tenant_budget import Lease, OverShare
 from gitea_runner_operator.kit.turnstile import Turnstile
 
@@ -154,6 +155,7 @@ async def decode(body: bytes, where: str) -> Any:
     runs in the same step of the loop, so the turn covers it too), in the parsing thread when
     it is big."""
     if len(body) > HEAVY_BYTES:
+        await PICKUPS.make_way()
         await HEAVY_ANSWERS.turn()
     if len(body) <= OFF_LOOP_BYTES:
         return parse(body, where)

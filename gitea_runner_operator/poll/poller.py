@@ -29,6 +29,7 @@ from gitea_runner_operator.forge.observe import GiteaHandle
 from gitea_runner_operator.kit import fence
 from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kit.lograte import LogRate
+from gitea_runner_operator.kit.priority import PICKUPS
 from gitea_runner_operator.kit.tasks import cancelled_itself
 from gitea_runner_operator.poll.deliveries import Deliveries
 from gitea_runner_operator.poll.last_good import (
@@ -255,10 +256,12 @@ class GroupPoller:
             self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
             try:
                 since = self._runners_since(started)
-                if since is None:
-                    found = await self._observe(self._namespace, self.spec, newer_than)
-                else:
-                    found = await self._observe(self._namespace, self.spec, newer_than, since)
+                # A woken group's observation is a pickup's: it never makes way.
+                with PICKUPS.urgent() if asked else contextlib.nullcontext():
+                    if since is None:
+                        found = await self._observe(self._namespace, self.spec, newer_than)
+                    else:
+                        found = await self._observe(self._namespace, self.spec, newer_than, since)
                 snapshot, handle = await self.last_good.after(self.spec, self.deleting, *found)
             except asyncio.CancelledError as exc:
                 if cancelled_itself():

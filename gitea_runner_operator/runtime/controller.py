@@ -23,6 +23,7 @@ from gitea_runner_operator.api.naming import GroupKey
 from gitea_runner_operator.api.template_policy import TemplatePolicy
 from gitea_runner_operator.forge.sessions import SessionPool
 from gitea_runner_operator.kit.group_memory import GroupMemory, Table
+from gitea_runner_operator.kit.priority import PICKUPS
 from gitea_runner_operator.kit.tenant_budget import TenantBudget, default_budget, memory_limit
 from gitea_runner_operator.kube.cache import ClusterCache, group_key_of_owned, spec_changed
 from gitea_runner_operator.kube.cache_objects import CacheObjects
@@ -308,6 +309,7 @@ class Controller:
         """Something outside (a webhook delivery) says the group's demand changed: have its
         Gitea task look now. A trigger, never a count: the answer comes from Gitea."""
         self.woken_at = time.monotonic()  # a pickup under way: runtime/gc_tuning waits it out
+        PICKUPS.begin(key)  # bulk work makes way until its pass ends (kit/priority.py)
         poller = self.pollers.get(key)
         log.debug("group woken", group=key)  # the wake-up path's spans (webhook_latency.py)
         if poller is not None:

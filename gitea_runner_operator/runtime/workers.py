@@ -18,6 +18,7 @@ import time
 import structlog
 
 from gitea_runner_operator.kit import fence
+from gitea_runner_operator.kit.priority import PICKUPS
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile.reconciler import Reconciler
 from gitea_runner_operator.runtime.workqueue import ShutDown, WorkQueue
@@ -93,6 +94,7 @@ class ReconcileWorkers:
                 if result.requeue_after is not None:
                     queue.add_after(key, result.requeue_after)
             finally:
+                PICKUPS.passed(key, started)  # a woken group's pickup has ended
                 self._running.discard(key)
                 self._finished.set()
                 queue.done(key)
