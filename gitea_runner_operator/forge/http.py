@@ -147,10 +147,11 @@ class GiteaTransport:
         self._sleep = sleep
         self._budget: AnswerBudget | None = None
         self._turns: Turns | None = None
+        self._tenant = ""  # whose observation (the namespace), when metered
         # Listed items refused past a per-item cap (api/caps.py) by this client.
         self.refused = 0
 
-    def metered(self, budget: AnswerBudget, turns: Turns | None = None) -> Self:
+    def metered(self, budget: AnswerBudget, turns: Turns | None = None, tenant: str = "") -> Self:
         """This client, for one observation: every answer it reads and every item it lists
         is charged to ``budget`` (the original stays unmetered, for reaping and the like);
         with ``turns``, each request holds one of its tenant's places (kit/fair_gate.py)
@@ -158,6 +159,7 @@ class GiteaTransport:
         twin = copy.copy(self)
         twin._budget = budget
         twin._turns = turns
+        twin._tenant = tenant
         return twin
 
     def _spend_items(self, count: int, where: str) -> None:
@@ -233,7 +235,7 @@ class GiteaTransport:
     ) -> Any:
         if self._turns is None:
             return await self._exchange(method, path, params, json_body)
-        await PICKUPS.make_way()  # a poll's request, unless a wake asked for it
+        await PICKUPS.make_way(self._tenant)  # a poll's request, unless a wake asked for it
         async with self._turns():
             return await self._exchange(method, path, params, json_body)
 
@@ -261,7 +263,8 @@ class GiteaTransport:
             # Parsed after the connection is back in the pool, and never by a retry.
             if body and status != 204 and self._budget is not None:
                 self._budget.parsing(len(body), f"{method} {path}")  # the tenant's share
-            value = await decode(body, f"{method} {path}") if body and status != 204 else None
+            where = f"{method} {path}"
+            value = await decode(body, where, self._tenant) if body and status != 204 else None
             return self._interpret(method, path, status, headers, value)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise _Transient(self._unreachable(exc)) from None

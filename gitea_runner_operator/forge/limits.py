@@ -150,12 +150,13 @@ def parse(body: bytes, where: str) -> Any:
     return value
 
 
-async def decode(body: bytes, where: str) -> Any:
+async def decode(body: bytes, where: str, tenant: str = "") -> Any:
     """:func:`parse`, in its turn when the body is heavy (what the caller does with the value
-    runs in the same step of the loop, so the turn covers it too), in the parsing thread when
+    runs in the same step of the loop, so the turn covers it too) and after making way for a
+    pickup under way (kit/priority.py; ``tenant``: whose answer), in the parsing thread when
     it is big."""
     if len(body) > HEAVY_BYTES:
-        await PICKUPS.make_way()
+        await PICKUPS.make_way(tenant)
         await HEAVY_ANSWERS.turn()
     if len(body) <= OFF_LOOP_BYTES:
         return parse(body, where)

@@ -214,7 +214,7 @@ class ScopeFetcher:
         cache_key = (url, wanted, fingerprint)
         handle_client = client
         turns = functools.partial(self.turns.turn, namespace)
-        client = client.metered(AnswerBudget(*self._budget, tenant=lease), turns)
+        client = client.metered(AnswerBudget(*self._budget, tenant=lease), turns, namespace)
         try:
             async with asyncio.timeout(self._deadline):
                 scope = self.resolved.get(cache_key)

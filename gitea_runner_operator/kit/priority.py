@@ -27,6 +27,7 @@ import contextlib
 import gc
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
 from contextvars import ContextVar
 from typing import Final
@@ -50,7 +51,8 @@ class Priority:
     ) -> None:
         self.window, self.make_way_at_most = window, make_way_at_most
         self._clock, self._pause_gc = clock, pause_gc
-        self._open: dict[Hashable, tuple[float, asyncio.TimerHandle]] = {}
+        self._open: dict[Hashable, tuple[float, asyncio.TimerHandle, str]] = {}
+        self._tenants: Counter[str] = Counter()  # open windows by tenant
         self._waiting: set[asyncio.Future[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gc_paused = False
@@ -64,6 +66,7 @@ class Priority:
             return
         self._loop = loop
         self._open.clear()
+        self._tenants.clear()
         self._waiting.clear()
         self._resume_gc()
 
@@ -71,8 +74,9 @@ class Priority:
     def under_way(self) -> bool:
         return bool(self._open)
 
-    def begin(self, key: Hashable) -> None:
-        """A pickup of ``key`` begins (a delivery woke it). Outside a running loop: nothing."""
+    def begin(self, key: Hashable, tenant: str = "") -> None:
+        """A pickup of ``key`` (a group of ``tenant``) begins: a delivery woke it. Outside a
+        running loop: nothing."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -81,7 +85,8 @@ class Priority:
         if key in self._open:
             return  # the first wake's window goes on; its pass closes it
         timer = loop.call_later(self.window, self._close, key)
-        self._open[key] = (self._clock(), timer)
+        self._open[key] = (self._clock(), timer, tenant)
+        self._tenants[tenant] += 1
         self._pause_collector(loop)
 
     def passed(self, key: Hashable, started: float) -> None:
@@ -95,6 +100,9 @@ class Priority:
         opened = self._open.pop(key, None)
         if opened is not None:
             opened[1].cancel()
+            self._tenants[opened[2]] -= 1
+            if not self._tenants[opened[2]]:
+                del self._tenants[opened[2]]
         if self._open:
             return
         self._resume_gc()
@@ -133,10 +141,12 @@ class Priority:
         finally:
             _URGENT.reset(token)
 
-    async def make_way(self) -> None:
-        """Bulk work: return at once when no pickup is under way (or this is one's work),
+    async def make_way(self, tenant: str = "") -> None:
+        """Bulk work of ``tenant``: return at once when no pickup is under way, when this
+        is one's work, or when a pickup of the same tenant is (a poll of the woken group
+        that began before the wake is on its way: it must not wait for its own pickup);
         else once none is, or after ``make_way_at_most``."""
-        if not self._open or _URGENT.get():
+        if not self._open or _URGENT.get() or (tenant and tenant in self._tenants):
             return
         loop = asyncio.get_running_loop()
         if loop is not self._loop:

@@ -309,7 +309,8 @@ class Controller:
         """Something outside (a webhook delivery) says the group's demand changed: have its
         Gitea task look now. A trigger, never a count: the answer comes from Gitea."""
         self.woken_at = time.monotonic()  # a pickup under way: runtime/gc_tuning waits it out
-        PICKUPS.begin(key)  # bulk work makes way until its pass ends (kit/priority.py)
+        # Others' bulk work makes way until its pass ends (kit/priority.py).
+        PICKUPS.begin(key, GroupKey.parse(key)[0])
         poller = self.pollers.get(key)
         log.debug("group woken", group=key)  # the wake-up path's spans (webhook_latency.py)
         if poller is not None:

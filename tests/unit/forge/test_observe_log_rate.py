@@ -18,7 +18,7 @@ class BrokenGitea:
 
     base_url = "https://gitea.tenant.test"
 
-    def metered(self, budget: Any, turns: Any = None) -> BrokenGitea:
+    def metered(self, budget: Any, turns: Any = None, tenant: str = "") -> BrokenGitea:
         return self
 
     async def resolve_scope(self, wanted: Any) -> Any:

@@ -146,3 +146,19 @@ async def test_pickups_that_never_stop_leave_the_collector_half_the_time(
         enabled += gc.isenabled()
     assert priority.under_way
     assert enabled >= 15  # of 40 looks, about half
+
+
+async def test_the_woken_tenants_own_bulk_work_does_not_wait_for_its_pickup() -> None:
+    """A poll of the woken group began just before the delivery: its requests go on (the
+    pickup's observation comes after it), while other tenants' wait."""
+    priority = Priority(window=5, make_way_at_most=5)
+    priority.begin("team-a/ci", "team-a")
+    started = time.monotonic()
+    await priority.make_way("team-a")
+    assert time.monotonic() - started < 0.01
+    other = asyncio.ensure_future(priority.make_way("evil"))
+    await asyncio.sleep(0.02)
+    assert not other.done()
+    priority.passed("team-a/ci", started=time.monotonic())
+    await asyncio.wait_for(other, 1)
+    assert not priority._tenants  # the closed window's tenant is forgotten
