@@ -152,11 +152,12 @@ def parse(body: bytes, where: str) -> Any:
 
 async def decode(body: bytes, where: str, tenant: str = "") -> Any:
     """:func:`parse`, in its turn when the body is heavy (what the caller does with the value
-    runs in the same step of the loop, so the turn covers it too) and after making way for a
-    pickup under way (kit/priority.py; ``tenant``: whose answer), in the parsing thread when
-    it is big."""
+    runs in the same step of the loop, so the turn covers it too), in the parsing thread when
+    it is big; and, of any size, after making way for a pickup under way (kit/priority.py;
+    ``tenant``: whose answer): the requests in flight when a delivery woke a group still
+    land during its pickup, and their parsing and processing is most of what they cost."""
+    await PICKUPS.make_way(tenant)  # what answers land during a pickup wait to be parsed
     if len(body) > HEAVY_BYTES:
-        await PICKUPS.make_way(tenant)
         await HEAVY_ANSWERS.turn()
     if len(body) <= OFF_LOOP_BYTES:
         return parse(body, where)

@@ -7,7 +7,9 @@ and big answers are parsed off the event loop. Past a bound the group says
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import math
 import re
 import threading
 import tracemalloc
@@ -24,6 +26,7 @@ from gitea_runner_operator.forge.forgejo import ForgejoClient
 from gitea_runner_operator.forge.hooks import HookClient
 from gitea_runner_operator.forge.limits import AnswerBudget
 from gitea_runner_operator.forge.scope import ScopeRef
+from gitea_runner_operator.kit.priority import PICKUPS
 from gitea_runner_operator.poll.observer import Observer
 from tests.support.gitea_answers import JOBS, ORG_SPEC, RUNNERS, FakeSecrets, is_gitea
 
@@ -142,3 +145,31 @@ async def test_heavy_answers_take_turns_of_the_loop_and_a_small_one_never_waits(
     )
     assert len(values) == 13 and values[-1] == {"jobs": [], "total_count": 0}
     assert limits.HEAVY_ANSWERS.waited - waited == 11  # all but the first, none the small one
+
+
+async def test_a_polls_requests_and_answers_make_way_for_another_tenants_pickup() -> None:
+    """While a delivery's pickup is under way (kit/priority.py), a poll nobody woke neither
+    sends its next request nor parses an answer that lands meanwhile; the woken group's own
+    observation, and its tenant's, do both at once."""
+    body = json.dumps({"version": "1.27.3"}).encode()
+    session = aiohttp.ClientSession()
+    client = GiteaClient(session, BASE, "tok", attempts=1)
+    polled = client.metered(AnswerBudget(10_000_000, 1_000_000), contextlib.nullcontext, "evil")
+    PICKUPS.begin("team-a/ci", "team-a")
+    try:
+        with aioresponses() as mock:
+            mock.get(f"{BASE}/api/v1/version", body=body)
+            request = asyncio.ensure_future(polled.call("GET", "/api/v1/version"))
+            parse = asyncio.ensure_future(limits.decode(body, "GET /version", "evil"))
+            await asyncio.sleep(0.03)
+            assert not request.done() and not parse.done()
+            assert not mock.requests  # the poll's request has not left
+            with PICKUPS.urgent():
+                assert await limits.decode(body, "GET /version", "evil") == {"version": "1.27.3"}
+            assert await limits.decode(body, "GET /version", "team-a") == {"version": "1.27.3"}
+            PICKUPS.passed("team-a/ci", started=math.inf)  # the woken group's pass ended
+            assert await asyncio.wait_for(parse, 1) == {"version": "1.27.3"}
+            assert await asyncio.wait_for(request, 1) == {"version": "1.27.3"}
+    finally:
+        PICKUPS.passed("team-a/ci", started=math.inf)
+        await session.close()
