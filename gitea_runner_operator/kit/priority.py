@@ -6,7 +6,8 @@ whatever else became ready meanwhile. Under issue 45's attacks that was other te
 answers by the hundred a second: each turn carried some, and a healthy pickup's p99 went
 from 33 to 70 ms, with the loop's lag at p99 under 25 ms. Answers already on the way
 cannot be held back; the work that starts new ones can. So a pickup opens a *window* (from
-the wake until the group's next pass has ended, at most ``WINDOW`` seconds), and while any
+the wake until the group's next pass, and the runner creates it handed to the group's
+writer, have ended; at most ``WINDOW`` seconds), and while any
 window is open, bulk work (a Gitea request of a poll nobody woke, a heavy answer's
 processing) waits for all of them to close, at most ``MAKE_WAY_AT_MOST`` seconds each time:
 so nothing waits longer than that for any number of pickups, and a tenant's flood of wakes
@@ -30,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Final
 
 # A pickup's window closes after this at the latest (a pickup under every attack took
@@ -39,6 +41,15 @@ WINDOW: Final = 0.2
 MAKE_WAY_AT_MOST: Final = 0.1
 
 _URGENT: ContextVar[bool] = ContextVar("gro_urgent", default=False)
+
+
+@dataclass(slots=True, eq=False)
+class _Window:
+    began: float
+    timer: asyncio.TimerHandle
+    tenant: str
+    carried: int = 0  # work of the pickup still under way after its pass (carry)
+    passed: bool = False  # its pass has ended
 
 
 class Priority:
@@ -51,7 +62,7 @@ class Priority:
     ) -> None:
         self.window, self.make_way_at_most = window, make_way_at_most
         self._clock, self._pause_gc = clock, pause_gc
-        self._open: dict[Hashable, tuple[float, asyncio.TimerHandle, str]] = {}
+        self._open: dict[Hashable, _Window] = {}
         self._tenants: Counter[str] = Counter()  # open windows by tenant
         self._waiting: set[asyncio.Future[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -85,24 +96,50 @@ class Priority:
         if key in self._open:
             return  # the first wake's window goes on; its pass closes it
         timer = loop.call_later(self.window, self._close, key)
-        self._open[key] = (self._clock(), timer, tenant)
+        self._open[key] = _Window(self._clock(), timer, tenant)
         self._tenants[tenant] += 1
         self._pause_collector(loop)
 
     def passed(self, key: Hashable, started: float) -> None:
         """A pass of ``key`` that started at ``started`` (this clock) ended: the pickup's, if
-        it started after the wake (a pass already under way then read the answer before)."""
-        opened = self._open.get(key)
-        if opened is not None and started >= opened[0]:
+        it started after the wake (a pass already under way then read the answer before).
+        Its window closes, unless work it handed on is still under way (:meth:`carry`)."""
+        window = self._open.get(key)
+        if window is None or started < window.began:
+            return
+        window.passed = True
+        if not window.carried:
             self._close(key)
 
+    def carry(self, key: Hashable) -> Callable[[], None]:
+        """Work that ``key``'s pickup hands on (its runner creates, written by the group's
+        writer after the pass): the window stays open until the returned callable is called
+        (or it times out). Called before the pass ends, so the window cannot close between
+        the two; nothing when no window is open."""
+        window = self._open.get(key)
+        if window is None:
+            return _nothing
+        window.carried += 1
+        done = False
+
+        def finished() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            window.carried -= 1
+            if self._open.get(key) is window and window.passed and not window.carried:
+                self._close(key)
+
+        return finished
+
     def _close(self, key: Hashable) -> None:
-        opened = self._open.pop(key, None)
-        if opened is not None:
-            opened[1].cancel()
-            self._tenants[opened[2]] -= 1
-            if not self._tenants[opened[2]]:
-                del self._tenants[opened[2]]
+        window = self._open.pop(key, None)
+        if window is not None:
+            window.timer.cancel()
+            self._tenants[window.tenant] -= 1
+            if not self._tenants[window.tenant]:
+                del self._tenants[window.tenant]
         if self._open:
             return
         self._resume_gc()
@@ -161,6 +198,10 @@ class Priority:
         finally:
             timer.cancel()
             self._waiting.discard(future)
+
+
+def _nothing() -> None:
+    pass
 
 
 def _settle(future: asyncio.Future[None]) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import structlog
 
 from gitea_runner_operator.kit import fence
+from gitea_runner_operator.kit.priority import PICKUPS
 from gitea_runner_operator.kit.tasks import STOP_GRACE, finish_or_cancel
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.reconcile import forgejo
@@ -101,19 +102,25 @@ class RunnerWrites:
             self._asked.add(p.key)  # given back when the order under way is written
             return Written()
         order = Order(p, decision, state, on_forgejo, self._creator.reserve(p, creates), marks)
-        task = asyncio.create_task(self._write(order), name=f"runner-writes:{p.key}")
+        # A woken group's pickup goes on until its creates are answered (kit/priority.py).
+        carried = PICKUPS.carry(p.key) if order.names else None
+        task = asyncio.create_task(self._write(order, carried), name=f"runner-writes:{p.key}")
         self._tasks[p.key] = task
         return Written(len(order.names))
 
-    async def _write(self, order: Order) -> None:
+    async def _write(self, order: Order, carried: Callable[[], None] | None = None) -> None:
         key = order.p.key
         again = False
         try:
             if order.names:
                 started = self._clock()
-                created = await self._creator.create(
-                    order.p, order.decision, order.state, order.on_forgejo, order.names
-                )
+                try:
+                    created = await self._creator.create(
+                        order.p, order.decision, order.state, order.on_forgejo, order.names
+                    )
+                finally:
+                    if carried is not None:
+                        carried()
                 self._metrics.runner_writes_done("create", self._clock() - started)
                 again = created < len(order.names)  # refused: the next pass reports it
             if order.marks:

@@ -162,3 +162,29 @@ async def test_the_woken_tenants_own_bulk_work_does_not_wait_for_its_pickup() ->
     priority.passed("team-a/ci", started=time.monotonic())
     await asyncio.wait_for(other, 1)
     assert not priority._tenants  # the closed window's tenant is forgotten
+
+
+async def test_a_pickup_goes_on_until_the_creates_its_pass_handed_on_are_answered() -> None:
+    """The pass hands its runner creates to the group's writer and ends: the window stays
+    open until the writer is done with them."""
+    priority = Priority(window=5, make_way_at_most=5)
+    priority.begin("team-a/ci", "team-a")
+    finished = priority.carry("team-a/ci")
+    priority.passed("team-a/ci", started=time.monotonic())
+    assert priority.under_way  # the create is still on its way
+    finished()
+    assert not priority.under_way
+    finished()  # twice is once
+    assert not priority.under_way
+
+
+async def test_a_late_writer_does_not_close_the_next_pickups_window() -> None:
+    priority = Priority(window=0.02, make_way_at_most=5)
+    priority.begin("team-a/ci")
+    finished = priority.carry("team-a/ci")
+    await asyncio.sleep(0.05)  # the window timed out; its writer is still busy
+    assert not priority.under_way
+    priority.begin("team-a/ci")  # the next delivery
+    finished()
+    assert priority.under_way
+    assert priority.carry("team-b/ci")() is None  # no window, nothing to carry
