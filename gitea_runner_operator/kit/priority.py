@@ -170,6 +170,18 @@ class Priority:
             gc.enable()
 
     @contextlib.contextmanager
+    def arriving(self) -> Iterator[None]:
+        """A delivery being read and verified, from an address that sent genuine ones
+        before: it may be a pickup's start, so bulk work makes way while it is handled
+        (its wake then opens the group's own window)."""
+        key = object()
+        self.begin(key)
+        try:
+            yield
+        finally:
+            self._close(key)
+
+    @contextlib.contextmanager
     def urgent(self) -> Iterator[None]:
         """Work of a pickup (a woken group's observation): it never makes way."""
         token = _URGENT.set(True)

@@ -188,3 +188,13 @@ async def test_a_late_writer_does_not_close_the_next_pickups_window() -> None:
     finished()
     assert priority.under_way
     assert priority.carry("team-b/ci")() is None  # no window, nothing to carry
+
+
+async def test_a_delivery_being_handled_holds_bulk_work_until_its_answer() -> None:
+    priority = Priority(window=5, make_way_at_most=5)
+    with priority.arriving():
+        bulk = asyncio.ensure_future(priority.make_way("evil"))
+        await asyncio.sleep(0.02)
+        assert not bulk.done()
+    await asyncio.wait_for(bulk, 1)
+    assert not priority.under_way
