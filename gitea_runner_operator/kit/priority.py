@@ -64,7 +64,7 @@ class Priority:
         self._clock, self._pause_gc = clock, pause_gc
         self._open: dict[Hashable, _Window] = {}
         self._tenants: Counter[str] = Counter()  # open windows by tenant
-        self._waiting: set[asyncio.Future[None]] = set()
+        self._waiting: dict[asyncio.Future[None], str] = {}  # bulk steps, by tenant
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gc_paused = False
         self._gc_timer: asyncio.TimerHandle | None = None
@@ -98,6 +98,11 @@ class Priority:
         timer = loop.call_later(self.window, self._close, key)
         self._open[key] = _Window(self._clock(), timer, tenant)
         self._tenants[tenant] += 1
+        if tenant:  # its own bulk work goes on (make_way): a step of the woken group's poll
+            # may have begun to wait while the delivery was read (arriving)
+            for future, whose in list(self._waiting.items()):
+                if whose == tenant and not future.done():
+                    future.set_result(None)
         self._pause_collector(loop)
 
     def passed(self, key: Hashable, started: float) -> None:
@@ -143,7 +148,7 @@ class Priority:
         if self._open:
             return
         self._resume_gc()
-        waiting, self._waiting = self._waiting, set()
+        waiting, self._waiting = self._waiting, {}
         for future in waiting:
             if not future.done():
                 future.set_result(None)
@@ -203,13 +208,13 @@ class Priority:
             return
         self.made_way += 1
         future = loop.create_future()
-        self._waiting.add(future)
+        self._waiting[future] = tenant
         timer = loop.call_later(self.make_way_at_most, _settle, future)
         try:
             await future
         finally:
             timer.cancel()
-            self._waiting.discard(future)
+            self._waiting.pop(future, None)
 
 
 def _nothing() -> None:
