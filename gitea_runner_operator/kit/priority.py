@@ -98,8 +98,8 @@ class Priority:
         timer = loop.call_later(self.window, self._close, key)
         self._open[key] = _Window(self._clock(), timer, tenant)
         self._tenants[tenant] += 1
-        if tenant:  # its own bulk work goes on (make_way): a step of the woken group's poll
-            # may have begun to wait while the delivery was read (arriving)
+        if tenant:  # its own bulk work goes on (make_way): a step of the woken group's poll,
+            # in flight, may have begun to wait for another tenant's pickup
             for future, whose in list(self._waiting.items()):
                 if whose == tenant and not future.done():
                     future.set_result(None)
@@ -173,18 +173,6 @@ class Priority:
             self._gc_paused = False
             self._gc_resumed_at = self._clock()
             gc.enable()
-
-    @contextlib.contextmanager
-    def arriving(self) -> Iterator[None]:
-        """A delivery being read and verified, from an address that sent genuine ones
-        before: it may be a pickup's start, so bulk work makes way while it is handled
-        (its wake then opens the group's own window)."""
-        key = object()
-        self.begin(key)
-        try:
-            yield
-        finally:
-            self._close(key)
 
     @contextlib.contextmanager
     def urgent(self) -> Iterator[None]:

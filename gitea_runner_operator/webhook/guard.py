@@ -202,11 +202,6 @@ class Penalties:
         _spend(self._buckets, (peer, target), self._rate, self._burst, now)
         _spend(self._addresses, peer, self._address_rate, self._address_burst, now)
 
-    def vouches(self, peer: str) -> bool:
-        """Whether a delivery from ``peer`` verified before (with the chart's NetworkPolicy,
-        Gitea's address): its next ones are handled as a pickup's start (kit/priority.py)."""
-        return self._vouched.peek(peer) is not None
-
     def verified(self, peer: str, target: str = "") -> None:
         """A delivery from ``peer`` naming ``target`` verified: its target is looked up even
         while the address's failures are spent."""

@@ -14,14 +14,12 @@ operator through one port (ports.Operator). What it answers: answers.py.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 from typing import Final
 
 import structlog
 from aiohttp import web
 
-from gitea_runner_operator.kit.priority import PICKUPS
 from gitea_runner_operator.webhook import signature
 from gitea_runner_operator.webhook.answers import (
     BUSY,
@@ -151,12 +149,7 @@ class WebhookServer:
             self._runner = None
 
     async def _handle(self, request: web.Request) -> web.Response:
-        # From an address that sent genuine deliveries before, this may be a pickup's start:
-        # others' polls make way while it is handled (kit/priority.py). A forger's address
-        # never verified, so it buys no one's wait.
-        vouched = self.penalties.vouches(request.remote or "")
-        with PICKUPS.arriving() if vouched else contextlib.nullcontext():
-            answer = await self._deliver(request)
+        answer = await self._deliver(request)
         try:
             self._operator.delivered(answer.outcome)
         except Exception:

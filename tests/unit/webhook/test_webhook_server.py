@@ -285,19 +285,3 @@ async def test_a_delivery_signed_by_another_secret_vouches_for_no_group_hook():
     assert status == 202
     # team-b's hook works: no job announced (only queued deliveries announce one).
     assert h.operator.heard_for == [("team-b/acme", None)]
-
-
-async def test_a_delivery_from_an_address_that_sent_genuine_ones_is_handled_as_a_pickup():
-    """Others' polls make way while it is read and verified (kit/priority.py); a delivery
-    from an address that never verified (a forger's) buys no one's wait."""
-    from gitea_runner_operator.kit.priority import PICKUPS
-
-    h = Harness()
-    seen: list[bool] = []
-    h.operator.on_wake = lambda key: (seen.append(PICKUPS.under_way), h.woken.append(key))
-    status, _ = await h.post(body_for(marker="first"), SECRETS[A])
-    assert status == 202 and seen and not any(seen)  # the address had not verified yet
-    first = len(seen)
-    status, _ = await h.post(body_for(marker="second"), SECRETS[A])
-    assert status == 202 and len(seen) > first and all(seen[first:])
-    assert not PICKUPS.under_way  # the window closed with the answer
