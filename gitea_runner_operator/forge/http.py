@@ -261,9 +261,9 @@ class GiteaTransport:
                 body = await self._read(method, path, resp) if 200 <= status < 300 else b""
                 headers = resp.headers
             # Parsed after the connection is back in the pool, and never by a retry.
-            if body and status != 204 and self._budget is not None:
-                self._budget.parsing(len(body), f"{method} {path}")  # the tenant's share
             where = f"{method} {path}"
+            if body and status != 204 and self._budget is not None:
+                self._budget.parsing(len(body), where)  # the tenant's share
             value = await decode(body, where, self._tenant) if body and status != 204 else None
             return self._interpret(method, path, status, headers, value)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
