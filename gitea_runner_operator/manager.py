@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +36,7 @@ from gitea_runner_operator.runtime.leadership import (
 )
 from gitea_runner_operator.runtime.lease_keeper import LeaseKeeper
 from gitea_runner_operator.runtime.loopwatch import LoopWatch
+from gitea_runner_operator.runtime.receiver_thread import ReceiverThread, on_loop
 from gitea_runner_operator.runtime.webhook_port import OperatorPort
 from gitea_runner_operator.settings import SA_NAMESPACE_FILE, Settings
 from gitea_runner_operator.sharding.forwards import address
@@ -162,9 +164,11 @@ def webhook_server(
     leadership: Leadership,
     secret: bytes | None,
     metrics: Metrics,
-) -> WebhookServer:
-    """The webhook receiver, wired through its one port to whichever controller acts now:
-    a delivery wakes the matching groups' Gitea tasks for an immediate, coalesced refresh."""
+    main: asyncio.AbstractEventLoop,
+) -> ReceiverThread:
+    """The webhook receiver, on a thread of its own (runtime/receiver_thread.py), wired
+    through its one port to whichever controller acts now on ``main``: a delivery wakes the
+    matching groups' Gitea tasks for an immediate, coalesced refresh."""
     # --sharding: a delivery for groups another replica serves is handed to it, tagged
     # with the key the replicas share (a forward that verifies is never penalised).
     key = (
@@ -177,14 +181,17 @@ def webhook_server(
         if settings.sharding
         else None
     )
-    return WebhookServer(
+    # The receiver's own cache of the hook secrets, read through the controller's loop.
+    reader = CachedSecretReader(None, read=on_loop(main, functools.partial(read_secret, secrets)))
+    server = WebhookServer(
         settings.webhook_host,
         settings.webhook_port,
-        OperatorPort(leadership, CachedSecretReader(secrets), metrics),
+        OperatorPort(leadership, reader, metrics, main),
         operator_secret=secret,
         forwarder=forwarder,
         forward_key=key,
     )
+    return ReceiverThread(server)
 
 
 async def run(settings: Settings) -> int:
@@ -304,11 +311,11 @@ async def run(settings: Settings) -> int:
                 error=str(exc),
             )
             return 2
-        receiver: WebhookServer | None = None
+        receiver: ReceiverThread | None = None
         if settings.webhook_port:
             try:
                 secret = await operator_webhook_secret(settings, secrets)
-                receiver = webhook_server(settings, secrets, leadership, secret, metrics)
+                receiver = webhook_server(settings, secrets, leadership, secret, metrics, loop)
                 await receiver.start()
             except (WebhookSecretError, OSError) as exc:
                 log.error(

@@ -146,6 +146,13 @@ class ClusterCache:
     def group_keys(self) -> list[GroupKey]:
         return [key for inf in self.groups for key in inf.cache]
 
+    def group_objects(self) -> list[Obj]:
+        """The groups' objects now, safe to ask from another thread (the webhook receiver's,
+        runtime/receiver_thread.py): each informer's objects are copied by one call into C,
+        which no other thread interleaves, and a stored object is never changed after (an
+        event stores a new one)."""
+        return [obj for inf in self.groups for obj in list(inf.cache.values())]
+
     def runner_jobs(self, key: GroupKey) -> list[Obj]:
         return self._owned(self.jobs, key)
 

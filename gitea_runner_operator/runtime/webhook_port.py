@@ -1,10 +1,22 @@
 """The webhook receiver's one port (webhook/ports.Operator), implemented once, over
 whichever controller acts now. A standby replica has none: it knows no groups and answers
-503, and polling on the leader still finds the job."""
+503, and polling on the leader still finds the job.
+
+The receiver runs on a thread and event loop of its own (runtime/receiver_thread.py), so the
+port is where the two threads meet; ``main`` is the controller's loop. What the port tells
+the controller (a wake, a delivery heard) is handed to that loop and never waited for. What
+it asks is read where no other thread can change it halfway (the groups' objects copied in
+one step, a poller's last answer, which is never changed after it is made), or, for the
+replicas' split under ``--sharding``, asked of that loop and waited for, ``SPLIT_WAIT`` at
+most. The hook secrets are the receiver's own cache, read through the controller's loop.
+Without ``main`` (tests), every call is made in place."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Sequence
+from typing import Final, TypeVar
 
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.runtime.leadership import Leadership
@@ -13,17 +25,56 @@ from gitea_runner_operator.webhook.descriptors import Descriptors
 from gitea_runner_operator.webhook.routing import GroupDescriptor, SecretLocation
 from gitea_runner_operator.webhook.secrets import CachedSecretReader
 
+T = TypeVar("T")
+
+# How long a delivery waits for the controller's loop to say which replica serves its groups;
+# past it, the dispatcher wakes them all here (webhook/dispatch.py).
+SPLIT_WAIT: Final = 1.0
+
 
 class OperatorPort:
-    """``secrets``: a cached reader of the groups' hook secrets (one GET per TTL)."""
+    """``secrets``: a cached reader of the groups' hook secrets (one GET per TTL), used by the
+    receiver alone; ``main``: the controller's loop, when the receiver runs on another
+    thread."""
 
     def __init__(
-        self, leadership: Leadership, secrets: CachedSecretReader, metrics: Metrics
+        self,
+        leadership: Leadership,
+        secrets: CachedSecretReader,
+        metrics: Metrics,
+        main: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self._leadership = leadership
         self._secrets = secrets
         self._metrics = metrics
+        self._main = main
         self._descriptors = Descriptors()
+
+    def _tell(self, call: Callable[[], None]) -> None:
+        """Have the controller's loop make ``call``; never waits for it."""
+        if self._main is None:
+            call()
+        else:
+            self._main.call_soon_threadsafe(call)
+
+    def _ask(self, call: Callable[[], T]) -> T:
+        """What ``call`` answers on the controller's loop, ``SPLIT_WAIT`` at most."""
+        if self._main is None:
+            return call()
+        answer: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if answer.set_running_or_notify_cancel():
+                try:
+                    answer.set_result(call())
+                except Exception as exc:
+                    answer.set_exception(exc)
+
+        self._main.call_soon_threadsafe(run)
+        try:
+            return answer.result(timeout=SPLIT_WAIT)
+        finally:
+            answer.cancel()  # not yet run: never run
 
     def active(self) -> bool:
         return self._leadership.controller is not None
@@ -33,11 +84,7 @@ class OperatorPort:
         if current is None:
             return []
         cache = current.cache
-        return self._descriptors.since(
-            cache,
-            cache.group_changes,
-            lambda: (obj for key in cache.group_keys() if (obj := cache.group(key))),
-        )
+        return self._descriptors.since(cache, cache.group_changes, cache.group_objects)
 
     async def secret(self, where: SecretLocation) -> bytes | None:
         return await self._secrets(where)
@@ -51,17 +98,24 @@ class OperatorPort:
         current = self._leadership.controller
         if current is None or current.share is None:
             return Split(tuple(keys))
-        return current.share.split(keys)
+        share = current.share
+        return self._ask(lambda: share.split(keys))
 
     def wake(self, key: str) -> None:
-        current = self._leadership.controller
-        if current is not None:
-            current.wake(key)
+        def wake() -> None:
+            current = self._leadership.controller
+            if current is not None:
+                current.wake(key)
+
+        self._tell(wake)
 
     def heard(self, key: str, job_id: int | None) -> None:
-        current = self._leadership.controller
-        if current is not None:
-            current.heard(key, job_id)
+        def heard() -> None:
+            current = self._leadership.controller
+            if current is not None:
+                current.heard(key, job_id)
+
+        self._tell(heard)
 
     def knows(self, key: str, job_id: int) -> bool:
         current = self._leadership.controller

@@ -1,0 +1,232 @@
+"""The webhook receiver on a thread of its own (runtime/receiver_thread.py) and the port it
+reaches the controller through (runtime/webhook_port.py with the controller's loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from gitea_runner_operator.metrics import Metrics
+from gitea_runner_operator.runtime import webhook_port
+from gitea_runner_operator.runtime.leadership import Leadership
+from gitea_runner_operator.runtime.receiver_thread import ReceiverThread, on_loop
+from gitea_runner_operator.runtime.webhook_port import OperatorPort
+from gitea_runner_operator.webhook.routing import SecretLocation
+from gitea_runner_operator.webhook.secrets import CachedSecretReader
+from gitea_runner_operator.webhook.server import PATH, Limits, WebhookServer
+from gitea_runner_operator.webhook.signature import sign
+from tests.support.webhook import body_for
+
+HOOK = SecretLocation("team-a", "hook", "secret")
+SECRET = b"team-a-secret"
+
+
+def group_object() -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "team-a", "name": "ci", "uid": "u1", "generation": 1},
+        "spec": {
+            "scope": "org",
+            "org": "acme",
+            "gitea": {"url": "https://git.example.com/"},
+            "labels": ["linux:docker://node:20"],
+            "maxActiveRunners": 2,
+            "registrationToken": {"secretRef": {"name": "t", "key": "r"}},
+            "authToken": {"secretRef": {"name": "t", "key": "a"}},
+            "webhook": {"secretRef": {"name": "hook", "key": "secret"}},
+        },
+    }
+
+
+@dataclass
+class Cache:
+    group_changes: int = 1
+
+    def group_objects(self) -> list[dict[str, Any]]:
+        return [group_object()]
+
+
+@dataclass
+class Pollers:
+    def get(self, key: str) -> None:
+        return None
+
+
+@dataclass
+class Controller:
+    """What the port asks of a controller; records on which thread it was told."""
+
+    cache: Cache = field(default_factory=Cache)
+    pollers: Pollers = field(default_factory=Pollers)
+    share: Any = None
+    woken: list[tuple[str, int, float]] = field(default_factory=list)
+    heard_for: list[tuple[str, int | None, int]] = field(default_factory=list)
+
+    def wake(self, key: str) -> None:
+        self.woken.append((key, threading.get_ident(), time.monotonic()))
+
+    def heard(self, key: str, job_id: int | None) -> None:
+        self.heard_for.append((key, job_id, threading.get_ident()))
+
+    def knows(self, key: str, job_id: int) -> bool:
+        return False
+
+
+def port_over(controller: Controller, main: asyncio.AbstractEventLoop) -> OperatorPort:
+    leadership = Leadership()
+    leadership.controller = controller  # type: ignore[assignment]
+    reads: list[int] = []
+
+    async def read(where: SecretLocation) -> bytes:
+        reads.append(threading.get_ident())
+        return SECRET
+
+    reader = CachedSecretReader(None, read=on_loop(main, read))
+    port = OperatorPort(leadership, reader, Metrics(), main)
+    port.reads = reads  # type: ignore[attr-defined]
+    return port
+
+
+def deliver(port: int, job_id: int) -> tuple[int, float]:
+    """POST a signed delivery as Gitea would, from a thread; its status and when it came."""
+    body = body_for("acme/widgets", job_id=job_id)
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{PATH}",
+        data=body,
+        headers={
+            "Content-Type": "application/json",
+            "X-Gitea-Event": "workflow_job",
+            "X-Gitea-Delivery": f"d-{job_id}",
+            "X-Gitea-Signature": sign(SECRET, body),
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, time.monotonic()
+    except urllib.error.HTTPError as exc:
+        return exc.code, time.monotonic()
+
+
+def busy(seconds: float) -> float:
+    """Hold the calling loop, computing (as a parse would), for ``seconds``; when it ended."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(1000))
+    return time.monotonic()
+
+
+async def test_a_delivery_is_answered_while_the_controller_s_loop_is_busy() -> None:
+    main = asyncio.get_running_loop()
+    controller = Controller()
+    port = port_over(controller, main)
+    # Paced wakes off: each delivery wakes its group at once.
+    receiver = ReceiverThread(WebhookServer("127.0.0.1", 0, port, limits=Limits(wake_interval=0)))
+    await receiver.start()
+    try:
+        # The first delivery reads the hook secret, through the controller's loop.
+        status, _ = await asyncio.to_thread(deliver, receiver.port, 1)
+        assert status == 202
+        assert port.reads == [threading.get_ident()]  # type: ignore[attr-defined]
+        answered: list[tuple[int, float]] = []
+        sender = threading.Thread(target=lambda: answered.append(deliver(receiver.port, 2)))
+        sender.start()
+        freed = busy(1.0)  # the controller's loop computes; the receiver's does not wait
+        await asyncio.to_thread(sender.join, 10)
+        [(status, at)] = answered
+        assert status == 202
+        assert at < freed - 0.5, "the delivery waited for the controller's loop"
+        await asyncio.sleep(0)  # the wake was handed over; the loop runs it now
+        assert [key for key, _, _ in controller.woken] == ["team-a/ci", "team-a/ci"]
+        # Made on the controller's loop (its thread), once that loop was free again.
+        assert {ident for _, ident, _ in controller.woken} == {threading.get_ident()}
+        assert controller.woken[-1][2] >= freed
+        assert [(k, j) for k, j, _ in controller.heard_for] == [("team-a/ci", 1), ("team-a/ci", 2)]
+        assert port.reads == [threading.get_ident()]  # type: ignore[attr-defined]
+    finally:
+        await receiver.stop()
+
+
+async def test_stopping_ends_the_thread_and_closes_the_port() -> None:
+    port = port_over(Controller(), asyncio.get_running_loop())
+    receiver = ReceiverThread(WebhookServer("127.0.0.1", 0, port))
+    await receiver.start()
+    bound = receiver.port
+    await receiver.stop()
+    assert not any(t.name == "webhook-receiver" and t.is_alive() for t in threading.enumerate())
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", bound), 1):
+        pass
+    await receiver.stop()  # twice: nothing left to stop
+
+
+async def test_a_port_in_use_is_reported_by_start() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        main = asyncio.get_running_loop()
+        receiver = ReceiverThread(WebhookServer("127.0.0.1", port, port_over(Controller(), main)))
+        with pytest.raises(OSError):
+            await receiver.start()
+        await receiver.stop()  # never started: nothing to stop
+
+
+async def test_the_replicas_split_is_asked_of_the_controller_s_loop_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[int] = []
+
+    class Share:
+        def split(self, keys: Any) -> Any:
+            asked.append(threading.get_ident())
+            return ("split", tuple(keys))
+
+    controller = Controller(share=Share())
+    port = port_over(controller, asyncio.get_running_loop())
+    # From another thread, as the receiver asks: answered on the controller's loop.
+    assert await asyncio.to_thread(port.split, ["team-a/ci"]) == ("split", ("team-a/ci",))
+    assert asked == [threading.get_ident()]
+    # A controller's loop that does not answer in time: the receiver goes on (and the
+    # dispatcher wakes the groups here, webhook/dispatch.py), and the split is never made.
+    monkeypatch.setattr(webhook_port, "SPLIT_WAIT", 0.1)
+    waiting = asyncio.get_running_loop().run_in_executor(None, port.split, ["team-a/ci"])
+    busy(0.5)
+    with pytest.raises(TimeoutError):
+        await waiting
+    await asyncio.sleep(0)
+    assert len(asked) == 1
+
+
+async def test_a_secret_read_given_up_by_the_receiver_is_cancelled_on_the_controller_s_loop() -> (
+    None
+):
+    main = asyncio.get_running_loop()
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def read(where: SecretLocation) -> bytes:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return SECRET
+
+    there = on_loop(main, read)
+
+    def receiver_side() -> None:
+        async def give_up() -> None:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(there(HOOK), 0.2)
+
+        asyncio.run(give_up())
+
+    await asyncio.to_thread(receiver_side)
+    assert started.is_set()
+    await asyncio.wait_for(cancelled.wait(), 2)
