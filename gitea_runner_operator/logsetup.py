@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 
 import structlog
+
+# Threads of the process log too (the webhook receiver's, the Leases'): each line is written
+# whole, by one call under this lock. ``print`` wrote the line and its newline apart, and
+# two threads' lines ran into one (132 of 9,005 JSON lines unreadable in a hostile run).
+_WRITING = threading.Lock()
 
 
 class _StderrLogger:
@@ -14,7 +20,10 @@ class _StderrLogger:
     runners and embedding programs do."""
 
     def msg(self, message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+        stream = sys.stderr
+        with _WRITING:
+            stream.write(message + "\n")
+            stream.flush()
 
     debug = info = warning = warn = error = critical = exception = fatal = log = msg
 
