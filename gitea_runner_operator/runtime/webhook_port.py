@@ -30,6 +30,12 @@ T = TypeVar("T")
 # How long a delivery waits for the controller's loop to say which replica serves its groups;
 # past it, the dispatcher wakes them all here (webhook/dispatch.py).
 SPLIT_WAIT: Final = 1.0
+# Deliveries' evidence (``heard``) handed to the controller's loop and not yet taken: a
+# tenant's flood of deliveries signed with its own secret, while that loop is held (a
+# collection, a long pass), queues no more than this; past it the evidence is dropped, which
+# at worst keeps a group's poll at its shorter interval a while. Wakes are never dropped:
+# the receiver paces them per group (webhook/wakes.py), so they are bounded already.
+HANDED_AT_MOST: Final = 4096
 
 
 class OperatorPort:
@@ -49,6 +55,9 @@ class OperatorPort:
         self._metrics = metrics
         self._main = main
         self._descriptors = Descriptors()
+        # Evidence handed over and taken: each count written by one thread only.
+        self._handed = 0
+        self._taken = 0
 
     def _tell(self, call: Callable[[], None]) -> None:
         """Have the controller's loop make ``call``; never waits for it."""
@@ -56,6 +65,21 @@ class OperatorPort:
             call()
         else:
             self._main.call_soon_threadsafe(call)
+
+    def _tell_evidence(self, call: Callable[[], None]) -> None:
+        """:meth:`_tell`, unless ``HANDED_AT_MOST`` are still to be taken (then dropped)."""
+        if self._main is None:
+            call()
+            return
+        if self._handed - self._taken >= HANDED_AT_MOST:
+            return
+
+        def take() -> None:
+            self._taken += 1
+            call()
+
+        self._handed += 1
+        self._main.call_soon_threadsafe(take)
 
     def _ask(self, call: Callable[[], T]) -> T:
         """What ``call`` answers on the controller's loop, ``SPLIT_WAIT`` at most."""
@@ -115,7 +139,7 @@ class OperatorPort:
             if current is not None:
                 current.heard(key, job_id)
 
-        self._tell(heard)
+        self._tell_evidence(heard)
 
     def knows(self, key: str, job_id: int) -> bool:
         current = self._leadership.controller

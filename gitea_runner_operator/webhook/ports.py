@@ -1,6 +1,8 @@
 """The one port between the receiver and the rest of the operator: what a delivery's
 stages ask, in one place, implemented once (runtime/webhook_port.py) over whichever
-controller acts now. A test hands the receiver a small object of its own instead."""
+controller acts now. The receiver runs on a thread of its own (runtime/receiver_thread.py),
+so the port is also where that thread meets the controller's loop. A test hands the
+receiver a small object of its own instead."""
 
 from __future__ import annotations
 

@@ -230,3 +230,27 @@ async def test_a_secret_read_given_up_by_the_receiver_is_cancelled_on_the_contro
     await asyncio.to_thread(receiver_side)
     assert started.is_set()
     await asyncio.wait_for(cancelled.wait(), 2)
+
+
+async def test_evidence_handed_to_a_held_controller_loop_is_bounded_wakes_are_not() -> None:
+    main = asyncio.get_running_loop()
+    controller = Controller()
+    port = port_over(controller, main)
+
+    def flood() -> None:  # the receiver's side: a tenant's flood of signed deliveries
+        for n in range(webhook_port.HANDED_AT_MOST + 500):
+            port.heard("team-a/ci", n)
+        for _ in range(10):
+            port.wake("team-a/ci")
+
+    sender = threading.Thread(target=flood)
+    sender.start()
+    sender.join()  # the controller's loop is held meanwhile: it takes nothing
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert len(controller.heard_for) == webhook_port.HANDED_AT_MOST
+    assert len(controller.woken) == 10
+    # Taken, the place is free again.
+    await asyncio.to_thread(port.heard, "team-a/ci", -1)
+    await asyncio.sleep(0)
+    assert controller.heard_for[-1][:2] == ("team-a/ci", -1)
