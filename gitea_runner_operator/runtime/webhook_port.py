@@ -7,9 +7,10 @@ port is where the two threads meet; ``main`` is the controller's loop. What the 
 the controller (a wake, a delivery heard) is handed to that loop and never waited for. What
 it asks is read where no other thread can change it halfway (the groups' objects copied in
 one step, a poller's last answer, which is never changed after it is made), or, for the
-replicas' split under ``--sharding``, asked of that loop and waited for, ``SPLIT_WAIT`` at
-most. The hook secrets are the receiver's own cache, read through the controller's loop.
-Without ``main`` (tests), every call is made in place."""
+replicas' split under ``--sharding``, asked of that loop and awaited, ``SPLIT_WAIT`` at most
+(the receiver's loop serves other deliveries meanwhile). The hook secrets are the receiver's
+own cache, read through the controller's loop. Without ``main`` (tests), every call is made
+in place."""
 
 from __future__ import annotations
 
@@ -81,8 +82,9 @@ class OperatorPort:
         self._handed += 1
         self._main.call_soon_threadsafe(take)
 
-    def _ask(self, call: Callable[[], T]) -> T:
-        """What ``call`` answers on the controller's loop, ``SPLIT_WAIT`` at most."""
+    async def _ask(self, call: Callable[[], T]) -> T:
+        """What ``call`` answers on the controller's loop, awaited ``SPLIT_WAIT`` at most
+        (the receiver's loop goes on meanwhile); past it, ``call`` is never made."""
         if self._main is None:
             return call()
         answer: concurrent.futures.Future[T] = concurrent.futures.Future()
@@ -96,7 +98,8 @@ class OperatorPort:
 
         self._main.call_soon_threadsafe(run)
         try:
-            return answer.result(timeout=SPLIT_WAIT)
+            async with asyncio.timeout(SPLIT_WAIT):
+                return await asyncio.wrap_future(answer)
         finally:
             answer.cancel()  # not yet run: never run
 
@@ -116,14 +119,14 @@ class OperatorPort:
     def secret_at_hand(self, where: SecretLocation) -> bytes | None:
         return self._secrets.at_hand(where)
 
-    def split(self, keys: Sequence[str]) -> Split:
+    async def split(self, keys: Sequence[str]) -> Split:
         """Who serves each group (the share, sharding/leases/share.py); all here without
         ``--sharding`` or without a controller."""
         current = self._leadership.controller
         if current is None or current.share is None:
             return Split(tuple(keys))
         share = current.share
-        return self._ask(lambda: share.split(keys))
+        return await self._ask(lambda: share.split(keys))
 
     def wake(self, key: str) -> None:
         def wake() -> None:

@@ -41,11 +41,11 @@ class Dispatcher:
             operator.wake, wake_interval, known=operator.knows, asking=operator.asking
         )
 
-    def dispatch(
+    async def dispatch(
         self, request: web.Request, body: bytes, routed: Routed, authorised: list[GroupDescriptor]
     ) -> Answer:
         delivery, keys = routed.delivery, routed.keys
-        where = self._where(request, keys)
+        where = await self._where(request, keys)
         for address, served in where.peers.items():
             self._forward(request, body, address, served)
         job = delivery.job_id if delivery.action == "queued" else None
@@ -123,12 +123,12 @@ class Dispatcher:
             except Exception:
                 log.exception("recording a delivery for a RunnerGroup failed", group=key)
 
-    def _where(self, request: web.Request, keys: list[str]) -> Split:
+    async def _where(self, request: web.Request, keys: list[str]) -> Split:
         """Which of ``keys`` to wake here and which to forward to whom."""
         if self._forwarder is None or FORWARDED_HEADER in request.headers:
             return Split(tuple(keys))
         try:
-            return self._operator.split(keys)
+            return await self._operator.split(keys)
         except Exception:  # the peers' view must never cost the delivery its local wake-ups
             log.exception("finding which replica serves a delivery's groups failed")
             return Split(tuple(keys))

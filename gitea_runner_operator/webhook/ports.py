@@ -31,8 +31,9 @@ class Operator(Protocol):
         ask :meth:`secret`."""
         ...
 
-    def split(self, keys: Sequence[str]) -> Split:
-        """Which of ``keys`` this replica serves, and which replica serves the others."""
+    async def split(self, keys: Sequence[str]) -> Split:
+        """Which of ``keys`` this replica serves, and which replica serves the others (asked
+        of the controller's loop: awaited, never blocking the receiver's)."""
         ...
 
     def wake(self, key: str) -> None:

@@ -183,7 +183,7 @@ class WebhookServer:
         found = routed(event, verified.body, verified.groups)
         if isinstance(found, Answer):
             return found
-        return self.dispatcher.dispatch(request, verified.body, found, verified.groups)
+        return await self.dispatcher.dispatch(request, verified.body, found, verified.groups)
 
     async def _guard(self, request: web.Request, event: str) -> Answer | tuple[bytes, bytes]:
         """What is refused before anything is verified; else the body and its signature."""

@@ -80,7 +80,7 @@ class FakeOperator:
         at_hand = getattr(self.secret_provider, "at_hand", None)
         return None if at_hand is None else at_hand(where)
 
-    def split(self, keys):
+    async def split(self, keys):
         return Split(tuple(keys)) if self.splits is None else self.splits(keys)
 
     def wake(self, key):

@@ -247,13 +247,13 @@ async def test_a_webhook_delivery_s_groups_are_split_by_the_replica_serving_them
             for r in (a, b, c):
                 await r.round()
         assert a.serves() and b.serves() and c.serves()
-        got = port_of(a.controller).split(KEYS)
+        got = await port_of(a.controller).split(KEYS)
         assert set(got.here) == a.serves()
         assert {k: set(v) for k, v in got.peers.items()} == {"10.0.0.2:8082": b.serves()}
         assert set(got.unreachable) == c.serves()
         # A delivery for its own groups only asks nobody.
         mine = sorted(a.serves())
-        assert port_of(a.controller).split(mine) == Split(tuple(mine))
+        assert await port_of(a.controller).split(mine) == Split(tuple(mine))
         for r in (a, b, c):
             await r.close()
 
@@ -261,4 +261,4 @@ async def test_a_webhook_delivery_s_groups_are_split_by_the_replica_serving_them
 async def test_without_sharding_every_group_is_woken_here() -> None:
     async with client.ApiClient() as api:
         controller = Controller(api, Settings())
-        assert port_of(controller).split(KEYS) == Split(tuple(KEYS))
+        assert await port_of(controller).split(KEYS) == Split(tuple(KEYS))
