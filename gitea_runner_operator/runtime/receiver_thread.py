@@ -76,21 +76,17 @@ class ReceiverThread:
         await asyncio.wrap_future(started)
 
     def _run(self, started: concurrent.futures.Future[None]) -> None:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self.server.start())
-        except BaseException as exc:
-            started.set_exception(exc)
-            loop.close()
-            return
-        self._loop = loop
-        started.set_result(None)
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
+        # The runner's close cancels whatever tasks the server left (a forward under way, a
+        # handler), shuts the loop's generators and executor down and closes it.
+        with asyncio.Runner() as runner:
+            try:
+                runner.run(self.server.start())
+            except BaseException as exc:
+                started.set_exception(exc)
+                return
+            self._loop = runner.get_loop()
+            started.set_result(None)
+            self._loop.run_forever()
 
     async def stop(self) -> None:
         """Stop the server on its loop, then the loop and the thread."""

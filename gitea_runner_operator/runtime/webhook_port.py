@@ -84,7 +84,9 @@ class OperatorPort:
 
     async def _ask(self, call: Callable[[], T]) -> T:
         """What ``call`` answers on the controller's loop, awaited ``SPLIT_WAIT`` at most
-        (the receiver's loop goes on meanwhile); past it, ``call`` is never made."""
+        (the receiver's loop goes on meanwhile); past it, ``call`` is never made. (Not
+        ``run_coroutine_threadsafe``: given up, it cancels its task one hop later, after
+        that task has already made the call.)"""
         if self._main is None:
             return call()
         answer: concurrent.futures.Future[T] = concurrent.futures.Future()
