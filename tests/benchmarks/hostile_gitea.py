@@ -26,16 +26,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gitea_runner_operator.webhook.signature import sign
 from tests.support.fake_gitea import SimulatedGitea
-
-HOOK_PATH = "/hooks/gitea"
+from tests.support.webhook import post_delivery
 
 
 class Sender:
@@ -67,7 +63,7 @@ class Sender:
         self, group: str, secret: str, port: int, phase: str, at: float, owner: str
     ) -> None:
         body = self._body(f"{owner}/app", group, "bench")
-        status = _post(port, body, sign(secret.encode(), body))
+        status = post_delivery(port, body, sign(secret.encode(), body))
         with self._lock:
             self.answers[phase][status] += 1
             self.round_trips.append((phase, at, time.monotonic()))
@@ -79,7 +75,7 @@ class Sender:
     def _wrong_hooks(self, port: int, every: float) -> None:
         body = self._body("evil/app", "e", "evil")
         while not self._stop.is_set():
-            status = _post(port, body, sign(b"not-the-secret", body))
+            status = post_delivery(port, body, sign(b"not-the-secret", body))
             with self._lock:
                 self.wrong[status] += 1
             self._stop.wait(every)
@@ -109,28 +105,6 @@ class Sender:
                 "wrong": self.wrong,
                 "requests": self.fake.requests,
             }
-
-
-def _post(port: int, body: bytes, signature: str) -> str:
-    """POST a delivery as Gitea does; the answer's status (or the error's name)."""
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{HOOK_PATH}",
-        data=body,
-        method="POST",
-        headers={
-            "X-Gitea-Event": "workflow_job",
-            "X-Gitea-Delivery": str(uuid.uuid4()),
-            "X-Gitea-Signature": signature,
-            "Content-Type": "application/json",
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            return str(resp.status)
-    except urllib.error.HTTPError as exc:
-        return str(exc.code)
-    except Exception as exc:
-        return type(exc).__name__
 
 
 def serve() -> int:

@@ -4,6 +4,9 @@ by, and signed delivery bodies."""
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
+import uuid
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
@@ -155,3 +158,26 @@ class Harness:
             params = {"group": params_group} if params_group is not None else None
             resp = await client.post(PATH, data=body, headers=hdrs, params=params)
             return resp.status, await resp.text()
+
+
+def post_delivery(port: int, body: bytes, signature: str, timeout: float = 30) -> str:
+    """POST a delivery to a receiver on ``port`` as Gitea does, from a thread; the answer's
+    status (or the error's name)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{PATH}",
+        data=body,
+        method="POST",
+        headers={
+            "X-Gitea-Event": "workflow_job",
+            "X-Gitea-Delivery": str(uuid.uuid4()),
+            "X-Gitea-Signature": signature,
+            "Content-Type": "application/json",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            return str(resp.status)
+    except urllib.error.HTTPError as exc:
+        return str(exc.code)
+    except Exception as exc:
+        return type(exc).__name__

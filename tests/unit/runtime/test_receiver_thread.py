@@ -7,8 +7,6 @@ import asyncio
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +19,9 @@ from gitea_runner_operator.runtime.receiver_thread import ReceiverThread, on_loo
 from gitea_runner_operator.runtime.webhook_port import OperatorPort
 from gitea_runner_operator.webhook.routing import SecretLocation
 from gitea_runner_operator.webhook.secrets import CachedSecretReader
-from gitea_runner_operator.webhook.server import PATH, Limits, WebhookServer
+from gitea_runner_operator.webhook.server import Limits, WebhookServer
 from gitea_runner_operator.webhook.signature import sign
-from tests.support.webhook import body_for
+from tests.support.webhook import body_for, post_delivery
 
 HOOK = SecretLocation("team-a", "hook", "secret")
 SECRET = b"team-a-secret"
@@ -97,21 +95,8 @@ def port_over(controller: Controller, main: asyncio.AbstractEventLoop) -> Operat
 def deliver(port: int, job_id: int) -> tuple[int, float]:
     """POST a signed delivery as Gitea would, from a thread; its status and when it came."""
     body = body_for("acme/widgets", job_id=job_id)
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{PATH}",
-        data=body,
-        headers={
-            "Content-Type": "application/json",
-            "X-Gitea-Event": "workflow_job",
-            "X-Gitea-Delivery": f"d-{job_id}",
-            "X-Gitea-Signature": sign(SECRET, body),
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status, time.monotonic()
-    except urllib.error.HTTPError as exc:
-        return exc.code, time.monotonic()
+    status = post_delivery(port, body, sign(SECRET, body), timeout=10)
+    return int(status), time.monotonic()
 
 
 def busy(seconds: float) -> float:
