@@ -43,6 +43,7 @@ from gitea_runner_operator.forge.errors import (
 from gitea_runner_operator.kit.jsonlimits import too_deep
 from gitea_runner_operator.kit.priority import PICKUPS
 from gitea_runner_operator.kit.tenant_budget import Lease, OverShare
+from gitea_runner_operator.kit.thread_names import name_this_thread
 from gitea_runner_operator.kit.turnstile import Turnstile
 
 # A page of 50 runners or jobs is tens of KiB; Forgejo's unpaged job list a few MiB.
@@ -63,7 +64,9 @@ PARSED_PER_BYTE: Final = 4
 # Counting runs in slices, so the GIL goes back to the event loop between them.
 _SLICE: Final = 1024 * 1024
 
-_PARSING = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-json")
+_PARSING = concurrent.futures.ThreadPoolExecutor(
+    max_workers=1, thread_name_prefix="forge-json", initializer=name_this_thread
+)
 # One for the process: every tenant's heavy answers take their turns here.
 HEAVY_ANSWERS = Turnstile()
 

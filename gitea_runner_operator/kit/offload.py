@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from gitea_runner_operator.kit.singleflight import SingleFlight
+from gitea_runner_operator.kit.thread_names import name_this_thread
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -27,7 +28,9 @@ class Offload(Generic[K, V]):
     """``fn`` must read only values nobody changes meanwhile: it runs beside the loop."""
 
     def __init__(self, name: str) -> None:
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=name, initializer=name_this_thread
+        )
         self._flights: SingleFlight[K, V] = SingleFlight()
 
     def __contains__(self, key: object) -> bool:

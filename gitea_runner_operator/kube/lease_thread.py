@@ -23,6 +23,7 @@ from typing import ClassVar, Final, Generic, Protocol, TypeVar
 
 import structlog
 
+from gitea_runner_operator.kit.thread_names import name_this_thread
 from gitea_runner_operator.kube.http import LEASE_TIMEOUT
 from gitea_runner_operator.settings import Settings
 
@@ -122,6 +123,7 @@ class LeaseThread(Generic[K]):
             await asyncio.to_thread(self._thread.join, JOIN_TIMEOUT)
 
     def _thread_main(self) -> None:
+        name_this_thread()
         try:
             asyncio.run(self._run())
         except Exception as exc:  # never silent: without this thread nobody renews

@@ -28,6 +28,7 @@ from typing import Final, TypeVar
 
 import structlog
 
+from gitea_runner_operator.kit.thread_names import name_this_thread
 from gitea_runner_operator.webhook.server import WebhookServer
 
 log = structlog.get_logger(__name__)
@@ -76,6 +77,7 @@ class ReceiverThread:
         await asyncio.wrap_future(started)
 
     def _run(self, started: concurrent.futures.Future[None]) -> None:
+        name_this_thread()
         # The runner's close cancels whatever tasks the server left (a forward under way, a
         # handler), shuts the loop's generators and executor down and closes it.
         with asyncio.Runner() as runner:

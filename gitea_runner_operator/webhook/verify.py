@@ -32,6 +32,7 @@ from typing import Final, TypeVar
 from aiohttp import web
 
 from gitea_runner_operator.kit.jsonlimits import too_deep
+from gitea_runner_operator.kit.thread_names import name_this_thread
 from gitea_runner_operator.webhook import routing, signature
 from gitea_runner_operator.webhook.answers import NOT_A_REPOSITORY, PENALISED, UNAUTHORIZED, Answer
 from gitea_runner_operator.webhook.guard import Penalties, QuietLog
@@ -57,7 +58,9 @@ MAX_HINT_TRIES: Final = 4
 OFFLOAD_BYTES: Final = 256 * 1024
 
 
-_HASHING = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="webhook-hmac")
+_HASHING = concurrent.futures.ThreadPoolExecutor(
+    max_workers=1, thread_name_prefix="webhook-hmac", initializer=name_this_thread
+)
 
 
 async def signers(candidates: Sequence[tuple[T, bytes]], body: bytes, digest: bytes) -> list[T]:

@@ -312,7 +312,7 @@ class Run:
         self._n = 0
         self._stop = threading.Event()
         self.share = CpuShare()  # who used the machine's cores, per phase
-        self.share.track("operator", op.proc.pid)
+        self.share.track("operator", op.proc.pid, threads=True)
         self.share.track("healthy Gitea", fake.proc.pid)
         self.share.track("bench", os.getpid())
         self._threads = [
