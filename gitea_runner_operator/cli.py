@@ -101,6 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
         "without one (default 0)",
     )
     p.add_argument(
+        "--tenant-read-rate",
+        type=int,
+        default=4096,
+        metavar="KIB",
+        help="KiB a second of Gitea answers all tenants' polls may read, shared equally by "
+        "the namespaces that poll; a namespace past its share has its polls nobody woke "
+        "wait (default 4096)",
+    )
+    p.add_argument(
         "--metrics-auth",
         action=argparse.BooleanOptionalAction,
         default=False,
@@ -271,6 +280,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit("--secret-cache-ttl must be at least 1 and at most 3600 seconds")
     if args.tenant_memory_budget < 0:
         raise SystemExit("--tenant-memory-budget must not be negative (0: from the memory limit)")
+    if not 16 <= args.tenant_read_rate <= 1024 * 1024:
+        raise SystemExit("--tenant-read-rate must be at least 16 and at most 1048576 KiB/s")
     if not 0 < args.metrics_render_interval <= 60:
         raise SystemExit("--metrics-render-interval must be more than 0 and at most 60 seconds")
     for url in args.allowed_gitea_url:
@@ -308,6 +319,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         else None,
         own_namespace=own_namespace(),
         tenant_memory_budget=args.tenant_memory_budget * 1024 * 1024,
+        tenant_read_rate=args.tenant_read_rate * 1024,
     )
 
 

@@ -64,6 +64,9 @@ class Settings:
     # Bytes of tenants' Gitea answers held at once, shared by namespace (kit/tenant_budget.py);
     # 0: from the container's memory limit.
     tenant_memory_budget: int = 0
+    # Bytes a second of Gitea answers every tenant's polls may read, shared equally by the
+    # namespaces that poll (kit/tenant_reads.py).
+    tenant_read_rate: int = 4096 * 1024
     # Client-side rate limit on Kubernetes writes (client-go's QPS and burst).
     kube_write_qps: float = 100.0
     kube_write_burst: int = 200

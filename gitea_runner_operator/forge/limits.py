@@ -83,10 +83,12 @@ class AnswerBudget:
     ) -> None:
         self.max_bytes, self.max_items = max_bytes, max_items
         self.bytes = self.items = 0
+        self.received = 0  # every chunk that arrived, an answer refused midway included
         self.tenant = tenant
 
     def reading(self, count: int, where: str) -> None:
         """``count`` more bytes of a body arrived."""
+        self.received += count
         self._charge(count, where)
 
     def parsing(self, count: int, where: str) -> None:

@@ -35,7 +35,8 @@ from gitea_runner_operator.forge.limits import AnswerBudget
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kit.fair_gate import FairGate
 from gitea_runner_operator.kit.lograte import LogRate
-from gitea_runner_operator.kit.tenant_budget import Lease, TenantBudget
+from gitea_runner_operator.kit.tenant_budget import TenantBudget
+from gitea_runner_operator.kit.tenant_reads import ReadShares
 
 log = structlog.get_logger(__name__)
 
@@ -129,8 +130,11 @@ class ScopeFetcher:
         tenants: TenantBudget | None = None,
         offered: OfferedLabels | None = None,
         requests_per_namespace: int = REQUESTS_PER_NAMESPACE,
+        reads: ReadShares | None = None,
     ) -> None:
         self._deadline = deadline
+        # What each namespace's fetches read is charged to its share of the read rate.
+        self._reads = reads
         # Each request of an observation holds one of its namespace's places while it is
         # sent, answered and parsed (the waits between retries hold none).
         self.turns: FairGate[str] = FairGate(REQUESTS_AT_ONCE, requests_per_namespace)
@@ -180,12 +184,13 @@ class ScopeFetcher:
         them yet). ``list_runners=False``: answer with the scope's kept runner list (Gitea
         only; a scope with none kept is listed all the same)."""
         lease = self.kept.lease(namespace)
+        budget = AnswerBudget(*self._budget, tenant=lease)
         offered = self._offered(client.base_url) if self._offered is not None else None
         if offered is not None:
             offered = {*offered, *own}
         try:
             fetched = await self._fetch(
-                client, wanted, fingerprint, forge, lease, list_runners, offered, namespace
+                client, wanted, fingerprint, forge, budget, list_runners, offered, namespace
             )
             if fetched.observation is not None:
                 self.kept.keep(
@@ -198,6 +203,8 @@ class ScopeFetcher:
         finally:
             if lease is not None:
                 lease.close()  # what it read and parsed; what it keeps is charged above
+            if self._reads is not None:  # what it cost to read, whatever it ended in
+                self._reads.charge(namespace, budget.received)
 
     async def _fetch(
         self,
@@ -205,7 +212,7 @@ class ScopeFetcher:
         wanted: ScopeRef,
         fingerprint: str,
         forge: ForgeInfo,
-        lease: Lease | None,
+        budget: AnswerBudget,
         list_runners: bool,
         offered: Collection[str] | None = None,
         namespace: str = "",
@@ -214,7 +221,7 @@ class ScopeFetcher:
         cache_key = (url, wanted, fingerprint)
         handle_client = client
         turns = functools.partial(self.turns.turn, namespace)
-        client = client.metered(AnswerBudget(*self._budget, tenant=lease), turns, namespace)
+        client = client.metered(budget, turns, namespace)
         try:
             async with asyncio.timeout(self._deadline):
                 scope = self.resolved.get(cache_key)

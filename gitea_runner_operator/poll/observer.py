@@ -53,6 +53,7 @@ from gitea_runner_operator.forge.observe import GiteaHandle as GiteaHandle  # re
 from gitea_runner_operator.forge.scope import ScopeRef
 from gitea_runner_operator.kit.clock import utc_now_iso
 from gitea_runner_operator.kit.tenant_budget import TenantBudget
+from gitea_runner_operator.kit.tenant_reads import ReadShares
 from gitea_runner_operator.kube.configmaps import ConfigReader, ReferenceProblem
 from gitea_runner_operator.kube.secrets import SecretProblem, Secrets
 from gitea_runner_operator.metrics import Metrics
@@ -87,6 +88,7 @@ class Observer:
         tenant_budget: TenantBudget | None = None,
         offered: OfferedLabels | None = None,
         requests_per_namespace: int = REQUESTS_PER_NAMESPACE,
+        reads: ReadShares | None = None,
     ) -> None:
         self._template_policy = template_policy
         self._budget = (max_answer_bytes, max_answer_items)
@@ -111,6 +113,7 @@ class Observer:
             tenants=tenant_budget,
             offered=offered,
             requests_per_namespace=requests_per_namespace,
+            reads=reads,
         )
         # (URL, scope, token fingerprint, CA bundle id) -> the latest request for it.
         self._shared: dict[tuple[str, ScopeRef, str, str], Shared] = {}

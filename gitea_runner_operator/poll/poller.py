@@ -31,6 +31,7 @@ from gitea_runner_operator.kit.backoff import jittered
 from gitea_runner_operator.kit.lograte import LogRate
 from gitea_runner_operator.kit.priority import PICKUPS
 from gitea_runner_operator.kit.tasks import cancelled_itself
+from gitea_runner_operator.kit.tenant_reads import ReadShares
 from gitea_runner_operator.poll.deliveries import Deliveries
 from gitea_runner_operator.poll.last_good import (
     LastGoodHandle,
@@ -52,6 +53,8 @@ SHARE_WINDOW = 5.0
 # Job of it started or ended since: registrations left from before, or made by hand.
 RUNNER_LIST_MAX_AGE = 1800.0
 DEFAULT_PACING = Pacing()
+# One line per namespace a minute says its polls wait for its share of the read rate.
+_READ_WAITS = LogRate(60.0)
 
 
 class PollerOptions(TypedDict, total=False):
@@ -70,6 +73,7 @@ class PollerOptions(TypedDict, total=False):
     gitea_heard: Callable[[str], float | None] | None
     active: Callable[[str], bool] | None
     jobs_changed_at: Callable[[str], float] | None
+    reads: ReadShares | None
 
 
 class GroupPoller:
@@ -93,6 +97,7 @@ class GroupPoller:
         gitea_heard: Callable[[str], float | None] | None = None,
         active: Callable[[str], bool] | None = None,
         jobs_changed_at: Callable[[str], float] | None = None,
+        reads: ReadShares | None = None,
     ) -> None:
         self.key, self.spec = key, spec
         self._namespace = GroupKey.parse(key).namespace
@@ -127,6 +132,9 @@ class GroupPoller:
         # When a runner Job of the group last stopped holding a slot (the cache's clock):
         # with ``active``, what says whether the runner list can have changed (runners_since).
         self._jobs_changed_at = jobs_changed_at
+        # The namespaces' shares of the Gitea read rate (kit/tenant_reads.py): a poll nobody
+        # woke waits for its namespace's, and holds what its last fetch read meanwhile.
+        self._reads = reads
         self._wake = asyncio.Event()  # set by a wake-up, and by shrink() to cut a sleep
         self._woken = False  # a wake-up (not a shrink) came since the observation started
         self._until = float("inf")  # when the current sleep ends
@@ -254,6 +262,9 @@ class GroupPoller:
             newer_than = max(self._wanted_after, started - min(interval / 2, SHARE_WINDOW))
             self._task.expect_within(self._pacing.observe_deadline)
             self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
+            reads, reserved = self._reads, 0
+            if reads is not None and not asked:
+                reserved = reads.reserve(self._namespace)
             try:
                 since = self._runners_since(started)
                 # A woken group's observation is a pickup's: it never makes way.
@@ -272,6 +283,9 @@ class GroupPoller:
                 self._failed("poll observation cancelled under it; polling on", exc)
             except Exception as exc:
                 self._failed("poll failed unexpectedly", exc)
+            finally:
+                if reads is not None:
+                    reads.release(self._namespace, reserved)  # its fetch was charged instead
             self.asking = False
             self.observations += 1
             if self.observations == 1:  # a hand-over's trail (docs/benchmarks.md)
@@ -386,7 +400,8 @@ class GroupPoller:
 
     async def _sleep(self, started: float, delay: float) -> None:
         """Sleep ``delay`` after ``started``, or until woken, but never observe again sooner
-        than ``min_refresh`` after the last observation started (unless paced)."""
+        than ``min_refresh`` after the last observation started (unless paced); then, until
+        the namespace's share of the read rate allows the poll (:meth:`_read_share`)."""
         self._until = started + delay
         while (remaining := self._until - self._clock()) > 0 and not self._woken:
             self._wake.clear()  # set again by a wake-up, or by shrink() with a nearer end
@@ -396,3 +411,36 @@ class GroupPoller:
         gap = started + self._pacing.min_refresh - self._clock()
         if gap > 0 and not self._paced:
             await asyncio.sleep(gap)
+        await self._read_share()
+
+    async def _read_share(self) -> None:
+        """Wait while the namespace owes the read rate more than the poll may: a poll nobody
+        woke, while it owes anything (a wake-up ends that wait, and the poll goes as a
+        woken one); a woken poll, while it owes more than a burst. Nothing awaits after the
+        last look, so the first of the namespace's groups to go reserves before the next
+        looks (kit/tenant_reads.py)."""
+        reads = self._reads
+        if reads is None:
+            return
+        while (wait := reads.wait(self._namespace, woken=self._woken)) > 0:
+            self._note_read_wait(reads, wait)
+            self._task.expect_within(wait)
+            if self._woken:
+                await asyncio.sleep(wait)
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+
+    def _note_read_wait(self, reads: ReadShares, wait: float) -> None:
+        held = _READ_WAITS.admit(self._namespace)
+        if held is not None:
+            log.info(
+                "namespace past its share of the Gitea read rate: its polls wait",
+                namespace=self._namespace,
+                group=self.key,
+                share_kib_per_second=round(reads.share() / 1024, 1),
+                owed_kib=round(reads.owed(self._namespace) / 1024, 1),
+                wait_seconds=round(wait, 2),
+                held_back=held,
+            )

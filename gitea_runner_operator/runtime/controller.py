@@ -25,6 +25,7 @@ from gitea_runner_operator.forge.sessions import SessionPool
 from gitea_runner_operator.kit.group_memory import GroupMemory, Table
 from gitea_runner_operator.kit.priority import PICKUPS
 from gitea_runner_operator.kit.tenant_budget import TenantBudget, default_budget, memory_limit
+from gitea_runner_operator.kit.tenant_reads import ReadShares
 from gitea_runner_operator.kube.cache import ClusterCache, group_key_of_owned, spec_changed
 from gitea_runner_operator.kube.cache_objects import CacheObjects
 from gitea_runner_operator.kube.cluster import Cluster
@@ -131,6 +132,8 @@ class Controller:
             settings.tenant_memory_budget or default_budget(self.memory_limit)
         )
         log.info("tenant memory budget", mib=self.tenant_budget.total // (1024 * 1024))
+        # What tenants' polls may read a second, shared by namespace: its CPU share.
+        self.tenant_reads = ReadShares(settings.tenant_read_rate)
         # Each group's parsed spec and verdict, by uid and generation: the reconciler's, and
         # under --sharding the layout's (a layout change parses only the changed groups).
         self.admissions = Admissions(
@@ -156,6 +159,7 @@ class Controller:
             # not kept (forge/unserved.py).
             offered=lambda url: self.ledger.offered(url),
             requests_per_namespace=settings.gitea_requests_per_namespace,
+            reads=self.tenant_reads,
         )
         self.reaper = Reaper(self.cluster, self.cache, on_reaped=self._on_reaped)
         # Loss records the pass writes with the group's status (reconcile/status/parts.py).
@@ -191,6 +195,7 @@ class Controller:
             on_cadence=lambda _key, before, after: self.metrics.cadence.changed(before, after),
             active=self._runners_active,
             jobs_changed_at=self.cache.changed_at,
+            reads=self.tenant_reads,
         )
         self.metrics.cadence.bind(self.pollers.cadences)
         # A pass's status is patched by its group's writer, so no worker waits for a token.

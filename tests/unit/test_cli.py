@@ -24,6 +24,7 @@ def test_namespaces_repeat_and_deduplicate():
         (["--job-ttl-seconds", "-1"], "--job-ttl-seconds"),
         (["--kube-writes-per-namespace", "0"], "--kube-writes-per-namespace"),
         (["--gitea-requests-per-namespace", "0"], "--gitea-requests-per-namespace"),
+        (["--tenant-read-rate", "0"], "--tenant-read-rate"),
     ],
 )
 def test_bad_flags_are_refused_by_name(argv, message):
@@ -86,3 +87,9 @@ def test_a_platform_with_many_groups_in_one_namespace_can_widen_its_share():
     assert writes.in_flight.per_key == 64
     defaults = settings_from_args(build_parser().parse_args([]))
     assert (defaults.gitea_requests_per_namespace, defaults.kube_writes_per_namespace) == (4, 8)
+
+
+def test_the_tenant_read_rate_is_given_in_kib_a_second():
+    settings = settings_from_args(build_parser().parse_args(["--tenant-read-rate", "512"]))
+    assert settings.tenant_read_rate == 512 * 1024
+    assert settings_from_args(build_parser().parse_args([])).tenant_read_rate == 4096 * 1024

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -27,38 +26,7 @@ from gitea_runner_operator.kit.tenant_budget import (
 )
 from gitea_runner_operator.poll.observer import Observer
 from tests.support.builders import VALID
-from tests.support.gitea_answers import ORG_SPEC, FakeSecrets, gitea
-
-EVIL = "http://evil.test"
-EVIL_JOBS = re.compile(r"^http://evil\.test/api/v1/orgs/evil\d/actions/jobs\?.*$")
-EVIL_RUNNERS = re.compile(r"^http://evil\.test/api/v1/orgs/evil\d/actions/runners\?.*$")
-EVIL_ORG = re.compile(r"^http://evil\.test/api/v1/orgs/evil\d$")
-
-
-def _page() -> bytes:
-    """A page of 50 queued jobs with 64 labels of 45 characters each: within every cap."""
-    jobs = [
-        {
-            "id": i,
-            "status": "queued",
-            "labels": [f"{i:04d}-{k:02d}-".ljust(45, "x") for k in range(64)],
-            "url": f"{EVIL}/api/v1/repos/evil/app/actions/jobs/{i}",
-        }
-        for i in range(1, 51)
-    ]
-    return json.dumps({"jobs": jobs, "total_count": 10_000}).encode()
-
-
-def _evil(mock: aioresponses) -> None:
-    mock.get(f"{EVIL}/api/forgejo/v1/version", status=404, repeat=True)
-    mock.get(f"{EVIL}/api/v1/version", payload={"version": "1.27.3"}, repeat=True)
-    mock.get(EVIL_ORG, payload={"id": 1}, repeat=True)
-    mock.get(EVIL_RUNNERS, payload={"runners": [], "total_count": 0}, repeat=True)
-    mock.get(EVIL_JOBS, body=_page(), repeat=True)
-
-
-def _evil_spec(n: int):
-    return parse_spec({**ORG_SPEC, "org": f"evil{n}", "gitea": {"url": EVIL}})
+from tests.support.gitea_answers import ORG_SPEC, FakeSecrets, evil_gitea, evil_spec, gitea
 
 
 @pytest.fixture
@@ -77,10 +45,10 @@ async def test_five_groups_of_one_namespace_at_the_caps_hold_at_most_its_share(s
         max_pages=40,  # 40 pages of about 170 KiB: 6.6 MiB per group, 33 MiB for five
     )
     with aioresponses() as mock:
-        _evil(mock)
+        evil_gitea(mock)
         gitea(mock)
         results = await asyncio.gather(
-            *(observer.observe("evil", _evil_spec(n)) for n in range(5)),
+            *(observer.observe("evil", evil_spec(n)) for n in range(5)),
             observer.observe("team", parse_spec(ORG_SPEC)),
         )
     share = budget.total // 2
@@ -104,13 +72,13 @@ async def test_what_a_fetch_reads_is_released_and_only_what_it_keeps_stays(sessi
         max_pages=4,
     )
     with aioresponses() as mock:
-        _evil(mock)
-        snapshot, _ = await observer.observe("evil", _evil_spec(0))
+        evil_gitea(mock)
+        snapshot, _ = await observer.observe("evil", evil_spec(0))
         assert snapshot.observation is not None and snapshot.observation.queued  # 4 pages read
         kept = budget.held("evil")
         # The peak (bodies read and parsed) was well above what stays.
         assert 0 < kept < budget.peak["evil"]
-        again, _ = await observer.observe("evil", _evil_spec(0), newer_than=float("inf"))
+        again, _ = await observer.observe("evil", evil_spec(0), newer_than=float("inf"))
         assert again.observation is not None
         # The new answer replaced the old one's charge (the first also held a sample of
         # running and finished jobs, taken once a minute), not added to it.

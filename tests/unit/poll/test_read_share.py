@@ -1,0 +1,95 @@
+"""A poll waits for its namespace's share of the read rate (kit/tenant_reads.py): one tenant's
+many groups of big answers stretch their own polls, never another tenant's (issue 45)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from gitea_runner_operator.api.observation import Observation, Snapshot
+from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, parse_spec
+from gitea_runner_operator.kit.tenant_reads import ReadShares
+from gitea_runner_operator.poll.pacing import Pacing
+from gitea_runner_operator.poll.poller import GroupPoller
+from tests.support.builders import VALID
+
+
+def _spec(poll: str = "20ms") -> RunnerGroupSpec:
+    return parse_spec(VALID).model_copy(update={"poll_interval": poll})
+
+
+class Gitea:
+    """Each fetch is charged what it read, as the forge's fetcher does."""
+
+    def __init__(self, reads: ReadShares, sizes: dict[str, int]) -> None:
+        self.reads, self.sizes = reads, sizes
+        self.fetches: dict[str, int] = dict.fromkeys(sizes, 0)
+
+    async def observe(self, namespace: str, spec: Any, *_: Any) -> tuple[Snapshot, None]:
+        await asyncio.sleep(0)
+        self.fetches[namespace] += 1
+        self.reads.charge(namespace, self.sizes[namespace])
+        snap = Snapshot(time.monotonic(), "x", observation=Observation(queued=(), runners=()))
+        return snap, None
+
+
+def _poller(key: str, gitea: Gitea, reads: ReadShares) -> GroupPoller:
+    pacing = Pacing(min_refresh=0.02)
+    return GroupPoller(key, _spec(), gitea.observe, lambda _k: None, pacing=pacing, reads=reads)
+
+
+async def test_many_groups_of_big_answers_poll_at_their_namespaces_share_and_others_poll_on():
+    # Before: each of the ten groups read 10,000 bytes every 20 ms, 5 MB/s, all of it on the
+    # loop every tenant shares; the other tenant's group was asked as often as before.
+    reads = ReadShares(40_000, burst=4_000)
+    gitea = Gitea(reads, {"evil": 10_000, "team-a": 100})
+    pollers = [_poller(f"evil/g{i}", gitea, reads) for i in range(10)]
+    pollers.append(_poller("team-a/ci", gitea, reads))
+    started = time.monotonic()
+    for poller in pollers:
+        poller.start()
+    try:
+        await asyncio.sleep(1.0)
+    finally:
+        for poller in pollers:
+            await poller.stop()
+    elapsed = time.monotonic() - started
+    share = 40_000 / 2
+    # What evil read: its burst, its share for the time, and the fetches that went before
+    # the first charge was known (one per group at the start) and the one under way.
+    bound = 4_000 + share * elapsed + 11 * 10_000
+    assert gitea.fetches["evil"] * 10_000 <= bound
+    assert gitea.fetches["evil"] < 25  # against about 500 without the share
+    assert gitea.fetches["team-a"] >= 20  # every 20 ms or so, as if evil were not there
+
+
+async def test_a_wake_up_ends_the_wait_and_its_poll_goes_first():
+    reads = ReadShares(10_000, burst=100_000)
+    gitea = Gitea(reads, {"team-a": 60_000})
+    poller = _poller("team-a/ci", gitea, reads)
+    poller.start()
+    try:
+        await asyncio.sleep(0.1)
+        assert gitea.fetches["team-a"] == 2  # the second left it 20,000 owed: 2 s of waiting
+        poller.wake()
+        await asyncio.sleep(0.1)
+        assert gitea.fetches["team-a"] == 3  # a pickup goes, its namespace owes under a burst
+    finally:
+        await poller.stop()
+
+
+async def test_past_a_burst_of_debt_a_wake_up_waits_too():
+    reads = ReadShares(10_000, burst=10_000)
+    gitea = Gitea(reads, {"team-a": 40_000})
+    poller = _poller("team-a/ci", gitea, reads)
+    poller.start()
+    try:
+        await asyncio.sleep(0.1)
+        assert gitea.fetches["team-a"] == 1  # 30,000 owed
+        poller.wake()
+        await asyncio.sleep(0.2)
+        assert gitea.fetches["team-a"] == 1  # its own deliveries are no way around its share
+        assert poller.running and not poller.hung
+    finally:
+        await poller.stop()
