@@ -249,6 +249,8 @@ class GroupPoller:
         if after > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), after)
+        # A restarted task too (a spec edited, a task restarted): no way around the share.
+        await self._read_share()
         failures = 0
         while True:
             self._wake.clear()

@@ -93,3 +93,18 @@ async def test_past_a_burst_of_debt_a_wake_up_waits_too():
         assert poller.running and not poller.hung
     finally:
         await poller.stop()
+
+
+async def test_a_restarted_poll_task_waits_for_its_namespaces_share_too():
+    # Each spec edit restarts the group's task; a first poll that ignored the debt would let
+    # a tenant that edits its groups read past its share.
+    reads = ReadShares(10_000, burst=10_000)
+    reads.charge("evil", 40_000)  # 30,000 owed: 3 s
+    gitea = Gitea(reads, {"evil": 40_000})
+    poller = _poller("evil/g0", gitea, reads)
+    poller.start()
+    try:
+        await asyncio.sleep(0.2)
+        assert gitea.fetches["evil"] == 0
+    finally:
+        await poller.stop()
