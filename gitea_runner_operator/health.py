@@ -1,4 +1,5 @@
-"""``/healthz`` (the event loop answers), ``/readyz`` (caches synced, or standing by for
+"""``/healthz`` (the event loop answers, and what else must live does: the webhook receiver's
+thread), ``/readyz`` (caches synced, or standing by for
 leadership), for the Deployment's probes, and ``/metrics`` for Prometheus on the same port,
 so a scrape needs no second port or Service. ``/metrics`` answers a body rendered at most
 once per ``render_every`` seconds, off the loop (``metrics/exposition.py``), and with
@@ -38,8 +39,10 @@ class HealthServer:
         metrics: Metrics | None = None,
         render_every: float = RENDER_EVERY,
         metrics_access: MetricsAccess | None = None,
+        live: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._host = host
+        self._live = live  # why the process must be restarted (None: it need not)
         self._port = port
         self._ready = ready
         self._metrics = SharedRender(metrics.render, render_every) if metrics else None
@@ -62,7 +65,13 @@ class HealthServer:
             await self._runner.cleanup()
 
     async def _healthz(self, _: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+        problem = self._live()
+        if problem is None:
+            return web.Response(text="ok\n")
+        held = self._refusals.admit("healthz")
+        if held is not None:
+            log.error("not healthy: the kubelet restarts the operator", problem=problem)
+        return web.Response(status=503, text=f"not healthy: {problem}\n")
 
     async def _readyz(self, _: web.Request) -> web.Response:
         if self._ready():

@@ -293,6 +293,7 @@ async def run(settings: Settings) -> int:
             return leadership.standby.is_set() and not stop.is_set()
 
         access = MetricsAccess(ApiReviewer(review_api)) if settings.metrics_auth else None
+        receiver: ReceiverThread | None = None
         health = HealthServer(
             settings.health_host,
             settings.health_port,
@@ -300,6 +301,7 @@ async def run(settings: Settings) -> int:
             metrics,
             render_every=settings.metrics_render_interval,
             metrics_access=access,
+            live=lambda: receiver.problem() if receiver is not None else None,
         )
         try:
             await health.start()
@@ -311,7 +313,6 @@ async def run(settings: Settings) -> int:
                 error=str(exc),
             )
             return 2
-        receiver: ReceiverThread | None = None
         if settings.webhook_port:
             try:
                 secret = await operator_webhook_secret(settings, secrets)

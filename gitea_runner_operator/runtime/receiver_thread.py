@@ -67,6 +67,15 @@ class ReceiverThread:
     def port(self) -> int:
         return self.server.port
 
+    def problem(self) -> str | None:
+        """Why the receiver no longer serves though it was not stopped (None: it serves, or
+        was stopped): /healthz fails then, and the kubelet restarts the operator, instead
+        of every delivery going unanswered while the controller polls on."""
+        thread = self._thread
+        if thread is None or self._loop is None or thread.is_alive():
+            return None
+        return "the webhook receiver's thread ended"
+
     async def start(self) -> None:
         """Bind and serve; raises here what binding raised there (a port in use: OSError)."""
         started: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -86,9 +95,11 @@ class ReceiverThread:
             except BaseException as exc:
                 started.set_exception(exc)
                 return
-            self._loop = runner.get_loop()
+            # A local: stop() may clear self._loop the moment start() returns, before this
+            # thread gets here (seen under load as run_forever on None).
+            loop = self._loop = runner.get_loop()
             started.set_result(None)
-            self._loop.run_forever()
+            loop.run_forever()
 
     async def stop(self) -> None:
         """Stop the server on its loop, then the loop and the thread."""
@@ -96,6 +107,8 @@ class ReceiverThread:
         if loop is None or thread is None:
             return
         self._loop = None
+        if not thread.is_alive():  # it ended on its own (problem()): its loop is closed
+            return
         try:
             await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.server.stop(), loop))
         except Exception:

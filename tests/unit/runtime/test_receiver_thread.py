@@ -10,8 +10,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import pytest
 
+from gitea_runner_operator.health import HealthServer
 from gitea_runner_operator.metrics import Metrics
 from gitea_runner_operator.runtime import webhook_port
 from gitea_runner_operator.runtime.leadership import Leadership
@@ -22,6 +24,7 @@ from gitea_runner_operator.webhook.secrets import CachedSecretReader
 from gitea_runner_operator.webhook.server import Limits, WebhookServer
 from gitea_runner_operator.webhook.signature import sign
 from tests.support.webhook import body_for, post_delivery
+from tests.testbed.sandbox import free_port
 
 HOOK = SecretLocation("team-a", "hook", "secret")
 SECRET = b"team-a-secret"
@@ -266,3 +269,34 @@ async def test_evidence_handed_to_a_held_controller_loop_is_bounded_wakes_are_no
     await asyncio.to_thread(port.heard, "team-a/ci", -1)
     await asyncio.sleep(0)
     assert controller.heard_for[-1][:2] == ("team-a/ci", -1)
+
+
+async def test_a_receiver_whose_thread_ended_makes_healthz_fail_so_the_pod_restarts() -> None:
+    # Before, /healthz answered "ok" with the receiver's thread gone: every delivery went
+    # unanswered (Gitea saw connections refused) while the controller polled on, and the
+    # kubelet had no reason to restart the operator.
+    port = port_over(Controller(), asyncio.get_running_loop())
+    receiver = ReceiverThread(WebhookServer("127.0.0.1", 0, port))
+    await receiver.start()
+    health_port = free_port()
+    health = HealthServer("127.0.0.1", health_port, lambda: True, live=receiver.problem)
+    await health.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            assert await _status(session, health_port) == 200
+            loop = receiver._loop
+            assert loop is not None
+            loop.call_soon_threadsafe(loop.stop)  # its loop ends, nobody stopped it
+            await asyncio.to_thread(receiver._thread.join, 5)  # type: ignore[union-attr]
+            assert receiver.problem() == "the webhook receiver's thread ended"
+            assert await _status(session, health_port) == 503
+        await receiver.stop()
+        assert receiver.problem() is None  # stopped on purpose: nothing to restart for
+    finally:
+        await health.stop()
+
+
+async def _status(session: aiohttp.ClientSession, port: int) -> int:
+    async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
+        await resp.read()
+        return resp.status
