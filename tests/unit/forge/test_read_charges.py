@@ -4,21 +4,12 @@ an answer refused midway included."""
 
 from __future__ import annotations
 
-import pytest
 from aioresponses import aioresponses
 
 from gitea_runner_operator.api.runnergroup import parse_spec
-from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kit.tenant_reads import ReadShares
 from gitea_runner_operator.poll.observer import Observer
 from tests.support.gitea_answers import ORG_SPEC, FakeSecrets, evil_gitea, evil_spec, gitea
-
-
-@pytest.fixture
-async def sessions():
-    pool = SessionPool()
-    yield pool
-    await pool.close()
 
 
 async def test_a_fetch_is_charged_what_it_read_to_its_own_namespace_only(sessions):

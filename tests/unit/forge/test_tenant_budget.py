@@ -15,7 +15,6 @@ import pytest
 from aioresponses import aioresponses
 
 from gitea_runner_operator.api.runnergroup import parse_spec
-from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kit.tenant_budget import (
     MIB,
     UNLIMITED_BUDGET,
@@ -27,13 +26,6 @@ from gitea_runner_operator.kit.tenant_budget import (
 from gitea_runner_operator.poll.observer import Observer
 from tests.support.builders import VALID
 from tests.support.gitea_answers import ORG_SPEC, FakeSecrets, evil_gitea, evil_spec, gitea
-
-
-@pytest.fixture
-async def sessions():
-    pool = SessionPool()
-    yield pool
-    await pool.close()
 
 
 async def test_five_groups_of_one_namespace_at_the_caps_hold_at_most_its_share(sessions):

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from aioresponses import aioresponses
 
 from gitea_runner_operator.api.gitea import MAX_UNSERVED_SETS
 from gitea_runner_operator.api.runnergroup import Scope, parse_spec
-from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.kit.tenant_budget import MIB, TenantBudget
 from gitea_runner_operator.poll.observer import Observer
 from gitea_runner_operator.reconcile.capacity.accounting import Claimant
@@ -31,13 +29,6 @@ def _page(labels_of: dict[int, list[str]]) -> bytes:
         for i, labels in labels_of.items()
     ]  # fmt: skip
     return json.dumps({"jobs": jobs, "total_count": len(jobs)}).encode()
-
-
-@pytest.fixture
-async def sessions():
-    pool = SessionPool()
-    yield pool
-    await pool.close()
 
 
 async def _observe(sessions, labels_of: dict[int, list[str]], offered, budget=None):

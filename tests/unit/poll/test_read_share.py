@@ -7,6 +7,8 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, parse_spec
 from gitea_runner_operator.kit.tenant_reads import ReadShares
@@ -64,32 +66,29 @@ async def test_many_groups_of_big_answers_poll_at_their_namespaces_share_and_oth
     assert gitea.fetches["team-a"] >= 20  # every 20 ms or so, as if evil were not there
 
 
-async def test_a_wake_up_ends_the_wait_and_its_poll_goes_first():
-    reads = ReadShares(10_000, burst=100_000)
-    gitea = Gitea(reads, {"team-a": 60_000})
+@pytest.mark.parametrize(
+    ("burst", "read", "before", "after"),
+    [
+        # The second poll left 20,000 owed (2 s of waiting); a pickup goes at once.
+        (100_000, 60_000, 2, 3),
+        # 30,000 owed, more than a burst: its own deliveries are no way around its share.
+        (10_000, 40_000, 1, 1),
+    ],
+    ids=["owing-less-than-a-burst", "owing-more-than-a-burst"],
+)
+async def test_a_wake_up_goes_first_unless_its_namespace_owes_more_than_a_burst(
+    burst: int, read: int, before: int, after: int
+):
+    reads = ReadShares(10_000, burst=burst)
+    gitea = Gitea(reads, {"team-a": read})
     poller = _poller("team-a/ci", gitea, reads)
     poller.start()
     try:
         await asyncio.sleep(0.1)
-        assert gitea.fetches["team-a"] == 2  # the second left it 20,000 owed: 2 s of waiting
-        poller.wake()
-        await asyncio.sleep(0.1)
-        assert gitea.fetches["team-a"] == 3  # a pickup goes, its namespace owes under a burst
-    finally:
-        await poller.stop()
-
-
-async def test_past_a_burst_of_debt_a_wake_up_waits_too():
-    reads = ReadShares(10_000, burst=10_000)
-    gitea = Gitea(reads, {"team-a": 40_000})
-    poller = _poller("team-a/ci", gitea, reads)
-    poller.start()
-    try:
-        await asyncio.sleep(0.1)
-        assert gitea.fetches["team-a"] == 1  # 30,000 owed
+        assert gitea.fetches["team-a"] == before
         poller.wake()
         await asyncio.sleep(0.2)
-        assert gitea.fetches["team-a"] == 1  # its own deliveries are no way around its share
+        assert gitea.fetches["team-a"] == after
         assert poller.running and not poller.hung
     finally:
         await poller.stop()

@@ -12,7 +12,6 @@ import pytest
 from aioresponses import aioresponses
 
 from gitea_runner_operator.api.runnergroup import parse_spec
-from gitea_runner_operator.forge.client import SessionPool
 from gitea_runner_operator.poll.observer import Observer
 from tests.support.gitea_answers import (
     JOBS,
@@ -38,13 +37,6 @@ def gitea_with_a_busy_runner(mock: aioresponses) -> None:
     runner = {"id": 5, "name": "ci-0123abcd-bcdfg-hjklm", "status": "online", "busy": True}
     mock.get(RUNNERS, payload={"runners": [runner], "total_count": 1}, repeat=True)
     mock.get(JOBS, payload={"jobs": [], "total_count": 0}, repeat=True)
-
-
-@pytest.fixture
-async def sessions():
-    pool = SessionPool()
-    yield pool
-    await pool.close()
 
 
 async def test_groups_with_the_same_scope_and_token_share_one_request(sessions):
