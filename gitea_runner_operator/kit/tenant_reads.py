@@ -9,7 +9,10 @@ same 2 cores (issue 45). A namespace is a tenant, and this is its share of that 
 
 - ``rate`` bytes a second (``--tenant-read-rate``) is divided equally among the namespaces
   that read in the last ``ACTIVE_FOR`` seconds; each has a bucket of its part, at most
-  ``burst`` saved up. A namespace alone has the whole rate.
+  ``burst`` saved up. A namespace alone has the whole rate; among very many, each still has
+  ``MIN_SHARE``: at 4 MiB/s among 1,000 namespaces an equal part is 4 KiB/s, and a tenant's
+  one Forgejo job list of 4 MiB would hold its polls back for 17 minutes. So the sum is the
+  rate, or ``MIN_SHARE`` for each namespace past its share, whichever is more.
 - Every fetch is charged what it read (forge/observe.py), woken or not, whatever it ended in.
 - A poll nobody woke starts only once its namespace is out of debt, and reserves what the
   namespace's last fetch read until its own is charged (poll/poller.py): the groups of a
@@ -35,6 +38,9 @@ KIB: Final = 1024
 DEFAULT_RATE: Final = 4096 * KIB
 # What one namespace may read at once beyond its rate: 4 MiB, a few big queues.
 BURST: Final = 4096 * KIB
+# What each namespace reads a second at least, however many share the rate (or the rate, if
+# less): a few big answers a minute.
+MIN_SHARE: Final = 64 * KIB
 # A namespace that read within this long counts as one of those sharing the rate.
 ACTIVE_FOR: Final = 60.0
 # How often the namespaces that stopped reading are let go (each call would be O(n)).
@@ -64,7 +70,7 @@ class ReadShares:
 
     def share(self) -> float:
         """Bytes a second each namespace that reads gets now."""
-        return self.rate / max(1, len(self._buckets))
+        return max(self.rate / max(1, len(self._buckets)), min(self.rate, MIN_SHARE))
 
     def charge(self, tenant: str, read: int) -> None:
         """A fetch of ``tenant`` read ``read`` bytes."""

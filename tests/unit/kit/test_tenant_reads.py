@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gitea_runner_operator.kit.tenant_reads import PRUNE_EVERY, ReadShares
+from gitea_runner_operator.kit.tenant_reads import KIB, MIN_SHARE, PRUNE_EVERY, ReadShares
 from tests.support.clock import FakeTime
 
 
@@ -21,12 +21,12 @@ def test_a_namespace_alone_reads_at_the_whole_rate() -> None:
 
 
 def test_the_rate_is_divided_equally_by_the_namespaces_that_read() -> None:
-    shares, _ = _shares()
+    shares, _ = _shares(rate=1024 * KIB, burst=512 * KIB)
     for namespace in ("team-a", "team-b", "team-c", "evil"):
         shares.charge(namespace, 0)
-    shares.charge("evil", 2500)
-    assert shares.share() == 250.0
-    assert shares.wait("evil") == pytest.approx(8.0)  # 2,000 owed at 250 a second
+    shares.charge("evil", 2560 * KIB)  # 2 MiB owed
+    assert shares.share() == 256 * KIB
+    assert shares.wait("evil") == pytest.approx(8.0)  # at 256 KiB a second
 
 
 def test_one_namespace_in_debt_never_makes_another_wait() -> None:
@@ -101,3 +101,15 @@ def test_no_namespace_is_charged_for_a_deleting_groups_last_ask() -> None:
 def test_a_rate_or_burst_of_nothing_is_refused() -> None:
     with pytest.raises(ValueError, match="positive"):
         ReadShares(0)
+
+
+def test_among_very_many_namespaces_each_still_reads_its_minimum_share() -> None:
+    # An equal part of 4 MiB/s among 1,000 namespaces is 4 KiB/s: one Forgejo job list of
+    # 4 MiB would have held that tenant's polls back for 17 minutes.
+    shares = ReadShares(4096 * KIB, burst=4096 * KIB, clock=FakeTime())
+    for i in range(1000):
+        shares.charge(f"team-{i}", 0)
+    shares.charge("team-0", 8192 * KIB)  # 4 MiB owed
+    assert shares.share() == MIN_SHARE
+    assert shares.wait("team-0") == pytest.approx(64.0)
+    assert ReadShares(16 * KIB).share() == 16 * KIB  # never more than the rate itself

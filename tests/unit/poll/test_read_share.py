@@ -11,7 +11,7 @@ import pytest
 
 from gitea_runner_operator.api.observation import Observation, Snapshot
 from gitea_runner_operator.api.runnergroup import RunnerGroupSpec, parse_spec
-from gitea_runner_operator.kit.tenant_reads import ReadShares
+from gitea_runner_operator.kit.tenant_reads import KIB, ReadShares
 from gitea_runner_operator.poll.pacing import Pacing
 from gitea_runner_operator.poll.poller import GroupPoller
 from tests.support.builders import VALID
@@ -42,10 +42,10 @@ def _poller(key: str, gitea: Gitea, reads: ReadShares) -> GroupPoller:
 
 
 async def test_many_groups_of_big_answers_poll_at_their_namespaces_share_and_others_poll_on():
-    # Before: each of the ten groups read 10,000 bytes every 20 ms, 5 MB/s, all of it on the
+    # Before: each of the ten groups read 128 KiB every 20 ms, 64 MiB/s, all of it on the
     # loop every tenant shares; the other tenant's group was asked as often as before.
-    reads = ReadShares(40_000, burst=4_000)
-    gitea = Gitea(reads, {"evil": 10_000, "team-a": 100})
+    reads = ReadShares(256 * KIB, burst=32 * KIB)
+    gitea = Gitea(reads, {"evil": 128 * KIB, "team-a": KIB})
     pollers = [_poller(f"evil/g{i}", gitea, reads) for i in range(10)]
     pollers.append(_poller("team-a/ci", gitea, reads))
     started = time.monotonic()
@@ -57,11 +57,11 @@ async def test_many_groups_of_big_answers_poll_at_their_namespaces_share_and_oth
         for poller in pollers:
             await poller.stop()
     elapsed = time.monotonic() - started
-    share = 40_000 / 2
+    share = 256 * KIB / 2
     # What evil read: its burst, its share for the time, and the fetches that went before
     # the first charge was known (one per group at the start) and the one under way.
-    bound = 4_000 + share * elapsed + 11 * 10_000
-    assert gitea.fetches["evil"] * 10_000 <= bound
+    bound = 32 * KIB + share * elapsed + 11 * 128 * KIB
+    assert gitea.fetches["evil"] * 128 * KIB <= bound
     assert gitea.fetches["evil"] < 25  # against about 500 without the share
     assert gitea.fetches["team-a"] >= 20  # every 20 ms or so, as if evil were not there
 
