@@ -38,6 +38,7 @@ from gitea_runner_operator.poll.last_good import (
     NamespaceDeletingFn,
     ObserveWithFn,
 )
+from gitea_runner_operator.poll.next_poll import NextPoll
 from gitea_runner_operator.poll.pacing import Pacing, next_delay
 from gitea_runner_operator.poll.steps import GiteaStep, HookState, HookStep, Turn
 from gitea_runner_operator.poll.task_faults import WatchedTask, failure_log, log_failure, run_step
@@ -53,8 +54,6 @@ SHARE_WINDOW = 5.0
 # Job of it started or ended since: registrations left from before, or made by hand.
 RUNNER_LIST_MAX_AGE = 1800.0
 DEFAULT_PACING = Pacing()
-# One line per namespace a minute says its polls wait for its share of the read rate.
-_READ_WAITS = LogRate(60.0)
 
 
 class PollerOptions(TypedDict, total=False):
@@ -116,9 +115,6 @@ class GroupPoller:
         self._every_answer = every_answer
         self._handed: tuple[object, ...] | None = None  # answer_key of the last one handed
         self._handed_at = float("-inf")
-        self._asked = False  # a wake-up came since the last observation started
-        self._asked_at = 0.0  # when the first of those came (for the wake-up path's spans)
-        self._paced = False  # one of those was paced by its caller (wake(paced=True))
         self.notified = 0  # answers handed to the reconcile, for tests and benchmarks
         self.latest: Snapshot | None = None
         self.hooks = HookState()
@@ -132,18 +128,19 @@ class GroupPoller:
         # When a runner Job of the group last stopped holding a slot (the cache's clock):
         # with ``active``, what says whether the runner list can have changed (runners_since).
         self._jobs_changed_at = jobs_changed_at
-        # The namespaces' shares of the Gitea read rate (kit/tenant_reads.py): a poll nobody
-        # woke waits for its namespace's, and holds what its last fetch read meanwhile.
-        self._reads = reads
-        self._wake = asyncio.Event()  # set by a wake-up, and by shrink() to cut a sleep
-        self._woken = False  # a wake-up (not a shrink) came since the observation started
-        self._until = float("inf")  # when the current sleep ends
         self._last_start = float("-inf")  # when the latest observation started
-        self._wanted_after = float("-inf")
         self._order: ReapOrder | None = None
         self._task = WatchedTask(clock)  # seen ended or hung, ``Pollers.ensure`` restarts it
+        # When the next observation starts: the interval, wake-ups, the namespace's share of
+        # the Gitea read rate (kit/tenant_reads.py).
+        self._next = NextPoll(key, clock, pacing.min_refresh, reads, self._task.expect_within)
         self.observations = 0
         self.asking = False  # an observation is in flight
+
+    @property
+    def _until(self) -> float:
+        """When the current sleep ends (the cadence tests read how long a poll sleeps)."""
+        return self._next.until
 
     @property
     def hook(self) -> HookStatus | None:
@@ -166,13 +163,7 @@ class GroupPoller:
         latest = self.latest
         if latest is not None and latest.problem is not None and latest.problem.kind.backs_off:
             return
-        now = self._clock()
-        self._wanted_after = max(self._wanted_after, now)
-        if not self._asked:
-            self._asked, self._asked_at = True, now
-        self._paced = self._paced or paced
-        self._woken = True
-        self._wake.set()
+        self._next.wake(paced=paced)
 
     def heard(self, job_id: int | None = None) -> None:
         """A verified webhook delivery for the group's scope arrived (``job_id``: the queued
@@ -186,8 +177,7 @@ class GroupPoller:
     def shrink(self) -> None:
         """End a stretched sleep no later than ``spec.pollInterval`` after the last
         observation started: a runner Job started, or the evidence was reset."""
-        self._until = min(self._until, self._last_start + self.spec.poll_interval_seconds)
-        self._wake.set()
+        self._next.shrink(self._last_start + self.spec.poll_interval_seconds)
 
     def handed_over(self) -> None:
         """This replica took the group over: its deliveries are unproven here, so the poll
@@ -246,27 +236,18 @@ class GroupPoller:
         await self._task.stop()
 
     async def _loop(self, after: float = 0.0) -> None:
-        if after > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), after)
-        # A restarted task too (a spec edited, a task restarted): no way around the share.
-        await self._read_share()
+        await self._next.first(after)
         failures = 0
         while True:
-            self._wake.clear()
-            self._woken = False
-            asked, self._asked, self._paced = self._asked, False, False
+            asked, asked_at = self._next.begin()
             started = self._last_start = self._clock()
-            asked_at = self._asked_at
             snapshot: Snapshot | None = None
             handle: GiteaHandle | None = None
             interval = self.spec.poll_interval_seconds
-            newer_than = max(self._wanted_after, started - min(interval / 2, SHARE_WINDOW))
+            newer_than = max(self._next.wanted_after, started - min(interval / 2, SHARE_WINDOW))
             self._task.expect_within(self._pacing.observe_deadline)
             self.asking = True  # a webhook delivery now waits for this answer (WakeLimiter)
-            reads, reserved = self._reads, 0
-            if reads is not None and not asked:
-                reserved = reads.reserve(self._namespace)
+            held = self._next.hold(asked)
             try:
                 since = self._runners_since(started)
                 # A woken group's observation is a pickup's: it never makes way.
@@ -286,8 +267,7 @@ class GroupPoller:
             except Exception as exc:
                 self._failed("poll failed unexpectedly", exc)
             finally:
-                if reads is not None:
-                    reads.release(self._namespace, reserved)  # its fetch was charged instead
+                self._next.release(held)  # its fetch was charged instead
             self.asking = False
             self.observations += 1
             if self.observations == 1:  # a hand-over's trail (docs/benchmarks.md)
@@ -333,7 +313,7 @@ class GroupPoller:
             )
             delay = jittered(delay, 0.95, 1.05)
             self._task.expect_within(max(delay, pacing.min_refresh))
-            await self._sleep(started, delay)
+            await self._next.sleep(started, delay)
 
     def _runners_since(self, now: float) -> float | None:
         """After when a runner list must have been asked for this observation: None (one as
@@ -399,50 +379,3 @@ class GroupPoller:
             self._task.expect_within(deadline)
             if await run_step(step, turn, deadline, self._failed):
                 self._notify(self.key)
-
-    async def _sleep(self, started: float, delay: float) -> None:
-        """Sleep ``delay`` after ``started``, or until woken, but never observe again sooner
-        than ``min_refresh`` after the last observation started (unless paced); then, until
-        the namespace's share of the read rate allows the poll (:meth:`_read_share`)."""
-        self._until = started + delay
-        while (remaining := self._until - self._clock()) > 0 and not self._woken:
-            self._wake.clear()  # set again by a wake-up, or by shrink() with a nearer end
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), remaining)
-        self._until = float("inf")
-        gap = started + self._pacing.min_refresh - self._clock()
-        if gap > 0 and not self._paced:
-            await asyncio.sleep(gap)
-        await self._read_share()
-
-    async def _read_share(self) -> None:
-        """Wait while the namespace owes the read rate more than the poll may: a poll nobody
-        woke, while it owes anything (a wake-up ends that wait, and the poll goes as a
-        woken one); a woken poll, while it owes more than a burst. Nothing awaits after the
-        last look, so the first of the namespace's groups to go reserves before the next
-        looks (kit/tenant_reads.py)."""
-        reads = self._reads
-        if reads is None:
-            return
-        while (wait := reads.wait(self._namespace, woken=self._woken)) > 0:
-            self._note_read_wait(reads, wait)
-            self._task.expect_within(wait)
-            if self._woken:
-                await asyncio.sleep(wait)
-                continue
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
-
-    def _note_read_wait(self, reads: ReadShares, wait: float) -> None:
-        held = _READ_WAITS.admit(self._namespace)
-        if held is not None:
-            log.info(
-                "namespace past its share of the Gitea read rate: its polls wait",
-                namespace=self._namespace,
-                group=self.key,
-                share_kib_per_second=round(reads.share() / 1024, 1),
-                owed_kib=round(reads.owed(self._namespace) / 1024, 1),
-                wait_seconds=round(wait, 2),
-                held_back=held,
-            )
