@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from gitea_runner_operator.kit.bucket import Bucket
@@ -63,72 +64,76 @@ class ReadShares:
         if rate <= 0 or burst <= 0:
             raise ValueError("the tenant read rate and burst must be positive")
         self.rate, self.burst, self._active_for, self._clock = rate, burst, active_for, clock
-        self._buckets: dict[str, Bucket] = {}
-        self._last_read: dict[str, int] = {}  # bytes of the namespace's last fetch
-        self._seen: dict[str, float] = {}  # when it last read or asked
+        self._namespaces: dict[str, _Namespace] = {}
         self._pruned = clock()
 
     def share(self) -> float:
         """Bytes a second each namespace that reads gets now."""
-        return max(self.rate / max(1, len(self._buckets)), min(self.rate, MIN_SHARE))
+        return max(self.rate / max(1, len(self._namespaces)), min(self.rate, MIN_SHARE))
 
     def charge(self, tenant: str, read: int) -> None:
         """A fetch of ``tenant`` read ``read`` bytes."""
         if not tenant:
             return
-        bucket = self._bucket(tenant)
-        bucket.tokens -= read
-        self._last_read[tenant] = read
+        namespace = self._namespace(tenant)
+        namespace.bucket.tokens -= read
+        namespace.last_read = read
 
     def wait(self, tenant: str, *, woken: bool = False) -> float:
         """Seconds until a poll of ``tenant`` may start (0: now). A woken one waits only
         while the namespace is more than a burst in debt."""
         if not tenant:
             return 0.0
-        bucket = self._bucket(tenant)
+        bucket = self._namespace(tenant).bucket
         floor = -self.burst if woken else 0.0
         return 0.0 if bucket.tokens >= floor else (floor - bucket.tokens) / bucket.rate
 
     def owed(self, tenant: str) -> float:
         """Bytes ``tenant`` is in debt (0: none)."""
-        bucket = self._buckets.get(tenant)
-        return max(0.0, -bucket.refill(self._clock())) if bucket is not None else 0.0
+        namespace = self._namespaces.get(tenant)
+        if namespace is None:
+            return 0.0
+        return max(0.0, -namespace.bucket.refill(self._clock()))
 
     def reserve(self, tenant: str) -> int:
         """Hold what the namespace's last fetch read, for a poll that starts now; the
         amount, to :meth:`release` once the poll's own fetch was charged."""
         if not tenant:
             return 0
-        amount = self._last_read.get(tenant, 0)
-        self._bucket(tenant).tokens -= amount
-        return amount
+        namespace = self._namespace(tenant)
+        namespace.bucket.tokens -= namespace.last_read
+        return namespace.last_read
 
     def release(self, tenant: str, amount: int) -> None:
-        if amount and (bucket := self._buckets.get(tenant)) is not None:
-            bucket.tokens += amount
+        if amount and (namespace := self._namespaces.get(tenant)) is not None:
+            namespace.bucket.tokens += amount
 
     def __len__(self) -> int:
         """Namespaces with a bucket (tests, benchmarks)."""
-        return len(self._buckets)
+        return len(self._namespaces)
 
-    def _bucket(self, tenant: str) -> Bucket:
+    def _namespace(self, tenant: str) -> _Namespace:
         now = self._clock()
-        self._seen[tenant] = now
         if now - self._pruned >= PRUNE_EVERY:
             self._prune(now)
-        bucket = self._buckets.get(tenant)
-        if bucket is None:
-            bucket = self._buckets[tenant] = Bucket(self.share(), self.burst, now)
-        bucket.refill(now)  # at the rate until now
-        bucket.rate = self.share()  # and the share of the namespaces reading now from here
-        return bucket
+        namespace = self._namespaces.get(tenant)
+        if namespace is None:
+            bucket = Bucket(self.share(), self.burst, now)
+            namespace = self._namespaces[tenant] = _Namespace(bucket)
+        namespace.bucket.refill(now)  # at the rate until now (and now is when it was seen)
+        namespace.bucket.rate = self.share()  # the share of the namespaces reading now on
+        return namespace
 
     def _prune(self, now: float) -> None:
         self._pruned = now
-        for tenant, seen in list(self._seen.items()):
-            bucket = self._buckets.get(tenant)
-            if now - seen < self._active_for or (bucket and bucket.refill(now) < 0):
-                continue
-            del self._seen[tenant]
-            self._buckets.pop(tenant, None)
-            self._last_read.pop(tenant, None)
+        for tenant, namespace in list(self._namespaces.items()):
+            bucket = namespace.bucket
+            if now - bucket.at < self._active_for or bucket.refill(now) < 0:
+                continue  # read lately, or owes: its debt is not forgiven for keeping still
+            del self._namespaces[tenant]
+
+
+@dataclass(slots=True)
+class _Namespace:
+    bucket: Bucket  # refilled whenever the namespace reads or asks: ``at`` is when it last did
+    last_read: int = 0  # bytes of its last fetch: what a poll that starts holds
