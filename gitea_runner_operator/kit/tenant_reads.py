@@ -15,7 +15,7 @@ same 2 cores (issue 45). A namespace is a tenant, and this is its share of that 
   rate, or ``MIN_SHARE`` for each namespace past its share, whichever is more.
 - Every fetch is charged what it read (forge/observe.py), woken or not, whatever it ended in.
 - A poll nobody woke starts only once its namespace is out of debt, and reserves what the
-  namespace's last fetch read until its own is charged (poll/poller.py): the groups of a
+  namespace's last fetch read until its own is charged (poll/next_poll.py): the groups of a
   namespace then go one after another, not all at the moment the debt is repaid. So a
   tenant's polls stretch, nobody else's.
 - A woken poll (a pickup) goes first, unless its namespace is more than ``burst`` in debt:
